@@ -1,0 +1,168 @@
+"""What a capability is, and what an executor promises.
+
+A capability is one backend tool as Writ exposes it: an id and version, an MCP tool name, an input
+schema, an effect class and the facts the runtime needs to keep effects at most once (whether the
+backend deduplicates on the idempotency key, how to look an outcome up afterwards).
+
+Executors perform effects and report what they observed as an `Outcome`. They never write the log:
+the gateway's pipeline records what they report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+EffectClass = Literal["read", "write", "irreversible", "confirm"]
+"""`read` has no side effect; `write` and `irreversible` do (`irreversible` cannot be compensated);
+`confirm` has a side effect the user confirms in the client."""
+
+OutcomeKind = Literal["completed", "failed", "unknown"]
+"""`unknown`: the backend may have acted and no answer came back. Never treated as `failed`."""
+
+ReconcileVerdict = Literal["succeeded", "failed", "not_found", "inconclusive"]
+
+
+class CapabilityError(Exception):
+    """Root of the errors raised by this package."""
+
+    retryable: bool = False
+
+
+class ConfigError(CapabilityError):
+    """A backend or capability definition is invalid."""
+
+
+class BackendUnavailable(CapabilityError):
+    """A backend could not be reached before anything was sent (safe to retry)."""
+
+    retryable = True
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool result in MCP's shape, as plain JSON-able data.
+
+    `content` holds MCP content blocks as dicts (`{"type": "text", "text": ...}`).
+    """
+
+    content: tuple[Mapping[str, Any], ...] = ()
+    structured: Mapping[str, Any] | None = None
+    is_error: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "content": [dict(block) for block in self.content],
+            "structuredContent": dict(self.structured) if self.structured is not None else None,
+            "isError": self.is_error,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ToolResult:
+        structured = data.get("structuredContent")
+        return cls(
+            content=tuple(dict(block) for block in data.get("content") or ()),
+            structured=dict(structured) if structured is not None else None,
+            is_error=bool(data.get("isError", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """One tool as Writ exposes it; immutable, built once at startup from config (and upstream discovery)."""
+
+    id: str
+    version: str
+    tool_name: str
+    backend: str
+    input_schema: Mapping[str, Any]
+    effect: EffectClass = "write"
+    description: str = ""
+    title: str | None = None
+    dedupes_on_key: bool = False
+    """The backend itself deduplicates on the idempotency key, so re-sending the same key is safe."""
+    dedupe_window_s: int = 600
+    """How long an identical call without a client key joins an earlier completed one."""
+    timeout_s: float = 30.0
+    redact: tuple[str, ...] = ()
+    """Top-level argument names stored only as salted hashes."""
+    summary: str | None = None
+    """A template like "refund {amount} {currency} to order {order_id}" shown to approvers and models."""
+    reconcilable: bool = False
+    """The executor can look up the outcome of an earlier dispatch (by key or external request id)."""
+
+    @property
+    def ref(self) -> str:
+        """`refund-order@2`: how events, results and people name this capability."""
+        return f"{self.id}@{self.version}"
+
+    def summarize(self, arguments: Mapping[str, Any]) -> str:
+        """A one-line description of the concrete effect; falls back to the tool name and arguments."""
+        if self.summary:
+            try:
+                return self.summary.format_map(_Missing(arguments))
+            except (ValueError, IndexError):
+                pass
+        shown = ", ".join(f"{k}={'***' if k in self.redact else v!r}" for k, v in sorted(arguments.items()))
+        return f"{self.tool_name}({shown})"
+
+
+class _Missing(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One concrete dispatch, as the pipeline hands it to an executor."""
+
+    capability: Capability
+    arguments: Mapping[str, Any]
+    idempotency_key: str
+    tool_call_id: str
+    external_request_id: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an executor observed. `unknown` whenever the request may have reached the backend unanswered."""
+
+    kind: OutcomeKind
+    result: ToolResult | None = None
+    error: str | None = None
+    """A short machine-friendly reason such as `response_timeout`, `http_500`, `connection_lost`."""
+    detail: str | None = None
+    """Human-readable detail; must never contain credentials."""
+    external_request_id: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    """What a lookup at the backend says about an earlier dispatch."""
+
+    verdict: ReconcileVerdict
+    result: ToolResult | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Performs effects against one backend. One instance per backend, shared by all calls."""
+
+    async def start(self) -> None:
+        """Open persistent connections; called once before the first call."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def discover(self) -> Sequence[Capability]:
+        """Capabilities this backend contributes by itself (an upstream MCP server's tools); else ()."""
+
+    async def execute(self, invocation: Invocation) -> Outcome:
+        """Perform the effect once. Never raises for backend behaviour: reports it as an `Outcome`."""
+
+    async def reconcile(self, invocation: Invocation) -> ReconcileResult:
+        """Learn the truth about an earlier dispatch of `invocation`. Raises CapabilityError if unsupported."""

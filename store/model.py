@@ -1,0 +1,222 @@
+"""The store's inputs and outputs: plain frozen dataclasses, free of MCP, HTTP and our other packages.
+
+The gateway turns principals, capabilities and decisions into these before it calls the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+CallStatus = Literal[
+    "requested",
+    "denied",
+    "approval_pending",
+    "approved",
+    "rejected",
+    "expired",
+    "dispatching",
+    "completed",
+    "failed",
+    "result_unknown",
+]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"denied", "rejected", "expired", "completed", "failed"})
+IN_FLIGHT_STATUSES: frozenset[str] = frozenset(
+    {"requested", "approval_pending", "approved", "dispatching", "result_unknown"}
+)
+
+VerificationStatus = Literal["not_observed", "pending", "confirmed_success", "confirmed_failure", "inconclusive"]
+ApprovalStatus = Literal["awaiting_approval", "approved", "rejected", "expired"]
+KeySource = Literal["client", "derived"]
+AdmissionKind = Literal["new", "joined", "conflict"]
+DecisionEffect = Literal["allow", "deny", "require_approval"]
+
+
+class StoreError(Exception):
+    """Root of the errors raised by this package."""
+
+    retryable: bool = False
+
+
+class NotFound(StoreError):
+    pass
+
+
+class StaleLease(StoreError):
+    """A writer tried to record for a call it no longer owns."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """Everything `Store.admit` needs to record a new call's intent and decision in one transaction."""
+
+    tool_call_id: str
+    run_id: str
+    run_is_new_hint: bool
+    """The caller gave no run id, so a run is created for this call alone."""
+    tenant: str
+    subject: str
+    principal: Mapping[str, Any]
+    """The principal as JSON (subject, tenant, roles, scopes, client_id)."""
+    tool_name: str
+    capability_id: str
+    capability_version: str
+    arguments: Mapping[str, Any]
+    """Arguments as they may be stored: redacted fields already replaced by salted hashes."""
+    action_hash: str
+    idempotency_key: str
+    key_source: KeySource
+    dedupe_window_s: int
+    decision: Mapping[str, Any]
+    """`Decision.to_json()`: effect, reason, policy_version, rule_id, approval, message."""
+    policy_version: str
+    effect_class: str
+    summary: str
+    external_request_id: str
+    correlation_id: str
+    now: datetime
+    approval_id: str | None = None
+    """Set when the decision is `require_approval`."""
+    approval_expires_at: datetime | None = None
+    producer: str = "writ-gateway"
+
+
+@dataclass(frozen=True, slots=True)
+class CallView:
+    """The tool-calls projection row for one call."""
+
+    tool_call_id: str
+    run_id: str
+    tenant: str
+    subject: str
+    tool_name: str
+    capability_id: str
+    capability_version: str
+    action_hash: str
+    idempotency_key: str
+    key_source: str
+    status: CallStatus
+    verification_status: VerificationStatus
+    decision_effect: str
+    reason: str | None
+    policy_version: str
+    arguments: Mapping[str, Any]
+    summary: str
+    external_request_id: str
+    approval_id: str | None
+    result: Mapping[str, Any] | None
+    """The recorded `ToolResult.to_json()` once completed or failed with a result."""
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    dedupe_window_s: int = 600
+    attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What `Store.admit` did with a request.
+
+    `new`: recorded; if the decision was allow, the call is now `dispatching` and the caller owns dispatch.
+    `joined`: the key already names an identical call; `call` is that call's recorded state.
+    `conflict`: the key names a call with a different action; nothing was claimed, the refusal is recorded
+    as a new denied call (`call`), `existing` is the call that holds the key.
+    """
+
+    kind: AdmissionKind
+    call: CallView
+    existing: CallView | None = None
+
+    @property
+    def owns_dispatch(self) -> bool:
+        return self.kind == "new" and self.call.status == "dispatching"
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRecord:
+    """What the pipeline observed from an executor, to be recorded as the call's outcome."""
+
+    kind: Literal["completed", "failed", "unknown"]
+    result: Mapping[str, Any] | None = None
+    error: str | None = None
+    detail: str | None = None
+    external_request_id: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalRequest:
+    """A call refused before it could claim a key (invalid arguments): recorded as requested + denied."""
+
+    tool_call_id: str
+    run_id: str
+    run_is_new_hint: bool
+    tenant: str
+    subject: str
+    principal: Mapping[str, Any]
+    tool_name: str
+    capability_id: str
+    capability_version: str
+    arguments: Mapping[str, Any]
+    action_hash: str
+    idempotency_key: str
+    key_source: KeySource
+    reason: str
+    detail: str
+    policy_version: str
+    correlation_id: str
+    now: datetime
+    producer: str = "writ-gateway"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One event of the log, as read back."""
+
+    seq: int
+    event_id: str
+    type: str
+    schema_version: int
+    occurred_at: str
+    producer: str
+    run_id: str | None
+    tool_call_id: str | None
+    approval_id: str | None
+    capability_id: str | None
+    capability_version: str | None
+    policy_version: str | None
+    correlation_id: str | None
+    causation_id: str | None
+    tenant: str | None
+    payload: Mapping[str, Any]
+    prev_hash: str
+    hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalView:
+    approval_id: str
+    tool_call_id: str
+    tenant: str
+    status: ApprovalStatus
+    requester: str
+    approver_role: str
+    requester_may_approve: bool
+    action_hash: str
+    expires_at: datetime
+    created_at: datetime
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    ok: bool
+    events_checked: int
+    first_bad_seq: int | None = None
+    problem: str | None = None
+    """`edited`, `deleted`, `inserted`, `reordered`, `truncated` or `broken_chain`, with detail."""
+    detail: str | None = None
