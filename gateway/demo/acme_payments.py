@@ -1,0 +1,252 @@
+"""acme-payments: the demo payments backend that `writ demo` runs as a separate process.
+
+It stands for a real third-party payments API: it has its own SQLite file (seeded with orders 1001 to
+1010), refunds money for real in that file, and knows nothing of Writ.
+
+It deliberately does NOT deduplicate on the `Idempotency-Key` header. The key is required and stored
+with each refund, but every POST /refunds that passes validation executes a new refund, so a gateway
+that dispatches the same effect twice leaves two refunds here for everyone to see. GET
+/refunds?idempotency_key=K is how a gateway settles an unknown outcome: it lists what was executed
+under K. POST /_chaos injects the faults that make outcomes unknown (see `acme_chaos`).
+
+Endpoints:
+    GET  /healthz                      {"ok": true}
+    GET  /orders/{order_id}            the order with its refunded_total; 404 order_not_found
+    POST /refunds                      execute a refund (Idempotency-Key header required)
+    GET  /refunds[?idempotency_key=K]  executed refunds, oldest first
+    GET  /_chaos, POST /_chaos         read or replace the in-memory fault injection state
+
+Run: python -m gateway.demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import anyio.to_thread
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from gateway.demo.acme_chaos import DROP_SCOPE_KEY, ChaosState, ConnectionDropper
+from gateway.demo.acme_store import (
+    Order,
+    OrderNotFound,
+    PaymentsError,
+    PaymentsStore,
+    Refund,
+    RefundRequest,
+)
+
+Clock = Callable[[], datetime]
+
+
+class BadRequest(PaymentsError):
+    """The request cannot be read at all (400)."""
+
+
+class InvalidBody(PaymentsError):
+    """The body is readable but a field is wrong (422)."""
+
+
+def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC)) -> ASGIApp:
+    """The acme-payments ASGI app over the SQLite file at `db_path` (created and seeded if new)."""
+    store = PaymentsStore(db_path)
+    chaos = ChaosState()
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def get_order(request: Request) -> Response:
+        order = await anyio.to_thread.run_sync(store.get_order, request.path_params["order_id"])
+        return JSONResponse(_order_json(order))
+
+    async def post_refund(request: Request) -> Response:
+        refund_request = _parse_refund(
+            await request.body(),
+            idempotency_key=request.headers.get("idempotency-key", ""),
+            request_id=request.headers.get("x-request-id") or None,
+        )
+        await anyio.to_thread.run_sync(store.check_refund, refund_request)
+        if chaos.take("hang"):
+            # Never commits; gives up only when the client does (or the server stops).
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            return Response(status_code=504)
+        now = clock().isoformat(timespec="milliseconds")
+        execute = functools.partial(store.execute_refund, refund_request, now)
+        refund = await anyio.to_thread.run_sync(execute)
+        # Every fault below happens after the commit: the refund is real whatever the client sees.
+        if chaos.delay_ms:
+            await anyio.sleep(chaos.delay_ms / 1000)
+        if chaos.take("drop_responses"):
+            await request.scope[DROP_SCOPE_KEY]()
+            return Response(status_code=204)  # discarded: the connection is gone
+        if chaos.take("fail_after_commit"):
+            return JSONResponse({"error": "internal"}, status_code=500)
+        return JSONResponse(_refund_json(refund), status_code=201)
+
+    async def list_refunds(request: Request) -> Response:
+        key = request.query_params.get("idempotency_key")
+        refunds = await anyio.to_thread.run_sync(store.list_refunds, key)
+        return JSONResponse({"refunds": [_refund_json(refund) for refund in refunds]})
+
+    async def get_chaos(request: Request) -> Response:
+        return JSONResponse(chaos.as_dict())
+
+    async def set_chaos(request: Request) -> Response:
+        nonlocal chaos
+        try:
+            chaos = ChaosState.parse(_json_body(await request.body()))
+        except ValueError as exc:
+            raise InvalidBody("invalid_chaos", str(exc)) from exc
+        return JSONResponse(chaos.as_dict())
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/orders/{order_id}", get_order, methods=["GET"]),
+            Route("/refunds", post_refund, methods=["POST"]),
+            Route("/refunds", list_refunds, methods=["GET"]),
+            Route("/_chaos", get_chaos, methods=["GET"]),
+            Route("/_chaos", set_chaos, methods=["POST"]),
+        ],
+        exception_handlers={PaymentsError: _error_response},
+    )
+    return ConnectionDropper(app)
+
+
+async def _error_response(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, PaymentsError)
+    if isinstance(exc, OrderNotFound):
+        status = 404
+    elif isinstance(exc, BadRequest):
+        status = 400
+    else:
+        status = 422
+    return JSONResponse({"error": exc.code, "detail": exc.detail}, status_code=status)
+
+
+def _json_body(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise BadRequest("invalid_json", "the body is not JSON") from exc
+
+
+def _parse_refund(raw: bytes, *, idempotency_key: str, request_id: str | None) -> RefundRequest:
+    """Raises: BadRequest, InvalidBody."""
+    if not idempotency_key.strip():
+        raise BadRequest("idempotency_key_required", "send an Idempotency-Key header")
+    body = _json_body(raw)
+    if not isinstance(body, dict):
+        raise BadRequest("invalid_json", "the body must be a JSON object")
+    order_id = body.get("order_id")
+    if isinstance(order_id, bool) or not isinstance(order_id, int | str) or not str(order_id).strip():
+        raise InvalidBody("invalid_request", "order_id must be a non-empty string or an integer")
+    currency = body.get("currency")
+    if not isinstance(currency, str) or len(currency) != 3 or not currency.isalpha():
+        raise InvalidBody("invalid_request", "currency must be a three-letter code such as EUR")
+    reason = body.get("reason", "")
+    if not isinstance(reason, str):
+        raise InvalidBody("invalid_request", "reason must be a string")
+    return RefundRequest(
+        order_id=str(order_id).strip(),
+        amount_cents=_parse_cents(body.get("amount")),
+        currency=currency.upper(),
+        reason=reason,
+        idempotency_key=idempotency_key,
+        request_id=request_id,
+    )
+
+
+def _parse_cents(amount: object) -> int:
+    """A positive amount with at most two decimals, as a JSON number or a decimal string, in cents."""
+    problem = "amount must be a positive number with at most two decimals"
+    if isinstance(amount, bool) or not isinstance(amount, int | float | str):
+        raise InvalidBody("invalid_amount", problem)
+    try:
+        value = Decimal(str(amount))
+        valid = value.is_finite() and value > 0 and value == value.quantize(Decimal("0.01"))
+    except InvalidOperation as exc:  # not a number, or too many digits to quantize
+        raise InvalidBody("invalid_amount", problem) from exc
+    if not valid:
+        raise InvalidBody("invalid_amount", problem)
+    return int(value * 100)
+
+
+def _money(cents: int) -> float:
+    return cents / 100
+
+
+def _order_json(order: Order) -> dict[str, object]:
+    return {
+        "order_id": order.order_id,
+        "customer": order.customer,
+        "amount": _money(order.amount_cents),
+        "currency": order.currency,
+        "status": order.status,
+        "refunded_total": _money(order.refunded_cents),
+    }
+
+
+def _refund_json(refund: Refund) -> dict[str, object]:
+    return {
+        "refund_id": refund.refund_id,
+        "order_id": refund.order_id,
+        "amount": _money(refund.amount_cents),
+        "currency": refund.currency,
+        "reason": refund.reason,
+        "idempotency_key": refund.idempotency_key,
+        "request_id": refund.request_id,
+        "status": refund.status,
+        "created_at": refund.created_at,
+    }
+
+
+async def serve(app: ASGIApp, host: str, port: int) -> None:
+    """Serve `app` with uvicorn; print one line with the URL once the socket is listening."""
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        # A hanging refund must not keep the process alive forever on shutdown.
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started and not serving.done():
+        await asyncio.wait({serving}, timeout=0.02)
+    if server.started:
+        bound_port = server.servers[0].sockets[0].getsockname()[1]
+        shown_host = f"[{host}]" if ":" in host else host
+        print(f"acme-payments listening on http://{shown_host}:{bound_port}", flush=True)
+    await serving
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.demo.acme_payments",
+        description="acme-payments, the demo payments backend of `writ demo`",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8081, help="0 picks a free port (printed on start)")
+    parser.add_argument("--db", required=True, help="the SQLite file (created and seeded if missing)")
+    args = parser.parse_args(argv)
+    asyncio.run(serve(create_app(args.db), args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()
