@@ -1,0 +1,32 @@
+"""Pure decisions: principal + capability + concrete arguments + context -> decision. No I/O, no clock."""
+
+from .engine import NO_MATCH, POLICY_ERROR, Policy, RuleTrace, load_policy_file
+from .model import (
+    ApprovalRequirement,
+    CallContext,
+    Decision,
+    Effect,
+    PolicyError,
+    PolicyInput,
+    Principal,
+)
+from .rules import ApprovalConfig, PolicyConfig, Rule, parse_duration
+
+__all__ = [
+    "NO_MATCH",
+    "POLICY_ERROR",
+    "ApprovalConfig",
+    "ApprovalRequirement",
+    "CallContext",
+    "Decision",
+    "Effect",
+    "Policy",
+    "PolicyConfig",
+    "PolicyError",
+    "PolicyInput",
+    "Principal",
+    "Rule",
+    "RuleTrace",
+    "load_policy_file",
+    "parse_duration",
+]

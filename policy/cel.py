@@ -1,0 +1,205 @@
+"""Rule conditions in CEL (cel-python): compiled once when the policy loads, evaluated per call.
+
+CEL is a small, side-effect-free language with no loops and no access to the host, which is why it
+is safe to take from a config file. Nothing here ever hands a string to Python's `eval`.
+
+Variables an expression sees:
+    args        the concrete tool arguments (JSON -> CEL)
+    principal   {subject, tenant, roles, scopes, groups, client_id}
+    capability  {id, version, tool, effect}
+    context     {now (timestamp), run_call_count}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import celpy
+import lark
+from celpy import celtypes
+
+from .model import PolicyError, PolicyInput
+
+_ENV = celpy.Environment()
+
+VARIABLES = frozenset({"args", "principal", "capability", "context"})
+_TYPE_NAMES = frozenset(
+    {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
+)
+_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+
+# What cel-python raises for ordinary evaluation problems, plus the Python errors its built-ins let
+# escape on odd input. These are the runtime failures a rule fails closed on.
+_EVAL_ERRORS: tuple[type[BaseException], ...] = (
+    celpy.CELEvalError,
+    TypeError,
+    ValueError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    ArithmeticError,
+    RecursionError,
+)
+
+_KINDS: dict[type[BaseException], str] = {
+    KeyError: "missing field",
+    TypeError: "type mismatch",
+    ZeroDivisionError: "division by zero",
+    ArithmeticError: "arithmetic error",
+    IndexError: "index out of range",
+    ValueError: "invalid value",
+}
+
+
+class ExpressionError(PolicyError):
+    """A condition could not be evaluated for this call (missing field, type mismatch, ...).
+
+    The message names the rule and the expression but not argument values, which may be redacted.
+    """
+
+    def __init__(self, rule_id: str, source: str, problem: str) -> None:
+        super().__init__(f"rule {rule_id!r}: cannot evaluate `{source}`: {problem}")
+        self.rule_id = rule_id
+        self.source = source
+        self.problem = problem
+
+
+Activation = dict[str, celtypes.Value]
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A compiled `when` expression of one rule."""
+
+    rule_id: str
+    source: str
+    _program: celpy.Runner = field(repr=False, compare=False)
+
+    @classmethod
+    def compile(cls, rule_id: str, source: str) -> Condition:
+        """Parse and prepare `source` once.
+
+        Raises:
+            PolicyError: the expression is not valid CEL.
+        """
+        try:
+            ast = _ENV.compile(source)
+            program = _ENV.program(ast)
+        except celpy.CELParseError as exc:
+            detail = " ".join(str(exc).split())
+            raise PolicyError(f"rule {rule_id!r}: when: invalid CEL `{source}`: {detail}") from exc
+        unknown = sorted(_free_names(ast) - VARIABLES - _TYPE_NAMES)
+        if unknown:
+            raise PolicyError(
+                f"rule {rule_id!r}: when: unknown variable {', '.join(map(repr, unknown))} in `{source}`; "
+                f"expressions may use {', '.join(sorted(VARIABLES))}"
+            )
+        return cls(rule_id=rule_id, source=source, _program=program)
+
+    def holds(self, activation: Activation) -> bool:
+        """True when the expression yields `true` for this call.
+
+        Raises:
+            ExpressionError: evaluation failed or yielded something other than a bool.
+        """
+        try:
+            value = self._program.evaluate(activation)
+        except _EVAL_ERRORS as exc:
+            raise ExpressionError(self.rule_id, self.source, _problem(exc)) from exc
+        if isinstance(value, celpy.CELEvalError):
+            raise ExpressionError(self.rule_id, self.source, _problem(value))
+        if not isinstance(value, celtypes.BoolType):
+            raise ExpressionError(self.rule_id, self.source, f"yielded {type(value).__name__}, not a bool")
+        return bool(value)
+
+
+def activation_for(inp: PolicyInput) -> Activation:
+    """The CEL variables for one call.
+
+    Raises:
+        ValueError: an argument has no CEL equivalent (callers treat this as an evaluation failure).
+    """
+    cap = inp.capability
+    now = inp.context.now if inp.context.now.tzinfo else inp.context.now.replace(tzinfo=UTC)
+    return {
+        "args": to_cel(dict(inp.arguments)),
+        "principal": to_cel(inp.principal.to_json()),
+        "capability": to_cel(
+            {"id": cap.id, "version": cap.version, "tool": cap.tool_name, "effect": cap.effect}
+        ),
+        "context": to_cel({"now": now, "run_call_count": inp.context.run_call_count}),
+    }
+
+
+def to_cel(value: Any) -> celtypes.Value:
+    """JSON-shaped Python data (plus datetimes and timedeltas) as CEL values.
+
+    Raises:
+        ValueError: a value has no CEL equivalent, or an integer is outside CEL's 64-bit range.
+    """
+    match value:
+        case None:
+            return None
+        case bool():
+            return celtypes.BoolType(value)
+        case int():
+            return celtypes.IntType(value)
+        case float():
+            return celtypes.DoubleType(value)
+        case str():
+            return celtypes.StringType(value)
+        case datetime():
+            return celtypes.TimestampType(value)
+        case timedelta():
+            return celtypes.DurationType(value)
+        case Mapping():
+            return celtypes.MapType({celtypes.StringType(str(k)): to_cel(v) for k, v in value.items()})
+        case list() | tuple():
+            return celtypes.ListType([to_cel(item) for item in value])
+        case _:
+            raise ValueError(f"{type(value).__name__} has no CEL equivalent")
+
+
+def _free_names(ast: lark.Tree) -> set[str]:
+    """Identifiers the expression reads that its own macros (`all`, `exists`, `map`, ...) do not bind.
+
+    Checked at load so a typo such as `arg.amount` fails there instead of denying every call.
+    """
+    used: set[str] = set()
+    bound: set[str] = set()
+    for node in ast.iter_subtrees():
+        if node.data == "ident":
+            used.update(str(token) for token in node.children)
+        elif node.data == "member_dot_arg" and len(node.children) == 3:
+            method, exprlist = node.children[1], node.children[2]
+            if str(method) in _MACROS and isinstance(exprlist, lark.Tree) and exprlist.children:
+                first = exprlist.children[0]
+                if isinstance(first, lark.Tree):
+                    bound.update(
+                        str(token)
+                        for sub in first.iter_subtrees()
+                        if sub.data == "ident"
+                        for token in sub.children
+                    )
+    return used - bound
+
+
+def _problem(exc: BaseException) -> str:
+    """A short description of what went wrong, without echoing argument values."""
+    cause: type[BaseException] | None = type(exc)
+    if isinstance(exc, celpy.CELEvalError):
+        cause = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], type) else None
+        text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
+        if cause is KeyError and text.startswith("no such member"):
+            # "no such member in mapping: 'amount'" names a field, never a value; other texts may
+            # quote the whole activation, so they are not repeated.
+            return f"missing field ({text}); guard it with has(...)"
+    if cause is None:
+        return "evaluation error"
+    for kind, text in _KINDS.items():
+        if issubclass(cause, kind):
+            return text
+    return "evaluation error"

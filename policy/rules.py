@@ -1,0 +1,169 @@
+"""The `policy:` section of Writ's config, as pydantic models.
+
+Shape only: expressions are compiled by `policy.cel` when a `Policy` is built. Every rule-level error
+names the rule id, so a typo in a long policy file points at the rule that has it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from capabilities.contract import EffectClass
+
+from .model import Effect
+
+RESERVED_REASONS = frozenset({"no_matching_rule", "policy_error"})
+"""Reason codes the engine produces by itself; a rule using them would make the audit ambiguous."""
+
+_CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: object) -> int:
+    """Seconds from an int or a string like "90s", "30m", "1h", "2d"; must be positive.
+
+    Raises:
+        ValueError: the value is not a positive duration.
+    """
+    if isinstance(value, bool):
+        raise ValueError("expected seconds (int) or a duration like '90s', '30m', '1h', '2d'")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = int(match.group(1)) * _UNIT_S[match.group(2)]
+    else:
+        raise ValueError(f"{value!r} is not a duration; use seconds or '90s', '30m', '1h', '2d'")
+    if seconds <= 0:
+        raise ValueError("must be positive")
+    return seconds
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ApprovalConfig(_Strict):
+    """Who must approve a `require_approval` decision, and for how long the request stands."""
+
+    approver_role: str = Field(min_length=1)
+    expires_in: int = 3600
+    """Seconds; the config also accepts "90s", "30m", "1h", "2d"."""
+    requester_may_approve: bool = False
+
+    @field_validator("expires_in", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> int:
+        return parse_duration(value)
+
+
+class Rule(_Strict):
+    """One policy rule: a scope (who, which tools), an optional condition, and a decision."""
+
+    id: str
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+    """MCP tool names, capability ids or `id@version` refs; fnmatch globs (`*`, `refund_*`) allowed."""
+    roles: list[str] | None = None
+    """The principal must hold at least one of these roles. Omitted: any principal."""
+    subjects: list[str] | None = None
+    tenants: list[str] | None = None
+    effects: list[EffectClass] | None = None
+    """Capability effect classes this rule covers. Omitted: all."""
+    when: str | None = None
+    """A CEL expression over `args`, `principal`, `capability`, `context`; must yield a bool."""
+    decision: Effect
+    reason: str | None = None
+    """A stable reason code; defaults to the rule id."""
+    message: str | None = None
+    approval: ApprovalConfig | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _name_the_rule(cls, data: Any, handler: Any) -> Rule:
+        # Pydantic reports `rules.3.approval.approver_role`; people think in rule ids, so say both.
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            rule_id = data.get("id") if isinstance(data, Mapping) else None
+            label = f"rule {rule_id!r}" if isinstance(rule_id, str) else "rule without a valid id"
+            problems = "; ".join(_describe(err) for err in exc.errors())
+            raise ValueError(f"{label}: {problems}") from None
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_code(cls, value: str) -> str:
+        if not _CODE.match(value):
+            raise ValueError("must be letters, digits, '_', '-', '.', ':' (starting with a letter or digit)")
+        return value
+
+    @field_validator("reason")
+    @classmethod
+    def _reason_is_a_code(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _CODE.match(value):
+            raise ValueError("must be a code of letters, digits, '_', '-', '.', ':'")
+        if value in RESERVED_REASONS:
+            raise ValueError(f"{value!r} is reserved for decisions the engine makes itself")
+        return value
+
+    @field_validator("tools", "roles", "subjects", "tenants", "effects")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or any(not item for item in value)):
+            raise ValueError("must list at least one non-empty name (omit the field to match any)")
+        return value
+
+    @field_validator("when")
+    @classmethod
+    def _when_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("must be a CEL expression (omit the field for an unconditional rule)")
+        return value
+
+    @model_validator(mode="after")
+    def _approval_matches_decision(self) -> Rule:
+        if self.decision == "require_approval" and self.approval is None:
+            raise ValueError("approval: decision require_approval needs approval.approver_role")
+        if self.decision != "require_approval" and self.approval is not None:
+            raise ValueError(f"approval: only applies to decision require_approval, not {self.decision}")
+        return self
+
+    @property
+    def reason_code(self) -> str:
+        return self.reason or self.id
+
+
+class PolicyConfig(_Strict):
+    """The `policy:` section: an ordered list of rules. No rules means every call is denied."""
+
+    rules: list[Rule] = Field(default_factory=list)
+
+    @field_validator("rules")
+    @classmethod
+    def _ids_unique(cls, rules: list[Rule]) -> list[Rule]:
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.id in seen:
+                raise ValueError(f"rule {rule.id!r}: id: used by more than one rule")
+            seen.add(rule.id)
+        return rules
+
+    def canonical(self) -> dict[str, Any]:
+        """The rules as plain JSON with every default filled in: what the policy version hashes."""
+        return self.model_dump(mode="json")
+
+
+def _describe(err: Any) -> str:
+    loc = ".".join(str(part) for part in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, each starting with where it is (`rules.2: rule 'x': when: ...`)."""
+    return "\n".join(_describe(err) for err in exc.errors())
