@@ -1,0 +1,83 @@
+"""Identities of actions: canonical JSON, the action hash, derived idempotency keys, redaction, ids.
+
+The action hash binds an approval or an idempotency key to the exact effect: capability and version,
+the full canonical arguments (redacted fields included), tenant and requester.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from capabilities.contract import Capability
+from policy.model import Principal
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, no insignificant whitespace, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def action_hash(capability: Capability, arguments: Mapping[str, Any], principal: Principal) -> str:
+    """sha256 over what makes two calls the same effect."""
+    body = canonical_json(
+        {
+            "capability": capability.id,
+            "version": capability.version,
+            "arguments": arguments,
+            "tenant": principal.tenant,
+            "requester": principal.subject,
+        }
+    )
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def derived_key(principal: Principal, action: str, run_id: str | None) -> str:
+    """The idempotency key of a call whose client sent none: same principal, action and run, same key."""
+    body = canonical_json([principal.tenant, principal.subject, action, run_id or ""])
+    return "derived:" + hashlib.sha256(body.encode()).hexdigest()[:40]
+
+
+def new_id(prefix: str) -> str:
+    """A time-ordered, unguessable id such as `tc_0193a8f2c1d4_9f2b...`."""
+    return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
+
+
+class Redactor:
+    """Replaces the values of a capability's `redact` fields by salted hashes before they are stored."""
+
+    def __init__(self, salt: bytes) -> None:
+        self._salt = salt
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Redactor:
+        """Load the salt, creating a random one (mode 0600) on first use."""
+        path = Path(path)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(secrets.token_hex(32))
+        return cls(bytes.fromhex(path.read_text().strip()))
+
+    def redact(self, capability: Capability, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if not capability.redact:
+            return dict(arguments)
+        return {
+            name: (self.digest(value) if name in capability.redact else value) for name, value in arguments.items()
+        }
+
+    def digest(self, value: Any) -> str:
+        mac = hmac.new(self._salt, canonical_json(value).encode(), hashlib.sha256).hexdigest()
+        return f"redacted:hmac-sha256:{mac[:32]}"

@@ -1,0 +1,122 @@
+"""The HTTP API: read access to calls, runs and approvals for people and programs with the right role.
+
+Every route is tenant-scoped: a principal never sees another tenant's records, and an id from another
+tenant answers exactly like an id that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+import anyio.to_thread
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.results import status_document
+from policy.model import Principal
+from store.store import Store
+
+OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
+
+PrincipalOf = Callable[[AuthenticatedUser], Principal]
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    return value
+
+
+def _error(status: int, error: str, description: str, *, resource_metadata: str | None = None) -> Response:
+    headers = {}
+    if status == 401:
+        challenge = f'Bearer error="{error}", error_description="{description}"'
+        if resource_metadata:
+            challenge += f', resource_metadata="{resource_metadata}"'
+        headers["WWW-Authenticate"] = challenge
+    return JSONResponse({"error": error, "error_description": description}, status_code=status, headers=headers)
+
+
+def api_routes(store: Store, principal_of: PrincipalOf, resource_metadata_url: str) -> list[Route]:
+    """Routes under /api, each requiring a verified bearer token."""
+
+    def guarded(
+        handler: Callable[[Request, Principal], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            user = request.scope.get("user")
+            if not isinstance(user, AuthenticatedUser):
+                return _error(401, "invalid_token", "Authentication required", resource_metadata=resource_metadata_url)
+            return await handler(request, principal_of(user))
+
+        return endpoint
+
+    def may_oversee(who: Principal, subject: str) -> bool:
+        return who.subject == subject or bool(who.roles & OVERSEER_ROLES)
+
+    async def get_call(request: Request, who: Principal) -> Response:
+        call = await anyio.to_thread.run_sync(
+            lambda: store.get_call(request.path_params["tool_call_id"], tenant=who.tenant)
+        )
+        if call is None or not may_oversee(who, call.subject):
+            return _error(404, "not_found", "No such tool call")
+        body = status_document(call, include_result=True)
+        body.update(
+            runId=call.run_id,
+            subject=call.subject,
+            tenant=call.tenant,
+            arguments=dict(call.arguments),
+            idempotencyKey=call.idempotency_key,
+            actionHash=call.action_hash,
+            policyVersion=call.policy_version,
+            decision=call.decision_effect,
+            reason=call.reason,
+        )
+        return JSONResponse(_json(body))
+
+    async def run_events(request: Request, who: Principal) -> Response:
+        run_id = request.path_params["run_id"]
+        events = await anyio.to_thread.run_sync(lambda: store.events(run_id=run_id, tenant=who.tenant))
+        if not events or not (who.roles & OVERSEER_ROLES or _run_subject(events) == who.subject):
+            return _error(404, "not_found", "No such run")
+        return JSONResponse({"runId": run_id, "events": [_json(asdict(e)) for e in events]})
+
+    async def list_approvals(request: Request, who: Principal) -> Response:
+        if not who.roles & OVERSEER_ROLES:
+            return _error(403, "insufficient_role", "Listing approvals needs the approver, auditor or admin role")
+        status = request.query_params.get("status")
+        approvals = await anyio.to_thread.run_sync(
+            lambda: store.list_approvals(tenant=who.tenant, status=status)
+        )
+        return JSONResponse({"approvals": [_json(asdict(a)) for a in approvals]})
+
+    async def get_approval(request: Request, who: Principal) -> Response:
+        approval = await anyio.to_thread.run_sync(
+            lambda: store.get_approval(request.path_params["approval_id"], tenant=who.tenant)
+        )
+        if approval is None or not (who.roles & OVERSEER_ROLES or approval.requester == who.subject):
+            return _error(404, "not_found", "No such approval")
+        return JSONResponse(_json(asdict(approval)))
+
+    return [
+        Route("/api/calls/{tool_call_id}", guarded(get_call), methods=["GET"]),
+        Route("/api/runs/{run_id}/events", guarded(run_events), methods=["GET"]),
+        Route("/api/approvals", guarded(list_approvals), methods=["GET"]),
+        Route("/api/approvals/{approval_id}", guarded(get_approval), methods=["GET"]),
+    ]
+
+
+def _run_subject(events: list[Any]) -> str | None:
+    for event in events:
+        if event.type == "run.started":
+            return event.payload.get("subject")
+    return None

@@ -1,0 +1,233 @@
+"""The composition root: the only place that builds concrete objects and wires them together.
+
+`build_runtime` makes the store, registry, policy, verifier and pipeline from a config; `build_app`
+puts the HTTP faces around them (MCP at /mcp, RFC 9728 metadata, health, API) with one lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from capabilities.registry import Registry
+from gateway.actions import Redactor
+from gateway.api import api_routes
+from gateway.auth import JwtVerifier, TrustedIssuer, principal_from_claims
+from gateway.config import WritConfig
+from gateway.dev_issuer import DevIssuer
+from gateway.errors import ConfigurationError
+from gateway.mcp_server import build_mcp_server
+from gateway.pipeline import CallPipeline
+from policy.engine import Policy
+from policy.model import Principal
+from store.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """Everything a running gateway holds, built once from the config."""
+
+    config: WritConfig
+    store: Store
+    registry: Registry
+    policy: Policy
+    pipeline: CallPipeline
+    verifier: JwtVerifier
+    dev_issuer: DevIssuer | None
+
+    def principal_from_claims(self, claims: dict[str, Any]) -> Principal:
+        return principal_from_claims(claims, self.config.auth.claims)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Runtime]:
+        """Start executors (and discover upstream tools), then check every schema; close on exit."""
+        await self.registry.start()
+        try:
+            self.pipeline.prepare()
+            yield self
+        finally:
+            await self.registry.close()
+            await anyio.to_thread.run_sync(self.store.close)
+
+
+def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
+    """Open the configured store; an empty database is migrated, an outdated one is refused.
+
+    Raises:
+        ConfigurationError: the database holds an older schema (run `writ store migrate`).
+    """
+    store = Store.open(config.store.url, durable=config.store.durable)
+    if not store.is_migrated():
+        if migrate_empty and store.is_empty():
+            store.migrate()
+        else:
+            store.close()
+            raise ConfigurationError(
+                f"the store at {_safe_url(config.store.url)} needs a migration: run `writ store migrate`"
+            )
+    return store
+
+
+def dev_issuer_for(config: WritConfig) -> DevIssuer | None:
+    if not config.auth.dev_issuer.enabled:
+        return None
+    return DevIssuer.load_or_create(config.auth.dev_issuer.key_file, f"{config.server.base_url}/dev-issuer")
+
+
+def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) -> Runtime:
+    """Build (but do not start) every component the config describes.
+
+    Raises:
+        ConfigurationError: any section is invalid.
+    """
+    base_dir = Path(config.source).parent if config.source else Path.cwd()
+    try:
+        registry = Registry.from_config(
+            config.backends, config.capabilities, environ=environ or dict(os.environ), base_dir=base_dir
+        )
+        policy = Policy.from_mapping(config.policy)
+    except Exception as exc:
+        if isinstance(exc, ConfigurationError):
+            raise
+        raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
+    dev_issuer = dev_issuer_for(config)
+    issuers = [TrustedIssuer(dev_issuer.issuer, dev_issuer.public_keys)] if dev_issuer else []
+    verifier = JwtVerifier(
+        issuers,
+        audience=config.server.resource_url,
+        algorithms=config.auth.algorithms,
+        leeway_s=config.auth.leeway_s,
+    )
+    store = open_store(config)
+    pipeline = CallPipeline(
+        store=store,
+        registry=registry,
+        policy=lambda: policy,
+        redactor=Redactor.from_file(config.privacy.salt_file),
+    )
+    return Runtime(config, store, registry, policy, pipeline, verifier, dev_issuer)
+
+
+def build_app(runtime: Runtime) -> Starlette:
+    """The HTTP application: /mcp, OAuth metadata, health, API; one lifespan for all of it."""
+    config = runtime.config
+    server_config = config.server
+
+    def current_principal() -> Principal | None:
+        token = get_access_token()
+        return runtime.principal_from_claims(token.claims or {}) if token is not None else None
+
+    mcp_server = build_mcp_server(runtime.pipeline, runtime.store, current_principal)
+    session_manager = StreamableHTTPSessionManager(
+        app=mcp_server,
+        json_response=server_config.json_response,
+        stateless=server_config.stateless_http,
+        security_settings=_transport_security(config),
+    )
+    resource_url = AnyHttpUrl(server_config.resource_url)
+    metadata_url = str(build_resource_metadata_url(resource_url))
+    issuers = [AnyHttpUrl(runtime.dev_issuer.issuer)] if runtime.dev_issuer else []
+    metadata_routes = create_protected_resource_routes(
+        resource_url=resource_url,
+        authorization_servers=issuers,
+        scopes_supported=config.auth.required_scopes or None,
+        resource_name="Writ",
+    )
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def readyz(request: Request) -> Response:
+        try:
+            ready = await anyio.to_thread.run_sync(runtime.store.is_migrated)
+        except Exception as exc:  # readiness reports the failure instead of raising it
+            logger.warning("readiness check failed: %s", exc)
+            ready = False
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    async def dev_jwks(request: Request) -> Response:
+        assert runtime.dev_issuer is not None
+        return JSONResponse(runtime.dev_issuer.jwks())
+
+    routes: list[Route] = [
+        Route(
+            "/mcp",
+            endpoint=RequireAuthMiddleware(
+                StreamableHTTPASGIApp(session_manager), config.auth.required_scopes, AnyHttpUrl(metadata_url)
+            ),
+        ),
+        *metadata_routes,
+        # The root form of RFC 9728 metadata, for clients that look there first.
+        Route("/.well-known/oauth-protected-resource", metadata_routes[0].endpoint, methods=["GET", "OPTIONS"]),
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        *api_routes(runtime.store, _principal_of_user(runtime), metadata_url),
+    ]
+    if runtime.dev_issuer is not None:
+        routes.append(Route("/dev-issuer/jwks.json", dev_jwks))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with runtime.running(), session_manager.run():
+            logger.info("writ ready: MCP at %s", server_config.resource_url)
+            yield
+
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(runtime.verifier)),
+            Middleware(AuthContextMiddleware),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def _principal_of_user(runtime: Runtime) -> Any:
+    def principal_of(user: AuthenticatedUser) -> Principal:
+        return runtime.principal_from_claims(user.access_token.claims or {})
+
+    return principal_of
+
+
+def _transport_security(config: WritConfig) -> TransportSecuritySettings | None:
+    server = config.server
+    if server.allowed_hosts is not None:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=server.allowed_hosts)
+    if server.host in ("127.0.0.1", "localhost", "::1"):
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+
+
+def _safe_url(url: str) -> str:
+    """A database URL without its password, for messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # a malformed URL is reported by the store itself
+        return "<store url>"

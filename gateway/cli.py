@@ -1,0 +1,225 @@
+"""The `writ` command line (DESIGN §7)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from gateway.config import WritConfig, find_config_file, load_config
+from gateway.errors import GatewayError
+
+app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
+store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
+audit_app = typer.Typer(help="Audit the tamper-evident effect log.", no_args_is_help=True)
+calls_app = typer.Typer(help="Inspect tool calls.", no_args_is_help=True)
+approvals_app = typer.Typer(help="Inspect approvals.", no_args_is_help=True)
+app.add_typer(store_app, name="store")
+app.add_typer(audit_app, name="audit")
+app.add_typer(calls_app, name="calls")
+app.add_typer(approvals_app, name="approvals")
+
+ConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config", "-c", help="Config file (default: $WRIT_CONFIG, ./writ.yaml, ./.writ/demo.yaml, built-in)."
+    ),
+]
+
+
+def _config(path: str | None) -> WritConfig:
+    return load_config(find_config_file(path))
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"writ: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (overrides the config).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (overrides the config).")] = None,
+) -> None:
+    """Run the gateway over streamable HTTP at /mcp."""
+    from gateway.serve import serve_http
+
+    cfg = _config(config)
+    updates = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    if updates:
+        cfg = cfg.model_copy(update={"server": cfg.server.model_copy(update=updates)})
+    serve_http(cfg)
+
+
+@app.command()
+def stdio(config: ConfigOption = None) -> None:
+    """Serve MCP over stdin/stdout for one local client; the caller's token comes from $WRIT_TOKEN."""
+    from gateway.stdio import serve_stdio
+
+    serve_stdio(_config(config))
+
+
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="Gateway port.")] = 8080,
+    backend_port: Annotated[int, typer.Option(help="Port of the acme-payments demo backend.")] = 8081,
+) -> None:
+    """Run Writ with a demo payments backend, all state under ./.writ/."""
+    from gateway.demo.run import run_demo
+
+    run_demo(port=port, backend_port=backend_port)
+
+
+@app.command()
+def token(
+    sub: Annotated[str, typer.Option("--sub", help="Subject (who the token speaks for).")],
+    roles: Annotated[str, typer.Option(help="Comma-separated roles, e.g. agent,approver.")] = "",
+    tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
+    scopes: Annotated[str, typer.Option(help="Comma-separated OAuth scopes.")] = "",
+    ttl: Annotated[int | None, typer.Option(help="Lifetime in seconds (default from config).")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Mint a bearer token from the built-in development issuer; the token is the last line."""
+    from gateway.app import dev_issuer_for
+
+    cfg = _config(config)
+    issuer = dev_issuer_for(cfg)
+    if issuer is None:
+        _fail("the development issuer is disabled in this config (auth.dev_issuer.enabled: false)")
+        return
+    minted = issuer.mint(
+        subject=sub,
+        audience=cfg.server.resource_url,
+        tenant=tenant,
+        roles=[r for r in roles.split(",") if r],
+        scopes=[s for s in scopes.split(",") if s],
+        ttl_s=ttl or cfg.auth.dev_issuer.token_ttl_s,
+    )
+    typer.echo(f"# token for sub={sub} tenant={tenant} roles={roles or '-'} aud={cfg.server.resource_url}", err=True)
+    typer.echo(minted)
+
+
+@store_app.command("migrate")
+def store_migrate(config: ConfigOption = None) -> None:
+    """Create or upgrade the store's schema."""
+    from store.store import Store
+
+    cfg = _config(config)
+    store = Store.open(cfg.store.url, durable=cfg.store.durable)
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    typer.echo("store migrated")
+
+
+@store_app.command("rebuild")
+def store_rebuild(config: ConfigOption = None) -> None:
+    """Rebuild every projection (calls, approvals, runs, effect ledger) from the event log alone."""
+    with _store(config) as store:
+        count = store.rebuild()
+    typer.echo(f"rebuilt projections from {count} events")
+
+
+@audit_app.command("verify")
+def audit_verify(config: ConfigOption = None) -> None:
+    """Check the hash chain; exit 1 and name the first bad seq if anything was edited, deleted or moved."""
+    with _store(config) as store:
+        report = store.verify()
+    if report.ok:
+        typer.echo(f"ok: {report.events_checked} events, hash chain intact")
+        return
+    typer.echo(
+        f"TAMPERED: first bad seq {report.first_bad_seq} ({report.problem}): {report.detail or ''}".rstrip(": "),
+        err=True,
+    )
+    raise typer.Exit(1)
+
+
+@audit_app.command("export")
+def audit_export(config: ConfigOption = None) -> None:
+    """Write every event as one JSON object per line, in log order."""
+    with _store(config) as store:
+        for event in store.export():
+            sys.stdout.write(json.dumps(event, sort_keys=True, default=str) + "\n")
+
+
+@calls_app.command("show")
+def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
+    """Show one call's state and its events."""
+    from gateway.results import status_document
+
+    with _store(config) as store:
+        call = store.get_call(tool_call_id)
+        if call is None:
+            _fail(f"no tool call {tool_call_id!r}", code=1)
+            return
+        events = store.events(tool_call_id=tool_call_id)
+    body = status_document(call, include_result=True) | {
+        "tenant": call.tenant,
+        "subject": call.subject,
+        "runId": call.run_id,
+        "idempotencyKey": call.idempotency_key,
+        "arguments": dict(call.arguments),
+        "events": [{"seq": e.seq, "type": e.type, "at": e.occurred_at} for e in events],
+    }
+    typer.echo(json.dumps(body, indent=2, default=str))
+
+
+@approvals_app.command("list")
+def approvals_list(
+    status: Annotated[str | None, typer.Option(help="Filter: awaiting_approval, approved, ...")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """List approvals, newest first."""
+    with _store(config) as store:
+        approvals = store.list_approvals(status=status)
+    if not approvals:
+        typer.echo("no approvals")
+    for a in approvals:
+        typer.echo(f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={a.requester} "
+                   f"role={a.approver_role} expires={a.expires_at.isoformat()}")
+
+
+@approvals_app.command("show")
+def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
+    """Show one approval and the exact action it is bound to."""
+    from dataclasses import asdict
+
+    with _store(config) as store:
+        approval = store.get_approval(approval_id)
+        if approval is None:
+            _fail(f"no approval {approval_id!r}", code=1)
+            return
+        call = store.get_call(approval.tool_call_id)
+    body = asdict(approval) | {"effect": call.summary if call else None, "arguments": dict(call.arguments) if call else None}
+    typer.echo(json.dumps(body, indent=2, default=str))
+
+
+class _store:
+    """Open the configured store for one command (migrated or refused), close it after."""
+
+    def __init__(self, config: str | None) -> None:
+        self._config = config
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        from gateway.app import open_store
+
+        self._store = open_store(_config(self._config), migrate_empty=False)
+        return self._store
+
+    def __exit__(self, *exc: object) -> None:
+        self._store.close()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        app()
+    except GatewayError as exc:
+        typer.echo(f"writ: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,124 @@
+"""Writ's configuration file: one YAML document, validated once at startup.
+
+The `backends`, `capabilities` and `policy` sections belong to their packages and are validated there;
+this module owns the rest (server, store, auth) and finds the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.errors import ConfigurationError
+
+DEFAULT_STATE_DIR = Path(".writ")
+DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    public_url: str | None = None
+    """The URL clients use to reach Writ (the OAuth resource is `{public_url}/mcp`)."""
+    allowed_hosts: list[str] | None = None
+    """Host headers accepted on /mcp (DNS-rebinding protection); defaults to localhost when bound there."""
+    stateless_http: bool = False
+    json_response: bool = False
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def resource_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+
+class StoreConfig(_Section):
+    url: str = f"sqlite:///{DEFAULT_STATE_DIR}/writ.db"
+    durable: bool = True
+    """SQLite only: fsync every commit (synchronous=FULL). PostgreSQL is always durable."""
+
+
+class ClaimMapping(_Section):
+    subject: str = "sub"
+    tenant: str = "tenant"
+    roles: str = "roles"
+    groups: str = "groups"
+    scopes: str = "scope"
+    client_id: str = "client_id"
+    default_tenant: str = "default"
+
+
+class DevIssuerConfig(_Section):
+    enabled: bool = True
+    key_file: str = str(DEFAULT_STATE_DIR / "dev-issuer.jwk")
+    token_ttl_s: int = 8 * 3600
+
+
+class AuthConfig(_Section):
+    dev_issuer: DevIssuerConfig = Field(default_factory=DevIssuerConfig)
+    claims: ClaimMapping = Field(default_factory=ClaimMapping)
+    required_scopes: list[str] = Field(default_factory=list)
+    leeway_s: int = 30
+    algorithms: list[str] = Field(default_factory=lambda: ["ES256", "RS256", "EdDSA", "PS256", "ES384"])
+
+
+class PrivacyConfig(_Section):
+    salt_file: str = str(DEFAULT_STATE_DIR / "redaction.salt")
+
+
+class WritConfig(_Section):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    backends: dict[str, Any] = Field(default_factory=dict)
+    capabilities: list[dict[str, Any]] = Field(default_factory=list)
+    policy: dict[str, Any] = Field(default_factory=lambda: {"rules": []})
+    source: str | None = Field(default=None, exclude=True)
+    """The file this configuration was read from, for messages."""
+
+
+def find_config_file(explicit: str | None) -> Path | None:
+    """`-c FILE`, else $WRIT_CONFIG, else ./writ.yaml, else the demo's ./.writ/demo.yaml; None for defaults."""
+    if explicit:
+        return Path(explicit)
+    if env := os.environ.get("WRIT_CONFIG"):
+        return Path(env)
+    for candidate in (Path("writ.yaml"), DEMO_CONFIG):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def load_config(path: str | Path | None) -> WritConfig:
+    """Read and validate a configuration file; None gives the embedded defaults.
+
+    Raises:
+        ConfigurationError: the file is missing, is not YAML, or fails validation.
+    """
+    if path is None:
+        return WritConfig()
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError as exc:
+        raise ConfigurationError(f"config file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path}: the top level must be a mapping")
+    try:
+        config = WritConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigurationError(f"{path}: {exc}") from exc
+    return config.model_copy(update={"source": str(path)})

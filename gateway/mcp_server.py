@@ -1,0 +1,164 @@
+"""The MCP face: a low-level `mcp.server.Server` whose tools come from the registry, filtered per caller.
+
+Every tools/call goes through the one pipeline; this module only translates between MCP and it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+from capabilities.contract import Capability
+from gateway.errors import UnknownTool
+from gateway.pipeline import CallInput, CallPipeline
+from gateway.results import shape_call, shape_report, status_document
+from store.store import Store
+
+logger = logging.getLogger(__name__)
+
+STATUS_TOOL = "writ_call_status"
+META_KEY = "writ/idempotencyKey"
+META_RUN = "writ/runId"
+
+PrincipalProvider = Callable[[], Any]
+"""Returns the current caller's `Principal`, or None when the request is unauthenticated."""
+
+_STATUS_TOOL = types.Tool(
+    name=STATUS_TOOL,
+    title="Writ call status",
+    description=(
+        "Current state of a tool call made through Writ (approval_pending, dispatching, result_unknown, "
+        "completed, failed, denied, ...) and, once completed, its result. Use the toolCallId that Writ "
+        "returned. Calling this never repeats the call."
+    ),
+    input_schema={
+        "type": "object",
+        "properties": {"toolCallId": {"type": "string", "description": "The toolCallId Writ returned."}},
+        "required": ["toolCallId"],
+        "additionalProperties": False,
+    },
+    annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+)
+
+
+def _tool(capability: Capability) -> types.Tool:
+    return types.Tool(
+        name=capability.tool_name,
+        title=capability.title,
+        description=capability.description or None,
+        input_schema=dict(capability.input_schema),
+        annotations=types.ToolAnnotations(
+            read_only_hint=capability.effect == "read",
+            destructive_hint=capability.effect == "irreversible",
+            idempotent_hint=capability.effect == "read",
+        ),
+        meta={"writ/capability": capability.ref, "writ/effect": capability.effect},
+    )
+
+
+def build_mcp_server(
+    pipeline: CallPipeline, store: Store, principal: PrincipalProvider, *, name: str = "writ"
+) -> Server[Any]:
+    """The low-level MCP server for this gateway."""
+
+    def caller() -> Any:
+        current = principal()
+        if current is None:  # the HTTP edge refuses these before they get here; stdio always has one
+            raise MCPError(INVALID_PARAMS, "Unauthenticated request")
+        return current
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        visible = pipeline.visible_capabilities(caller())
+        return types.ListToolsResult(tools=[*map(_tool, visible), _STATUS_TOOL])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        who = caller()
+        if params.name == STATUS_TOOL:
+            return await _call_status(who, params.arguments or {})
+        meta = params.meta or {}
+        key = meta.get(META_KEY)
+        run = meta.get(META_RUN)
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+            raise MCPError(INVALID_PARAMS, f"_meta[{META_KEY!r}] must be a non-empty string of at most 255 chars")
+        if run is not None and (not isinstance(run, str) or not run or len(run) > 255):
+            raise MCPError(INVALID_PARAMS, f"_meta[{META_RUN!r}] must be a non-empty string of at most 255 chars")
+        try:
+            report = await pipeline.call(
+                CallInput(
+                    principal=who,
+                    tool_name=params.name,
+                    arguments=params.arguments or {},
+                    idempotency_key=key,
+                    run_id=run,
+                )
+            )
+        except UnknownTool as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from exc
+        return types.CallToolResult.model_validate(shape_report(report))
+
+    async def _call_status(who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
+        tool_call_id = arguments.get("toolCallId")
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            return types.CallToolResult.model_validate(
+                {
+                    "content": [{"type": "text", "text": "writ_call_status needs a toolCallId (string)."}],
+                    "isError": True,
+                }
+            )
+        call = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
+        if call is None:
+            return types.CallToolResult.model_validate(
+                {
+                    "content": [{"type": "text", "text": f"No tool call {tool_call_id!r} is known to Writ."}],
+                    "structuredContent": {"status": "not_found", "toolCallId": tool_call_id},
+                    "isError": True,
+                }
+            )
+        shaped = shape_call(call, pipeline.capability(call.tool_name))
+        status = status_document(call, include_result=True)
+        shaped["structuredContent"] = status
+        if call.status != "completed":
+            shaped["content"] = [{"type": "text", "text": _status_text(status)}]
+        return types.CallToolResult.model_validate(shaped)
+
+    return Server(
+        name,
+        version=_version(),
+        instructions=(
+            "Writ guards these tools. A call may return a state instead of a result: approval_pending "
+            "(wait; a human decides), result_unknown (do not retry; Writ reconciles), denied (do not retry "
+            "unchanged). Use writ_call_status with the toolCallId to follow a call."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        get_tool_input_schema=lambda tool: (
+            _STATUS_TOOL.input_schema
+            if tool == STATUS_TOOL
+            else (dict(c.input_schema) if (c := pipeline.capability(tool)) else None)
+        ),
+    )
+
+
+def _status_text(status: dict[str, Any]) -> str:
+    parts = [f"Call {status['toolCallId']} is {status['status']}."]
+    if effect := status.get("effect"):
+        parts.append(f"Effect: {effect['summary']} ({effect['capability']}).")
+    if status.get("next"):
+        parts.append(status["next"])
+    return " ".join(parts)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("writ-gateway")
+    except PackageNotFoundError:
+        return "0.0.0"

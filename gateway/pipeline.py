@@ -1,0 +1,287 @@
+"""The call pipeline: one path for every tool call, obeying the resume contract (DESIGN §3).
+
+validate -> decide -> record intent (+ claim the key, + dispatching) -> execute -> record outcome.
+Nothing crosses a boundary before the fact that it is about to is durable in the store; the store's
+ledger decides who may dispatch, so replicas and retries never cause a second effect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol
+
+import anyio
+import anyio.to_thread
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from capabilities.contract import Capability, Executor, Invocation, Outcome
+from gateway.actions import Redactor, action_hash, derived_key, new_id
+from gateway.errors import ConfigurationError, UnknownTool
+from policy.model import CallContext, Decision, PolicyInput, Principal
+from store.model import (
+    IN_FLIGHT_STATUSES,
+    CallRequest,
+    CallView,
+    OutcomeRecord,
+    RefusalRequest,
+)
+from store.store import Store
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+class PolicyLike(Protocol):
+    version: str
+
+    def evaluate(self, inp: PolicyInput) -> Decision: ...
+
+    def may_list(self, principal: Principal, capability: Capability) -> bool: ...
+
+
+class RegistryLike(Protocol):
+    def get(self, tool_name: str) -> Capability | None: ...
+
+    def executor(self, capability: Capability) -> Executor: ...
+
+    def capabilities(self) -> Sequence[Capability]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallInput:
+    """One tools/call as the MCP edge hands it in: who, which tool, which arguments, which key."""
+
+    principal: Principal
+    tool_name: str
+    arguments: Mapping[str, Any]
+    idempotency_key: str | None = None
+    run_id: str | None = None
+    correlation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallReport:
+    """What the pipeline did, for the edge to shape into a result."""
+
+    kind: Literal["new", "joined", "conflict", "invalid_arguments"]
+    call: CallView
+    capability: Capability
+    validation_errors: tuple[str, ...] = ()
+    existing: CallView | None = None
+    expires_at: datetime | None = field(default=None)
+
+
+class CallPipeline:
+    """Runs calls; built once by the composition root with the store, registry and policy it uses."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: RegistryLike,
+        policy: Callable[[], PolicyLike],
+        redactor: Redactor,
+        clock: Clock = lambda: datetime.now(UTC),
+        producer: str = "writ-gateway",
+        join_wait_s: float = 10.0,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._policy = policy
+        self._redactor = redactor
+        self._clock = clock
+        self._producer = producer
+        self._join_wait_s = join_wait_s
+        self._validators: dict[str, Draft202012Validator] = {}
+
+    def prepare(self) -> None:
+        """Check every capability's input schema once, after the registry has discovered them all.
+
+        Raises:
+            ConfigurationError: a capability's input schema is not a valid JSON Schema.
+        """
+        for capability in self._registry.capabilities():
+            self._validator(capability)
+
+    def visible_capabilities(self, principal: Principal) -> list[Capability]:
+        """The capabilities this principal could ever be allowed to call (others are not listed)."""
+        policy = self._policy()
+        return [c for c in self._registry.capabilities() if policy.may_list(principal, c)]
+
+    def capability(self, tool_name: str) -> Capability | None:
+        return self._registry.get(tool_name)
+
+    async def call(self, inp: CallInput) -> CallReport:
+        """Admit, decide and (when allowed and ours to do) dispatch one call.
+
+        Raises:
+            UnknownTool: no capability has this tool name.
+        """
+        capability = self._registry.get(inp.tool_name)
+        if capability is None:
+            raise UnknownTool(inp.tool_name)
+        principal = inp.principal
+        arguments = dict(inp.arguments)
+        now = self._clock()
+        action = action_hash(capability, arguments, principal)
+        key, key_source = (
+            (inp.idempotency_key, "client")
+            if inp.idempotency_key
+            else (derived_key(principal, action, inp.run_id), "derived")
+        )
+        run_id = inp.run_id or new_id("run")
+        tool_call_id = new_id("tc")
+        correlation_id = inp.correlation_id or tool_call_id
+        stored_arguments = self._redactor.redact(capability, arguments)
+        policy = self._policy()
+
+        errors = self._validation_errors(capability, arguments)
+        if errors:
+            refused = await anyio.to_thread.run_sync(
+                self._store.refuse,
+                RefusalRequest(
+                    tool_call_id=tool_call_id,
+                    run_id=run_id,
+                    run_is_new_hint=inp.run_id is None,
+                    tenant=principal.tenant,
+                    subject=principal.subject,
+                    principal=principal.to_json(),
+                    tool_name=capability.tool_name,
+                    capability_id=capability.id,
+                    capability_version=capability.version,
+                    arguments=stored_arguments,
+                    action_hash=action,
+                    idempotency_key=key,
+                    key_source=key_source,
+                    reason="invalid_arguments",
+                    detail="; ".join(errors),
+                    policy_version=policy.version,
+                    correlation_id=correlation_id,
+                    now=now,
+                    producer=self._producer,
+                ),
+            )
+            return CallReport("invalid_arguments", refused, capability, validation_errors=tuple(errors))
+
+        run_count = (
+            await anyio.to_thread.run_sync(self._store.run_call_count, inp.run_id, principal.tenant)
+            if inp.run_id
+            else 0
+        )
+        decision = policy.evaluate(
+            PolicyInput(principal, capability, arguments, CallContext(now=now, run_call_count=run_count))
+        )
+        approval_id = expires_at = None
+        if decision.effect == "require_approval" and decision.approval is not None:
+            approval_id = new_id("ap")
+            expires_at = now + timedelta(seconds=decision.approval.expires_in_s)
+
+        admission = await anyio.to_thread.run_sync(
+            self._store.admit,
+            CallRequest(
+                tool_call_id=tool_call_id,
+                run_id=run_id,
+                run_is_new_hint=inp.run_id is None,
+                tenant=principal.tenant,
+                subject=principal.subject,
+                principal=principal.to_json(),
+                tool_name=capability.tool_name,
+                capability_id=capability.id,
+                capability_version=capability.version,
+                arguments=stored_arguments,
+                action_hash=action,
+                idempotency_key=key,
+                key_source=key_source,
+                dedupe_window_s=capability.dedupe_window_s,
+                decision=decision.to_json(),
+                policy_version=decision.policy_version,
+                effect_class=capability.effect,
+                summary=capability.summarize(arguments),
+                external_request_id=new_id("req"),
+                correlation_id=correlation_id,
+                now=now,
+                approval_id=approval_id,
+                approval_expires_at=expires_at,
+                producer=self._producer,
+            ),
+        )
+        call = admission.call
+        if admission.owns_dispatch:
+            call = await self._dispatch(capability, call, arguments)
+        elif admission.kind == "joined" and call.status in IN_FLIGHT_STATUSES:
+            call = await self._await_settled(call)
+        return CallReport(admission.kind, call, capability, existing=admission.existing, expires_at=expires_at)
+
+    async def _dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
+        invocation = Invocation(
+            capability=capability,
+            arguments=arguments,
+            idempotency_key=call.idempotency_key,
+            tool_call_id=call.tool_call_id,
+            external_request_id=call.external_request_id,
+        )
+        # The effect and its record are one unit: a client that goes away must not leave the call
+        # `dispatching` with its outcome unrecorded.
+        with anyio.CancelScope(shield=True):
+            outcome = await self._execute(capability, invocation)
+            return await anyio.to_thread.run_sync(
+                lambda: self._store.record_outcome(
+                    call.tool_call_id,
+                    OutcomeRecord(
+                        kind=outcome.kind,
+                        result=outcome.result.to_json() if outcome.result is not None else None,
+                        error=outcome.error,
+                        detail=outcome.detail,
+                        external_request_id=outcome.external_request_id,
+                        evidence=dict(outcome.evidence),
+                    ),
+                    now=self._clock(),
+                    producer=self._producer,
+                )
+            )
+
+    async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
+        executor = self._registry.executor(capability)
+        # Executors enforce their own timeouts; this bound only catches an executor that does not.
+        guard_s = capability.timeout_s + 5.0
+        try:
+            with anyio.fail_after(guard_s):
+                return await executor.execute(invocation)
+        except TimeoutError:
+            reason, detail = "executor_timeout", f"no outcome from the executor within {guard_s:.0f}s"
+        except Exception as exc:  # an executor bug must still leave a recorded, honest outcome
+            logger.exception("executor for %s raised", capability.ref)
+            reason, detail = "executor_error", type(exc).__name__
+        kind = "failed" if capability.effect == "read" else "unknown"
+        return Outcome(kind=kind, error=reason, detail=detail)
+
+    async def _await_settled(self, call: CallView) -> CallView:
+        """A joiner waits, bounded, for the dispatch it joined to settle, reading the shared store."""
+        delay = 0.02
+        with anyio.move_on_after(self._join_wait_s):
+            while call.status in ("requested", "dispatching"):
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+                latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
+                call = latest or call
+        return call
+
+    def _validator(self, capability: Capability) -> Draft202012Validator:
+        validator = self._validators.get(capability.ref)
+        if validator is None:
+            try:
+                Draft202012Validator.check_schema(dict(capability.input_schema))
+            except SchemaError as exc:
+                raise ConfigurationError(f"{capability.ref}: invalid input schema: {exc.message}") from exc
+            validator = Draft202012Validator(dict(capability.input_schema))
+            self._validators[capability.ref] = validator
+        return validator
+
+    def _validation_errors(self, capability: Capability, arguments: Mapping[str, Any]) -> list[str]:
+        errors = sorted(self._validator(capability).iter_errors(arguments), key=lambda e: list(e.path))
+        return [f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in errors[:10]]

@@ -1,0 +1,156 @@
+"""What the client hears: a call's recorded state, shaped as an MCP tool result (DESIGN §6).
+
+A completed call returns the backend's result unchanged plus Writ's ids in `_meta`. Anything else is
+a state the model can act on, with `next` telling it what to do instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from capabilities.contract import Capability
+from gateway.pipeline import CallReport
+from store.model import CallView
+
+NEXT = {
+    "approval_pending": (
+        "Do not call again. A human must approve this action; check with writ_call_status "
+        "using the toolCallId."
+    ),
+    "result_unknown": (
+        "Do not call again: the backend may have acted. Writ reconciles the outcome before anything is "
+        "retried; check with writ_call_status using the toolCallId."
+    ),
+    "dispatching": "The same call is already in progress. Do not call again; check with writ_call_status.",
+    "requested": "The call is recorded and not yet dispatched. Check with writ_call_status.",
+    "approved": "Approved; the call is about to run. Check with writ_call_status.",
+    "denied": "Do not retry this call unchanged; it was refused by policy. Tell the user why.",
+    "rejected": "A human rejected this action. Do not retry it; tell the user.",
+    "expired": "The approval expired before anyone decided. Ask the user before requesting it again.",
+    "failed": "The backend reported a failure. Read the error before deciding whether to try again.",
+}
+
+
+def _meta(call: CallView) -> dict[str, Any]:
+    return {
+        "writ/toolCallId": call.tool_call_id,
+        "writ/status": call.status,
+        "writ/runId": call.run_id,
+        "writ/idempotencyKey": call.idempotency_key,
+    }
+
+
+def _effect(call: CallView) -> dict[str, str]:
+    return {"capability": f"{call.capability_id}@{call.capability_version}", "summary": call.summary}
+
+
+def shape_report(report: CallReport) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for what the pipeline just did."""
+    call = report.call
+    if report.kind == "invalid_arguments":
+        errors = list(report.validation_errors)
+        text = f"Invalid arguments for {report.capability.tool_name}: " + "; ".join(errors)
+        return {
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": {
+                "status": "denied",
+                "reason": "invalid_arguments",
+                "toolCallId": call.tool_call_id,
+                "errors": errors,
+                "inputSchema": dict(report.capability.input_schema),
+                "next": "Fix the arguments to match the tool's input schema and call again.",
+            },
+            "isError": True,
+            "_meta": _meta(call),
+        }
+    if report.kind == "conflict":
+        existing = report.existing
+        body = {
+            "status": "denied",
+            "reason": "idempotency_conflict",
+            "toolCallId": call.tool_call_id,
+            "existingToolCallId": existing.tool_call_id if existing else None,
+            "policyVersion": call.policy_version,
+            "next": (
+                "This idempotency key already names a different action. Use a new key for a new action, "
+                "or re-send the original arguments to get the original call's state."
+            ),
+        }
+        return _status_result(call, body, "Refused: idempotency key reused for a different action.")
+    return shape_call(call, report.capability)
+
+
+def shape_call(call: CallView, capability: Capability | None = None) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for a call's recorded state."""
+    if call.status == "completed" and call.result is not None:
+        result = dict(call.result)
+        return {
+            "content": result.get("content") or [],
+            "structuredContent": result.get("structuredContent"),
+            "isError": False,
+            "_meta": _meta(call),
+        }
+    if call.status == "failed":
+        result = dict(call.result or {})
+        content = result.get("content") or [
+            {"type": "text", "text": f"The backend reported a failure: {call.error or 'unknown error'}."}
+        ]
+        return {
+            "content": content,
+            "structuredContent": result.get("structuredContent")
+            or {"status": "failed", "toolCallId": call.tool_call_id, "error": call.error, "next": NEXT["failed"]},
+            "isError": True,
+            "_meta": _meta(call),
+        }
+    body = status_document(call)
+    return _status_result(call, body, _headline(call))
+
+
+def status_document(call: CallView, *, include_result: bool = False) -> dict[str, Any]:
+    """The structured state of a call, as `writ_call_status` and non-final results report it."""
+    body: dict[str, Any] = {"status": call.status, "toolCallId": call.tool_call_id}
+    if call.status == "approval_pending":
+        body["approvalId"] = call.approval_id
+        if (expires_at := getattr(call, "approval_expires_at", None)) is not None:
+            body["expiresAt"] = expires_at.isoformat()
+    body["effect"] = _effect(call)
+    if call.status == "denied":
+        body["reason"] = call.reason
+        body["policyVersion"] = call.policy_version
+    if call.status == "result_unknown":
+        body["reconciliation"] = "pending"
+    if call.status in ("failed",) and call.error:
+        body["error"] = call.error
+    body["verification"] = call.verification_status
+    body["createdAt"] = call.created_at.isoformat()
+    body["updatedAt"] = call.updated_at.isoformat()
+    if include_result and call.result is not None:
+        body["result"] = dict(call.result)
+    if call.status in NEXT:
+        body["next"] = NEXT[call.status]
+    return body
+
+
+def _status_result(call: CallView, body: Mapping[str, Any], text: str) -> dict[str, Any]:
+    return {
+        "content": [{"type": "text", "text": f"{text} {body.get('next', '')}".strip()}],
+        "structuredContent": dict(body),
+        "isError": False,
+        "_meta": _meta(call),
+    }
+
+
+def _headline(call: CallView) -> str:
+    summary = call.summary
+    match call.status:
+        case "approval_pending":
+            return f"Waiting for human approval: {summary}."
+        case "result_unknown":
+            return f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."
+        case "denied":
+            return f"Denied by policy ({call.reason}): {summary}."
+        case "dispatching":
+            return f"In progress: {summary}."
+        case _:
+            return f"{call.status.replace('_', ' ').capitalize()}: {summary}."

@@ -1,0 +1,43 @@
+"""`writ stdio`: MCP over stdin/stdout for one local client (Claude Desktop, Claude Code).
+
+There is no HTTP request to carry a bearer token, so the caller's token comes from $WRIT_TOKEN and is
+verified exactly as on /mcp, once at start. Logs go to stderr: stdout belongs to the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+from mcp.server.stdio import stdio_server
+
+from gateway.app import build_runtime
+from gateway.config import WritConfig
+from gateway.errors import AuthenticationError
+from gateway.mcp_server import build_mcp_server
+
+
+def serve_stdio(config: WritConfig) -> None:
+    """Run until stdin closes.
+
+    Raises:
+        AuthenticationError: $WRIT_TOKEN is missing or does not verify.
+    """
+    runtime = build_runtime(config)
+    raw = os.environ.get("WRIT_TOKEN", "").strip()
+    if not raw:
+        raise AuthenticationError("writ stdio needs the caller's token in $WRIT_TOKEN (see `writ token`)")
+    token = runtime.verifier.verify(raw)
+    if token is None:
+        raise AuthenticationError("$WRIT_TOKEN did not verify (expired, wrong audience or unknown issuer)")
+    principal = runtime.principal_from_claims(token.claims or {})
+    # Re-verified on every request: a token that expires mid-session stops being honoured.
+    server = build_mcp_server(
+        runtime.pipeline, runtime.store, lambda: principal if runtime.verifier.verify(raw) else None
+    )
+
+    async def main() -> None:
+        async with runtime.running(), stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
