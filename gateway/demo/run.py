@@ -1,0 +1,125 @@
+"""`writ demo`: the embedded default, end to end, in the current directory.
+
+Starts acme-payments (a separate process with its own SQLite file) and the gateway on SQLite under
+./.writ/, with the development issuer, then prints the MCP URL, tokens and how to connect clients.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+import httpx2
+import uvicorn
+
+from gateway.app import build_app, build_runtime
+from gateway.config import DEFAULT_STATE_DIR, DEMO_CONFIG, load_config
+from gateway.errors import ConfigurationError
+
+AGENT = ("demo-agent", "agent")
+APPROVER = ("demo-approver", "approver")
+TENANT = "acme"
+
+
+def write_demo_config(gateway_port: int, backend_port: int) -> Path:
+    """Write ./.writ/demo.yaml for these ports and return its path."""
+    template = Template(resources.files("gateway.demo").joinpath("demo.yaml").read_text())
+    DEFAULT_STATE_DIR.mkdir(exist_ok=True)
+    DEMO_CONFIG.write_text(template.safe_substitute(gateway_port=gateway_port, backend_port=backend_port))
+    return DEMO_CONFIG
+
+
+def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]:
+    """Start acme-payments and wait until it answers /healthz.
+
+    Raises:
+        ConfigurationError: it exited or did not answer in time (port taken?).
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.demo.acme_payments", "--port", str(port),
+         "--db", str(DEFAULT_STATE_DIR / "acme-payments.db")],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ConfigurationError(f"acme-payments exited with code {process.returncode} (is port {port} free?)")
+        try:
+            if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0).status_code == 200:
+                return process
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.1)
+    process.terminate()
+    raise ConfigurationError(f"acme-payments did not answer on port {port} within {timeout_s:.0f}s")
+
+
+def banner(url: str, backend_url: str, agent_token: str, approver_token: str) -> str:
+    return f"""
+Writ demo is running.
+
+  MCP endpoint     {url}
+  acme-payments    {backend_url}   (GET /refunds shows every refund it executed)
+  state            {DEFAULT_STATE_DIR.resolve()}/
+
+Agent token ({AGENT[0]}, role {AGENT[1]}, tenant {TENANT}):
+  {agent_token}
+
+Approver token ({APPROVER[0]}, role {APPROVER[1]}, tenant {TENANT}):
+  {approver_token}
+
+Connect a client:
+  Claude Code      claude mcp add --transport http writ {url} --header "Authorization: Bearer $TOKEN"
+  Claude Desktop   add to claude_desktop_config.json (stdio; run in this directory):
+                   {{"mcpServers": {{"writ": {{"command": "writ", "args": ["stdio", "-c", "{DEMO_CONFIG.resolve()}"],
+                     "env": {{"WRIT_TOKEN": "<agent token>"}}}}}}}}
+  MCP Inspector    npx @modelcontextprotocol/inspector --cli {url} --transport http --method tools/list \\
+                     --header "Authorization: Bearer $TOKEN"
+  (set TOKEN to the agent token above; `writ token --sub NAME --roles agent --tenant {TENANT}` mints more)
+
+Try: lookup_order {{"order_id": "1001"}}; refund_order 20 EUR on 1001 (runs), 250 EUR on 1002 (waits
+for approval), 20000 USD on 1003 (denied). Make the next refund lose its answer:
+  curl -X POST {backend_url}/_chaos -H 'content-type: application/json' -d '{{"drop_responses": 1}}'
+Audit the log: writ audit verify    Ctrl-C stops everything.
+"""
+
+
+class _AnnouncingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, message: str) -> None:
+        super().__init__(config)
+        self._message = message
+
+    async def startup(self, sockets=None) -> None:  # type: ignore[no-untyped-def]
+        await super().startup(sockets)
+        if self.started:
+            print(self._message, flush=True)
+
+
+def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
+    """Run until Ctrl-C."""
+    config = load_config(write_demo_config(port, backend_port))
+    backend = start_backend(backend_port)
+    try:
+        runtime = build_runtime(config, environ=dict(os.environ))
+        issuer = runtime.dev_issuer
+        assert issuer is not None
+        audience = config.server.resource_url
+        agent = issuer.mint(subject=AGENT[0], roles=[AGENT[1]], tenant=TENANT, audience=audience, ttl_s=86400)
+        approver = issuer.mint(subject=APPROVER[0], roles=[APPROVER[1]], tenant=TENANT, audience=audience, ttl_s=86400)
+        message = banner(audience, f"http://127.0.0.1:{backend_port}", agent, approver)
+        server = _AnnouncingServer(
+            uvicorn.Config(build_app(runtime), host="127.0.0.1", port=port, log_level="warning", access_log=False),
+            message,
+        )
+        server.run()
+    finally:
+        backend.terminate()
+        try:
+            backend.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            backend.kill()
