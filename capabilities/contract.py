@@ -91,6 +91,8 @@ class Capability:
     """A template like "refund {amount} {currency} to order {order_id}" shown to approvers and models."""
     reconcilable: bool = False
     """The executor can look up the outcome of an earlier dispatch (by key or external request id)."""
+    output_schema: Mapping[str, Any] | None = None
+    """JSON Schema of the structured result, when the backend declares one (upstream MCP tools)."""
 
     @property
     def ref(self) -> str:
@@ -165,4 +167,8 @@ class Executor(Protocol):
         """Perform the effect once. Never raises for backend behaviour: reports it as an `Outcome`."""
 
     async def reconcile(self, invocation: Invocation) -> ReconcileResult:
-        """Learn the truth about an earlier dispatch of `invocation`. Raises CapabilityError if unsupported."""
+        """Learn the truth about an earlier dispatch of `invocation`.
+
+        Raises:
+            CapabilityError: the backend offers no lookup for this capability.
+        """

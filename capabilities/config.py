@@ -1,0 +1,288 @@
+"""The `backends:` and `capabilities:` sections of Writ's YAML config, as pydantic models.
+
+Parsing checks shape and cross references (a capability names an existing backend of a fitting
+type); it resolves no credentials and imports no code. That happens when the registry is built.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from capabilities.contract import ConfigError, EffectClass
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- backend credentials -------------------------------------------------------------------------
+
+
+class _SecretSource(_Model):
+    token_env: str | None = None
+    token_file: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> _SecretSource:
+        if (self.token_env is None) == (self.token_file is None):
+            raise ValueError("set exactly one of token_env, token_file")
+        return self
+
+
+class BearerAuth(_SecretSource):
+    """`Authorization: Bearer <token>`."""
+
+    type: Literal["bearer"]
+
+
+class HeaderAuth(_SecretSource):
+    """`<header>: <token>`, e.g. an API key header."""
+
+    type: Literal["header"]
+    header: str = Field(min_length=1)
+
+
+class BasicAuth(_Model):
+    """HTTP basic auth; the username may be literal, the password comes from env or a file."""
+
+    type: Literal["basic"]
+    username: str | None = None
+    username_env: str | None = None
+    password_env: str | None = None
+    password_file: str | None = None
+
+    @model_validator(mode="after")
+    def _sources(self) -> BasicAuth:
+        if (self.username is None) == (self.username_env is None):
+            raise ValueError("set exactly one of username, username_env")
+        if (self.password_env is None) == (self.password_file is None):
+            raise ValueError("set exactly one of password_env, password_file")
+        return self
+
+
+AuthConfig = Annotated[BearerAuth | HeaderAuth | BasicAuth, Field(discriminator="type")]
+
+
+# --- backends --------------------------------------------------------------------------------------
+
+
+def _no_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an absolute http(s) URL")
+    if parts.username or parts.password:
+        raise ValueError("must not carry credentials; use auth:")
+    return url
+
+
+class HttpBackend(_Model):
+    type: Literal["http"]
+    base_url: str
+    timeout_s: float = Field(default=30.0, gt=0)
+    headers: dict[str, str] = Field(default_factory=dict)
+    auth: AuthConfig | None = None
+    max_connections: int = Field(default=100, ge=1)
+
+    _check_url = field_validator("base_url")(_no_userinfo)
+
+
+class McpToolSettings(_Model):
+    """Per-tool settings of an MCP backend (`defaults:` for all tools, `overrides:` per upstream name)."""
+
+    effect: EffectClass | None = None
+    version: str | None = None
+    description: str | None = None
+    title: str | None = None
+    dedupes_on_key: bool | None = None
+    dedupe_window_s: int | None = Field(default=None, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    redact: tuple[str, ...] | None = None
+    summary: str | None = None
+
+
+class McpBackend(_Model):
+    type: Literal["mcp"]
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    auth: AuthConfig | None = None
+    command: list[str] | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    env_from: dict[str, str] = Field(default_factory=dict)
+    """Child variable -> host variable, for secrets a stdio upstream needs."""
+    cwd: str | None = None
+    mode: str = "auto"
+    """How the MCP client negotiates: `auto`, `legacy`, or a modern protocol version."""
+    timeout_s: float = Field(default=30.0, gt=0)
+    tools: Literal["*"] | list[str] = "*"
+    rename: dict[str, str] = Field(default_factory=dict)
+    defaults: McpToolSettings = Field(default_factory=McpToolSettings)
+    overrides: dict[str, McpToolSettings] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpBackend:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("set exactly one of url (streamable HTTP), command (stdio)")
+        if self.url is not None:
+            _no_userinfo(self.url)
+            if self.env or self.env_from or self.cwd:
+                raise ValueError("env, env_from and cwd apply to stdio (command) upstreams only")
+        elif self.auth is not None or self.headers:
+            raise ValueError("auth and headers apply to HTTP (url) upstreams; pass secrets via env_from")
+        return self
+
+
+class PythonBackend(_Model):
+    type: Literal["python"]
+
+
+BackendConfig = Annotated[HttpBackend | McpBackend | PythonBackend, Field(discriminator="type")]
+
+
+# --- capabilities ----------------------------------------------------------------------------------
+
+
+def template_fields(template: str) -> list[str]:
+    """The `{name}` fields of a path template.
+
+    Raises:
+        ValueError: a field is not a plain name (no attribute access, index or format spec).
+    """
+    names = []
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise ValueError(f"template field {{{name}}} must be a plain argument name")
+        names.append(name)
+    return names
+
+
+class RequestSpec(_Model):
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    path: str
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("path")
+    @classmethod
+    def _template(cls, path: str) -> str:
+        if not path.startswith("/"):
+            raise ValueError("must start with /")
+        template_fields(path)
+        return path
+
+
+class CapabilityConfig(_Model):
+    id: str = Field(min_length=1)
+    version: str = "1"
+    tool: str | None = None
+    """The MCP tool name; defaults to the id."""
+    backend: str
+    effect: EffectClass = "write"
+    description: str = ""
+    title: str | None = None
+    input_schema: dict[str, Any] | None = None
+    request: RequestSpec | None = None
+    idempotency_header: str = "Idempotency-Key"
+    dedupes_on_key: bool = False
+    dedupe_window_s: int = Field(default=600, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    redact: tuple[str, ...] = ()
+    summary: str | None = None
+    reconcile: RequestSpec | None = None
+    callable: str | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int | float) else value
+
+    @field_validator("callable")
+    @classmethod
+    def _callable_ref(cls, value: str | None) -> str | None:
+        if value is not None and value.count(":") != 1:
+            raise ValueError("must look like 'package.module:function'")
+        return value
+
+    @property
+    def tool_name(self) -> str:
+        return self.tool or self.id
+
+
+class CapabilitiesConfig(_Model):
+    """Both sections together, cross-checked."""
+
+    backends: dict[str, BackendConfig] = Field(default_factory=dict)
+    capabilities: list[CapabilityConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> CapabilitiesConfig:
+        seen: set[str] = set()
+        for cap in self.capabilities:
+            where = f"capability {cap.id!r}"
+            if cap.id in seen:
+                raise ValueError(f"{where}: duplicate id")
+            seen.add(cap.id)
+            backend = self.backends.get(cap.backend)
+            if backend is None:
+                raise ValueError(f"{where}: unknown backend {cap.backend!r}")
+            if isinstance(backend, McpBackend):
+                raise ValueError(
+                    f"{where}: backend {cap.backend!r} is an MCP upstream; its tools are discovered "
+                    "(configure them with tools/rename/defaults/overrides)"
+                )
+            if isinstance(backend, HttpBackend):
+                if cap.request is None:
+                    raise ValueError(f"{where}: an http backend needs request: {{method, path}}")
+                if cap.input_schema is None:
+                    raise ValueError(f"{where}: an http backend needs input_schema")
+                if cap.callable is not None:
+                    raise ValueError(f"{where}: callable applies to python backends only")
+            if isinstance(backend, PythonBackend):
+                if cap.callable is None:
+                    raise ValueError(f"{where}: a python backend needs callable: 'module:function'")
+                if cap.request is not None or cap.reconcile is not None:
+                    raise ValueError(f"{where}: request and reconcile apply to http backends only")
+        return self
+
+
+def parse_config(backends: Mapping[str, Any] | None, capabilities: list[Any] | None) -> CapabilitiesConfig:
+    """Validate the two sections.
+
+    Raises:
+        ConfigError: with one line per problem, each naming the backend or capability.
+    """
+    data = {"backends": dict(backends or {}), "capabilities": list(capabilities or [])}
+    try:
+        return CapabilitiesConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = [_describe(error, data) for error in exc.errors()]
+        raise ConfigError("invalid backends/capabilities config:\n  " + "\n  ".join(lines)) from None
+
+
+def _describe(error: Mapping[str, Any], data: Mapping[str, Any]) -> str:
+    loc = list(error.get("loc", ()))
+    parts: list[str] = []
+    if loc[:1] == ["backends"] and len(loc) > 1:
+        parts.append(f"backend {loc[1]!r}")
+        loc = loc[2:]
+        if loc and loc[0] in ("http", "mcp", "python"):  # the discriminator tag pydantic puts in loc
+            loc = loc[1:]
+    elif loc[:1] == ["capabilities"] and len(loc) > 1 and isinstance(loc[1], int):
+        entry = data["capabilities"][loc[1]]
+        ident = entry.get("id") if isinstance(entry, Mapping) else None
+        parts.append(f"capability {ident!r}" if ident else f"capabilities[{loc[1]}]")
+        loc = loc[2:]
+    field = ".".join(str(p) for p in loc if not str(p).startswith("function-"))
+    if field:
+        parts.append(field)
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{': '.join(parts)}: {message}" if parts else message

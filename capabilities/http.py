@@ -1,0 +1,255 @@
+"""Executor for capabilities that are plain HTTP endpoints.
+
+One persistent `httpx2.AsyncClient` per backend carries every call (connection reuse). What the
+executor reports follows one question: could the backend have acted? Nothing sent -> `failed`;
+sent and no usable answer -> `unknown` (for effects other than `read`). It never retries.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import httpx2
+
+from capabilities.config import HttpBackend, RequestSpec
+from capabilities.contract import Capability, CapabilityError, Invocation, Outcome, ReconcileResult
+from capabilities.credentials import Credentials
+from capabilities.results import compact_json, is_value, json_result, parse_json, text_result
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_DETAIL_CHARS = 300
+
+_NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
+"""Raised before a byte of the request left: the backend cannot have acted."""
+_REFUSED_LOCALLY = (
+    httpx2.UnsupportedProtocol,
+    httpx2.LocalProtocolError,
+    httpx2.ProxyError,
+    httpx2.InvalidURL,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRoute:
+    """How one capability maps onto its backend's HTTP API."""
+
+    request: RequestSpec
+    idempotency_header: str = "Idempotency-Key"
+    reconcile: RequestSpec | None = None
+
+
+class TemplateError(KeyError):
+    """A path template names a value the call did not provide."""
+
+
+def fill_template(template: str, values: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The template with its fields URL-quoted from `values`, and the values it did not use.
+
+    Raises:
+        TemplateError: a field has no value.
+    """
+    used: set[str] = set()
+    out: list[str] = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in values or values[name] is None:
+            raise TemplateError(name)
+        used.add(name)
+        out.append(quote(_as_text(values[name]), safe=""))
+    return "".join(out), {k: v for k, v in values.items() if k not in used}
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return compact_json(value)
+
+
+def _query(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        key: value if isinstance(value, str | int | float | bool) or value is None else compact_json(value)
+        for key, value in values.items()
+    }
+
+
+class HttpExecutor:
+    """Performs effects against one HTTP backend; one instance per backend, shared by all calls."""
+
+    def __init__(
+        self,
+        name: str,
+        config: HttpBackend,
+        routes: Mapping[str, HttpRoute],
+        credentials: Credentials | None = None,
+        *,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.name = name
+        self._config = config
+        self._routes = dict(routes)
+        self._credentials = credentials or Credentials.none()
+        self._transport = transport
+        self._client: httpx2.AsyncClient | None = None
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        limits = httpx2.Limits(max_connections=self._config.max_connections)
+        self._client = httpx2.AsyncClient(
+            base_url=self._config.base_url,
+            headers={**self._config.headers, **self._credentials.headers},
+            timeout=self._config.timeout_s,
+            limits=limits,
+            follow_redirects=False,
+            transport=self._transport,
+        )
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def discover(self) -> Sequence[Capability]:
+        return ()
+
+    async def execute(self, invocation: Invocation) -> Outcome:
+        """Send the request once and report what came back (never raises for backend behaviour)."""
+        capability = invocation.capability
+        route = self._routes.get(capability.id)
+        if route is None:
+            return self._failed(
+                invocation, "unknown_capability", f"{capability.ref} is not served by {self.name}"
+            )
+        try:
+            path, rest = fill_template(route.request.path, invocation.arguments)
+        except TemplateError as missing:
+            return self._failed(invocation, "invalid_arguments", f"argument {missing.args[0]!r} is required")
+        method = route.request.method
+        body = {"json": rest} if method in _BODY_METHODS else {"params": _query(rest)}
+        headers = {
+            route.idempotency_header: invocation.idempotency_key,
+            "X-Request-Id": invocation.external_request_id,
+        }
+        read_only = capability.effect == "read"
+        try:
+            response = await self._send(method, path, headers, capability.timeout_s, **body)
+        except _NOT_SENT as exc:
+            return self._failed(invocation, "backend_unreachable", self._describe(exc))
+        except _REFUSED_LOCALLY as exc:
+            return self._failed(invocation, "request_error", self._describe(exc))
+        except (TimeoutError, httpx2.TimeoutException) as exc:
+            return self._unanswered(invocation, read_only, "response_timeout", self._describe(exc))
+        except httpx2.TransportError as exc:
+            return self._unanswered(invocation, read_only, "connection_lost", self._describe(exc))
+        return self._outcome(invocation, response, read_only)
+
+    async def reconcile(self, invocation: Invocation) -> ReconcileResult:
+        """Look the earlier dispatch up with the capability's `reconcile:` request.
+
+        Raises:
+            CapabilityError: the capability has no lookup configured.
+        """
+        capability = invocation.capability
+        route = self._routes.get(capability.id)
+        if route is None or route.reconcile is None:
+            raise CapabilityError(f"{capability.ref} has no reconcile lookup")
+        values = {
+            **invocation.arguments,
+            "idempotency_key": invocation.idempotency_key,
+            "external_request_id": invocation.external_request_id,
+            "tool_call_id": invocation.tool_call_id,
+        }
+        try:
+            path, _ = fill_template(route.reconcile.path, values)
+        except TemplateError as missing:
+            return ReconcileResult(
+                "inconclusive", evidence={"error": "invalid_lookup", "missing": missing.args[0]}
+            )
+        headers = {"X-Request-Id": invocation.external_request_id}
+        try:
+            response = await self._send(route.reconcile.method, path, headers, capability.timeout_s)
+        except (TimeoutError, httpx2.HTTPError) as exc:
+            return ReconcileResult("inconclusive", evidence={"error": type(exc).__name__, "lookup": path})
+        evidence: dict[str, Any] = {"lookup": path, "status_code": response.status_code}
+        if response.status_code == 404:
+            return ReconcileResult("not_found", evidence=evidence)
+        body = parse_json(self._credentials.scrub(response.text)) if response.is_success else None
+        if isinstance(body, list) and not body:
+            return ReconcileResult("not_found", evidence=evidence)
+        if isinstance(body, list):
+            return ReconcileResult("succeeded", json_result(body[0]), {**evidence, "records": len(body)})
+        if isinstance(body, dict) and body:
+            return ReconcileResult("succeeded", json_result(body), evidence)
+        return ReconcileResult("inconclusive", evidence=evidence)
+
+    async def _send(
+        self, method: str, path: str, headers: Mapping[str, str], timeout_s: float, **kwargs: Any
+    ) -> httpx2.Response:
+        if self._client is None:
+            raise CapabilityError(f"backend {self.name!r} is not started")
+        # httpx2's timeouts bound each phase; the deadline bounds the whole exchange.
+        with anyio.fail_after(timeout_s):
+            return await self._client.request(
+                method, path, headers=headers, timeout=httpx2.Timeout(timeout_s), **kwargs
+            )
+
+    def _outcome(self, invocation: Invocation, response: httpx2.Response, read_only: bool) -> Outcome:
+        status = response.status_code
+        text = self._credentials.scrub(response.text)
+        evidence = {"status_code": status}
+        if 200 <= status < 300:
+            body = parse_json(text) if text else None
+            result = json_result(body) if is_value(body) and body is not None else text_result(text)
+            return Outcome(
+                "completed", result, external_request_id=invocation.external_request_id, evidence=evidence
+            )
+        error = f"http_{status}"
+        if 400 <= status < 500:
+            return Outcome(
+                "failed",
+                text_result(text, is_error=True),
+                error=error,
+                detail=f"{self.name} answered {status}: {text[:_DETAIL_CHARS]}",
+                external_request_id=invocation.external_request_id,
+                evidence=evidence,
+            )
+        # A 5xx (or an unexpected 1xx/3xx) may come after the backend committed the effect.
+        return Outcome(
+            "failed" if read_only else "unknown",
+            text_result(text, is_error=True) if read_only else None,
+            error=error,
+            detail=f"{self.name} answered {status}: {text[:_DETAIL_CHARS]}",
+            external_request_id=invocation.external_request_id,
+            evidence=evidence,
+        )
+
+    def _failed(self, invocation: Invocation, error: str, detail: str) -> Outcome:
+        return Outcome(
+            "failed",
+            text_result(detail, is_error=True),
+            error=error,
+            detail=detail,
+            external_request_id=invocation.external_request_id,
+        )
+
+    def _unanswered(self, invocation: Invocation, read_only: bool, error: str, detail: str) -> Outcome:
+        if read_only:
+            return self._failed(invocation, error, detail)
+        return Outcome(
+            "unknown", error=error, detail=detail, external_request_id=invocation.external_request_id
+        )
+
+    def _describe(self, exc: BaseException) -> str:
+        message = str(exc) or "no message"
+        return self._credentials.scrub(f"{self.name}: {type(exc).__name__}: {message}")[:_DETAIL_CHARS]

@@ -1,0 +1,87 @@
+"""Turning an upstream MCP server's tool listing into Writ capabilities, as the backend config says."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mcp_types
+
+from capabilities.config import McpBackend, McpToolSettings
+from capabilities.contract import Capability, ConfigError, EffectClass
+
+
+def capabilities_from_tools(
+    backend: str, config: McpBackend, tools: Sequence[mcp_types.Tool]
+) -> list[Capability]:
+    """One capability per exposed upstream tool, in the upstream's order.
+
+    The id is `<backend>.<upstream name>`; the tool name is the renamed one. The effect comes from
+    an override, else `read` when the upstream marks the tool read-only, else the defaults, else
+    `write`.
+
+    Raises:
+        ConfigError: `tools:`, `rename:` or `overrides:` names a tool the upstream does not list.
+    """
+    names = [tool.name for tool in tools]
+    _check_known(backend, config, set(names))
+    wanted = set(names) if config.tools == "*" else set(config.tools)
+    return [_capability(backend, config, tool) for tool in tools if tool.name in wanted]
+
+
+def _check_known(backend: str, config: McpBackend, upstream: set[str]) -> None:
+    problems = []
+    for section, named in (
+        ("tools", [] if config.tools == "*" else config.tools),
+        ("rename", list(config.rename)),
+        ("overrides", list(config.overrides)),
+    ):
+        missing = sorted(set(named) - upstream)
+        if missing:
+            problems.append(f"{section} names {', '.join(missing)}")
+    if problems:
+        raise ConfigError(
+            f"backend {backend!r}: the upstream does not list these tools: {'; '.join(problems)} "
+            f"(it lists {', '.join(sorted(upstream)) or 'none'})"
+        )
+
+
+def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capability:
+    override = config.overrides.get(tool.name, McpToolSettings())
+    defaults = config.defaults
+
+    def pick(field: str, fallback: object) -> object:
+        for settings in (override, defaults):
+            value = getattr(settings, field)
+            if value is not None:
+                return value
+        return fallback
+
+    annotations = tool.annotations
+    title = override.title or tool.title or (annotations.title if annotations else None) or defaults.title
+    return Capability(
+        id=f"{backend}.{tool.name}",
+        version=str(pick("version", "1")),
+        tool_name=config.rename.get(tool.name, tool.name),
+        backend=backend,
+        input_schema=dict(tool.input_schema),
+        effect=_effect(override, defaults, annotations),
+        description=override.description or tool.description or defaults.description or "",
+        title=title,
+        dedupes_on_key=bool(pick("dedupes_on_key", False)),
+        dedupe_window_s=int(pick("dedupe_window_s", 600)),  # type: ignore[call-overload]
+        timeout_s=float(pick("timeout_s", config.timeout_s)),  # type: ignore[arg-type]
+        redact=tuple(pick("redact", ())),  # type: ignore[call-overload]
+        summary=override.summary or defaults.summary,
+        reconcilable=False,
+        output_schema=dict(tool.output_schema) if tool.output_schema else None,
+    )
+
+
+def _effect(
+    override: McpToolSettings, defaults: McpToolSettings, annotations: mcp_types.ToolAnnotations | None
+) -> EffectClass:
+    if override.effect is not None:
+        return override.effect
+    if annotations is not None and annotations.read_only_hint:
+        return "read"
+    return defaults.effect or "write"

@@ -1,0 +1,296 @@
+"""Executor for an upstream MCP server, over streamable HTTP (`url:`) or stdio (`command:`).
+
+One persistent client session per backend serves all calls concurrently. The session lives in its
+own task inside a task group the executor opens in `start()`, so no caller's task owns the
+transport: a transport that dies ends that task, not the call that noticed it, and the next call
+opens a fresh session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types
+from anyio.abc import TaskGroup, TaskStatus
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import ValidationError
+
+from capabilities.config import McpBackend
+from capabilities.contract import (
+    BackendUnavailable,
+    Capability,
+    CapabilityError,
+    Invocation,
+    Outcome,
+    ReconcileResult,
+    ToolResult,
+)
+from capabilities.credentials import Credentials
+from capabilities.mcp_tools import capabilities_from_tools
+from capabilities.results import text_result
+
+_CLOSE_GRACE_S = 5.0
+_DETAIL_CHARS = 300
+
+
+class _Session:
+    """One open client session and the task that holds it."""
+
+    def __init__(self) -> None:
+        self.client: Client | None = None
+        self.alive = False
+        self.stop = anyio.Event()
+        self.finished = anyio.Event()
+
+    def kill(self) -> None:
+        self.alive = False
+        self.stop.set()
+
+
+class McpExecutor:
+    """Calls the tools of one upstream MCP server; one instance per backend, shared by all calls."""
+
+    def __init__(
+        self,
+        name: str,
+        config: McpBackend,
+        credentials: Credentials | None = None,
+        *,
+        child_env: Mapping[str, str] | None = None,
+        base_dir: Path | None = None,
+    ) -> None:
+        self.name = name
+        self._config = config
+        self._credentials = credentials or Credentials.none()
+        self._child_env = {**config.env, **(child_env or {})}
+        self._base_dir = base_dir
+        self._stack: AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+        self._session: _Session | None = None
+        self._reopen = anyio.Lock()
+        self._upstream: dict[str, str] = {}
+        """capability id -> upstream tool name, filled by discover()."""
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the session.
+
+        Raises:
+            BackendUnavailable: the upstream cannot be reached or does not complete the handshake.
+        """
+        if self._stack is not None:
+            return
+        self._stack = AsyncExitStack()
+        self._tg = await self._stack.enter_async_context(anyio.create_task_group())
+        try:
+            self._session = await self._open()
+        except BackendUnavailable:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        stack, tg, session = self._stack, self._tg, self._session
+        self._stack = self._tg = self._session = None
+        if stack is None or tg is None:
+            return
+        if session is not None:
+            session.kill()
+            with anyio.move_on_after(_CLOSE_GRACE_S):
+                await session.finished.wait()
+        tg.cancel_scope.cancel()
+        await stack.aclose()
+
+    async def discover(self) -> Sequence[Capability]:
+        """The upstream's tools as capabilities, after `tools:`, `rename:`, `defaults:` and `overrides:`.
+
+        Raises:
+            BackendUnavailable: the listing failed.
+            ConfigError: the config names tools the upstream does not have.
+        """
+        client = (await self._current()).client
+        assert client is not None
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        try:
+            with anyio.fail_after(self._config.timeout_s):
+                while True:
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except (MCPError, TimeoutError, ValidationError) as exc:
+            raise BackendUnavailable(
+                f"mcp backend {self.name!r}: tools/list failed: {self._describe(exc)}"
+            ) from exc
+        capabilities = capabilities_from_tools(self.name, self._config, tools)
+        self._upstream = {cap.id: cap.id.removeprefix(f"{self.name}.") for cap in capabilities}
+        return capabilities
+
+    # --- calls ---------------------------------------------------------------------------------------
+
+    async def execute(self, invocation: Invocation) -> Outcome:
+        """Call the upstream tool once (never raises for upstream behaviour)."""
+        capability = invocation.capability
+        upstream = self._upstream.get(capability.id)
+        if upstream is None:
+            return self._failed(
+                invocation, "unknown_capability", f"{capability.ref} is not served by {self.name}"
+            )
+        try:
+            session = await self._current()
+        except BackendUnavailable as exc:
+            return self._failed(invocation, "backend_unreachable", str(exc))
+        assert session.client is not None
+        read_only = capability.effect == "read"
+        meta: Any = {
+            "writ/idempotencyKey": invocation.idempotency_key,
+            "writ/requestId": invocation.external_request_id,
+        }
+        try:
+            result = await session.client.call_tool(
+                upstream, dict(invocation.arguments), read_timeout_seconds=capability.timeout_s, meta=meta
+            )
+        except MCPError as exc:
+            return self._protocol_error(invocation, session, exc, read_only)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            session.kill()
+            return self._unanswered(invocation, read_only, "connection_lost", self._describe(exc))
+        except (RuntimeError, ValidationError) as exc:
+            # The upstream answered, but not with a result we can use (invalid shape or output schema).
+            return self._unanswered(invocation, read_only, "invalid_response", self._describe(exc))
+        tool_result = ToolResult(
+            content=tuple(block.model_dump(by_alias=True, exclude_none=True) for block in result.content),
+            structured=result.structured_content if isinstance(result.structured_content, dict) else None,
+            is_error=result.is_error,
+        )
+        if result.is_error:
+            return Outcome(
+                "failed",
+                tool_result,
+                error="tool_error",
+                detail=self._credentials.scrub(_first_text(tool_result))[:_DETAIL_CHARS],
+                external_request_id=invocation.external_request_id,
+            )
+        return Outcome("completed", tool_result, external_request_id=invocation.external_request_id)
+
+    async def reconcile(self, invocation: Invocation) -> ReconcileResult:
+        """MCP has no standard lookup of an earlier call.
+
+        Raises:
+            CapabilityError: always.
+        """
+        raise CapabilityError(f"{invocation.capability.ref}: upstream MCP tools cannot be reconciled")
+
+    def _protocol_error(
+        self, invocation: Invocation, session: _Session, exc: MCPError, read_only: bool
+    ) -> Outcome:
+        detail = self._describe(exc)
+        if exc.code == mcp_types.REQUEST_TIMEOUT:
+            return self._unanswered(invocation, read_only, "response_timeout", detail)
+        if exc.code == mcp_types.CONNECTION_CLOSED:
+            session.kill()
+            return self._unanswered(invocation, read_only, "connection_lost", detail)
+        if exc.code == mcp_types.INTERNAL_ERROR:
+            # Like an HTTP 500: the handler may have acted before it failed.
+            return self._unanswered(invocation, read_only, "upstream_internal_error", detail)
+        if exc.message == "Session terminated":
+            session.kill()
+        return self._failed(invocation, f"mcp_error_{abs(exc.code)}", detail)
+
+    # --- the session task ------------------------------------------------------------------------------
+
+    async def _current(self) -> _Session:
+        session = self._session
+        if session is not None and session.alive:
+            return session
+        async with self._reopen:
+            if self._session is not None and self._session.alive:
+                return self._session
+            if self._tg is None:
+                raise BackendUnavailable(f"mcp backend {self.name!r} is not started")
+            self._session = await self._open()
+            return self._session
+
+    async def _open(self) -> _Session:
+        assert self._tg is not None
+        session = _Session()
+        try:
+            with anyio.fail_after(self._config.timeout_s):
+                await self._tg.start(self._hold, session)
+        except Exception as exc:  # the SDK raises many kinds (OSError, httpx2, MCPError, groups) here
+            raise BackendUnavailable(
+                f"mcp backend {self.name!r}: cannot connect: {self._describe(exc)}"
+            ) from exc
+        return session
+
+    async def _hold(self, session: _Session, *, task_status: TaskStatus[None]) -> None:
+        started = False
+        try:
+            async with AsyncExitStack() as stack:
+                session.client = await stack.enter_async_context(self._client(stack))
+                session.alive = started = True
+                task_status.started()
+                await session.stop.wait()
+        except Exception:  # a dead transport ends this task only; the next call reopens
+            if not started:
+                raise
+        finally:
+            session.alive = False
+            session.finished.set()
+
+    def _client(self, stack: AsyncExitStack) -> Client:
+        config = self._config
+        if config.url is not None:
+            http = httpx2.AsyncClient(
+                headers={**config.headers, **self._credentials.headers},
+                timeout=httpx2.Timeout(30.0, read=300.0),
+            )
+            stack.push_async_callback(http.aclose)
+            return Client(streamable_http_client(config.url, http_client=http), mode=config.mode)
+        assert config.command is not None
+        cwd = Path(config.cwd) if config.cwd else None
+        if cwd is not None and not cwd.is_absolute() and self._base_dir is not None:
+            cwd = self._base_dir / cwd
+        params = StdioServerParameters(
+            command=config.command[0], args=config.command[1:], env=self._child_env or None, cwd=cwd
+        )
+        return Client(params, mode=config.mode)
+
+    # --- outcomes --------------------------------------------------------------------------------------
+
+    def _failed(self, invocation: Invocation, error: str, detail: str) -> Outcome:
+        return Outcome(
+            "failed",
+            text_result(detail, is_error=True),
+            error=error,
+            detail=detail,
+            external_request_id=invocation.external_request_id,
+        )
+
+    def _unanswered(self, invocation: Invocation, read_only: bool, error: str, detail: str) -> Outcome:
+        if read_only:
+            return self._failed(invocation, error, detail)
+        return Outcome(
+            "unknown", error=error, detail=detail, external_request_id=invocation.external_request_id
+        )
+
+    def _describe(self, exc: BaseException) -> str:
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return self._credentials.scrub(text)[:_DETAIL_CHARS]
+
+
+def _first_text(result: ToolResult) -> str:
+    for block in result.content:
+        if block.get("type") == "text":
+            return str(block.get("text", ""))
+    return "the upstream tool reported an error"

@@ -1,0 +1,233 @@
+"""The registry: every capability Writ exposes, and the executor behind each.
+
+Built once from config (credentials resolved, callables imported, schemas checked); `start()` opens
+the executors and runs upstream discovery once. Calls only look things up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+from jsonschema import SchemaError
+from jsonschema.validators import validator_for
+
+from capabilities.config import (
+    CapabilitiesConfig,
+    CapabilityConfig,
+    HttpBackend,
+    McpBackend,
+    PythonBackend,
+    parse_config,
+    template_fields,
+)
+from capabilities.contract import Capability, CapabilityError, ConfigError, Executor
+from capabilities.credentials import Credentials, resolve_credentials, resolve_env
+from capabilities.http import HttpExecutor, HttpRoute
+from capabilities.mcp_upstream import McpExecutor
+from capabilities.python import PythonExecutor, import_callable, schema_from_signature
+
+
+class Registry:
+    """Capabilities by tool name and by id, and one executor per backend."""
+
+    def __init__(self, executors: Mapping[str, Executor], capabilities: Sequence[Capability] = ()) -> None:
+        self._executors = dict(executors)
+        self._capabilities: list[Capability] = []
+        self._by_tool: dict[str, Capability] = {}
+        self._by_id: dict[str, Capability] = {}
+        self._started: list[Executor] = []
+        self._add(capabilities)
+
+    @classmethod
+    def from_config(
+        cls,
+        backends: Mapping[str, Any] | None,
+        capabilities: Sequence[Any] | None,
+        *,
+        environ: Mapping[str, str] = os.environ,
+        base_dir: Path | None = None,
+    ) -> Registry:
+        """Build executors and static capabilities from the two config sections.
+
+        Raises:
+            ConfigError: invalid config, a missing credential, an unimportable callable, a bad schema.
+        """
+        return cls.from_section(
+            parse_config(backends, list(capabilities or [])), environ=environ, base_dir=base_dir
+        )
+
+    @classmethod
+    def from_section(
+        cls,
+        config: CapabilitiesConfig,
+        *,
+        environ: Mapping[str, str] = os.environ,
+        base_dir: Path | None = None,
+    ) -> Registry:
+        """Like `from_config`, from already parsed sections.
+
+        Raises:
+            ConfigError: see `from_config`.
+        """
+        executors: dict[str, Executor] = {}
+        routes: dict[str, dict[str, HttpRoute]] = {}
+        for name, backend in config.backends.items():
+            owner = f"backend {name!r}"
+            if isinstance(backend, HttpBackend):
+                routes[name] = {}
+                credentials = resolve_credentials(
+                    backend.auth, owner=owner, environ=environ, base_dir=base_dir
+                )
+                executors[name] = HttpExecutor(name, backend, routes[name], credentials)
+            elif isinstance(backend, McpBackend):
+                credentials = resolve_credentials(
+                    backend.auth, owner=owner, environ=environ, base_dir=base_dir
+                )
+                child_env, env_secrets = resolve_env(backend.env_from, owner=owner, environ=environ)
+                credentials = Credentials(credentials.headers, credentials.secrets + env_secrets)
+                executors[name] = McpExecutor(
+                    name, backend, credentials, child_env=child_env, base_dir=base_dir
+                )
+            else:
+                assert isinstance(backend, PythonBackend)
+                executors[name] = PythonExecutor(name)
+        static: list[Capability] = []
+        for cap in config.capabilities:
+            backend = config.backends[cap.backend]
+            owner = f"capability {cap.id!r}"
+            schema = cap.input_schema
+            if isinstance(backend, PythonBackend):
+                assert cap.callable is not None
+                func = import_callable(cap.callable, owner=owner)
+                python = executors[cap.backend]
+                assert isinstance(python, PythonExecutor)
+                python.register(cap.id, func)
+                if schema is None:
+                    schema = schema_from_signature(func, owner=owner)
+            else:
+                assert isinstance(backend, HttpBackend) and cap.request is not None and schema is not None
+                _check_path_fields(cap, schema, owner)
+                routes[cap.backend][cap.id] = HttpRoute(cap.request, cap.idempotency_header, cap.reconcile)
+            _check_schema(schema, owner)
+            timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
+            static.append(_capability(cap, schema, timeout))
+        return cls(executors, static)
+
+    async def start(self) -> None:
+        """Start every executor and add what upstreams contribute; runs discovery once.
+
+        Raises:
+            BackendUnavailable: an upstream could not be reached.
+            ConfigError: discovery produced a duplicate tool name or id, or names unknown tools.
+        """
+        try:
+            for name, executor in self._executors.items():
+                await executor.start()
+                self._started.append(executor)
+                discovered = await executor.discover()
+                for capability in discovered:
+                    if capability.backend != name:
+                        raise ConfigError(
+                            f"backend {name!r} discovered {capability.ref} for {capability.backend!r}"
+                        )
+                self._add(discovered)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Close started executors, last started first."""
+        while self._started:
+            await self._started.pop().close()
+
+    async def __aenter__(self) -> Registry:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def get(self, tool_name: str) -> Capability | None:
+        """The capability exposed under this MCP tool name."""
+        return self._by_tool.get(tool_name)
+
+    def by_id(self, capability_id: str) -> Capability | None:
+        """The capability with this id (as recorded in events)."""
+        return self._by_id.get(capability_id)
+
+    def capabilities(self) -> list[Capability]:
+        """All capabilities: configured ones in config order, then discovered ones by backend."""
+        return list(self._capabilities)
+
+    def executor(self, capability: Capability) -> Executor:
+        """The executor of the capability's backend.
+
+        Raises:
+            CapabilityError: no such backend.
+        """
+        try:
+            return self._executors[capability.backend]
+        except KeyError:
+            raise CapabilityError(f"{capability.ref}: no backend {capability.backend!r}") from None
+
+    def _add(self, capabilities: Sequence[Capability]) -> None:
+        for capability in capabilities:
+            if capability.backend not in self._executors:
+                raise ConfigError(f"capability {capability.id!r}: unknown backend {capability.backend!r}")
+            clash = self._by_tool.get(capability.tool_name)
+            if clash is not None:
+                raise ConfigError(
+                    f"tool name {capability.tool_name!r} is used by both {clash.ref} and {capability.ref}; "
+                    "rename one (rename: for MCP backends, tool: for others)"
+                )
+            if capability.id in self._by_id:
+                raise ConfigError(f"capability id {capability.id!r} is defined twice")
+            self._by_tool[capability.tool_name] = capability
+            self._by_id[capability.id] = capability
+            self._capabilities.append(capability)
+
+
+def _capability(cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: float) -> Capability:
+    return Capability(
+        id=cap.id,
+        version=cap.version,
+        tool_name=cap.tool_name,
+        backend=cap.backend,
+        input_schema=schema,
+        effect=cap.effect,
+        description=cap.description,
+        title=cap.title,
+        dedupes_on_key=cap.dedupes_on_key,
+        dedupe_window_s=cap.dedupe_window_s,
+        timeout_s=timeout_s,
+        redact=cap.redact,
+        summary=cap.summary,
+        reconcilable=cap.reconcile is not None,
+    )
+
+
+def _check_schema(schema: Mapping[str, Any], owner: str) -> None:
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        raise ConfigError(f"{owner}: input_schema is not a valid JSON Schema: {exc.message}") from None
+    if schema.get("type") != "object":
+        raise ConfigError(f"{owner}: input_schema must have type: object")
+
+
+def _check_path_fields(cap: CapabilityConfig, schema: Mapping[str, Any], owner: str) -> None:
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return
+    assert cap.request is not None
+    unknown = [name for name in template_fields(cap.request.path) if name not in properties]
+    if unknown:
+        raise ConfigError(f"{owner}: request.path uses {', '.join(unknown)}, not in input_schema.properties")

@@ -1,0 +1,53 @@
+"""Building `ToolResult`s from plain values, shared by the HTTP and Python executors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from capabilities.contract import ToolResult
+
+_NO_VALUE = object()
+
+
+def compact_json(value: Any) -> str:
+    """JSON without spaces; values JSON cannot hold are rendered with str()."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def json_result(value: Any, *, is_error: bool = False) -> ToolResult:
+    """Compact JSON in one text block; `structured` is the value if an object, else {"result": value}."""
+    structured = dict(value) if isinstance(value, Mapping) else {"result": value}
+    return ToolResult(content=(text_block(compact_json(value)),), structured=structured, is_error=is_error)
+
+
+def text_result(text: str, *, is_error: bool = False) -> ToolResult:
+    return ToolResult(content=(text_block(text),), is_error=is_error)
+
+
+def value_result(value: Any) -> ToolResult:
+    """What a Python callable returned, as a tool result (a ToolResult passes through unchanged)."""
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return text_result(value)
+    if isinstance(value, Mapping):
+        return json_result(value)
+    return ToolResult(content=(text_block(compact_json(value)),))
+
+
+def parse_json(text: str) -> Any:
+    """The JSON value in `text`, or `_NO_VALUE` when it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NO_VALUE
+
+
+def is_value(value: Any) -> bool:
+    return value is not _NO_VALUE
