@@ -20,6 +20,7 @@ from typing import Any
 import celpy
 import lark
 from celpy import celtypes
+from celpy.evaluation import base_functions
 
 from .model import PolicyError, PolicyInput
 
@@ -30,6 +31,9 @@ _TYPE_NAMES = frozenset(
     {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"}
 )
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+_FUNCTIONS = (
+    frozenset(name for name in base_functions if name[0] != "_" and name[-1] != "_") | _MACROS | {"has"}
+)
 
 # What cel-python raises for ordinary evaluation problems, plus the Python errors its built-ins let
 # escape on odd input. These are the runtime failures a rule fails closed on.
@@ -91,11 +95,15 @@ class Condition:
         except celpy.CELParseError as exc:
             detail = " ".join(str(exc).split())
             raise PolicyError(f"rule {rule_id!r}: when: invalid CEL `{source}`: {detail}") from exc
-        unknown = sorted(_free_names(ast) - VARIABLES - _TYPE_NAMES)
-        if unknown:
+        variables, functions = _unknown_names(ast)
+        if variables:
             raise PolicyError(
-                f"rule {rule_id!r}: when: unknown variable {', '.join(map(repr, unknown))} in `{source}`; "
+                f"rule {rule_id!r}: when: unknown variable {', '.join(map(repr, variables))} in `{source}`; "
                 f"expressions may use {', '.join(sorted(VARIABLES))}"
+            )
+        if functions:
+            raise PolicyError(
+                f"rule {rule_id!r}: when: unknown function {', '.join(map(repr, functions))} in `{source}`"
             )
         return cls(rule_id=rule_id, source=source, _program=program)
 
@@ -163,19 +171,25 @@ def to_cel(value: Any) -> celtypes.Value:
             raise ValueError(f"{type(value).__name__} has no CEL equivalent")
 
 
-def _free_names(ast: lark.Tree) -> set[str]:
-    """Identifiers the expression reads that its own macros (`all`, `exists`, `map`, ...) do not bind.
+def _unknown_names(ast: lark.Tree) -> tuple[list[str], list[str]]:
+    """Variables the expression reads that neither Writ nor its own macros bind, and functions CEL lacks.
 
-    Checked at load so a typo such as `arg.amount` fails there instead of denying every call.
+    Checked at load so a typo such as `arg.amount` or `args.name.startswith(...)` fails there
+    instead of denying every call at runtime.
     """
     used: set[str] = set()
     bound: set[str] = set()
+    called: set[str] = set()
     for node in ast.iter_subtrees():
         if node.data == "ident":
             used.update(str(token) for token in node.children)
-        elif node.data == "member_dot_arg" and len(node.children) == 3:
-            method, exprlist = node.children[1], node.children[2]
-            if str(method) in _MACROS and isinstance(exprlist, lark.Tree) and exprlist.children:
+        elif node.data == "ident_arg" and node.children:
+            called.add(str(node.children[0]))
+        elif node.data == "member_dot_arg" and len(node.children) >= 2:
+            method = str(node.children[1])
+            called.add(method)
+            exprlist = node.children[2] if len(node.children) > 2 else None
+            if method in _MACROS and isinstance(exprlist, lark.Tree) and exprlist.children:
                 first = exprlist.children[0]
                 if isinstance(first, lark.Tree):
                     bound.update(
@@ -184,7 +198,9 @@ def _free_names(ast: lark.Tree) -> set[str]:
                         if sub.data == "ident"
                         for token in sub.children
                     )
-    return used - bound
+    variables = used - bound - VARIABLES - _TYPE_NAMES
+    functions = called - _FUNCTIONS
+    return sorted(variables), sorted(functions)
 
 
 def _problem(exc: BaseException) -> str:

@@ -127,10 +127,15 @@ class Rule(_Strict):
 
     @model_validator(mode="after")
     def _approval_matches_decision(self) -> Rule:
+        # Runs outside `_name_the_rule`, so it names the rule itself.
         if self.decision == "require_approval" and self.approval is None:
-            raise ValueError("approval: decision require_approval needs approval.approver_role")
+            raise ValueError(
+                f"rule {self.id!r}: approval: decision require_approval needs approval.approver_role"
+            )
         if self.decision != "require_approval" and self.approval is not None:
-            raise ValueError(f"approval: only applies to decision require_approval, not {self.decision}")
+            raise ValueError(
+                f"rule {self.id!r}: approval: only applies to decision require_approval, not {self.decision}"
+            )
         return self
 
     @property
