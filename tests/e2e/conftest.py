@@ -1,0 +1,48 @@
+"""Fixtures that start the real backend and the real gateway, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.e2e.harness import Backend, Gateway, acme_backend, writ_gateway
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    with acme_backend(tmp_path) as b:
+        yield b
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str) -> Iterator[str]:
+    """A fresh store: a SQLite file, or a PostgreSQL schema of its own (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'writ.db'}"
+        return
+    schema = f"writ_e2e_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{postgres_url}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, backend: Backend, store_url: str) -> Iterator[Gateway]:
+    with writ_gateway(tmp_path, backend, store_url) as g:
+        yield g
+
+
+@pytest.fixture
+def sqlite_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
+    with writ_gateway(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}") as g:
+        yield g

@@ -1,0 +1,144 @@
+"""Real processes for end-to-end tests: acme-payments and `writ serve`, talked to over real HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import httpx2
+import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+REPO = Path(__file__).resolve().parents[2]
+WRIT = [str(Path(sys.executable).parent / "writ")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
+    """Wait until `url` answers 200, failing fast if the process died."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
+        try:
+            if httpx2.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout_s}s")
+
+
+def stop(process: subprocess.Popen[Any]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@dataclass
+class Backend:
+    url: str
+    process: subprocess.Popen[Any]
+
+    def refunds(self, key: str | None = None) -> list[dict[str, Any]]:
+        params = {"idempotency_key": key} if key else None
+        return httpx2.get(f"{self.url}/refunds", params=params, timeout=5).json()["refunds"]
+
+    def chaos(self, **settings: int) -> None:
+        httpx2.post(f"{self.url}/_chaos", json=settings, timeout=5).raise_for_status()
+
+
+@contextlib.contextmanager
+def acme_backend(workdir: Path) -> Iterator[Backend]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.demo.acme_payments", "--port", str(port), "--db", str(workdir / "acme.db")],
+        stdout=subprocess.DEVNULL,
+        cwd=workdir,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/healthz", process)
+        yield Backend(url, process)
+    finally:
+        stop(process)
+
+
+def demo_config(workdir: Path, *, gateway_port: int, backend_url: str, store_url: str, timeout_s: float = 2.0) -> Path:
+    """The demo's config for these ports and store, with short backend timeouts so tests stay quick."""
+    template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
+    backend_port = backend_url.rsplit(":", 1)[1]
+    config = yaml.safe_load(template.safe_substitute(gateway_port=gateway_port, backend_port=backend_port))
+    config["store"]["url"] = store_url
+    config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
+    config["privacy"]["salt_file"] = str(workdir / "redaction.salt")
+    config["backends"]["acme"]["timeout_s"] = timeout_s
+    for capability in config["capabilities"]:
+        capability["timeout_s"] = timeout_s
+    path = workdir / "writ.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def writ(*args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*WRIT, *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
+        timeout=120, check=check,
+    )
+
+
+@dataclass
+class Gateway:
+    url: str
+    config: Path
+    workdir: Path
+    process: subprocess.Popen[Any]
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.url}/mcp"
+
+    def token(self, sub: str, roles: str = "agent", tenant: str = "acme") -> str:
+        out = writ("token", "--sub", sub, "--roles", roles, "--tenant", tenant, "-c", str(self.config), cwd=self.workdir)
+        return out.stdout.strip().splitlines()[-1]
+
+    def client(self, token: str, mode: str = "auto", **kwargs: Any) -> Client:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        return Client(streamable_http_client(self.mcp_url, http_client=http), mode=mode, **kwargs)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check)
+
+
+@contextlib.contextmanager
+def writ_gateway(workdir: Path, backend: Backend, store_url: str, **config: Any) -> Iterator[Gateway]:
+    port = free_port()
+    path = demo_config(workdir, gateway_port=port, backend_url=backend.url, store_url=store_url, **config)
+    log = (workdir / "writ.log").open("w")
+    process = subprocess.Popen([*WRIT, "serve", "-c", str(path)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/healthz", process)
+        yield Gateway(url, path, workdir, process)
+    finally:
+        stop(process)
+        log.close()

@@ -1,0 +1,195 @@
+"""A guarded, recorded, exactly-once tool call from the official MCP client to a real backend, both eras."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.e2e.harness import Backend, Gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+ERAS = ["legacy", "2026-07-28"]
+
+
+def refund_args(amount: float = 20, order: str = "1001", currency: str = "EUR") -> dict[str, object]:
+    return {"order_id": order, "amount": amount, "currency": currency, "reason": "damaged in transit"}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_of_either_era_lists_tools_and_makes_a_read_and_a_write_call(
+    gateway: Gateway, backend: Backend, mode: str
+) -> None:
+    async with gateway.client(gateway.token("alice"), mode=mode) as client:
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == {"lookup_order", "refund_order", "writ_call_status"}
+
+        read = await client.call_tool("lookup_order", {"order_id": "1001"})
+        assert read.is_error is False
+        assert read.structured_content["order_id"] == "1001"
+        assert read.meta["writ/toolCallId"].startswith("tc_")
+
+        write = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": f"k-{mode}"})
+        assert write.is_error is False, write
+        assert write.structured_content["status"] == "succeeded"
+        assert write.meta["writ/status"] == "completed"
+    assert [r["idempotency_key"] for r in backend.refunds(f"k-{mode}")] == [f"k-{mode}"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_same_write_resent_with_the_same_key_has_one_effect_and_one_tool_call_id(
+    gateway: Gateway, backend: Backend, mode: str
+) -> None:
+    async with gateway.client(gateway.token("alice"), mode=mode) as client:
+        first = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "same"})
+        again = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "same"})
+    assert first.meta["writ/toolCallId"] == again.meta["writ/toolCallId"]
+    assert again.structured_content == first.structured_content
+    assert len(backend.refunds("same")) == 1
+
+
+async def test_the_same_arguments_with_a_new_key_are_a_legitimate_second_effect(
+    gateway: Gateway, backend: Backend
+) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        one = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "a"})
+        two = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "b"})
+    assert one.meta["writ/toolCallId"] != two.meta["writ/toolCallId"]
+    assert len(backend.refunds("a")) == 1 and len(backend.refunds("b")) == 1
+
+
+async def test_the_same_key_with_other_arguments_is_refused_as_an_idempotency_conflict(
+    gateway: Gateway, backend: Backend
+) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        await client.call_tool("refund_order", refund_args(20), meta={"writ/idempotencyKey": "k"})
+        other = await client.call_tool("refund_order", refund_args(30), meta={"writ/idempotencyKey": "k"})
+    assert other.is_error is False
+    assert other.structured_content["status"] == "denied"
+    assert other.structured_content["reason"] == "idempotency_conflict"
+    assert [r["amount"] for r in backend.refunds("k")] in (["20.00"], [20], [20.0], ["20"])
+    refused = gateway.cli("calls", "show", other.structured_content["toolCallId"]).stdout
+    assert "tool_call.denied" in refused
+
+
+async def test_without_a_key_an_identical_call_joins_the_earlier_one_instead_of_repeating_it(
+    gateway: Gateway, backend: Backend
+) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", refund_args(12))
+        again = await client.call_tool("refund_order", refund_args(12))
+    assert first.meta["writ/toolCallId"] == again.meta["writ/toolCallId"]
+    assert len(backend.refunds(first.meta["writ/idempotencyKey"])) == 1
+    assert len(backend.refunds()) == 1
+
+
+async def test_twenty_concurrent_calls_with_one_key_dispatch_exactly_once(gateway: Gateway, backend: Backend) -> None:
+    token = gateway.token("alice")
+    ids: list[str] = []
+    key = f"burst-{uuid.uuid4().hex[:8]}"
+
+    async def one() -> None:
+        async with gateway.client(token, mode="2026-07-28") as client:
+            result = await client.call_tool("refund_order", refund_args(15), meta={"writ/idempotencyKey": key})
+            ids.append(result.meta["writ/toolCallId"])
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(one)
+    assert len(ids) == 20 and len(set(ids)) == 1
+    assert len(backend.refunds(key)) == 1
+
+
+async def test_a_backend_that_times_out_after_receiving_the_call_gives_result_unknown_and_no_retry(
+    gateway: Gateway, backend: Backend
+) -> None:
+    backend.chaos(delay_ms=4000)  # longer than the gateway's 2 s backend timeout
+    async with gateway.client(gateway.token("alice")) as client:
+        result = await client.call_tool("refund_order", refund_args(11), meta={"writ/idempotencyKey": "slow"})
+        assert result.is_error is False
+        assert result.structured_content["status"] == "result_unknown"
+        assert result.structured_content["reconciliation"] == "pending"
+        again = await client.call_tool("refund_order", refund_args(11), meta={"writ/idempotencyKey": "slow"})
+        assert again.structured_content["status"] == "result_unknown"
+        status = await client.call_tool("writ_call_status", {"toolCallId": result.meta["writ/toolCallId"]})
+        assert status.structured_content["status"] == "result_unknown"
+    backend.chaos(delay_ms=0)
+    with anyio.fail_after(10):
+        while not backend.refunds("slow"):
+            await anyio.sleep(0.1)
+    assert len(backend.refunds("slow")) == 1  # it did act, once; Writ did not send it again
+
+
+async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(gateway: Gateway, backend: Backend) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        result = await client.call_tool("refund_order", refund_args(250, order="1002"))
+        body = result.structured_content
+        assert body["status"] == "approval_pending"
+        assert body["approvalId"].startswith("ap_") and body["expiresAt"]
+        assert body["effect"] == {"capability": "refund-order@2", "summary": "refund 250 EUR to order 1002"}
+        assert "Do not call again" in body["next"]
+        status = await client.call_tool("writ_call_status", {"toolCallId": body["toolCallId"]})
+        assert status.structured_content["status"] == "approval_pending"
+    assert backend.refunds() == []
+    approvals = gateway.cli("approvals", "list").stdout
+    assert body["approvalId"] in approvals and "awaiting_approval" in approvals
+
+
+async def test_a_refund_over_the_limit_is_denied_with_a_reason_and_never_dispatched(
+    gateway: Gateway, backend: Backend
+) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        result = await client.call_tool("refund_order", refund_args(20000, order="1003", currency="USD"))
+    assert result.is_error is False
+    assert result.structured_content["status"] == "denied"
+    assert result.structured_content["reason"] == "amount_over_limit"
+    assert result.structured_content["policyVersion"]
+    assert backend.refunds() == []
+
+
+async def test_a_principal_without_the_agent_role_sees_no_backend_tools_and_is_denied(
+    gateway: Gateway, backend: Backend
+) -> None:
+    async with gateway.client(gateway.token("mallory", roles="viewer")) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == {"writ_call_status"}
+        result = await client.call_tool("refund_order", refund_args())
+    assert result.structured_content["status"] == "denied"
+    assert result.structured_content["reason"] == "no_matching_rule"
+    assert backend.refunds() == []
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_unknown_tool_is_a_protocol_error(gateway: Gateway, mode: str) -> None:
+    async with gateway.client(gateway.token("alice"), mode=mode) as client:
+        with pytest.raises(MCPError, match="Unknown tool"):
+            await client.call_tool("transfer_everything", {})
+
+
+async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatched(
+    gateway: Gateway, backend: Backend
+) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        result = await client.call_tool("refund_order", {"order_id": "1001", "amount": -5, "currency": "euro"})
+    assert result.is_error is True
+    body = result.structured_content
+    assert body["status"] == "denied" and body["reason"] == "invalid_arguments"
+    joined = " ".join(body["errors"])
+    assert "reason" in joined and "amount" in joined and "currency" in joined
+    assert backend.refunds() == []
+    shown = gateway.cli("calls", "show", body["toolCallId"]).stdout
+    assert "tool_call.requested" in shown and "tool_call.denied" in shown and "tool_call.dispatching" not in shown
+
+
+async def test_call_status_of_another_tenants_call_is_not_found(gateway: Gateway) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        done = await client.call_tool("lookup_order", {"order_id": "1001"})
+    async with gateway.client(gateway.token("eve", tenant="other")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": done.meta["writ/toolCallId"]})
+    assert status.is_error is True
+    assert status.structured_content["status"] == "not_found"

@@ -1,0 +1,134 @@
+"""The `writ` command line against a real store: audit, export, rebuild, stdio, and the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.e2e.harness import WRIT, Backend, Gateway, free_port, stop, wait_http, writ
+
+pytestmark = pytest.mark.e2e
+
+
+def make_some_calls(gateway: Gateway) -> list[str]:
+    async def calls() -> list[str]:
+        async with gateway.client(gateway.token("alice")) as client:
+            results = [
+                await client.call_tool("lookup_order", {"order_id": "1001"}),
+                await client.call_tool(
+                    "refund_order", {"order_id": "1001", "amount": 5, "currency": "EUR", "reason": "test"}
+                ),
+                await client.call_tool(
+                    "refund_order", {"order_id": "1002", "amount": 500, "currency": "EUR", "reason": "test"}
+                ),
+            ]
+            return [r.meta["writ/toolCallId"] for r in results]
+
+    return anyio.run(calls)
+
+
+def test_audit_verify_passes_on_a_clean_log_and_names_the_first_edited_seq(sqlite_gateway: Gateway) -> None:
+    make_some_calls(sqlite_gateway)
+    clean = sqlite_gateway.cli("audit", "verify")
+    assert clean.returncode == 0 and clean.stdout.startswith("ok:")
+
+    db = sqlite3.connect(sqlite_gateway.workdir / "writ.db")
+    with db:
+        db.execute("UPDATE events SET payload = replace(payload, '\"amount\":5', '\"amount\":500') WHERE seq = 3")
+    db.close()
+    tampered = sqlite_gateway.cli("audit", "verify", check=False)
+    assert tampered.returncode == 1
+    assert "first bad seq 3" in tampered.stderr
+
+
+def test_audit_export_writes_every_event_as_a_json_line_in_order(sqlite_gateway: Gateway) -> None:
+    make_some_calls(sqlite_gateway)
+    lines = sqlite_gateway.cli("audit", "export").stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    types = {e["type"] for e in events}
+    assert {"run.started", "tool_call.requested", "tool_call.dispatching", "tool_call.completed",
+            "approval.required"} <= types
+    assert all(e["hash"] and e["prev_hash"] for e in events)
+
+
+def test_store_rebuild_reproduces_the_calls_from_the_log_alone(sqlite_gateway: Gateway) -> None:
+    ids = make_some_calls(sqlite_gateway)
+    before = [sqlite_gateway.cli("calls", "show", i).stdout for i in ids]
+    assert "rebuilt projections from" in sqlite_gateway.cli("store", "rebuild").stdout
+    after = [sqlite_gateway.cli("calls", "show", i).stdout for i in ids]
+    assert after == before
+
+
+def test_writ_stdio_serves_the_same_tools_to_a_local_client(sqlite_gateway: Gateway, backend: Backend) -> None:
+    token = sqlite_gateway.token("alice")
+    params = StdioServerParameters(
+        command=WRIT[0],
+        args=["stdio", "-c", str(sqlite_gateway.config)],
+        env={**os.environ, "WRIT_TOKEN": token},
+        cwd=str(sqlite_gateway.workdir),
+    )
+
+    async def session() -> None:
+        async with Client(params, mode="legacy") as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert {"lookup_order", "refund_order", "writ_call_status"} <= names
+            result = await client.call_tool(
+                "refund_order", {"order_id": "1001", "amount": 7, "currency": "EUR", "reason": "stdio"},
+                meta={"writ/idempotencyKey": "via-stdio"},
+            )
+            assert result.meta["writ/status"] == "completed"
+
+    anyio.run(session)
+    assert len(backend.refunds("via-stdio")) == 1
+
+
+def test_writ_stdio_without_a_token_says_what_is_missing(tmp_path: Path) -> None:
+    result = writ("stdio", cwd=tmp_path, env={"WRIT_TOKEN": ""}, check=False)
+    assert result.returncode == 2
+    assert "WRIT_TOKEN" in result.stderr
+
+
+def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path: Path) -> None:
+    port, backend_port = free_port(), free_port()
+    log = (tmp_path / "demo.log").open("w+")
+    process = subprocess.Popen(
+        [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
+        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        log.flush()
+        output = (tmp_path / "demo.log").read_text()
+        assert f"http://127.0.0.1:{port}/mcp" in output
+        token = re.search(r"Agent token.*\n\s+(\S+)", output).group(1)
+
+        async def refund() -> dict:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
+            from mcp.client.streamable_http import streamable_http_client
+
+            async with Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+                result = await client.call_tool(
+                    "refund_order", {"order_id": "1001", "amount": 20, "currency": "EUR", "reason": "demo"}
+                )
+                return result.structured_content
+
+        body = anyio.run(refund)
+        assert body["status"] == "succeeded"
+        refunds = httpx2.get(f"http://127.0.0.1:{backend_port}/refunds", timeout=5).json()["refunds"]
+        assert len(refunds) == 1
+        assert (tmp_path / ".writ" / "writ.db").exists() and (tmp_path / ".writ" / "acme-payments.db").exists()
+        verify = writ("audit", "verify", cwd=tmp_path)  # finds ./.writ/demo.yaml by itself
+        assert verify.stdout.startswith("ok:")
+    finally:
+        stop(process)
+        log.close()
