@@ -119,6 +119,7 @@ class PaymentsStore:
     """Orders and refunds in one SQLite file (WAL)."""
 
     def __init__(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._path = str(path)
         with closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")

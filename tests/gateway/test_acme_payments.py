@@ -12,8 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.demo.acme_chaos import DROP_SCOPE_KEY, ConnectionDropper
 
 pytestmark = pytest.mark.e2e
 
@@ -344,3 +348,24 @@ def test_orders_and_refunds_survive_a_restart_on_the_same_db_file(db_path: Path,
             assert len(http.get("/refunds").json()["refunds"]) == 1
     finally:
         second.stop()
+
+
+@pytest.mark.anyio
+async def test_without_a_server_transport_a_dropped_response_is_started_and_never_finished() -> None:
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await scope[DROP_SCOPE_KEY]()
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:  # a plain function: no cycle, no transport
+        sent.append(message)
+
+    with anyio.fail_after(5):
+        await ConnectionDropper(endpoint)({"type": "http"}, receive, send)
+
+    assert sent == [{"type": "http.response.start", "status": 201, "headers": [(b"content-length", b"1")]}]
