@@ -1,0 +1,35 @@
+"""The append-only event log, its projections and the effect ledger, on SQLite or PostgreSQL."""
+
+from store.model import (
+    Admission,
+    ApprovalView,
+    AuditReport,
+    CallRequest,
+    CallView,
+    KeyClaimLost,
+    NotFound,
+    OutcomeRecord,
+    RefusalRequest,
+    StaleLease,
+    StoredEvent,
+    StoreError,
+    Unavailable,
+)
+from store.store import Store
+
+__all__ = [
+    "Admission",
+    "ApprovalView",
+    "AuditReport",
+    "CallRequest",
+    "CallView",
+    "KeyClaimLost",
+    "NotFound",
+    "OutcomeRecord",
+    "RefusalRequest",
+    "StaleLease",
+    "Store",
+    "StoreError",
+    "StoredEvent",
+    "Unavailable",
+]

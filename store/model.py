@@ -27,7 +27,9 @@ IN_FLIGHT_STATUSES: frozenset[str] = frozenset(
     {"requested", "approval_pending", "approved", "dispatching", "result_unknown"}
 )
 
-VerificationStatus = Literal["not_observed", "pending", "confirmed_success", "confirmed_failure", "inconclusive"]
+VerificationStatus = Literal[
+    "not_observed", "pending", "confirmed_success", "confirmed_failure", "inconclusive"
+]
 ApprovalStatus = Literal["awaiting_approval", "approved", "rejected", "expired"]
 KeySource = Literal["client", "derived"]
 AdmissionKind = Literal["new", "joined", "conflict"]
@@ -46,6 +48,18 @@ class NotFound(StoreError):
 
 class StaleLease(StoreError):
     """A writer tried to record for a call it no longer owns."""
+
+
+class Unavailable(StoreError):
+    """The database could not be reached or stayed locked past the timeout; the write did not happen."""
+
+    retryable = True
+
+
+class KeyClaimLost(StoreError):
+    """Another call took the idempotency key between reading and claiming it."""
+
+    retryable = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +127,10 @@ class CallView:
     updated_at: datetime
     dedupe_window_s: int = 600
     attempts: int = 0
+    effect_class: str = ""
+    correlation_id: str | None = None
+    principal: Mapping[str, Any] | None = None
+    """The principal as recorded with the request (subject, tenant, roles, scopes, client_id)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,331 @@
+"""The typed events of the log: one pydantic model per type, a shared envelope, and the hash chain."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+ENVELOPE_FIELDS: tuple[str, ...] = (
+    "event_id",
+    "seq",
+    "type",
+    "schema_version",
+    "occurred_at",
+    "producer",
+    "run_id",
+    "tool_call_id",
+    "approval_id",
+    "capability_id",
+    "capability_version",
+    "policy_version",
+    "correlation_id",
+    "causation_id",
+    "tenant",
+    "payload",
+    "prev_hash",
+    "hash",
+)
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON spelling that hashes are computed over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def compute_hash(envelope: dict[str, Any]) -> str:
+    """sha256 over every envelope field except `hash` itself (seq and prev_hash included)."""
+    body = {name: envelope[name] for name in ENVELOPE_FIELDS if name != "hash"}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def format_ts(moment: datetime) -> str:
+    """ISO-8601 UTC with microseconds and `Z`, so timestamps sort as strings."""
+    if moment.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Payload(BaseModel):
+    # Unknown fields survive a read so an older replica can replay a newer replica's events.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class RunStarted(Payload):
+    tenant: str
+    subject: str
+    implicit: bool = False
+
+
+class ToolCallRequested(Payload):
+    tool_name: str
+    subject: str
+    arguments: dict[str, Any]
+    action_hash: str
+    idempotency_key: str
+    key_source: Literal["client", "derived"]
+    claims_key: bool
+    supersedes: str | None = None
+    """The tool_call_id whose claim on the key this call takes over (a derived key past its window)."""
+    principal: dict[str, Any]
+    decision: dict[str, Any]
+    effect_class: str
+    summary: str
+    external_request_id: str
+    dedupe_window_s: int
+
+
+class ToolCallDenied(Payload):
+    reason: str
+    rule_id: str | None = None
+    message: str | None = None
+    detail: str | None = None
+    existing_tool_call_id: str | None = None
+    """For `idempotency_conflict`: the call that holds the key."""
+
+
+class ApprovalRequired(Payload):
+    approval_id: str
+    approver_role: str
+    expires_at: str
+    requester_may_approve: bool
+    action_hash: str
+    requester: str
+
+
+class ApprovalDecided(Payload):
+    decided_by: str
+    reason: str | None = None
+
+
+class ApprovalExpired(Payload):
+    reason: str = "expired"
+
+
+class ToolCallDispatching(Payload):
+    attempt: int
+    idempotency_key: str
+    external_request_id: str
+
+
+class ToolCallCompleted(Payload):
+    result: dict[str, Any] | None = None
+    external_request_id: str | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallFailed(Payload):
+    error: str | None = None
+    detail: str | None = None
+    result: dict[str, Any] | None = None
+
+
+class ToolCallResultUnknown(Payload):
+    error: str | None = None
+    detail: str | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    reconciliation: str = "pending"
+
+
+class ReconciliationStarted(Payload):
+    method: str
+    attempt: int = 1
+
+
+class ReconciliationResolved(Payload):
+    verdict: Literal["confirmed_success", "confirmed_failure"]
+    result: dict[str, Any] | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    detail: str | None = None
+
+
+class ReconciliationEscalated(Payload):
+    reason: str
+    detail: str | None = None
+
+
+class BudgetExceeded(Payload):
+    budget: str
+    limit: float
+    used: float
+    detail: str | None = None
+
+
+class LoopDetected(Payload):
+    action_hash: str
+    count: int
+    window_s: int
+    detail: str | None = None
+
+
+class Envelope(BaseModel):
+    """Fields every event carries; `seq`, `prev_hash` and `hash` are set when the event is appended."""
+
+    model_config = ConfigDict(frozen=True)
+
+    event_id: str = Field(default_factory=new_event_id)
+    seq: int = 0
+    schema_version: int = SCHEMA_VERSION
+    occurred_at: str
+    producer: str
+    run_id: str | None = None
+    tool_call_id: str | None = None
+    approval_id: str | None = None
+    capability_id: str | None = None
+    capability_version: str | None = None
+    policy_version: str | None = None
+    correlation_id: str | None = None
+    causation_id: str | None = None
+    tenant: str | None = None
+    prev_hash: str = ""
+    hash: str = ""
+
+    def envelope(self) -> dict[str, Any]:
+        """The event as the plain dict that is hashed, stored and exported."""
+        return self.model_dump(mode="json")
+
+    def sealed(self, seq: int, prev_hash: str) -> Self:
+        """A copy placed at `seq` after `prev_hash`, with its hash computed."""
+        placed = self.model_copy(update={"seq": seq, "prev_hash": prev_hash, "hash": ""})
+        return placed.model_copy(update={"hash": compute_hash(placed.envelope())})
+
+
+class RunStartedEvent(Envelope):
+    type: Literal["run.started"] = "run.started"
+    payload: RunStarted
+
+
+class ToolCallRequestedEvent(Envelope):
+    type: Literal["tool_call.requested"] = "tool_call.requested"
+    payload: ToolCallRequested
+
+
+class ToolCallDeniedEvent(Envelope):
+    type: Literal["tool_call.denied"] = "tool_call.denied"
+    payload: ToolCallDenied
+
+
+class ApprovalRequiredEvent(Envelope):
+    type: Literal["approval.required"] = "approval.required"
+    payload: ApprovalRequired
+
+
+class ApprovalGrantedEvent(Envelope):
+    type: Literal["approval.granted"] = "approval.granted"
+    payload: ApprovalDecided
+
+
+class ApprovalRejectedEvent(Envelope):
+    type: Literal["approval.rejected"] = "approval.rejected"
+    payload: ApprovalDecided
+
+
+class ApprovalExpiredEvent(Envelope):
+    type: Literal["approval.expired"] = "approval.expired"
+    payload: ApprovalExpired
+
+
+class ToolCallDispatchingEvent(Envelope):
+    type: Literal["tool_call.dispatching"] = "tool_call.dispatching"
+    payload: ToolCallDispatching
+
+
+class ToolCallCompletedEvent(Envelope):
+    type: Literal["tool_call.completed"] = "tool_call.completed"
+    payload: ToolCallCompleted
+
+
+class ToolCallFailedEvent(Envelope):
+    type: Literal["tool_call.failed"] = "tool_call.failed"
+    payload: ToolCallFailed
+
+
+class ToolCallResultUnknownEvent(Envelope):
+    type: Literal["tool_call.result_unknown"] = "tool_call.result_unknown"
+    payload: ToolCallResultUnknown
+
+
+class ReconciliationStartedEvent(Envelope):
+    type: Literal["reconciliation.started"] = "reconciliation.started"
+    payload: ReconciliationStarted
+
+
+class ReconciliationResolvedEvent(Envelope):
+    type: Literal["reconciliation.resolved"] = "reconciliation.resolved"
+    payload: ReconciliationResolved
+
+
+class ReconciliationEscalatedEvent(Envelope):
+    type: Literal["reconciliation.escalated"] = "reconciliation.escalated"
+    payload: ReconciliationEscalated
+
+
+class BudgetExceededEvent(Envelope):
+    type: Literal["budget.exceeded"] = "budget.exceeded"
+    payload: BudgetExceeded
+
+
+class LoopDetectedEvent(Envelope):
+    type: Literal["loop.detected"] = "loop.detected"
+    payload: LoopDetected
+
+
+EVENT_TYPES: tuple[type[Envelope], ...] = (
+    RunStartedEvent,
+    ToolCallRequestedEvent,
+    ToolCallDeniedEvent,
+    ApprovalRequiredEvent,
+    ApprovalGrantedEvent,
+    ApprovalRejectedEvent,
+    ApprovalExpiredEvent,
+    ToolCallDispatchingEvent,
+    ToolCallCompletedEvent,
+    ToolCallFailedEvent,
+    ToolCallResultUnknownEvent,
+    ReconciliationStartedEvent,
+    ReconciliationResolvedEvent,
+    ReconciliationEscalatedEvent,
+    BudgetExceededEvent,
+    LoopDetectedEvent,
+)
+TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
+
+Event = Annotated[
+    RunStartedEvent
+    | ToolCallRequestedEvent
+    | ToolCallDeniedEvent
+    | ApprovalRequiredEvent
+    | ApprovalGrantedEvent
+    | ApprovalRejectedEvent
+    | ApprovalExpiredEvent
+    | ToolCallDispatchingEvent
+    | ToolCallCompletedEvent
+    | ToolCallFailedEvent
+    | ToolCallResultUnknownEvent
+    | ReconciliationStartedEvent
+    | ReconciliationResolvedEvent
+    | ReconciliationEscalatedEvent
+    | BudgetExceededEvent
+    | LoopDetectedEvent,
+    Field(discriminator="type"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(envelope: dict[str, Any]) -> Event:
+    """Validate a stored or exported envelope dict into its typed event model."""
+    return EVENT_ADAPTER.validate_python(envelope)

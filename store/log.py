@@ -1,0 +1,90 @@
+"""Appending to the hash-chained log under the head lock, and reading it back in pages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Row, insert, select, update
+
+from store import events as ev
+from store.model import StoredEvent, StoreError
+from store.projector import apply
+from store.schema import events, log_head
+
+PAGE_SIZE = 1000
+
+
+class Append:
+    """The events of one transaction: each is sealed onto the chain and projected as it is added.
+
+    Opening one takes the head lock, so every writer of every replica appends in one total order.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        # PostgreSQL: a row lock all writers queue on. SQLite: the IMMEDIATE transaction already
+        # holds the database's write lock and FOR UPDATE is not rendered.
+        head = conn.execute(
+            select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1).with_for_update()
+        ).one_or_none()
+        if head is None:
+            raise StoreError("the store is not migrated: run `writ store migrate`")
+        self._conn = conn
+        self._seq: int = head.last_seq
+        self._hash: str = head.last_hash
+        self._rows: list[dict[str, Any]] = []
+
+    def add(self, event: ev.Envelope) -> Any:
+        """Seal `event` at the next seq, project it, and return the sealed copy."""
+        sealed = event.sealed(self._seq + 1, self._hash)
+        apply(self._conn, sealed)
+        self._rows.append(row_of(sealed))
+        self._seq, self._hash = sealed.seq, sealed.hash
+        return sealed
+
+    def flush(self) -> None:
+        """Write the sealed events and move the head; the caller's transaction commits both."""
+        if not self._rows:
+            return
+        self._conn.execute(insert(events), self._rows)
+        self._conn.execute(
+            update(log_head).where(log_head.c.id == 1).values(last_seq=self._seq, last_hash=self._hash)
+        )
+        self._rows = []
+
+
+def row_of(event: ev.Envelope) -> dict[str, Any]:
+    """The events-table row of a sealed event; the payload is the canonical JSON that was hashed."""
+    envelope = event.envelope()
+    envelope["payload"] = ev.canonical_json(envelope["payload"])
+    return envelope
+
+
+def envelope_of(row: Row[Any]) -> dict[str, Any]:
+    """The envelope dict of a stored row, exactly as it was hashed."""
+    mapping = dict(row._mapping)
+    mapping["payload"] = json.loads(mapping["payload"])
+    return {name: mapping[name] for name in ev.ENVELOPE_FIELDS}
+
+
+def stored_event(row: Row[Any]) -> StoredEvent:
+    return StoredEvent(**envelope_of(row))
+
+
+def read_pages(
+    conn: Connection, *filters: ColumnElement[bool], after_seq: int = 0, limit: int | None = None
+) -> Iterator[Row[Any]]:
+    """Rows in seq order, fetched in keyset pages so a long log never sits in memory at once."""
+    remaining = limit
+    while remaining is None or remaining > 0:
+        size = PAGE_SIZE if remaining is None else min(PAGE_SIZE, remaining)
+        page = conn.execute(
+            select(events).where(events.c.seq > after_seq, *filters).order_by(events.c.seq).limit(size)
+        ).all()
+        yield from page
+        if len(page) < size:
+            return
+        after_seq = page[-1].seq
+        if remaining is not None:
+            remaining -= len(page)

@@ -1,0 +1,226 @@
+"""The one projector: folds each event into the projections, live and during rebuild alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, insert, update
+
+from store import events as ev
+from store.model import KeyClaimLost
+from store.schema import approvals, effect_ledger, runs, tool_calls
+
+
+def apply(conn: Connection, event: ev.Event) -> None:
+    """Bring the projections up to date with one appended event.
+
+    Raises:
+        KeyClaimLost: the event takes over a key that another call holds by now.
+    """
+    handler = _HANDLERS.get(event.type)
+    if handler is not None:
+        handler(conn, event)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else ev.canonical_json(value)
+
+
+def _update_call(conn: Connection, event: ev.Envelope, **values: Any) -> None:
+    conn.execute(
+        update(tool_calls)
+        .where(tool_calls.c.tool_call_id == event.tool_call_id)
+        .values(updated_at=ev.parse_ts(event.occurred_at), last_event_id=event.event_id, **values)
+    )
+
+
+def _update_approval(conn: Connection, event: ev.Envelope, **values: Any) -> None:
+    conn.execute(update(approvals).where(approvals.c.approval_id == event.approval_id).values(**values))
+
+
+def _run_started(conn: Connection, event: ev.RunStartedEvent) -> None:
+    conn.execute(
+        insert(runs).values(
+            run_id=event.run_id,
+            tenant=event.payload.tenant,
+            subject=event.payload.subject,
+            started_at=ev.parse_ts(event.occurred_at),
+            call_count=0,
+        )
+    )
+
+
+def _requested(conn: Connection, event: ev.ToolCallRequestedEvent) -> None:
+    p = event.payload
+    at = ev.parse_ts(event.occurred_at)
+    conn.execute(
+        insert(tool_calls).values(
+            tool_call_id=event.tool_call_id,
+            run_id=event.run_id,
+            tenant=event.tenant,
+            subject=p.subject,
+            principal=_json(p.principal),
+            tool_name=p.tool_name,
+            capability_id=event.capability_id or "",
+            capability_version=event.capability_version or "",
+            action_hash=p.action_hash,
+            idempotency_key=p.idempotency_key,
+            key_source=p.key_source,
+            status="requested",
+            verification_status="not_observed",
+            decision_effect=str(p.decision.get("effect", "deny")),
+            reason=p.decision.get("reason"),
+            policy_version=event.policy_version or "",
+            arguments=_json(p.arguments),
+            summary=p.summary,
+            effect_class=p.effect_class,
+            external_request_id=p.external_request_id,
+            attempts=0,
+            dedupe_window_s=p.dedupe_window_s,
+            correlation_id=event.correlation_id,
+            last_event_id=event.event_id,
+            created_at=at,
+            updated_at=at,
+        )
+    )
+    conn.execute(update(runs).where(runs.c.run_id == event.run_id).values(call_count=runs.c.call_count + 1))
+    if not p.claims_key:
+        return
+    claim = {
+        "tool_call_id": event.tool_call_id,
+        "action_hash": p.action_hash,
+        "key_source": p.key_source,
+        "claimed_at": at,
+    }
+    if p.supersedes is None:
+        # A second claimant fails here on the primary key: uniqueness lives in the database.
+        conn.execute(
+            insert(effect_ledger).values(tenant=event.tenant, idempotency_key=p.idempotency_key, **claim)
+        )
+        return
+    taken = conn.execute(
+        update(effect_ledger)
+        .where(
+            effect_ledger.c.tenant == event.tenant,
+            effect_ledger.c.idempotency_key == p.idempotency_key,
+            effect_ledger.c.tool_call_id == p.supersedes,
+        )
+        .values(**claim)
+    )
+    if taken.rowcount != 1:
+        raise KeyClaimLost(f"key {p.idempotency_key!r} is no longer held by call {p.supersedes}")
+
+
+def _denied(conn: Connection, event: ev.ToolCallDeniedEvent) -> None:
+    p = event.payload
+    _update_call(
+        conn,
+        event,
+        status="denied",
+        decision_effect="deny",
+        reason=p.reason,
+        error=p.message or p.detail,
+    )
+
+
+def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent) -> None:
+    p = event.payload
+    conn.execute(
+        insert(approvals).values(
+            approval_id=p.approval_id,
+            tool_call_id=event.tool_call_id,
+            tenant=event.tenant,
+            status="awaiting_approval",
+            requester=p.requester,
+            approver_role=p.approver_role,
+            requester_may_approve=p.requester_may_approve,
+            action_hash=p.action_hash,
+            expires_at=ev.parse_ts(p.expires_at),
+            created_at=ev.parse_ts(event.occurred_at),
+        )
+    )
+    _update_call(conn, event, status="approval_pending", approval_id=p.approval_id)
+
+
+def _approval_decided(status: str) -> Callable[[Connection, Any], None]:
+    def handle(conn: Connection, event: ev.ApprovalGrantedEvent | ev.ApprovalRejectedEvent) -> None:
+        at = ev.parse_ts(event.occurred_at)
+        p = event.payload
+        _update_approval(conn, event, status=status, decided_by=p.decided_by, decided_at=at, reason=p.reason)
+        _update_call(conn, event, status=status)
+
+    return handle
+
+
+def _approval_expired(conn: Connection, event: ev.ApprovalExpiredEvent) -> None:
+    at = ev.parse_ts(event.occurred_at)
+    _update_approval(conn, event, status="expired", decided_at=at, reason=event.payload.reason)
+    _update_call(conn, event, status="expired")
+
+
+def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent) -> None:
+    p = event.payload
+    _update_call(
+        conn, event, status="dispatching", attempts=p.attempt, external_request_id=p.external_request_id
+    )
+
+
+def _completed(conn: Connection, event: ev.ToolCallCompletedEvent) -> None:
+    _update_call(
+        conn,
+        event,
+        status="completed",
+        verification_status="not_observed",
+        result=_json(event.payload.result),
+        error=None,
+    )
+
+
+def _failed(conn: Connection, event: ev.ToolCallFailedEvent) -> None:
+    p = event.payload
+    _update_call(conn, event, status="failed", result=_json(p.result), error=p.error)
+
+
+def _result_unknown(conn: Connection, event: ev.ToolCallResultUnknownEvent) -> None:
+    _update_call(
+        conn, event, status="result_unknown", verification_status="pending", error=event.payload.error
+    )
+
+
+def _reconciliation_started(conn: Connection, event: ev.ReconciliationStartedEvent) -> None:
+    _update_call(conn, event, verification_status="pending")
+
+
+def _reconciliation_resolved(conn: Connection, event: ev.ReconciliationResolvedEvent) -> None:
+    p = event.payload
+    values: dict[str, Any] = {
+        "status": "completed" if p.verdict == "confirmed_success" else "failed",
+        "verification_status": p.verdict,
+    }
+    if p.result is not None:
+        values["result"] = _json(p.result)
+    _update_call(conn, event, **values)
+
+
+def _reconciliation_escalated(conn: Connection, event: ev.ReconciliationEscalatedEvent) -> None:
+    _update_call(conn, event, verification_status="inconclusive")
+
+
+# budget.exceeded and loop.detected are judgment facts with no projection of their own.
+_HANDLERS: dict[str, Callable[[Connection, Any], None]] = {
+    "run.started": _run_started,
+    "tool_call.requested": _requested,
+    "tool_call.denied": _denied,
+    "approval.required": _approval_required,
+    "approval.granted": _approval_decided("approved"),
+    "approval.rejected": _approval_decided("rejected"),
+    "approval.expired": _approval_expired,
+    "tool_call.dispatching": _dispatching,
+    "tool_call.completed": _completed,
+    "tool_call.failed": _failed,
+    "tool_call.result_unknown": _result_unknown,
+    "reconciliation.started": _reconciliation_started,
+    "reconciliation.resolved": _reconciliation_resolved,
+    "reconciliation.escalated": _reconciliation_escalated,
+}

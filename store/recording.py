@@ -1,0 +1,269 @@
+"""What each write records: the events of admitting, refusing and settling a call, inside one transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from store import events as ev
+from store.log import Append
+from store.model import (
+    IN_FLIGHT_STATUSES,
+    Admission,
+    CallRequest,
+    CallView,
+    NotFound,
+    OutcomeRecord,
+    RefusalRequest,
+    StaleLease,
+    StoreError,
+)
+from store.schema import effect_ledger, runs, tool_calls
+from store.views import call_view, load_call
+
+
+def admit(conn: Connection, req: CallRequest) -> Admission:
+    """Record a call's intent and decision, claiming its idempotency key unless another call holds it."""
+    log = Append(conn)
+    # After the head lock, so under PostgreSQL's read committed this statement sees every earlier claim.
+    lookup = conn.execute(
+        select(
+            select(runs.c.tenant).where(runs.c.run_id == req.run_id).scalar_subquery().label("run_tenant"),
+            _ledger(effect_ledger.c.tool_call_id, req).label("holder"),
+            _ledger(effect_ledger.c.action_hash, req).label("holder_hash"),
+        )
+    ).one()
+    _check_run_tenant(req.run_id, lookup.run_tenant, req.tenant)
+    supersedes: str | None = None
+    if lookup.holder is not None:
+        existing = load_call(conn, lookup.holder)
+        if existing is None:
+            raise StoreError(f"effect ledger names call {lookup.holder}, which has no projection row")
+        if lookup.holder_hash != req.action_hash:
+            call = _record_conflict(conn, log, req, existing, run_is_new=lookup.run_tenant is None)
+            return Admission("conflict", call=call, existing=existing)
+        if req.key_source == "client" or _joinable(existing, req):
+            return Admission("joined", call=existing)
+        supersedes = existing.tool_call_id
+    _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None)
+    log.flush()
+    return Admission("new", call=_reload(conn, req.tool_call_id))
+
+
+def refuse(conn: Connection, req: RefusalRequest) -> CallView:
+    """Record a call refused before it could claim a key: requested, then denied."""
+    log = Append(conn)
+    run_tenant = conn.execute(select(runs.c.tenant).where(runs.c.run_id == req.run_id)).scalar_one_or_none()
+    _check_run_tenant(req.run_id, run_tenant, req.tenant)
+    base = _base(req)
+    if run_tenant is None:
+        _add_run_started(log, req, base)
+    decision = {
+        "effect": "deny",
+        "reason": req.reason,
+        "policy_version": req.policy_version,
+        "rule_id": None,
+        "approval": None,
+        "message": req.detail,
+    }
+    requested = log.add(
+        ev.ToolCallRequestedEvent(
+            **base, tool_call_id=req.tool_call_id, payload=_requested(req, decision, claims_key=False)
+        )
+    )
+    denied = ev.ToolCallDenied(reason=req.reason, detail=req.detail)
+    log.add(
+        ev.ToolCallDeniedEvent(
+            **base, tool_call_id=req.tool_call_id, causation_id=requested.event_id, payload=denied
+        )
+    )
+    log.flush()
+    return _reload(conn, req.tool_call_id)
+
+
+def record_outcome(
+    conn: Connection, tool_call_id: str, outcome: OutcomeRecord, *, now: datetime, producer: str
+) -> CallView:
+    """Record what the executor observed for a call this writer dispatched.
+
+    Raises:
+        NotFound: no such call.
+        StaleLease: the call is not `dispatching`, so this writer no longer owns it.
+    """
+    log = Append(conn)
+    row = conn.execute(select(tool_calls).where(tool_calls.c.tool_call_id == tool_call_id)).one_or_none()
+    if row is None:
+        raise NotFound(f"no tool call {tool_call_id}")
+    call = call_view(row)
+    if call.status != "dispatching":
+        raise StaleLease(
+            f"call {tool_call_id} is {call.status}, not dispatching: its outcome is already recorded "
+            "or it was never dispatched"
+        )
+    envelope: dict[str, Any] = {
+        "occurred_at": ev.format_ts(now),
+        "producer": producer,
+        "run_id": call.run_id,
+        "tool_call_id": call.tool_call_id,
+        "approval_id": call.approval_id,
+        "capability_id": call.capability_id,
+        "capability_version": call.capability_version,
+        "policy_version": call.policy_version,
+        "correlation_id": call.correlation_id,
+        "causation_id": row.last_event_id,
+        "tenant": call.tenant,
+    }
+    result = dict(outcome.result) if outcome.result is not None else None
+    event: ev.Envelope
+    if outcome.kind == "completed":
+        payload = ev.ToolCallCompleted(
+            result=result, external_request_id=outcome.external_request_id, evidence=dict(outcome.evidence)
+        )
+        event = ev.ToolCallCompletedEvent(**envelope, payload=payload)
+    elif outcome.kind == "failed":
+        failed = ev.ToolCallFailed(error=outcome.error, detail=outcome.detail, result=result)
+        event = ev.ToolCallFailedEvent(**envelope, payload=failed)
+    else:
+        unknown = ev.ToolCallResultUnknown(
+            error=outcome.error, detail=outcome.detail, evidence=dict(outcome.evidence)
+        )
+        event = ev.ToolCallResultUnknownEvent(**envelope, payload=unknown)
+    log.add(event)
+    log.flush()
+    return _reload(conn, tool_call_id)
+
+
+def _ledger(column: Any, req: CallRequest) -> Any:
+    return (
+        select(column)
+        .where(effect_ledger.c.tenant == req.tenant, effect_ledger.c.idempotency_key == req.idempotency_key)
+        .scalar_subquery()
+    )
+
+
+def _check_run_tenant(run_id: str, run_tenant: str | None, tenant: str) -> None:
+    if run_tenant is not None and run_tenant != tenant:
+        raise StoreError(f"run {run_id} belongs to another tenant")
+
+
+def _joinable(existing: CallView, req: CallRequest) -> bool:
+    # A derived key only stands for "the same call again, soon": in flight, or completed inside the window.
+    if existing.status in IN_FLIGHT_STATUSES:
+        return True
+    window = timedelta(seconds=req.dedupe_window_s)
+    return existing.status == "completed" and req.now - existing.created_at < window
+
+
+def _base(req: CallRequest | RefusalRequest) -> dict[str, Any]:
+    return {
+        "occurred_at": ev.format_ts(req.now),
+        "producer": req.producer,
+        "run_id": req.run_id,
+        "capability_id": req.capability_id,
+        "capability_version": req.capability_version,
+        "policy_version": req.policy_version,
+        "correlation_id": req.correlation_id,
+        "tenant": req.tenant,
+    }
+
+
+def _add_run_started(log: Append, req: CallRequest | RefusalRequest, base: dict[str, Any]) -> None:
+    payload = ev.RunStarted(tenant=req.tenant, subject=req.subject, implicit=req.run_is_new_hint)
+    log.add(ev.RunStartedEvent(**base, payload=payload))
+
+
+def _requested(
+    req: CallRequest | RefusalRequest, decision: dict[str, Any], *, claims_key: bool, **extra: Any
+) -> ev.ToolCallRequested:
+    return ev.ToolCallRequested(
+        tool_name=req.tool_name,
+        subject=req.subject,
+        arguments=dict(req.arguments),
+        action_hash=req.action_hash,
+        idempotency_key=req.idempotency_key,
+        key_source=req.key_source,
+        claims_key=claims_key,
+        principal=dict(req.principal),
+        decision=decision,
+        **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},
+    )
+
+
+def _call_requested(
+    req: CallRequest, *, claims_key: bool, supersedes: str | None = None
+) -> ev.ToolCallRequested:
+    return _requested(
+        req,
+        dict(req.decision),
+        claims_key=claims_key,
+        supersedes=supersedes,
+        effect_class=req.effect_class,
+        summary=req.summary,
+        external_request_id=req.external_request_id,
+        dedupe_window_s=req.dedupe_window_s,
+    )
+
+
+def _record_new(log: Append, req: CallRequest, *, supersedes: str | None, run_is_new: bool) -> None:
+    base = _base(req)
+    if run_is_new:
+        _add_run_started(log, req, base)
+    call = {**base, "tool_call_id": req.tool_call_id}
+    payload = _call_requested(req, claims_key=True, supersedes=supersedes)
+    requested = log.add(ev.ToolCallRequestedEvent(**call, payload=payload))
+    call["causation_id"] = requested.event_id
+    effect = req.decision.get("effect")
+    if effect == "deny":
+        denied = ev.ToolCallDenied(
+            reason=str(req.decision.get("reason") or "denied"),
+            rule_id=req.decision.get("rule_id"),
+            message=req.decision.get("message"),
+        )
+        log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
+    elif effect == "require_approval":
+        if req.approval_id is None or req.approval_expires_at is None:
+            raise StoreError("a require_approval decision needs approval_id and approval_expires_at")
+        approval = req.decision.get("approval") or {}
+        required = ev.ApprovalRequired(
+            approval_id=req.approval_id,
+            approver_role=str(approval.get("approver_role", "")),
+            expires_at=ev.format_ts(req.approval_expires_at),
+            requester_may_approve=bool(approval.get("requester_may_approve", False)),
+            action_hash=req.action_hash,
+            requester=req.subject,
+        )
+        log.add(ev.ApprovalRequiredEvent(**call, approval_id=req.approval_id, payload=required))
+    elif effect == "allow":
+        dispatching = ev.ToolCallDispatching(
+            attempt=1, idempotency_key=req.idempotency_key, external_request_id=req.external_request_id
+        )
+        log.add(ev.ToolCallDispatchingEvent(**call, payload=dispatching))
+    else:
+        raise StoreError(f"unknown decision effect {effect!r}")
+
+
+def _record_conflict(
+    conn: Connection, log: Append, req: CallRequest, existing: CallView, *, run_is_new: bool
+) -> CallView:
+    base = _base(req)
+    if run_is_new:
+        _add_run_started(log, req, base)
+    call = {**base, "tool_call_id": req.tool_call_id}
+    requested = log.add(ev.ToolCallRequestedEvent(**call, payload=_call_requested(req, claims_key=False)))
+    denied = ev.ToolCallDenied(
+        reason="idempotency_conflict",
+        message=f"idempotency key is held by call {existing.tool_call_id} with a different action",
+        existing_tool_call_id=existing.tool_call_id,
+    )
+    log.add(ev.ToolCallDeniedEvent(**call, causation_id=requested.event_id, payload=denied))
+    log.flush()
+    return _reload(conn, req.tool_call_id)
+
+
+def _reload(conn: Connection, tool_call_id: str) -> CallView:
+    call = load_call(conn, tool_call_id)
+    if call is None:
+        raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
+    return call

@@ -1,0 +1,170 @@
+"""The tables: the append-only log, its head, and the projections rebuilt from it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.types import TypeEngine
+
+from store.events import format_ts, parse_ts
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend: timestamptz on PostgreSQL, sortable ISO text on SQLite."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(32))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if dialect.name == "sqlite":
+            return format_ts(value)
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return parse_ts(value)
+        return value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+events = Table(
+    "events",
+    metadata,
+    # Assigned from log_head under its lock, never by a sequence: a sequence can leave gaps.
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("event_id", String(64), nullable=False, unique=True),
+    Column("type", String(64), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("occurred_at", String(32), nullable=False),
+    Column("producer", String(128), nullable=False),
+    Column("run_id", String(128)),
+    Column("tool_call_id", String(128)),
+    Column("approval_id", String(128)),
+    Column("capability_id", String(256)),
+    Column("capability_version", String(64)),
+    Column("policy_version", String(128)),
+    Column("correlation_id", String(256)),
+    Column("causation_id", String(64)),
+    Column("tenant", String(128)),
+    # Canonical JSON text, not a JSON type, so the bytes that were hashed are the bytes read back.
+    Column("payload", Text, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index("ix_events_run_id", "run_id"),
+    Index("ix_events_tool_call_id", "tool_call_id"),
+    Index("ix_events_tenant", "tenant"),
+)
+
+log_head = Table(
+    "log_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("last_hash", String(64), nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(128), primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("subject", String(256), nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("call_count", Integer, nullable=False),
+)
+
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column("tool_call_id", String(128), primary_key=True),
+    Column("run_id", String(128), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("subject", String(256), nullable=False),
+    Column("principal", Text, nullable=False),
+    Column("tool_name", String(256), nullable=False),
+    Column("capability_id", String(256), nullable=False),
+    Column("capability_version", String(64), nullable=False),
+    Column("action_hash", String(128), nullable=False),
+    Column("idempotency_key", String(256), nullable=False),
+    Column("key_source", String(16), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("verification_status", String(32), nullable=False),
+    Column("decision_effect", String(32), nullable=False),
+    Column("reason", String(256)),
+    Column("policy_version", String(128), nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("effect_class", String(32), nullable=False),
+    Column("external_request_id", String(256), nullable=False),
+    Column("approval_id", String(128)),
+    Column("result", Text),
+    Column("error", Text),
+    Column("attempts", Integer, nullable=False),
+    Column("dedupe_window_s", Integer, nullable=False),
+    Column("correlation_id", String(256)),
+    # Lets an outcome name its cause without reading the log.
+    Column("last_event_id", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_tool_calls_tenant_status", "tenant", "status"),
+    Index("ix_tool_calls_run_id", "run_id"),
+    Index("ix_tool_calls_created_at", "created_at"),
+)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("approval_id", String(128), primary_key=True),
+    Column("tool_call_id", String(128), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("requester", String(256), nullable=False),
+    Column("approver_role", String(128), nullable=False),
+    Column("requester_may_approve", Boolean, nullable=False),
+    Column("action_hash", String(128), nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("decided_by", String(256)),
+    Column("decided_at", UTCDateTime),
+    Column("reason", Text),
+    Index("ix_approvals_tenant_status", "tenant", "status"),
+)
+
+# The uniqueness of (tenant, idempotency_key) is what refuses a second dispatch.
+effect_ledger = Table(
+    "effect_ledger",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("idempotency_key", String(256), primary_key=True),
+    Column("tool_call_id", String(128), nullable=False),
+    Column("action_hash", String(128), nullable=False),
+    Column("key_source", String(16), nullable=False),
+    Column("claimed_at", UTCDateTime, nullable=False),
+)
+
+PROJECTION_TABLES: tuple[Table, ...] = (runs, tool_calls, approvals, effect_ledger)

@@ -1,0 +1,254 @@
+"""The Store: one transaction per public write, errors translated once, reads from the projections."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, delete, exc, select, text
+
+from store import audit, recording
+from store.db import READ_ONLY, create_store_engine
+from store.events import parse_event
+from store.log import PAGE_SIZE, Append, envelope_of, read_pages, stored_event
+from store.model import (
+    Admission,
+    ApprovalView,
+    AuditReport,
+    CallRequest,
+    CallView,
+    KeyClaimLost,
+    OutcomeRecord,
+    RefusalRequest,
+    StoredEvent,
+    StoreError,
+    Unavailable,
+)
+from store.projector import apply
+from store.schema import PROJECTION_TABLES, approvals, effect_ledger, events, runs, tool_calls
+from store.views import approval_view, call_view, load_approval, load_call
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+T = TypeVar("T")
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    # The one place where database errors become this package's errors.
+    try:
+        yield
+    except StoreError:
+        raise
+    except exc.IntegrityError as error:
+        raise StoreError(f"write refused by a database constraint: {error.orig}") from error
+    except exc.OperationalError as error:
+        raise Unavailable(f"database unavailable: {error.orig}") from error
+    except exc.SQLAlchemyError as error:
+        raise StoreError(f"database error: {error}") from error
+
+
+def _aware(moment: datetime) -> None:
+    if moment.tzinfo is None:
+        raise ValueError("the store records timezone-aware datetimes only")
+
+
+class Store:
+    """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @classmethod
+    def open(cls, url: str, *, durable: bool = True) -> Store:
+        """Connect lazily to `sqlite:///path` or `postgresql://...`; `durable=False` relaxes SQLite fsyncs."""
+        return cls(create_store_engine(url, durable=durable))
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    # -- schema -------------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Upgrade the schema to the newest revision; running it again changes nothing."""
+        with _translated(), self._engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Replicas starting together must not both create the tables.
+                lock = text("SELECT pg_advisory_xact_lock(hashtext(current_schema() || :name))")
+                conn.execute(lock, {"name": "/writ-migrate"})
+            config = self._alembic_config()
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+    def is_migrated(self) -> bool:
+        """Whether the database is at the newest schema revision."""
+        head = ScriptDirectory.from_config(self._alembic_config()).get_current_head()
+        with self._read() as conn:
+            return MigrationContext.configure(conn).get_current_revision() == head
+
+    @staticmethod
+    def _alembic_config() -> Config:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        return config
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def admit(self, req: CallRequest) -> Admission:
+        """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
+        _aware(req.now)
+        return self._write_retrying(lambda conn: recording.admit(conn, req))
+
+    def refuse(self, req: RefusalRequest) -> CallView:
+        """Record a call refused before it could claim a key (requested + denied)."""
+        _aware(req.now)
+        return self._write_retrying(lambda conn: recording.refuse(conn, req))
+
+    def record_outcome(
+        self, tool_call_id: str, outcome: OutcomeRecord, *, now: datetime, producer: str = "writ-gateway"
+    ) -> CallView:
+        """Record the observed outcome of a dispatching call.
+
+        Raises:
+            NotFound: no such call.
+            StaleLease: the call is not `dispatching` (already settled, or never dispatched).
+        """
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return recording.record_outcome(conn, tool_call_id, outcome, now=now, producer=producer)
+
+    def rebuild(self) -> int:
+        """Wipe the projections and effect ledger and replay the whole log; returns events replayed."""
+        with _translated(), self._engine.begin() as conn:
+            Append(conn)  # holds the head lock so no write lands halfway through the replay
+            for table in PROJECTION_TABLES:
+                conn.execute(delete(table))
+            replayed = 0
+            for row in read_pages(conn):
+                apply(conn, parse_event(envelope_of(row)))
+                replayed += 1
+            return replayed
+
+    def _write_retrying(self, work: Callable[[Connection], T]) -> T:
+        # A unique-key conflict means a concurrent claim won; the second attempt sees it and joins.
+        with _translated():
+            for attempt in range(2):
+                try:
+                    with self._engine.begin() as conn:
+                        return work(conn)
+                except (exc.IntegrityError, KeyClaimLost):
+                    if attempt == 1:
+                        raise
+        raise AssertionError("unreachable")
+
+    # -- reads --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with _translated(), self._engine.connect() as conn:
+            conn.execution_options(**{READ_ONLY: True})
+            if conn.dialect.name == "postgresql":
+                # One snapshot for multi-statement reads such as the audit walk.
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+
+    def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None:
+        """The call's current state; with `tenant`, only if the call belongs to that tenant."""
+        with self._read() as conn:
+            return load_call(conn, tool_call_id, tenant)
+
+    def find_call_by_key(self, tenant: str, idempotency_key: str) -> CallView | None:
+        """The call that currently holds `idempotency_key` in `tenant`."""
+        query = (
+            select(tool_calls)
+            .join(effect_ledger, effect_ledger.c.tool_call_id == tool_calls.c.tool_call_id)
+            .where(effect_ledger.c.tenant == tenant, effect_ledger.c.idempotency_key == idempotency_key)
+        )
+        with self._read() as conn:
+            row = conn.execute(query).one_or_none()
+            return None if row is None else call_view(row)
+
+    def run_call_count(self, run_id: str, tenant: str) -> int:
+        """Calls recorded in the run so far (0 for an unknown run or another tenant's run)."""
+        query = select(runs.c.call_count).where(runs.c.run_id == run_id, runs.c.tenant == tenant)
+        with self._read() as conn:
+            return conn.execute(query).scalar_one_or_none() or 0
+
+    def list_calls(
+        self, *, tenant: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[CallView]:
+        """The newest calls first, optionally of one tenant and/or one status."""
+        query = select(tool_calls).order_by(tool_calls.c.created_at.desc(), tool_calls.c.tool_call_id)
+        if tenant is not None:
+            query = query.where(tool_calls.c.tenant == tenant)
+        if status is not None:
+            query = query.where(tool_calls.c.status == status)
+        with self._read() as conn:
+            return [call_view(row) for row in conn.execute(query.limit(limit))]
+
+    def events(
+        self,
+        *,
+        run_id: str | None = None,
+        tool_call_id: str | None = None,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[StoredEvent]:
+        """Events in seq order, filtered by run, call and/or tenant."""
+        filters: list[Any] = []
+        if run_id is not None:
+            filters.append(events.c.run_id == run_id)
+        if tool_call_id is not None:
+            filters.append(events.c.tool_call_id == tool_call_id)
+        if tenant is not None:
+            filters.append(events.c.tenant == tenant)
+        with self._read() as conn:
+            return [stored_event(row) for row in read_pages(conn, *filters, after_seq=after_seq, limit=limit)]
+
+    def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None:
+        with self._read() as conn:
+            return load_approval(conn, approval_id, tenant)
+
+    def list_approvals(self, *, tenant: str | None = None, status: str | None = None) -> list[ApprovalView]:
+        """Approvals oldest first, optionally of one tenant and/or one status."""
+        query = select(approvals).order_by(approvals.c.created_at, approvals.c.approval_id)
+        if tenant is not None:
+            query = query.where(approvals.c.tenant == tenant)
+        if status is not None:
+            query = query.where(approvals.c.status == status)
+        with self._read() as conn:
+            return [approval_view(row) for row in conn.execute(query)]
+
+    def verify(self) -> AuditReport:
+        """Check the hash chain end to end against the head; names the first bad seq."""
+        with self._read() as conn:
+            return audit.verify(conn)
+
+    def export(self) -> Iterator[dict[str, Any]]:
+        """Every event as its envelope dict, in seq order, one short read per page."""
+        after_seq = 0
+        while True:
+            with self._read() as conn:
+                page = list(read_pages(conn, after_seq=after_seq, limit=PAGE_SIZE))
+            yield from (envelope_of(row) for row in page)
+            if len(page) < PAGE_SIZE:
+                return
+            after_seq = page[-1].seq

@@ -1,0 +1,82 @@
+"""Reading projection rows back as the store's frozen view dataclasses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from store.model import ApprovalView, CallView
+from store.schema import approvals, tool_calls
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def call_view(row: Row[Any]) -> CallView:
+    return CallView(
+        tool_call_id=row.tool_call_id,
+        run_id=row.run_id,
+        tenant=row.tenant,
+        subject=row.subject,
+        tool_name=row.tool_name,
+        capability_id=row.capability_id,
+        capability_version=row.capability_version,
+        action_hash=row.action_hash,
+        idempotency_key=row.idempotency_key,
+        key_source=row.key_source,
+        status=row.status,
+        verification_status=row.verification_status,
+        decision_effect=row.decision_effect,
+        reason=row.reason,
+        policy_version=row.policy_version,
+        arguments=_loads(row.arguments),
+        summary=row.summary,
+        external_request_id=row.external_request_id,
+        approval_id=row.approval_id,
+        result=_loads(row.result),
+        error=row.error,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        dedupe_window_s=row.dedupe_window_s,
+        attempts=row.attempts,
+        effect_class=row.effect_class,
+        correlation_id=row.correlation_id,
+        principal=_loads(row.principal),
+    )
+
+
+def approval_view(row: Row[Any]) -> ApprovalView:
+    return ApprovalView(
+        approval_id=row.approval_id,
+        tool_call_id=row.tool_call_id,
+        tenant=row.tenant,
+        status=row.status,
+        requester=row.requester,
+        approver_role=row.approver_role,
+        requester_may_approve=bool(row.requester_may_approve),
+        action_hash=row.action_hash,
+        expires_at=row.expires_at,
+        created_at=row.created_at,
+        decided_by=row.decided_by,
+        decided_at=row.decided_at,
+        reason=row.reason,
+    )
+
+
+def load_call(conn: Connection, tool_call_id: str, tenant: str | None = None) -> CallView | None:
+    query = select(tool_calls).where(tool_calls.c.tool_call_id == tool_call_id)
+    if tenant is not None:
+        query = query.where(tool_calls.c.tenant == tenant)
+    row = conn.execute(query).one_or_none()
+    return None if row is None else call_view(row)
+
+
+def load_approval(conn: Connection, approval_id: str, tenant: str | None = None) -> ApprovalView | None:
+    query = select(approvals).where(approvals.c.approval_id == approval_id)
+    if tenant is not None:
+        query = query.where(approvals.c.tenant == tenant)
+    row = conn.execute(query).one_or_none()
+    return None if row is None else approval_view(row)
