@@ -1,0 +1,87 @@
+"""Requests with sensible defaults, so each test states only what it is about."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from store import CallRequest, RefusalRequest
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+ALLOW: dict[str, Any] = {
+    "effect": "allow",
+    "reason": "within_limits",
+    "policy_version": "7",
+    "rule_id": "small-refunds",
+    "approval": None,
+    "message": None,
+}
+DENY: dict[str, Any] = {**ALLOW, "effect": "deny", "reason": "amount_over_limit", "rule_id": "max-refund"}
+REQUIRE_APPROVAL: dict[str, Any] = {
+    **ALLOW,
+    "effect": "require_approval",
+    "reason": "amount_over_100",
+    "approval": {"approver_role": "finance", "expires_in_s": 3600, "requester_may_approve": False},
+}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def call_request(**changes: Any) -> CallRequest:
+    """A refund call by alice of tenant acme, allowed by policy, with a client-supplied key."""
+    tenant = changes.get("tenant", "acme")
+    request = CallRequest(
+        tool_call_id=new_id("tc"),
+        run_id="run-1",
+        run_is_new_hint=False,
+        tenant=tenant,
+        subject="alice",
+        principal={"subject": "alice", "tenant": tenant, "roles": ["agent"], "scopes": [], "client_id": "c"},
+        tool_name="refund_order",
+        capability_id="refund-order",
+        capability_version="2",
+        arguments={"order": 1001, "amount": "250.00", "note": "späť"},
+        action_hash="action-a",
+        idempotency_key="key-1",
+        key_source="client",
+        dedupe_window_s=600,
+        decision=ALLOW,
+        policy_version="7",
+        effect_class="write",
+        summary="refund 250.00 EUR to order 1001",
+        external_request_id=new_id("ext"),
+        correlation_id=new_id("corr"),
+        now=NOW,
+    )
+    if changes.get("decision") is REQUIRE_APPROVAL:
+        changes.setdefault("approval_id", new_id("ap"))
+        changes.setdefault("approval_expires_at", changes.get("now", NOW) + timedelta(hours=1))
+    return dataclasses.replace(request, **changes)
+
+
+def refusal_request(**changes: Any) -> RefusalRequest:
+    request = RefusalRequest(
+        tool_call_id=new_id("tc"),
+        run_id="run-1",
+        run_is_new_hint=False,
+        tenant="acme",
+        subject="alice",
+        principal={"subject": "alice", "tenant": "acme"},
+        tool_name="refund_order",
+        capability_id="refund-order",
+        capability_version="2",
+        arguments={"order": "not-a-number"},
+        action_hash="action-bad",
+        idempotency_key="key-bad",
+        key_source="derived",
+        reason="invalid_arguments",
+        detail="order: 'not-a-number' is not of type 'integer'",
+        policy_version="7",
+        correlation_id=new_id("corr"),
+        now=NOW,
+    )
+    return dataclasses.replace(request, **changes)
