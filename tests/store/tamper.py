@@ -1,0 +1,92 @@
+"""Ways an attacker with write access to the database might alter the log behind the store's back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from store import Store
+from store.events import ToolCallDeniedEvent, ToolCallDenied, canonical_json
+from store.schema import events
+
+
+def rows(store: Store) -> list[dict[str, Any]]:
+    with store.engine.begin() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(events).order_by(events.c.seq))]
+
+
+def edit_payload(store: Store, seq: int) -> None:
+    row = next(r for r in rows(store) if r["seq"] == seq)
+    payload = json.loads(row["payload"])
+    payload["tampered"] = True
+    with store.engine.begin() as conn:
+        conn.execute(update(events).where(events.c.seq == seq).values(payload=canonical_json(payload)))
+
+
+def delete_event(store: Store, seq: int) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.seq == seq))
+
+
+def insert_forged_event(store: Store, seq: int) -> None:
+    """Shift every event from `seq` on up by one and put a well-formed, correctly chained event at `seq`."""
+    everything = rows(store)
+    previous = next(r for r in everything if r["seq"] == seq - 1)
+    moved = [r for r in everything if r["seq"] >= seq]
+    forged = ToolCallDeniedEvent(
+        occurred_at=previous["occurred_at"],
+        producer="attacker",
+        tool_call_id=previous["tool_call_id"],
+        tenant=previous["tenant"],
+        payload=ToolCallDenied(reason="forged"),
+    ).sealed(seq, previous["hash"])
+    forged_row = forged.envelope()
+    forged_row["payload"] = canonical_json(forged_row["payload"])
+    with store.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.seq >= seq))
+        conn.execute(insert(events), [forged_row, *({**r, "seq": r["seq"] + 1} for r in moved)])
+
+
+def append_forged_event(store: Store) -> None:
+    """Add a correctly chained event after the last one without moving the head."""
+    last = rows(store)[-1]
+    forged = ToolCallDeniedEvent(
+        occurred_at=last["occurred_at"], producer="attacker", payload=ToolCallDenied(reason="forged")
+    ).sealed(last["seq"] + 1, last["hash"])
+    forged_row = forged.envelope()
+    forged_row["payload"] = canonical_json(forged_row["payload"])
+    with store.engine.begin() as conn:
+        conn.execute(insert(events), [forged_row])
+
+
+def swap_events(store: Store, seq: int) -> None:
+    """Exchange the events at `seq` and `seq + 1`, each taking the other's position."""
+    everything = {r["seq"]: r for r in rows(store)}
+    first, second = everything[seq], everything[seq + 1]
+    with store.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.seq.in_([seq, seq + 1])))
+        conn.execute(insert(events), [{**second, "seq": seq}, {**first, "seq": seq + 1}])
+
+
+def delete_and_renumber(store: Store, seq: int) -> None:
+    """Remove the event at `seq` and close the gap by moving every later event down one."""
+    moved = [r for r in rows(store) if r["seq"] > seq]
+    with store.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.seq >= seq))
+        conn.execute(insert(events), [{**r, "seq": r["seq"] - 1} for r in moved])
+
+
+def rewrite_with_recomputed_hash(store: Store, seq: int) -> None:
+    """Edit an event and recompute its own hash, as an attacker who knows the hashing scheme would."""
+    from store.events import compute_hash
+
+    row = next(r for r in rows(store) if r["seq"] == seq)
+    envelope = {**row, "payload": {**json.loads(row["payload"]), "tampered": True}}
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(events)
+            .where(events.c.seq == seq)
+            .values(payload=canonical_json(envelope["payload"]), hash=compute_hash(envelope))
+        )

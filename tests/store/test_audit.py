@@ -1,0 +1,111 @@
+"""`verify` accepts an untouched log and names the first bad seq of a tampered one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from store import OutcomeRecord, Store
+from tests.store import tamper
+from tests.store.builders import DENY, NOW, call_request
+
+EVENTS = 9
+
+
+@pytest.fixture
+def logged(store: Store) -> Store:
+    """A log of nine events: three calls (allowed and completed, denied, allowed)."""
+    store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))  # seq 1-3
+    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"ok": True}), now=NOW)  # 4
+    store.admit(call_request(tool_call_id="tc-2", idempotency_key="k2", decision=DENY))  # 5-6
+    store.admit(
+        call_request(tool_call_id="tc-3", idempotency_key="k3", now=NOW + timedelta(seconds=1))
+    )  # 7-8
+    store.record_outcome("tc-3", OutcomeRecord(kind="unknown", error="timeout"), now=NOW)  # 9
+    assert len(store.events()) == EVENTS
+    return store
+
+
+def test_an_untouched_log_verifies(logged: Store) -> None:
+    report = logged.verify()
+
+    assert report.ok, report
+    assert report.events_checked == EVENTS
+    assert report.first_bad_seq is None
+
+
+def test_an_empty_log_verifies(store: Store) -> None:
+    assert store.verify().ok
+
+
+def test_the_chain_links_each_event_to_the_one_before(logged: Store) -> None:
+    chain = logged.events()
+
+    assert chain[0].prev_hash == "0" * 64
+    assert all(later.prev_hash == earlier.hash for earlier, later in zip(chain, chain[1:], strict=False))
+
+
+def test_an_edited_payload_is_reported_at_its_seq(logged: Store) -> None:
+    tamper.edit_payload(logged, 4)
+
+    report = logged.verify()
+
+    assert (report.ok, report.problem, report.first_bad_seq) == (False, "edited", 4)
+    assert report.events_checked == 3
+
+
+def test_a_deleted_event_in_the_middle_is_reported_at_its_seq(logged: Store) -> None:
+    tamper.delete_event(logged, 5)
+
+    report = logged.verify()
+
+    assert (report.problem, report.first_bad_seq) == ("deleted", 5)
+
+
+def test_a_deleted_last_event_is_reported_as_truncation_at_its_seq(logged: Store) -> None:
+    tamper.delete_event(logged, EVENTS)
+
+    report = logged.verify()
+
+    assert (report.problem, report.first_bad_seq) == ("truncated", EVENTS)
+
+
+def test_an_event_inserted_in_the_middle_is_reported_at_its_seq(logged: Store) -> None:
+    tamper.insert_forged_event(logged, 6)
+
+    report = logged.verify()
+
+    assert (report.problem, report.first_bad_seq) == ("inserted", 6)
+
+
+def test_an_event_appended_behind_the_heads_back_is_reported(logged: Store) -> None:
+    tamper.append_forged_event(logged)
+
+    report = logged.verify()
+
+    assert (report.problem, report.first_bad_seq) == ("inserted", EVENTS + 1)
+
+
+def test_two_swapped_events_are_reported_as_reordered_at_the_first(logged: Store) -> None:
+    tamper.swap_events(logged, 3)
+
+    report = logged.verify()
+
+    assert (report.problem, report.first_bad_seq) == ("reordered", 3)
+
+
+def test_a_deletion_hidden_by_renumbering_is_reported_at_the_gap(logged: Store) -> None:
+    tamper.delete_and_renumber(logged, 5)
+
+    report = logged.verify()
+
+    assert (report.problem, report.first_bad_seq) == ("deleted", 5)
+
+
+def test_an_edit_with_a_recomputed_hash_breaks_the_chain_at_the_edited_event(logged: Store) -> None:
+    tamper.rewrite_with_recomputed_hash(logged, 4)
+
+    report = logged.verify()
+
+    assert (report.problem, report.first_bad_seq) == ("broken_chain", 4)
