@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 
 from store import Store
-from store.events import ToolCallDeniedEvent, ToolCallDenied, canonical_json
+from store.events import ToolCallDenied, ToolCallDeniedEvent, canonical_json
 from store.schema import events
 
 
