@@ -200,3 +200,13 @@ def test_a_refusal_is_recorded_as_requested_then_denied_without_claiming_the_key
 def test_naive_datetimes_are_rejected(store: Store) -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         store.admit(call_request(now=NOW.replace(tzinfo=None)))
+
+
+def test_a_reused_tool_call_id_is_refused_as_a_store_error_not_a_driver_error(store: Store) -> None:
+    store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))
+
+    with pytest.raises(StoreError, match="constraint") as raised:
+        store.admit(call_request(tool_call_id="tc-1", idempotency_key="k2"))
+
+    assert type(raised.value) is StoreError
+    assert [e.seq for e in store.events()] == [1, 2, 3]

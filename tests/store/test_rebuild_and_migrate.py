@@ -1,0 +1,86 @@
+"""The projections can be rebuilt from the log alone; migrating is idempotent and matches the tables."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import select
+
+from store import OutcomeRecord, Store
+from store.schema import PROJECTION_TABLES, metadata
+from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, refusal_request
+
+
+def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
+    with store.engine.begin() as conn:
+        return {
+            table.name: [
+                dict(row._mapping) for row in conn.execute(select(table).order_by(*table.primary_key.columns))
+            ]
+            for table in PROJECTION_TABLES
+        }
+
+
+def record_a_varied_history(store: Store) -> None:
+    store.admit(call_request(tool_call_id="done", idempotency_key="k1"))
+    store.record_outcome("done", OutcomeRecord(kind="completed", result={"ok": 1}), now=NOW)
+    store.admit(call_request(tool_call_id="denied", idempotency_key="k2", decision=DENY))
+    store.admit(call_request(tool_call_id="pending", idempotency_key="k3", decision=REQUIRE_APPROVAL))
+    store.admit(call_request(tool_call_id="conflict", idempotency_key="k1", action_hash="other"))
+    store.admit(call_request(tool_call_id="d1", idempotency_key="kd", key_source="derived", run_id="run-2"))
+    store.record_outcome("d1", OutcomeRecord(kind="failed", error="no"), now=NOW)
+    later = NOW + timedelta(minutes=1)
+    store.admit(call_request(tool_call_id="d2", idempotency_key="kd", key_source="derived", now=later))
+    store.record_outcome("d2", OutcomeRecord(kind="unknown", error="timeout"), now=later)
+    store.refuse(refusal_request(tool_call_id="refused", run_id="run-3", run_is_new_hint=True))
+
+
+def test_rebuild_reproduces_the_projections_and_ledger_exactly(store: Store) -> None:
+    record_a_varied_history(store)
+    before = projections(store)
+
+    replayed = store.rebuild()
+
+    assert replayed == len(store.events())
+    assert projections(store) == before
+    assert before["effect_ledger"] and before["approvals"] and before["runs"]
+
+
+def test_rebuild_restores_a_wiped_ledger_so_keys_stay_claimed(store: Store) -> None:
+    record_a_varied_history(store)
+    with store.engine.begin() as conn:
+        for table in PROJECTION_TABLES:
+            conn.execute(table.delete())
+
+    store.rebuild()
+
+    again = store.admit(call_request(tool_call_id="again", idempotency_key="k1"))
+    assert (again.kind, again.call.tool_call_id) == ("joined", "done")
+    assert store.verify().ok
+
+
+def test_migrate_is_idempotent(store: Store) -> None:
+    store.admit(call_request())
+
+    store.migrate()
+    store.migrate()
+
+    assert store.is_migrated()
+    assert len(store.events()) == 3
+
+
+def test_a_fresh_database_is_not_migrated_until_migrate_runs(store_url: str) -> None:
+    with Store.open(store_url) as fresh:
+        assert not fresh.is_migrated()
+        fresh.migrate()
+        assert fresh.is_migrated()
+
+
+def test_the_migrated_schema_matches_the_table_definitions(store: Store) -> None:
+    with store.engine.connect() as conn:
+        differences = compare_metadata(MigrationContext.configure(conn), metadata)
+
+    assert differences == []
