@@ -90,17 +90,20 @@ class HttpExecutor:
         self,
         name: str,
         config: HttpBackend,
-        routes: Mapping[str, HttpRoute],
+        routes: Mapping[str, HttpRoute] | None = None,
         credentials: Credentials | None = None,
         *,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.name = name
         self._config = config
-        self._routes = dict(routes)
+        self._routes: dict[str, HttpRoute] = dict(routes or {})
         self._credentials = credentials or Credentials.none()
         self._transport = transport
         self._client: httpx2.AsyncClient | None = None
+
+    def add_route(self, capability_id: str, route: HttpRoute) -> None:
+        self._routes[capability_id] = route
 
     async def start(self) -> None:
         if self._client is not None:

@@ -1,9 +1,8 @@
 """Executor for an upstream MCP server, over streamable HTTP (`url:`) or stdio (`command:`).
 
-One persistent client session per backend serves all calls concurrently. The session lives in its
-own task inside a task group the executor opens in `start()`, so no caller's task owns the
-transport: a transport that dies ends that task, not the call that noticed it, and the next call
-opens a fresh session.
+One persistent client session per backend (see `mcp_session`) serves all calls concurrently; a
+dead session is reopened on the next call. Over MCP "sent" cannot be told from "answered late" as
+finely as over plain HTTP, so anything after the request may have left counts as `unknown`.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from typing import Any
 import anyio
 import httpx2
 import mcp_types
-from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
@@ -32,25 +30,11 @@ from capabilities.contract import (
     ToolResult,
 )
 from capabilities.credentials import Credentials
+from capabilities.mcp_session import Session, SessionKeeper
 from capabilities.mcp_tools import capabilities_from_tools
 from capabilities.results import text_result
 
-_CLOSE_GRACE_S = 5.0
 _DETAIL_CHARS = 300
-
-
-class _Session:
-    """One open client session and the task that holds it."""
-
-    def __init__(self) -> None:
-        self.client: Client | None = None
-        self.alive = False
-        self.stop = anyio.Event()
-        self.finished = anyio.Event()
-
-    def kill(self) -> None:
-        self.alive = False
-        self.stop.set()
 
 
 class McpExecutor:
@@ -70,10 +54,9 @@ class McpExecutor:
         self._credentials = credentials or Credentials.none()
         self._child_env = {**config.env, **(child_env or {})}
         self._base_dir = base_dir
-        self._stack: AsyncExitStack | None = None
-        self._tg: TaskGroup | None = None
-        self._session: _Session | None = None
-        self._reopen = anyio.Lock()
+        self._sessions = SessionKeeper(
+            name, self._client, open_timeout_s=config.timeout_s, describe=self._describe
+        )
         self._upstream: dict[str, str] = {}
         """capability id -> upstream tool name, filled by discover()."""
 
@@ -85,27 +68,14 @@ class McpExecutor:
         Raises:
             BackendUnavailable: the upstream cannot be reached or does not complete the handshake.
         """
-        if self._stack is not None:
-            return
-        self._stack = AsyncExitStack()
-        self._tg = await self._stack.enter_async_context(anyio.create_task_group())
         try:
-            self._session = await self._open()
+            await self._sessions.start()
         except BackendUnavailable:
-            await self.close()
+            await self._sessions.close()
             raise
 
     async def close(self) -> None:
-        stack, tg, session = self._stack, self._tg, self._session
-        self._stack = self._tg = self._session = None
-        if stack is None or tg is None:
-            return
-        if session is not None:
-            session.kill()
-            with anyio.move_on_after(_CLOSE_GRACE_S):
-                await session.finished.wait()
-        tg.cancel_scope.cancel()
-        await stack.aclose()
+        await self._sessions.close()
 
     async def discover(self) -> Sequence[Capability]:
         """The upstream's tools as capabilities, after `tools:`, `rename:`, `defaults:` and `overrides:`.
@@ -114,7 +84,7 @@ class McpExecutor:
             BackendUnavailable: the listing failed.
             ConfigError: the config names tools the upstream does not have.
         """
-        client = (await self._current()).client
+        client = (await self._sessions.current()).client
         assert client is not None
         tools: list[mcp_types.Tool] = []
         cursor: str | None = None
@@ -145,7 +115,7 @@ class McpExecutor:
                 invocation, "unknown_capability", f"{capability.ref} is not served by {self.name}"
             )
         try:
-            session = await self._current()
+            session = await self._sessions.current()
         except BackendUnavailable as exc:
             return self._failed(invocation, "backend_unreachable", str(exc))
         assert session.client is not None
@@ -190,7 +160,7 @@ class McpExecutor:
         raise CapabilityError(f"{invocation.capability.ref}: upstream MCP tools cannot be reconciled")
 
     def _protocol_error(
-        self, invocation: Invocation, session: _Session, exc: MCPError, read_only: bool
+        self, invocation: Invocation, session: Session, exc: MCPError, read_only: bool
     ) -> Outcome:
         detail = self._describe(exc)
         if exc.code == mcp_types.REQUEST_TIMEOUT:
@@ -205,46 +175,7 @@ class McpExecutor:
             session.kill()
         return self._failed(invocation, f"mcp_error_{abs(exc.code)}", detail)
 
-    # --- the session task ------------------------------------------------------------------------------
-
-    async def _current(self) -> _Session:
-        session = self._session
-        if session is not None and session.alive:
-            return session
-        async with self._reopen:
-            if self._session is not None and self._session.alive:
-                return self._session
-            if self._tg is None:
-                raise BackendUnavailable(f"mcp backend {self.name!r} is not started")
-            self._session = await self._open()
-            return self._session
-
-    async def _open(self) -> _Session:
-        assert self._tg is not None
-        session = _Session()
-        try:
-            with anyio.fail_after(self._config.timeout_s):
-                await self._tg.start(self._hold, session)
-        except Exception as exc:  # the SDK raises many kinds (OSError, httpx2, MCPError, groups) here
-            raise BackendUnavailable(
-                f"mcp backend {self.name!r}: cannot connect: {self._describe(exc)}"
-            ) from exc
-        return session
-
-    async def _hold(self, session: _Session, *, task_status: TaskStatus[None]) -> None:
-        started = False
-        try:
-            async with AsyncExitStack() as stack:
-                session.client = await stack.enter_async_context(self._client(stack))
-                session.alive = started = True
-                task_status.started()
-                await session.stop.wait()
-        except Exception:  # a dead transport ends this task only; the next call reopens
-            if not started:
-                raise
-        finally:
-            session.alive = False
-            session.finished.set()
+    # --- the client ------------------------------------------------------------------------------
 
     def _client(self, stack: AsyncExitStack) -> Client:
         config = self._config

@@ -75,15 +75,13 @@ class Registry:
             ConfigError: see `from_config`.
         """
         executors: dict[str, Executor] = {}
-        routes: dict[str, dict[str, HttpRoute]] = {}
         for name, backend in config.backends.items():
             owner = f"backend {name!r}"
             if isinstance(backend, HttpBackend):
-                routes[name] = {}
                 credentials = resolve_credentials(
                     backend.auth, owner=owner, environ=environ, base_dir=base_dir
                 )
-                executors[name] = HttpExecutor(name, backend, routes[name], credentials)
+                executors[name] = HttpExecutor(name, backend, credentials=credentials)
             elif isinstance(backend, McpBackend):
                 credentials = resolve_credentials(
                     backend.auth, owner=owner, environ=environ, base_dir=base_dir
@@ -112,7 +110,9 @@ class Registry:
             else:
                 assert isinstance(backend, HttpBackend) and cap.request is not None and schema is not None
                 _check_path_fields(cap, schema, owner)
-                routes[cap.backend][cap.id] = HttpRoute(cap.request, cap.idempotency_header, cap.reconcile)
+                http = executors[cap.backend]
+                assert isinstance(http, HttpExecutor)
+                http.add_route(cap.id, HttpRoute(cap.request, cap.idempotency_header, cap.reconcile))
             _check_schema(schema, owner)
             timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
             static.append(_capability(cap, schema, timeout))

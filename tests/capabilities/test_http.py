@@ -1,0 +1,273 @@
+"""The HTTP executor against a real backend: each outcome mapping, credentials, no retries, reconcile."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from capabilities.registry import Registry
+from tests.capabilities.conftest import invocation
+from tests.capabilities.servers import TOKEN, ServerState, free_port
+
+pytestmark = pytest.mark.anyio
+
+OBJECT = {"type": "object"}
+
+
+def capability(id: str, method: str, path: str, effect: str = "write", **extra: Any) -> dict[str, Any]:
+    return {
+        "id": id,
+        "backend": "acme",
+        "effect": effect,
+        "input_schema": OBJECT,
+        "request": {"method": method, "path": path},
+        **extra,
+    }
+
+
+CAPABILITIES = [
+    capability(
+        "refund-order",
+        "POST",
+        "/refunds",
+        version="2",
+        tool="refund_order",
+        reconcile={"method": "GET", "path": "/refunds?idempotency_key={idempotency_key}"},
+    ),
+    capability("get-order", "GET", "/orders/{order_id}", effect="read", tool="get_order"),
+    capability("reject", "POST", "/reject"),
+    capability("commit-then-500", "POST", "/commit-then-500"),
+    capability("read-500", "GET", "/commit-then-500", effect="read"),
+    capability("hang", "POST", "/hang", timeout_s=0.5),
+    capability("hang-read", "GET", "/hang", effect="read", timeout_s=0.5),
+    capability("drop", "POST", "/drop"),
+    capability("text", "GET", "/text", effect="read"),
+    capability("numbers", "GET", "/numbers", effect="read"),
+    capability("leak", "GET", "/leak", effect="read"),
+]
+
+
+def build(url: str, auth: dict[str, Any] | None = None, **environ: str) -> Registry:
+    backend: dict[str, Any] = {"type": "http", "base_url": url, "timeout_s": 5, "headers": {"X-Api-Version": "2"}}
+    if auth is not None:
+        backend["auth"] = auth
+    return Registry.from_config({"acme": backend}, CAPABILITIES, environ=environ)
+
+
+@pytest.fixture
+async def acme(backend_url: str) -> AsyncIterator[Registry]:
+    registry = build(backend_url, {"type": "bearer", "token_env": "ACME_TOKEN"}, ACME_TOKEN=TOKEN)
+    async with registry:
+        yield registry
+
+
+async def call(registry: Registry, tool: str, arguments: dict[str, Any] | None = None, **fields: Any) -> Any:
+    cap = registry.get(tool)
+    assert cap is not None
+    return await registry.executor(cap).execute(invocation(cap, arguments, **fields))
+
+
+async def test_a_2xx_json_object_completes_with_compact_text_and_structured_content(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    outcome = await call(acme, "refund_order", {"order_id": "1001", "amount": 25}, idempotency_key="k-1")
+
+    assert outcome.kind == "completed"
+    assert outcome.result.structured == {"refund_id": "r1", "idempotency_key": "k-1", "order_id": "1001", "amount": 25}
+    assert outcome.result.content == (
+        {"type": "text", "text": '{"refund_id":"r1","idempotency_key":"k-1","order_id":"1001","amount":25}'},
+    )
+    assert outcome.evidence == {"status_code": 201}
+    assert backend_state.bodies == [{"order_id": "1001", "amount": 25}]
+
+
+async def test_the_request_carries_the_idempotency_key_request_id_static_headers_and_auth(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    outcome = await call(acme, "refund_order", {"amount": 1}, idempotency_key="k-9", external_request_id="req-9")
+
+    headers = backend_state.headers[0]
+    assert headers["idempotency-key"] == "k-9"
+    assert headers["x-request-id"] == "req-9"
+    assert headers["x-api-version"] == "2"
+    assert headers["authorization"] == f"Bearer {TOKEN}"
+    assert outcome.external_request_id == "req-9"
+
+
+async def test_path_arguments_are_url_quoted_and_the_rest_become_query_parameters_for_get(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    outcome = await call(acme, "get_order", {"order_id": "a b?c#d", "expand": "lines"})
+
+    assert outcome.kind == "completed"
+    assert outcome.result.structured == {"order_id": "a b?c#d", "query": {"expand": "lines"}}
+
+
+async def test_a_text_body_becomes_one_text_block_and_a_json_list_is_wrapped_as_result(acme: Registry) -> None:
+    text = await call(acme, "text")
+    numbers = await call(acme, "numbers")
+
+    assert text.result.content == ({"type": "text", "text": "pong"},)
+    assert text.result.structured is None
+    assert numbers.result.structured == {"result": [1, 2, 3]}
+
+
+async def test_a_4xx_is_failed_with_the_status_as_error_and_the_body_as_an_error_result(acme: Registry) -> None:
+    outcome = await call(acme, "reject", {"amount": 99999})
+
+    assert outcome.kind == "failed"
+    assert outcome.error == "http_422"
+    assert outcome.result.is_error
+    assert "amount over limit" in outcome.result.content[0]["text"]
+
+
+async def test_a_404_on_a_read_is_failed(acme: Registry) -> None:
+    outcome = await call(acme, "get_order", {"order_id": "missing"})
+
+    assert (outcome.kind, outcome.error) == ("failed", "http_404")
+
+
+async def test_a_500_after_commit_is_unknown_for_a_write_and_sent_once(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    outcome = await call(acme, "commit-then-500", {"amount": 5})
+
+    assert (outcome.kind, outcome.error) == ("unknown", "http_500")
+    assert backend_state.hits["commit_then_500"] == 1
+
+
+async def test_a_500_on_a_read_is_failed(acme: Registry) -> None:
+    outcome = await call(acme, "read-500")
+
+    assert (outcome.kind, outcome.error) == ("failed", "http_500")
+
+
+async def test_a_write_that_times_out_is_unknown_and_is_not_retried(acme: Registry, backend_state: ServerState) -> None:
+    outcome = await call(acme, "hang", {"amount": 1})
+
+    assert (outcome.kind, outcome.error) == ("unknown", "response_timeout")
+    assert backend_state.hits["hang"] == 1
+
+
+async def test_a_read_that_times_out_is_failed(acme: Registry, backend_state: ServerState) -> None:
+    outcome = await call(acme, "hang-read")
+
+    assert (outcome.kind, outcome.error) == ("failed", "response_timeout")
+    assert backend_state.hits["hang"] == 1
+
+
+async def test_a_connection_dropped_mid_response_is_unknown_and_not_retried(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    outcome = await call(acme, "drop", {"amount": 1})
+
+    assert (outcome.kind, outcome.error) == ("unknown", "connection_lost")
+    assert backend_state.hits["drop"] == 1
+
+
+async def test_a_backend_that_refuses_connections_is_failed_as_unreachable() -> None:
+    registry = build(f"http://127.0.0.1:{free_port()}")
+    async with registry:
+        outcome = await call(registry, "refund_order", {"amount": 1})
+
+    assert (outcome.kind, outcome.error) == ("failed", "backend_unreachable")
+    assert outcome.result.is_error
+
+
+async def test_a_missing_path_argument_fails_before_anything_is_sent(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    outcome = await call(acme, "get_order", {})
+
+    assert (outcome.kind, outcome.error) == ("failed", "invalid_arguments")
+    assert backend_state.hits["orders"] == 0
+
+
+async def test_one_client_connection_is_reused_across_calls(acme: Registry, backend_state: ServerState) -> None:
+    cap = acme.get("text")
+    assert cap is not None
+    executor = acme.executor(cap)
+    for _ in range(5):
+        assert (await executor.execute(invocation(cap))).kind == "completed"
+
+    pool = executor._client._transport._pool  # type: ignore[attr-defined]
+    assert len(pool.connections) == 1
+
+
+async def test_a_token_from_a_file_is_sent(backend_url: str, backend_state: ServerState, tmp_path: Any) -> None:
+    (tmp_path / "acme.token").write_text(TOKEN + "\n")
+    registry = Registry.from_config(
+        {"acme": {"type": "http", "base_url": backend_url, "auth": {"type": "bearer", "token_file": "acme.token"}}},
+        CAPABILITIES,
+        environ={},
+        base_dir=tmp_path,
+    )
+    async with registry:
+        outcome = await call(registry, "refund_order", {"amount": 3})
+
+    assert outcome.kind == "completed"
+    assert backend_state.headers[0]["authorization"] == f"Bearer {TOKEN}"
+
+
+async def test_header_and_basic_auth_send_their_headers(backend_url: str, backend_state: ServerState) -> None:
+    header = build(backend_url, {"type": "header", "header": "X-Api-Key", "token_env": "KEY"}, KEY="k3y-value")
+    basic = build(
+        backend_url, {"type": "basic", "username": "writ", "password_env": "PASSWORD"}, PASSWORD="pa55word"
+    )
+    async with header, basic:
+        await call(header, "text")
+        await call(basic, "text")
+
+    assert backend_state.headers[0]["x-api-key"] == "k3y-value"
+    assert backend_state.headers[1]["authorization"] == "Basic d3JpdDpwYTU1d29yZA=="
+
+
+async def test_credentials_echoed_by_the_backend_never_reach_the_outcome(acme: Registry) -> None:
+    outcome = await call(acme, "leak")
+
+    assert outcome.kind == "failed"
+    assert TOKEN not in repr(outcome)
+    assert "***" in outcome.result.content[0]["text"]
+
+
+async def test_reconcile_finds_the_record_of_an_earlier_dispatch(acme: Registry) -> None:
+    cap = acme.get("refund_order")
+    assert cap is not None and cap.reconcilable
+    first = invocation(cap, {"order_id": "1001", "amount": 10})
+    await acme.executor(cap).execute(first)
+
+    found = await acme.executor(cap).reconcile(first)
+
+    assert found.verdict == "succeeded"
+    assert found.result is not None and found.result.structured["idempotency_key"] == first.idempotency_key
+    assert found.evidence["status_code"] == 200
+
+
+async def test_reconcile_reports_not_found_when_the_backend_has_no_record(acme: Registry) -> None:
+    cap = acme.get("refund_order")
+    assert cap is not None
+
+    result = await acme.executor(cap).reconcile(invocation(cap, {"amount": 10}))
+
+    assert result.verdict == "not_found"
+
+
+async def test_reconcile_is_inconclusive_when_the_backend_is_unreachable() -> None:
+    registry = build(f"http://127.0.0.1:{free_port()}")
+    async with registry:
+        cap = registry.get("refund_order")
+        assert cap is not None
+        result = await registry.executor(cap).reconcile(invocation(cap, {"amount": 1}))
+
+    assert result.verdict == "inconclusive"
+
+
+async def test_reconcile_without_a_configured_lookup_raises(acme: Registry) -> None:
+    from capabilities.contract import CapabilityError
+
+    cap = acme.get("get_order")
+    assert cap is not None and not cap.reconcilable
+    with pytest.raises(CapabilityError):
+        await acme.executor(cap).reconcile(invocation(cap, {"order_id": "1"}))

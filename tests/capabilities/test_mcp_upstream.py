@@ -1,0 +1,211 @@
+"""The MCP executor against real upstream servers: streamable HTTP (in a thread) and stdio (a subprocess)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from capabilities.contract import BackendUnavailable, CapabilityError, ConfigError, Outcome
+from capabilities.registry import Registry
+from tests.capabilities.conftest import invocation
+from tests.capabilities.servers import TOKEN, ServerState, free_port
+
+pytestmark = pytest.mark.anyio
+
+STDIO_SCRIPT = Path(__file__).with_name("stdio_upstream.py")
+
+
+def files_backend(url: str, **settings: Any) -> dict[str, Any]:
+    return {
+        "type": "mcp",
+        "url": url,
+        "auth": {"type": "bearer", "token_env": "FILES_TOKEN"},
+        "timeout_s": 5,
+        **settings,
+    }
+
+
+def build(backend: dict[str, Any], **environ: str) -> Registry:
+    return Registry.from_config({"files": backend}, [], environ={"FILES_TOKEN": TOKEN, **environ})
+
+
+@pytest.fixture
+async def files(upstream_url: str) -> AsyncIterator[Registry]:
+    backend = files_backend(
+        upstream_url,
+        tools=["read_file", "write_file", "fail", "slow", "hang", "boom"],
+        rename={"write_file": "fs_write"},
+        defaults={"effect": "write", "version": "3"},
+        overrides={"hang": {"timeout_s": 0.5}, "slow": {"effect": "read"}, "boom": {"effect": "irreversible"}},
+    )
+    async with build(backend) as registry:
+        yield registry
+
+
+async def call(registry: Registry, tool: str, arguments: dict[str, Any] | None = None, **fields: Any) -> Outcome:
+    cap = registry.get(tool)
+    assert cap is not None, tool
+    return await registry.executor(cap).execute(invocation(cap, arguments, **fields))
+
+
+async def test_discovery_exposes_the_subset_renamed_with_upstream_schemas_and_descriptions(files: Registry) -> None:
+    tools = {cap.tool_name: cap for cap in files.capabilities()}
+
+    assert list(tools) == ["read_file", "fs_write", "fail", "slow", "hang", "boom"]
+    assert "admin_reset" not in tools
+    read = tools["read_file"]
+    assert read.id == "files.read_file"
+    assert read.ref == "files.read_file@3"
+    assert read.description == "Read a file."
+    assert read.input_schema["required"] == ["path"]
+    assert tools["fs_write"].id == "files.write_file"
+
+
+async def test_effects_come_from_overrides_then_read_only_hints_then_defaults(files: Registry) -> None:
+    effects = {cap.tool_name: cap.effect for cap in files.capabilities()}
+
+    assert effects["read_file"] == "read"  # readOnlyHint, no override
+    assert effects["fs_write"] == "write"  # defaults
+    assert effects["slow"] == "read"  # override
+    assert effects["boom"] == "irreversible"
+    assert files.get("hang") is not None and files.get("hang").timeout_s == 0.5  # type: ignore[union-attr]
+
+
+async def test_a_call_returns_the_upstream_content_and_structured_result_with_the_key_in_meta(
+    files: Registry, upstream_state: ServerState
+) -> None:
+    outcome = await call(files, "fs_write", {"path": "a.txt"}, idempotency_key="k-42")
+
+    assert outcome.kind == "completed"
+    assert outcome.result is not None
+    assert outcome.result.structured == {"tool": "write_file", "args": {"path": "a.txt"}, "authorized": True}
+    assert outcome.result.content[0]["type"] == "text"
+    assert upstream_state.meta[0]["writ/idempotencyKey"] == "k-42"
+    assert TOKEN not in repr(outcome)
+
+
+async def test_an_upstream_error_result_is_failed_and_keeps_the_result(files: Registry) -> None:
+    outcome = await call(files, "fail")
+
+    assert (outcome.kind, outcome.error) == ("failed", "tool_error")
+    assert outcome.result is not None and outcome.result.is_error
+    assert outcome.result.content == ({"type": "text", "text": "disk full"},)
+
+
+async def test_a_write_that_times_out_is_unknown_and_sent_once(files: Registry, upstream_state: ServerState) -> None:
+    outcome = await call(files, "hang")
+
+    assert (outcome.kind, outcome.error) == ("unknown", "response_timeout")
+    assert upstream_state.hits["hang"] == 1
+
+
+async def test_a_handler_that_raises_is_unknown_for_an_effect(files: Registry, upstream_state: ServerState) -> None:
+    outcome = await call(files, "boom")
+
+    assert outcome.kind == "unknown"
+    assert upstream_state.hits["boom"] == 1
+
+
+async def test_concurrent_calls_share_one_session(files: Registry, upstream_state: ServerState) -> None:
+    outcomes: list[Outcome] = []
+
+    async def one(i: int) -> None:
+        outcomes.append(await call(files, "slow", {"i": i}))
+
+    started = time.monotonic()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+
+    assert [o.kind for o in outcomes] == ["completed"] * 8
+    assert time.monotonic() - started < 8 * 0.4  # they overlapped
+    assert upstream_state.hits["slow"] == 8
+
+
+async def test_discovery_refuses_config_that_names_unknown_upstream_tools(upstream_url: str) -> None:
+    registry = build(files_backend(upstream_url, tools=["read_file", "no_such_tool"]))
+
+    with pytest.raises(ConfigError, match="no_such_tool"):
+        await registry.start()
+
+
+async def test_two_upstream_tools_exposed_under_one_name_are_refused(upstream_url: str) -> None:
+    registry = build(files_backend(upstream_url, rename={"fail": "read_file"}))
+
+    with pytest.raises(ConfigError, match="read_file"):
+        await registry.start()
+
+
+async def test_an_unreachable_upstream_fails_start() -> None:
+    registry = build(files_backend(f"http://127.0.0.1:{free_port()}/mcp", timeout_s=2))
+
+    with anyio.fail_after(10), pytest.raises(BackendUnavailable):
+        await registry.start()
+
+
+async def test_reconcile_is_not_supported_for_upstream_tools(files: Registry) -> None:
+    cap = files.get("fs_write")
+    assert cap is not None and not cap.reconcilable
+    with pytest.raises(CapabilityError):
+        await files.executor(cap).reconcile(invocation(cap))
+
+
+# --- stdio ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    path = tmp_path / "gate"
+    path.touch()
+    return path
+
+
+def stdio_registry(gate: Path) -> Registry:
+    backend = {
+        "type": "mcp",
+        "command": [sys.executable, str(STDIO_SCRIPT)],
+        "env": {"GATE_FILE": str(gate), "EXPECTED_SECRET": "child-secret"},
+        "env_from": {"UPSTREAM_SECRET": "HOST_SECRET"},
+        "defaults": {"effect": "write"},
+        "timeout_s": 10,
+    }
+    return Registry.from_config({"local": backend}, [], environ={"HOST_SECRET": "child-secret"})
+
+
+async def test_a_stdio_upstream_is_called_with_secrets_passed_through_its_environment(gate: Path) -> None:
+    async with stdio_registry(gate) as registry:
+        assert [cap.tool_name for cap in registry.capabilities()] == ["whoami", "crash"]
+        outcome = await call(registry, "whoami", idempotency_key="k-7")
+
+    assert outcome.kind == "completed" and outcome.result is not None
+    assert outcome.result.structured is not None
+    assert outcome.result.structured["has_secret"] is True
+    assert outcome.result.structured["key"] == "k-7"
+
+
+async def test_a_dead_stdio_session_is_reopened_on_the_next_call(gate: Path) -> None:
+    async with stdio_registry(gate) as registry:
+        first = await call(registry, "whoami")
+        crashed = await call(registry, "crash")
+        gate.touch()
+        again = await call(registry, "whoami")
+
+    assert (crashed.kind, crashed.error) == ("unknown", "connection_lost")
+    assert again.kind == "completed"
+    assert again.result is not None and first.result is not None
+    assert again.result.structured["pid"] != first.result.structured["pid"]  # type: ignore[index]
+
+
+async def test_a_session_that_cannot_be_reopened_fails_the_call_as_unreachable(gate: Path) -> None:
+    async with stdio_registry(gate) as registry:
+        await call(registry, "crash")  # removes the gate: the upstream now refuses to start
+        outcome = await call(registry, "whoami")
+
+    assert (outcome.kind, outcome.error) == ("failed", "backend_unreachable")
