@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, delete, exc, select, text
 
-from store import audit, recording
+from store import approving, audit, recording
 from store.db import READ_ONLY, create_store_engine
 from store.events import parse_event
 from store.log import PAGE_SIZE, Append, envelope_of, read_pages, stored_event
@@ -132,6 +132,91 @@ class Store:
         _aware(now)
         with _translated(), self._engine.begin() as conn:
             return recording.record_outcome(conn, tool_call_id, outcome, now=now, producer=producer)
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        decided_by: str,
+        now: datetime,
+        reason: str | None = None,
+        tenant: str | None = None,
+        producer: str = "writ-gateway",
+    ) -> ApprovalView:
+        """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.
+
+        Raises:
+            NotFound: no such approval (for `tenant`, when given).
+            StaleLease: already decided, or past its expiry.
+            StoreError: the requester approving their own call where the policy forbids it.
+        """
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return approving.decide(
+                conn,
+                approval_id,
+                approve=approve,
+                decided_by=decided_by,
+                reason=reason,
+                now=now,
+                producer=producer,
+                tenant=tenant,
+            )
+
+    def expire_approval(
+        self, approval_id: str, *, now: datetime, producer: str = "writ-gateway"
+    ) -> ApprovalView:
+        """Expire an awaiting approval past its expiry; the call becomes `expired`.
+
+        Raises:
+            NotFound: no such approval.
+            StaleLease: decided meanwhile, or not yet due.
+        """
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return approving.expire(conn, approval_id, now=now, producer=producer)
+
+    def dispatch_approved(
+        self,
+        tool_call_id: str,
+        *,
+        now: datetime,
+        policy_version: str | None = None,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """Claim the dispatch of an approved call (compare-and-set on its status).
+
+        Raises:
+            NotFound: no such call.
+            StaleLease: the call is not `approved` (someone else dispatched or refused it).
+        """
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return approving.dispatch(
+                conn, tool_call_id, now=now, producer=producer, policy_version=policy_version
+            )
+
+    def deny_approved(
+        self,
+        tool_call_id: str,
+        *,
+        reason: str,
+        now: datetime,
+        detail: str | None = None,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
+
+        Raises:
+            NotFound: no such call.
+            StaleLease: the call is not `approved`.
+        """
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return approving.deny(
+                conn, tool_call_id, reason=reason, detail=detail, now=now, producer=producer
+            )
 
     def rebuild(self) -> int:
         """Wipe the projections and effect ledger and replay the whole log; returns events replayed."""

@@ -1,0 +1,157 @@
+"""The approval leg of a call: decide, expire, then dispatch or refuse the approved call."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from store import events as ev
+from store.log import Append
+from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
+from store.schema import approvals, tool_calls
+from store.views import approval_view, load_approval, load_call
+
+
+def decide(
+    conn: Connection,
+    approval_id: str,
+    *,
+    approve: bool,
+    decided_by: str,
+    reason: str | None,
+    now: datetime,
+    producer: str,
+    tenant: str | None,
+) -> ApprovalView:
+    """Grant or reject an approval that is still awaiting a decision and not yet past its expiry.
+
+    Raises:
+        NotFound: no such approval (for this tenant).
+        StaleLease: the approval was already decided or has expired.
+        StoreError: the requester tried to approve their own call where that is not allowed.
+    """
+    log = Append(conn)
+    approval, call_row = _awaiting(conn, approval_id, tenant)
+    if now >= approval.expires_at:
+        raise StaleLease(f"approval {approval_id} expired at {ev.format_ts(approval.expires_at)}")
+    if approve and decided_by == approval.requester and not approval.requester_may_approve:
+        raise StoreError(f"{decided_by} requested call {approval.tool_call_id} and may not approve it")
+    payload = ev.ApprovalDecided(decided_by=decided_by, reason=reason)
+    envelope = _envelope(call_row, now, producer)
+    log.add(
+        ev.ApprovalGrantedEvent(**envelope, payload=payload)
+        if approve
+        else ev.ApprovalRejectedEvent(**envelope, payload=payload)
+    )
+    log.flush()
+    return _reload_approval(conn, approval_id)
+
+
+def expire(conn: Connection, approval_id: str, *, now: datetime, producer: str) -> ApprovalView:
+    """Expire an approval still awaiting a decision once its expiry has passed.
+
+    Raises:
+        NotFound: no such approval.
+        StaleLease: the approval was decided meanwhile, or is not yet due to expire.
+    """
+    log = Append(conn)
+    approval, call_row = _awaiting(conn, approval_id, None)
+    if now < approval.expires_at:
+        raise StaleLease(f"approval {approval_id} does not expire until {ev.format_ts(approval.expires_at)}")
+    log.add(ev.ApprovalExpiredEvent(**_envelope(call_row, now, producer), payload=ev.ApprovalExpired()))
+    log.flush()
+    return _reload_approval(conn, approval_id)
+
+
+def dispatch(
+    conn: Connection, tool_call_id: str, *, now: datetime, producer: str, policy_version: str | None
+) -> CallView:
+    """Move an approved call to `dispatching`; the caller now owns the dispatch.
+
+    `policy_version` names the policy that re-authorized the call at execution time.
+
+    Raises:
+        NotFound: no such call.
+        StaleLease: the call is not `approved` (another worker dispatched it, or it was refused).
+    """
+    log = Append(conn)
+    row = _approved(conn, tool_call_id)
+    payload = ev.ToolCallDispatching(
+        attempt=row.attempts + 1,
+        idempotency_key=row.idempotency_key,
+        external_request_id=row.external_request_id,
+    )
+    envelope = _envelope(row, now, producer)
+    if policy_version is not None:
+        envelope["policy_version"] = policy_version
+    log.add(ev.ToolCallDispatchingEvent(**envelope, payload=payload))
+    log.flush()
+    return _reload_call(conn, tool_call_id)
+
+
+def deny(
+    conn: Connection, tool_call_id: str, *, reason: str, detail: str | None, now: datetime, producer: str
+) -> CallView:
+    """Refuse an approved call whose re-authorization at execution time failed.
+
+    Raises:
+        NotFound: no such call.
+        StaleLease: the call is not `approved`.
+    """
+    log = Append(conn)
+    row = _approved(conn, tool_call_id)
+    payload = ev.ToolCallDenied(reason=reason, detail=detail)
+    log.add(ev.ToolCallDeniedEvent(**_envelope(row, now, producer), payload=payload))
+    log.flush()
+    return _reload_call(conn, tool_call_id)
+
+
+def _awaiting(conn: Connection, approval_id: str, tenant: str | None) -> tuple[ApprovalView, Row[Any]]:
+    approval = load_approval(conn, approval_id, tenant)
+    if approval is None:
+        raise NotFound(f"no approval {approval_id}")
+    if approval.status != "awaiting_approval":
+        raise StaleLease(f"approval {approval_id} is already {approval.status}")
+    call_row = conn.execute(
+        select(tool_calls).where(tool_calls.c.tool_call_id == approval.tool_call_id)
+    ).one()
+    return approval, call_row
+
+
+def _approved(conn: Connection, tool_call_id: str) -> Row[Any]:
+    row = conn.execute(select(tool_calls).where(tool_calls.c.tool_call_id == tool_call_id)).one_or_none()
+    if row is None:
+        raise NotFound(f"no tool call {tool_call_id}")
+    if row.status != "approved":
+        raise StaleLease(f"call {tool_call_id} is {row.status}, not approved")
+    return row
+
+
+def _envelope(row: Row[Any], now: datetime, producer: str) -> dict[str, Any]:
+    return {
+        "occurred_at": ev.format_ts(now),
+        "producer": producer,
+        "run_id": row.run_id,
+        "tool_call_id": row.tool_call_id,
+        "approval_id": row.approval_id,
+        "capability_id": row.capability_id,
+        "capability_version": row.capability_version,
+        "policy_version": row.policy_version,
+        "correlation_id": row.correlation_id,
+        "causation_id": row.last_event_id,
+        "tenant": row.tenant,
+    }
+
+
+def _reload_approval(conn: Connection, approval_id: str) -> ApprovalView:
+    row = conn.execute(select(approvals).where(approvals.c.approval_id == approval_id)).one()
+    return approval_view(row)
+
+
+def _reload_call(conn: Connection, tool_call_id: str) -> CallView:
+    call = load_call(conn, tool_call_id)
+    if call is None:
+        raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
+    return call

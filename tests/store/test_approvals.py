@@ -1,0 +1,113 @@
+"""The approval leg: decide or expire an awaiting approval, then dispatch or refuse the approved call."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from store import NotFound, OutcomeRecord, StaleLease, Store, StoreError
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
+
+SOON = NOW + timedelta(minutes=5)
+
+
+def pending(store: Store, **changes: object) -> str:
+    request = call_request(tool_call_id="tc-1", decision=REQUIRE_APPROVAL, **changes)
+    store.admit(request)
+    assert request.approval_id is not None
+    return request.approval_id
+
+
+def test_a_granted_approval_lets_exactly_one_worker_dispatch_the_call(store: Store) -> None:
+    approval_id = pending(store)
+
+    approval = store.decide_approval(approval_id, approve=True, decided_by="bob", reason="ok", now=SOON)
+    assert (approval.status, approval.decided_by, approval.decided_at) == ("approved", "bob", SOON)
+    call = store.get_call("tc-1")
+    assert call is not None and call.status == "approved"
+
+    dispatched = store.dispatch_approved("tc-1", now=SOON, policy_version="8")
+    assert (dispatched.status, dispatched.attempts) == ("dispatching", 1)
+    assert store.events(tool_call_id="tc-1")[-1].policy_version == "8"
+    with pytest.raises(StaleLease):
+        store.dispatch_approved("tc-1", now=SOON)
+    done = store.record_outcome("tc-1", OutcomeRecord(kind="completed"), now=SOON)
+    assert done.status == "completed"
+    assert [e.type for e in store.events(tool_call_id="tc-1")] == [
+        "tool_call.requested",
+        "approval.required",
+        "approval.granted",
+        "tool_call.dispatching",
+        "tool_call.completed",
+    ]
+
+
+def test_a_rejected_approval_rejects_the_call(store: Store) -> None:
+    approval_id = pending(store)
+
+    approval = store.decide_approval(approval_id, approve=False, decided_by="bob", reason="no", now=SOON)
+
+    assert (approval.status, approval.reason) == ("rejected", "no")
+    call = store.get_call("tc-1")
+    assert call is not None and call.status == "rejected"
+    with pytest.raises(StaleLease):
+        store.dispatch_approved("tc-1", now=SOON)
+
+
+def test_an_approval_is_decided_only_once(store: Store) -> None:
+    approval_id = pending(store)
+    store.decide_approval(approval_id, approve=False, decided_by="bob", now=SOON)
+
+    with pytest.raises(StaleLease, match="already rejected"):
+        store.decide_approval(approval_id, approve=True, decided_by="carol", now=SOON)
+
+
+def test_the_requester_may_not_approve_their_own_call_unless_allowed(store: Store) -> None:
+    approval_id = pending(store)
+
+    with pytest.raises(StoreError, match="may not approve"):
+        store.decide_approval(approval_id, approve=True, decided_by="alice", now=SOON)
+
+
+def test_an_approval_of_another_tenant_is_not_found(store: Store) -> None:
+    approval_id = pending(store)
+
+    with pytest.raises(NotFound):
+        store.decide_approval(approval_id, approve=True, decided_by="bob", now=SOON, tenant="globex")
+
+
+def test_an_approval_past_its_expiry_cannot_be_granted_and_expires(store: Store) -> None:
+    approval_id = pending(store)
+    late = NOW + timedelta(hours=1)
+
+    with pytest.raises(StaleLease, match="expired"):
+        store.decide_approval(approval_id, approve=True, decided_by="bob", now=late)
+    with pytest.raises(StaleLease, match="does not expire until"):
+        store.expire_approval(approval_id, now=SOON)
+    expired = store.expire_approval(approval_id, now=late)
+
+    assert expired.status == "expired"
+    call = store.get_call("tc-1")
+    assert call is not None and call.status == "expired"
+
+
+def test_an_approved_call_that_fails_reauthorization_is_denied(store: Store) -> None:
+    approval_id = pending(store)
+    store.decide_approval(approval_id, approve=True, decided_by="bob", now=SOON)
+
+    call = store.deny_approved("tc-1", reason="policy_changed", detail="now over limit", now=SOON)
+
+    assert (call.status, call.reason) == ("denied", "policy_changed")
+
+
+def test_rebuild_reproduces_the_approval_leg(store: Store) -> None:
+    approval_id = pending(store)
+    store.decide_approval(approval_id, approve=True, decided_by="bob", now=SOON)
+    store.dispatch_approved("tc-1", now=SOON)
+    before = (store.get_call("tc-1"), store.get_approval(approval_id))
+
+    store.rebuild()
+
+    assert (store.get_call("tc-1"), store.get_approval(approval_id)) == before
+    assert store.verify().ok
