@@ -66,6 +66,7 @@ class BasicAuth(_Model):
 
 
 AuthConfig = Annotated[BearerAuth | HeaderAuth | BasicAuth, Field(discriminator="type")]
+_AUTH_TAGS = ("bearer", "header", "basic")
 
 
 # --- backends --------------------------------------------------------------------------------------
@@ -281,7 +282,8 @@ def _describe(error: Mapping[str, Any], data: Mapping[str, Any]) -> str:
         ident = entry.get("id") if isinstance(entry, Mapping) else None
         parts.append(f"capability {ident!r}" if ident else f"capabilities[{loc[1]}]")
         loc = loc[2:]
-    field = ".".join(str(p) for p in loc if not str(p).startswith("function-"))
+    kept = [p for i, p in enumerate(loc) if not (i and loc[i - 1] == "auth" and p in _AUTH_TAGS)]
+    field = ".".join(str(p) for p in kept if not str(p).startswith("function-"))
     if field:
         parts.append(field)
     message = str(error.get("msg", "invalid")).removeprefix("Value error, ")

@@ -35,7 +35,9 @@ def upstream_url(upstream_state: ServerState) -> Iterator[str]:
         yield f"{url}/mcp"
 
 
-def invocation(capability: Capability, arguments: Mapping[str, Any] | None = None, **fields: Any) -> Invocation:
+def invocation(
+    capability: Capability, arguments: Mapping[str, Any] | None = None, **fields: Any
+) -> Invocation:
     """A fresh dispatch of `capability` with new ids unless given."""
     fields.setdefault("idempotency_key", f"key-{uuid.uuid4().hex[:12]}")
     fields.setdefault("tool_call_id", f"tc-{uuid.uuid4().hex[:12]}")

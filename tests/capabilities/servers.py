@@ -136,7 +136,9 @@ def http_backend_app(state: ServerState) -> Starlette:
 
     async def leak(request: Request) -> Response:
         state.see("leak", request)
-        return PlainTextResponse(f"bad request, you sent {request.headers.get('authorization')}", status_code=400)
+        return PlainTextResponse(
+            f"bad request, you sent {request.headers.get('authorization')}", status_code=400
+        )
 
     routes = [
         Route("/refunds", create_refund, methods=["POST"]),
@@ -155,7 +157,9 @@ def http_backend_app(state: ServerState) -> Starlette:
         if scope["type"] == "http" and scope["path"] == "/drop":
             # Promise a body, send part of it, then give up: the client sees the connection end.
             state.hits["drop"] += 1
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]})
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"100")]}
+            )
             await send({"type": "http.response.body", "body": b'{"partial"', "more_body": True})
             raise ConnectionAbortedError("dropped on purpose")
         await inner(scope, receive, send)
@@ -203,7 +207,11 @@ def mcp_upstream_server(state: ServerState) -> Server[Any]:
             await state.hang()
         if params.name == "boom":
             raise RuntimeError("handler crashed")
-        payload = {"tool": params.name, "args": params.arguments or {}, "authorized": auth == f"Bearer {TOKEN}"}
+        payload = {
+            "tool": params.name,
+            "args": params.arguments or {},
+            "authorized": auth == f"Bearer {TOKEN}",
+        }
         return mcp_types.CallToolResult(
             content=[mcp_types.TextContent(type="text", text=json.dumps(payload))], structured_content=payload
         )

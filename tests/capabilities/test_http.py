@@ -50,7 +50,12 @@ CAPABILITIES = [
 
 
 def build(url: str, auth: dict[str, Any] | None = None, **environ: str) -> Registry:
-    backend: dict[str, Any] = {"type": "http", "base_url": url, "timeout_s": 5, "headers": {"X-Api-Version": "2"}}
+    backend: dict[str, Any] = {
+        "type": "http",
+        "base_url": url,
+        "timeout_s": 5,
+        "headers": {"X-Api-Version": "2"},
+    }
     if auth is not None:
         backend["auth"] = auth
     return Registry.from_config({"acme": backend}, CAPABILITIES, environ=environ)
@@ -75,7 +80,12 @@ async def test_a_2xx_json_object_completes_with_compact_text_and_structured_cont
     outcome = await call(acme, "refund_order", {"order_id": "1001", "amount": 25}, idempotency_key="k-1")
 
     assert outcome.kind == "completed"
-    assert outcome.result.structured == {"refund_id": "r1", "idempotency_key": "k-1", "order_id": "1001", "amount": 25}
+    assert outcome.result.structured == {
+        "refund_id": "r1",
+        "idempotency_key": "k-1",
+        "order_id": "1001",
+        "amount": 25,
+    }
     assert outcome.result.content == (
         {"type": "text", "text": '{"refund_id":"r1","idempotency_key":"k-1","order_id":"1001","amount":25}'},
     )
@@ -86,7 +96,9 @@ async def test_a_2xx_json_object_completes_with_compact_text_and_structured_cont
 async def test_the_request_carries_the_idempotency_key_request_id_static_headers_and_auth(
     acme: Registry, backend_state: ServerState
 ) -> None:
-    outcome = await call(acme, "refund_order", {"amount": 1}, idempotency_key="k-9", external_request_id="req-9")
+    outcome = await call(
+        acme, "refund_order", {"amount": 1}, idempotency_key="k-9", external_request_id="req-9"
+    )
 
     headers = backend_state.headers[0]
     assert headers["idempotency-key"] == "k-9"
@@ -105,7 +117,9 @@ async def test_path_arguments_are_url_quoted_and_the_rest_become_query_parameter
     assert outcome.result.structured == {"order_id": "a b?c#d", "query": {"expand": "lines"}}
 
 
-async def test_a_text_body_becomes_one_text_block_and_a_json_list_is_wrapped_as_result(acme: Registry) -> None:
+async def test_a_text_body_becomes_one_text_block_and_a_json_list_is_wrapped_as_result(
+    acme: Registry,
+) -> None:
     text = await call(acme, "text")
     numbers = await call(acme, "numbers")
 
@@ -114,7 +128,9 @@ async def test_a_text_body_becomes_one_text_block_and_a_json_list_is_wrapped_as_
     assert numbers.result.structured == {"result": [1, 2, 3]}
 
 
-async def test_a_4xx_is_failed_with_the_status_as_error_and_the_body_as_an_error_result(acme: Registry) -> None:
+async def test_a_4xx_is_failed_with_the_status_as_error_and_the_body_as_an_error_result(
+    acme: Registry,
+) -> None:
     outcome = await call(acme, "reject", {"amount": 99999})
 
     assert outcome.kind == "failed"
@@ -144,7 +160,9 @@ async def test_a_500_on_a_read_is_failed(acme: Registry) -> None:
     assert (outcome.kind, outcome.error) == ("failed", "http_500")
 
 
-async def test_a_write_that_times_out_is_unknown_and_is_not_retried(acme: Registry, backend_state: ServerState) -> None:
+async def test_a_write_that_times_out_is_unknown_and_is_not_retried(
+    acme: Registry, backend_state: ServerState
+) -> None:
     outcome = await call(acme, "hang", {"amount": 1})
 
     assert (outcome.kind, outcome.error) == ("unknown", "response_timeout")
@@ -185,7 +203,9 @@ async def test_a_missing_path_argument_fails_before_anything_is_sent(
     assert backend_state.hits["orders"] == 0
 
 
-async def test_one_client_connection_is_reused_across_calls(acme: Registry, backend_state: ServerState) -> None:
+async def test_one_client_connection_is_reused_across_calls(
+    acme: Registry, backend_state: ServerState
+) -> None:
     cap = acme.get("text")
     assert cap is not None
     executor = acme.executor(cap)
@@ -196,10 +216,18 @@ async def test_one_client_connection_is_reused_across_calls(acme: Registry, back
     assert len(pool.connections) == 1
 
 
-async def test_a_token_from_a_file_is_sent(backend_url: str, backend_state: ServerState, tmp_path: Any) -> None:
+async def test_a_token_from_a_file_is_sent(
+    backend_url: str, backend_state: ServerState, tmp_path: Any
+) -> None:
     (tmp_path / "acme.token").write_text(TOKEN + "\n")
     registry = Registry.from_config(
-        {"acme": {"type": "http", "base_url": backend_url, "auth": {"type": "bearer", "token_file": "acme.token"}}},
+        {
+            "acme": {
+                "type": "http",
+                "base_url": backend_url,
+                "auth": {"type": "bearer", "token_file": "acme.token"},
+            }
+        },
         CAPABILITIES,
         environ={},
         base_dir=tmp_path,
@@ -212,7 +240,9 @@ async def test_a_token_from_a_file_is_sent(backend_url: str, backend_state: Serv
 
 
 async def test_header_and_basic_auth_send_their_headers(backend_url: str, backend_state: ServerState) -> None:
-    header = build(backend_url, {"type": "header", "header": "X-Api-Key", "token_env": "KEY"}, KEY="k3y-value")
+    header = build(
+        backend_url, {"type": "header", "header": "X-Api-Key", "token_env": "KEY"}, KEY="k3y-value"
+    )
     basic = build(
         backend_url, {"type": "basic", "username": "writ", "password_env": "PASSWORD"}, PASSWORD="pa55word"
     )

@@ -14,7 +14,7 @@ import pytest
 from capabilities.contract import BackendUnavailable, CapabilityError, ConfigError, Outcome
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
-from tests.capabilities.servers import TOKEN, ServerState, free_port
+from tests.capabilities.servers import TOKEN, ServerState, free_port, mcp_upstream_server, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -42,19 +42,27 @@ async def files(upstream_url: str) -> AsyncIterator[Registry]:
         tools=["read_file", "write_file", "fail", "slow", "hang", "boom"],
         rename={"write_file": "fs_write"},
         defaults={"effect": "write", "version": "3"},
-        overrides={"hang": {"timeout_s": 0.5}, "slow": {"effect": "read"}, "boom": {"effect": "irreversible"}},
+        overrides={
+            "hang": {"timeout_s": 0.5},
+            "slow": {"effect": "read"},
+            "boom": {"effect": "irreversible"},
+        },
     )
     async with build(backend) as registry:
         yield registry
 
 
-async def call(registry: Registry, tool: str, arguments: dict[str, Any] | None = None, **fields: Any) -> Outcome:
+async def call(
+    registry: Registry, tool: str, arguments: dict[str, Any] | None = None, **fields: Any
+) -> Outcome:
     cap = registry.get(tool)
     assert cap is not None, tool
     return await registry.executor(cap).execute(invocation(cap, arguments, **fields))
 
 
-async def test_discovery_exposes_the_subset_renamed_with_upstream_schemas_and_descriptions(files: Registry) -> None:
+async def test_discovery_exposes_the_subset_renamed_with_upstream_schemas_and_descriptions(
+    files: Registry,
+) -> None:
     tools = {cap.tool_name: cap for cap in files.capabilities()}
 
     assert list(tools) == ["read_file", "fs_write", "fail", "slow", "hang", "boom"]
@@ -98,14 +106,18 @@ async def test_an_upstream_error_result_is_failed_and_keeps_the_result(files: Re
     assert outcome.result.content == ({"type": "text", "text": "disk full"},)
 
 
-async def test_a_write_that_times_out_is_unknown_and_sent_once(files: Registry, upstream_state: ServerState) -> None:
+async def test_a_write_that_times_out_is_unknown_and_sent_once(
+    files: Registry, upstream_state: ServerState
+) -> None:
     outcome = await call(files, "hang")
 
     assert (outcome.kind, outcome.error) == ("unknown", "response_timeout")
     assert upstream_state.hits["hang"] == 1
 
 
-async def test_a_handler_that_raises_is_unknown_for_an_effect(files: Registry, upstream_state: ServerState) -> None:
+async def test_a_handler_that_raises_is_unknown_for_an_effect(
+    files: Registry, upstream_state: ServerState
+) -> None:
     outcome = await call(files, "boom")
 
     assert outcome.kind == "unknown"
@@ -148,6 +160,26 @@ async def test_an_unreachable_upstream_fails_start() -> None:
 
     with anyio.fail_after(10), pytest.raises(BackendUnavailable):
         await registry.start()
+
+
+async def test_an_http_upstream_that_went_away_is_unreachable_until_it_returns_then_reopened() -> None:
+    state = ServerState()
+    port = free_port()
+    with serve(mcp_upstream_server(state).streamable_http_app(), state, port=port) as url:
+        registry = build(files_backend(f"{url}/mcp", timeout_s=3))
+        await registry.start()
+        assert (await call(registry, "write_file")).kind == "completed"
+    try:
+        lost = await call(registry, "write_file")  # may have been sent: never reported as failed-and-safe
+        down = await call(registry, "write_file")
+        with serve(mcp_upstream_server(state).streamable_http_app(), state, port=port):
+            back = await call(registry, "write_file")
+    finally:
+        await registry.close()
+
+    assert (lost.kind, lost.error) in {("unknown", "connection_lost"), ("failed", "backend_unreachable")}
+    assert (down.kind, down.error) == ("failed", "backend_unreachable")
+    assert back.kind == "completed"
 
 
 async def test_reconcile_is_not_supported_for_upstream_tools(files: Registry) -> None:

@@ -1,0 +1,176 @@
+"""Parsing the `backends:` and `capabilities:` sections, and resolving credentials at startup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from capabilities.config import HttpBackend, McpBackend, parse_config
+from capabilities.contract import ConfigError
+from capabilities.registry import Registry
+
+EXAMPLE = """
+backends:
+  acme:
+    type: http
+    base_url: http://127.0.0.1:8081
+    timeout_s: 10
+    headers: {X-Api-Version: "2"}
+    auth: {type: bearer, token_env: ACME_TOKEN}
+  files:
+    type: mcp
+    url: http://127.0.0.1:9000/mcp
+    auth: {type: bearer, token_env: FILES_TOKEN}
+    tools: "*"
+    rename: {write_file: fs_write}
+    defaults: {effect: write, version: "1"}
+    overrides: {read_file: {effect: read, redact: [path]}}
+  local:
+    type: python
+capabilities:
+  - id: refund-order
+    version: 2
+    tool: refund_order
+    backend: acme
+    effect: write
+    description: Refund an order.
+    input_schema:
+      type: object
+      properties: {order_id: {type: string}, amount: {type: number}, currency: {type: string}}
+      required: [order_id, amount]
+    request: {method: post, path: /refunds}
+    summary: "refund {amount} {currency} to order {order_id}"
+    reconcile: {method: GET, path: "/refunds?idempotency_key={idempotency_key}"}
+  - id: add
+    backend: local
+    callable: "tests.capabilities.sample_tools:add"
+"""
+
+ENV = {"ACME_TOKEN": "acme-secret", "FILES_TOKEN": "files-secret"}
+
+
+def example() -> dict[str, Any]:
+    return yaml.safe_load(EXAMPLE)
+
+
+def test_the_documented_example_parses_with_defaults_filled_in() -> None:
+    data = example()
+    config = parse_config(data["backends"], data["capabilities"])
+
+    acme = config.backends["acme"]
+    assert isinstance(acme, HttpBackend) and acme.timeout_s == 10
+    files = config.backends["files"]
+    assert isinstance(files, McpBackend) and files.overrides["read_file"].redact == ("path",)
+    refund = config.capabilities[0]
+    assert (refund.version, refund.tool_name, refund.request.method) == ("2", "refund_order", "POST")  # type: ignore[union-attr]
+    assert refund.idempotency_header == "Idempotency-Key"
+    assert (refund.dedupes_on_key, refund.dedupe_window_s) == (False, 600)
+    assert config.capabilities[1].tool_name == "add"
+
+
+def test_the_registry_builds_static_capabilities_from_the_example() -> None:
+    data = example()
+    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+    refund = registry.get("refund_order")
+    assert refund is not None
+    assert (refund.ref, refund.effect, refund.timeout_s, refund.reconcilable) == (
+        "refund-order@2",
+        "write",
+        10,
+        True,
+    )
+    assert refund.summarize({"amount": 5, "currency": "EUR", "order_id": "1"}) == "refund 5 EUR to order 1"
+    assert [cap.tool_name for cap in registry.capabilities()] == ["refund_order", "add"]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: d["backends"]["acme"].update(colour="blue"), "backend 'acme': colour: Extra inputs"),
+        (lambda d: d["backends"]["acme"].update(type="ftp"), "backend 'acme'"),
+        (
+            lambda d: d["backends"]["acme"].update(base_url="http://user:pw@host"),
+            "must not carry credentials",
+        ),
+        (lambda d: d["backends"]["acme"]["auth"].pop("token_env"), "exactly one of token_env, token_file"),
+        (lambda d: d["capabilities"][0].update(effect="delete"), "capability 'refund-order': effect"),
+        (
+            lambda d: d["capabilities"][0].update(backend="nope"),
+            "capability 'refund-order': unknown backend 'nope'",
+        ),
+        (lambda d: d["capabilities"][0].pop("request"), "needs request"),
+        (lambda d: d["capabilities"][1].pop("callable"), "capability 'add': a python backend needs callable"),
+        (lambda d: d["capabilities"][1].update(backend="files"), "its tools are discovered"),
+        (lambda d: d["capabilities"].append(dict(d["capabilities"][1])), "capability 'add': duplicate id"),
+        (lambda d: d["backends"]["files"].update(command=["x"]), "exactly one of url"),
+        (lambda d: d["capabilities"][0]["request"].update(path="/r/{a.b}"), "plain argument name"),
+    ],
+)
+def test_invalid_config_is_a_config_error_naming_the_backend_or_capability(
+    mutate: Any, expected: str
+) -> None:
+    data = example()
+    mutate(data)
+
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data["backends"], data["capabilities"])
+    assert expected in str(caught.value)
+
+
+def test_a_missing_credential_variable_is_named_and_no_secret_value_is_shown() -> None:
+    data = example()
+
+    with pytest.raises(ConfigError) as caught:
+        Registry.from_config(data["backends"], data["capabilities"], environ={"FILES_TOKEN": "files-secret"})
+    assert "ACME_TOKEN" in str(caught.value)
+    assert "files-secret" not in str(caught.value)
+
+
+def test_a_missing_or_empty_secret_file_is_a_config_error(tmp_path: Path) -> None:
+    data = example()
+    data["backends"]["acme"]["auth"] = {"type": "bearer", "token_file": "acme.token"}
+
+    with pytest.raises(ConfigError, match="acme.token"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+    (tmp_path / "acme.token").write_text("\n")
+    with pytest.raises(ConfigError, match="empty"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+
+
+def test_an_invalid_input_schema_is_a_config_error() -> None:
+    data = example()
+    data["capabilities"][0]["input_schema"] = {"type": "object", "properties": {"amount": {"type": "money"}}}
+
+    with pytest.raises(
+        ConfigError, match="capability 'refund-order': input_schema is not a valid JSON Schema"
+    ):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_a_path_field_missing_from_the_input_schema_is_a_config_error() -> None:
+    data = example()
+    data["capabilities"][0]["request"]["path"] = "/orders/{order_ref}/refunds"
+
+    with pytest.raises(ConfigError, match="order_ref"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_duplicate_tool_names_are_a_config_error() -> None:
+    data = example()
+    data["capabilities"][1]["tool"] = "refund_order"
+
+    with pytest.raises(ConfigError, match="refund_order"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_stdio_upstreams_take_secrets_from_env_from_and_refuse_http_auth() -> None:
+    stdio = {"type": "mcp", "command": ["srv"], "env_from": {"TOKEN": "HOST_TOKEN"}}
+
+    with pytest.raises(ConfigError, match="HOST_TOKEN"):
+        Registry.from_config({"up": stdio}, [], environ={})
+    with pytest.raises(ConfigError, match="auth and headers apply to HTTP"):
+        parse_config({"up": {**stdio, "auth": {"type": "bearer", "token_env": "X"}}}, [])

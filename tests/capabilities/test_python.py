@@ -1,0 +1,115 @@
+"""The Python executor: sync and async callables, result shapes, exceptions, derived schemas."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from capabilities.contract import CapabilityError, ConfigError, Outcome, ToolResult
+from capabilities.registry import Registry
+from tests.capabilities.conftest import invocation
+
+pytestmark = pytest.mark.anyio
+
+MODULE = "tests.capabilities.sample_tools"
+
+
+def build(*entries: dict[str, Any]) -> Registry:
+    capabilities = [{"backend": "local", "effect": "read", **entry} for entry in entries]
+    return Registry.from_config({"local": {"type": "python"}}, capabilities, environ={})
+
+
+async def run(registry: Registry, tool: str, arguments: dict[str, Any] | None = None) -> Outcome:
+    cap = registry.get(tool)
+    assert cap is not None
+    return await registry.executor(cap).execute(invocation(cap, arguments))
+
+
+async def test_a_sync_function_runs_in_a_worker_thread_and_a_dict_becomes_structured_json() -> None:
+    registry = build(
+        {"id": "add", "callable": f"{MODULE}:add"}, {"id": "where", "callable": f"{MODULE}:thread_name"}
+    )
+    async with registry:
+        added = await run(registry, "add", {"a": 2, "b": 3})
+        where = await run(registry, "where")
+
+    assert added.kind == "completed"
+    assert added.result == ToolResult(content=({"type": "text", "text": '{"sum":5}'},), structured={"sum": 5})
+    assert where.result is not None
+    assert where.result.content[0]["text"] != threading.current_thread().name
+
+
+async def test_an_async_function_is_awaited_and_a_string_becomes_text() -> None:
+    async with build({"id": "greet", "callable": f"{MODULE}:greet"}) as registry:
+        outcome = await run(registry, "greet", {"name": "ada"})
+
+    assert outcome.result == ToolResult(content=({"type": "text", "text": "hello ada"},))
+
+
+async def test_other_values_become_json_text_and_a_tool_result_passes_through() -> None:
+    registry = build(
+        {"id": "numbers", "callable": f"{MODULE}:numbers"}, {"id": "rich", "callable": f"{MODULE}:rich"}
+    )
+    async with registry:
+        numbers = await run(registry, "numbers", {"n": 3})
+        rich = await run(registry, "rich")
+
+    assert numbers.result == ToolResult(content=({"type": "text", "text": "[0,1,2]"},))
+    assert rich.result == ToolResult(content=({"type": "text", "text": "as is"},), structured={"kept": True})
+
+
+async def test_an_exception_is_failed_with_its_type_and_message() -> None:
+    async with build({"id": "explode", "callable": f"{MODULE}:explode", "effect": "write"}) as registry:
+        outcome = await run(registry, "explode", {"reason": "no"})
+
+    assert (outcome.kind, outcome.error) == ("failed", "exception")
+    assert outcome.detail == "ValueError: cannot do that: no"
+    assert outcome.result is not None and outcome.result.is_error
+
+
+async def test_wrong_arguments_are_failed_not_raised() -> None:
+    async with build({"id": "add", "callable": f"{MODULE}:add"}) as registry:
+        outcome = await run(registry, "add", {"c": 1})
+
+    assert (outcome.kind, outcome.error) == ("failed", "exception")
+    assert outcome.detail is not None and outcome.detail.startswith("TypeError")
+
+
+def test_the_input_schema_is_derived_from_the_signature_unless_given() -> None:
+    given = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    registry = build(
+        {"id": "add", "callable": f"{MODULE}:add"},
+        {"id": "add2", "tool": "add_given", "callable": f"{MODULE}:add", "input_schema": given},
+    )
+
+    derived = registry.get("add")
+    assert derived is not None
+    assert derived.input_schema["properties"]["a"]["type"] == "integer"
+    assert derived.input_schema["required"] == ["a"]
+    assert registry.get("add_given").input_schema == given  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("tests.capabilities.no_such_module:add", "cannot import module"),
+        (f"{MODULE}:missing", "has no attribute"),
+        (f"{MODULE}:NOT_CALLABLE", "not callable"),
+    ],
+)
+def test_a_callable_that_cannot_be_imported_is_a_config_error_naming_the_capability(
+    ref: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        build({"id": "broken", "callable": ref})
+    assert "'broken'" in str(caught.value)
+
+
+async def test_python_capabilities_cannot_be_reconciled() -> None:
+    async with build({"id": "add", "callable": f"{MODULE}:add"}) as registry:
+        cap = registry.get("add")
+        assert cap is not None
+        with pytest.raises(CapabilityError):
+            await registry.executor(cap).reconcile(invocation(cap, {"a": 1}))
