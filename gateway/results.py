@@ -112,8 +112,8 @@ def status_document(call: CallView, *, include_result: bool = False) -> dict[str
     body: dict[str, Any] = {"status": call.status, "toolCallId": call.tool_call_id}
     if call.status == "approval_pending":
         body["approvalId"] = call.approval_id
-        if (expires_at := getattr(call, "approval_expires_at", None)) is not None:
-            body["expiresAt"] = expires_at.isoformat()
+        if call.approval_expires_at is not None:
+            body["expiresAt"] = call.approval_expires_at.isoformat()
     body["effect"] = _effect(call)
     if call.status == "denied":
         body["reason"] = call.reason

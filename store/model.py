@@ -131,6 +131,7 @@ class CallView:
     correlation_id: str | None = None
     principal: Mapping[str, Any] | None = None
     """The principal as recorded with the request (subject, tenant, roles, scopes, client_id)."""
+    approval_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

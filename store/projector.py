@@ -140,7 +140,13 @@ def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent) -> Non
             created_at=ev.parse_ts(event.occurred_at),
         )
     )
-    _update_call(conn, event, status="approval_pending", approval_id=p.approval_id)
+    _update_call(
+        conn,
+        event,
+        status="approval_pending",
+        approval_id=p.approval_id,
+        approval_expires_at=ev.parse_ts(p.expires_at),
+    )
 
 
 def _approval_decided(status: str) -> Callable[[Connection, Any], None]:

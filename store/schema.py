@@ -122,6 +122,7 @@ tool_calls = Table(
     Column("effect_class", String(32), nullable=False),
     Column("external_request_id", String(256), nullable=False),
     Column("approval_id", String(128)),
+    Column("approval_expires_at", UTCDateTime),
     Column("result", Text),
     Column("error", Text),
     Column("attempts", Integer, nullable=False),

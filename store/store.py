@@ -12,7 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, delete, exc, select, text
+from sqlalchemy import Connection, Engine, delete, exc, inspect, select, text
 
 from store import approving, audit, recording
 from store.db import READ_ONLY, create_store_engine
@@ -101,6 +101,13 @@ class Store:
         head = ScriptDirectory.from_config(self._alembic_config()).get_current_head()
         with self._read() as conn:
             return MigrationContext.configure(conn).get_current_revision() == head
+
+    def is_empty(self) -> bool:
+        """Whether the database holds none of Writ's tables yet (safe to migrate without asking)."""
+        with self._read() as conn:
+            return MigrationContext.configure(conn).get_current_revision() is None and not inspect(
+                conn
+            ).has_table("events")
 
     @staticmethod
     def _alembic_config() -> Config:

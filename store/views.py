@@ -36,6 +36,7 @@ def call_view(row: Row[Any]) -> CallView:
         summary=row.summary,
         external_request_id=row.external_request_id,
         approval_id=row.approval_id,
+        approval_expires_at=row.approval_expires_at,
         result=_loads(row.result),
         error=row.error,
         created_at=row.created_at,

@@ -8,7 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -21,6 +22,14 @@ from mcp.client.streamable_http import streamable_http_client
 
 REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, token: str, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
+    """The official MCP client over streamable HTTP, with a bearer token; closes its HTTP client too."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client:
+            yield client
 
 
 def free_port() -> int:
@@ -121,9 +130,8 @@ class Gateway:
         out = writ("token", "--sub", sub, "--roles", roles, "--tenant", tenant, "-c", str(self.config), cwd=self.workdir)
         return out.stdout.strip().splitlines()[-1]
 
-    def client(self, token: str, mode: str = "auto", **kwargs: Any) -> Client:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
-        return Client(streamable_http_client(self.mcp_url, http_client=http), mode=mode, **kwargs)
+    def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
+        return mcp_client(self.mcp_url, token, mode=mode, **kwargs)
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check)

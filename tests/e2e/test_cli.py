@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.harness import WRIT, Backend, Gateway, free_port, stop, wait_http, writ
+from tests.e2e.harness import WRIT, Backend, Gateway, free_port, mcp_client, stop, wait_http, writ
 
 pytestmark = pytest.mark.e2e
 
@@ -113,10 +113,7 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
         token = re.search(r"Agent token.*\n\s+(\S+)", output).group(1)
 
         async def refund() -> dict:
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
-            from mcp.client.streamable_http import streamable_http_client
-
-            async with Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+            async with mcp_client(f"http://127.0.0.1:{port}/mcp", token) as client:
                 result = await client.call_tool(
                     "refund_order", {"order_id": "1001", "amount": 20, "currency": "EUR", "reason": "demo"}
                 )

@@ -86,6 +86,7 @@ def upgrade() -> None:
         sa.Column("effect_class", sa.String(32), nullable=False),
         sa.Column("external_request_id", sa.String(256), nullable=False),
         sa.Column("approval_id", sa.String(128)),
+        sa.Column("approval_expires_at", UTCDateTime),
         sa.Column("result", sa.Text),
         sa.Column("error", sa.Text),
         sa.Column("attempts", sa.Integer, nullable=False),
