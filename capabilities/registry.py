@@ -41,6 +41,7 @@ class Registry:
         self._by_tool: dict[str, Capability] = {}
         self._by_id: dict[str, Capability] = {}
         self._started: list[Executor] = []
+        self._running = False
         self._add(capabilities)
 
     @classmethod
@@ -125,6 +126,9 @@ class Registry:
             BackendUnavailable: an upstream could not be reached.
             ConfigError: discovery produced a duplicate tool name or id, or names unknown tools.
         """
+        if self._running:
+            return
+        self._running = True
         try:
             for name, executor in self._executors.items():
                 await executor.start()
@@ -143,6 +147,7 @@ class Registry:
 
     async def close(self) -> None:
         """Close started executors, last started first."""
+        self._running = False
         while self._started:
             await self._started.pop().close()
 
