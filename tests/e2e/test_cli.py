@@ -43,11 +43,12 @@ def test_audit_verify_passes_on_a_clean_log_and_names_the_first_edited_seq(sqlit
 
     db = sqlite3.connect(sqlite_gateway.workdir / "writ.db")
     with db:
-        db.execute("UPDATE events SET payload = replace(payload, '\"amount\":5', '\"amount\":500') WHERE seq = 3")
+        (seq,) = db.execute("SELECT min(seq) FROM events WHERE payload LIKE '%\"amount\":5,%'").fetchone()
+        db.execute("UPDATE events SET payload = replace(payload, '\"amount\":5,', '\"amount\":500,') WHERE seq = ?", (seq,))
     db.close()
     tampered = sqlite_gateway.cli("audit", "verify", check=False)
     assert tampered.returncode == 1
-    assert "first bad seq 3" in tampered.stderr
+    assert f"first bad seq {seq} (edited)" in tampered.stderr
 
 
 def test_audit_export_writes_every_event_as_a_json_line_in_order(sqlite_gateway: Gateway) -> None:
