@@ -75,7 +75,8 @@ class Redactor:
         if not capability.redact:
             return dict(arguments)
         return {
-            name: (self.digest(value) if name in capability.redact else value) for name, value in arguments.items()
+            name: (self.digest(value) if name in capability.redact else value)
+            for name, value in arguments.items()
         }
 
     def digest(self, value: Any) -> str:

@@ -43,7 +43,9 @@ def _error(status: int, error: str, description: str, *, resource_metadata: str 
         if resource_metadata:
             challenge += f', resource_metadata="{resource_metadata}"'
         headers["WWW-Authenticate"] = challenge
-    return JSONResponse({"error": error, "error_description": description}, status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": error, "error_description": description}, status_code=status, headers=headers
+    )
 
 
 def api_routes(store: Store, principal_of: PrincipalOf, resource_metadata_url: str) -> list[Route]:
@@ -55,7 +57,9 @@ def api_routes(store: Store, principal_of: PrincipalOf, resource_metadata_url: s
         async def endpoint(request: Request) -> Response:
             user = request.scope.get("user")
             if not isinstance(user, AuthenticatedUser):
-                return _error(401, "invalid_token", "Authentication required", resource_metadata=resource_metadata_url)
+                return _error(
+                    401, "invalid_token", "Authentication required", resource_metadata=resource_metadata_url
+                )
             return await handler(request, principal_of(user))
 
         return endpoint
@@ -92,7 +96,9 @@ def api_routes(store: Store, principal_of: PrincipalOf, resource_metadata_url: s
 
     async def list_approvals(request: Request, who: Principal) -> Response:
         if not who.roles & OVERSEER_ROLES:
-            return _error(403, "insufficient_role", "Listing approvals needs the approver, auditor or admin role")
+            return _error(
+                403, "insufficient_role", "Listing approvals needs the approver, auditor or admin role"
+            )
         status = request.query_params.get("status")
         approvals = await anyio.to_thread.run_sync(
             lambda: store.list_approvals(tenant=who.tenant, status=status)

@@ -179,7 +179,9 @@ def build_app(runtime: Runtime) -> Starlette:
         ),
         *metadata_routes,
         # The root form of RFC 9728 metadata, for clients that look there first.
-        Route("/.well-known/oauth-protected-resource", metadata_routes[0].endpoint, methods=["GET", "OPTIONS"]),
+        Route(
+            "/.well-known/oauth-protected-resource", metadata_routes[0].endpoint, methods=["GET", "OPTIONS"]
+        ),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         *api_routes(runtime.store, _principal_of_user(runtime), metadata_url),
@@ -213,7 +215,9 @@ def _principal_of_user(runtime: Runtime) -> Any:
 def _transport_security(config: WritConfig) -> TransportSecuritySettings | None:
     server = config.server
     if server.allowed_hosts is not None:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=server.allowed_hosts)
+        return TransportSecuritySettings(
+            enable_dns_rebinding_protection=True, allowed_hosts=server.allowed_hosts
+        )
     if server.host in ("127.0.0.1", "localhost", "::1"):
         return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,

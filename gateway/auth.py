@@ -104,5 +104,3 @@ def principal_from_claims(claims: Mapping[str, Any], mapping: ClaimMapping) -> P
         scopes=strings(claims.get(mapping.scopes) or claims.get("scp")),
         client_id=(str(claims[mapping.client_id]) if claims.get(mapping.client_id) else claims.get("azp")),
     )
-
-

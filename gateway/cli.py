@@ -25,7 +25,9 @@ app.add_typer(approvals_app, name="approvals")
 ConfigOption = Annotated[
     str | None,
     typer.Option(
-        "--config", "-c", help="Config file (default: $WRIT_CONFIG, ./writ.yaml, ./.writ/demo.yaml, built-in)."
+        "--config",
+        "-c",
+        help="Config file (default: $WRIT_CONFIG, ./writ.yaml, ./.writ/demo.yaml, built-in).",
     ),
 ]
 
@@ -99,7 +101,9 @@ def token(
         scopes=[s for s in scopes.split(",") if s],
         ttl_s=ttl or cfg.auth.dev_issuer.token_ttl_s,
     )
-    typer.echo(f"# token for sub={sub} tenant={tenant} roles={roles or '-'} aud={cfg.server.resource_url}", err=True)
+    typer.echo(
+        f"# token for sub={sub} tenant={tenant} roles={roles or '-'} aud={cfg.server.resource_url}", err=True
+    )
     typer.echo(minted)
 
 
@@ -134,7 +138,9 @@ def audit_verify(config: ConfigOption = None) -> None:
         typer.echo(f"ok: {report.events_checked} events, hash chain intact")
         return
     typer.echo(
-        f"TAMPERED: first bad seq {report.first_bad_seq} ({report.problem}): {report.detail or ''}".rstrip(": "),
+        f"TAMPERED: first bad seq {report.first_bad_seq} ({report.problem}): {report.detail or ''}".rstrip(
+            ": "
+        ),
         err=True,
     )
     raise typer.Exit(1)
@@ -181,8 +187,10 @@ def approvals_list(
     if not approvals:
         typer.echo("no approvals")
     for a in approvals:
-        typer.echo(f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={a.requester} "
-                   f"role={a.approver_role} expires={a.expires_at.isoformat()}")
+        typer.echo(
+            f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={a.requester} "
+            f"role={a.approver_role} expires={a.expires_at.isoformat()}"
+        )
 
 
 @approvals_app.command("show")
@@ -196,7 +204,10 @@ def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
             _fail(f"no approval {approval_id!r}", code=1)
             return
         call = store.get_call(approval.tool_call_id)
-    body = asdict(approval) | {"effect": call.summary if call else None, "arguments": dict(call.arguments) if call else None}
+    body = asdict(approval) | {
+        "effect": call.summary if call else None,
+        "arguments": dict(call.arguments) if call else None,
+    }
     typer.echo(json.dumps(body, indent=2, default=str))
 
 
@@ -217,7 +228,9 @@ class _store:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     try:

@@ -89,7 +89,7 @@ class WritConfig(_Section):
 
 
 def find_config_file(explicit: str | None) -> Path | None:
-    """`-c FILE`, else $WRIT_CONFIG, else ./writ.yaml, else the demo's ./.writ/demo.yaml; None for defaults."""
+    """`-c FILE`, else $WRIT_CONFIG, ./writ.yaml, the demo's ./.writ/demo.yaml; None means defaults."""
     if explicit:
         return Path(explicit)
     if env := os.environ.get("WRIT_CONFIG"):

@@ -86,9 +86,13 @@ def build_mcp_server(
         key = meta.get(META_KEY)
         run = meta.get(META_RUN)
         if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            raise MCPError(INVALID_PARAMS, f"_meta[{META_KEY!r}] must be a non-empty string of at most 255 chars")
+            raise MCPError(
+                INVALID_PARAMS, f"_meta[{META_KEY!r}] must be a non-empty string of at most 255 chars"
+            )
         if run is not None and (not isinstance(run, str) or not run or len(run) > 255):
-            raise MCPError(INVALID_PARAMS, f"_meta[{META_RUN!r}] must be a non-empty string of at most 255 chars")
+            raise MCPError(
+                INVALID_PARAMS, f"_meta[{META_RUN!r}] must be a non-empty string of at most 255 chars"
+            )
         try:
             report = await pipeline.call(
                 CallInput(

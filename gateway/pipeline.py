@@ -215,7 +215,9 @@ class CallPipeline:
             call = await self._dispatch(capability, call, arguments)
         elif admission.kind == "joined" and call.status in IN_FLIGHT_STATUSES:
             call = await self._await_settled(call)
-        return CallReport(admission.kind, call, capability, existing=admission.existing, expires_at=expires_at)
+        return CallReport(
+            admission.kind, call, capability, existing=admission.existing, expires_at=expires_at
+        )
 
     async def _dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
         invocation = Invocation(

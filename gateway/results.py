@@ -99,7 +99,12 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
         return {
             "content": content,
             "structuredContent": result.get("structuredContent")
-            or {"status": "failed", "toolCallId": call.tool_call_id, "error": call.error, "next": NEXT["failed"]},
+            or {
+                "status": "failed",
+                "toolCallId": call.tool_call_id,
+                "error": call.error,
+                "next": NEXT["failed"],
+            },
             "isError": True,
             "_meta": _meta(call),
         }
@@ -147,7 +152,9 @@ def _headline(call: CallView) -> str:
         case "approval_pending":
             return f"Waiting for human approval: {summary}."
         case "result_unknown":
-            return f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."
+            return (
+                f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."
+            )
         case "denied":
             return f"Denied by policy ({call.reason}): {summary}."
         case "dispatching":

@@ -30,7 +30,11 @@ def write_demo_config(gateway_port: int, backend_port: int) -> Path:
     """Write ./.writ/demo.yaml for these ports and return its path."""
     template = Template(resources.files("gateway.demo").joinpath("demo.yaml").read_text())
     DEFAULT_STATE_DIR.mkdir(exist_ok=True)
-    DEMO_CONFIG.write_text(template.safe_substitute(gateway_port=gateway_port, backend_port=backend_port))
+    DEMO_CONFIG.write_text(
+        template.safe_substitute(
+            gateway_port=gateway_port, backend_port=backend_port, state_dir=DEFAULT_STATE_DIR.resolve()
+        )
+    )
     return DEMO_CONFIG
 
 
@@ -41,14 +45,23 @@ def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]
         ConfigurationError: it exited or did not answer in time (port taken?).
     """
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.demo.acme_payments", "--port", str(port),
-         "--db", str(DEFAULT_STATE_DIR / "acme-payments.db")],
+        [
+            sys.executable,
+            "-m",
+            "gateway.demo.acme_payments",
+            "--port",
+            str(port),
+            "--db",
+            str(DEFAULT_STATE_DIR / "acme-payments.db"),
+        ],
         stdout=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise ConfigurationError(f"acme-payments exited with code {process.returncode} (is port {port} free?)")
+            raise ConfigurationError(
+                f"acme-payments exited with code {process.returncode} (is port {port} free?)"
+            )
         try:
             if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0).status_code == 200:
                 return process
@@ -75,9 +88,11 @@ Approver token ({APPROVER[0]}, role {APPROVER[1]}, tenant {TENANT}):
 
 Connect a client:
   Claude Code      claude mcp add --transport http writ {url} --header "Authorization: Bearer $TOKEN"
-  Claude Desktop   add to claude_desktop_config.json (stdio; run in this directory):
-                   {{"mcpServers": {{"writ": {{"command": "writ", "args": ["stdio", "-c", "{DEMO_CONFIG.resolve()}"],
-                     "env": {{"WRIT_TOKEN": "<agent token>"}}}}}}}}
+  Claude Desktop   add to claude_desktop_config.json (stdio):
+                     {{"mcpServers": {{"writ": {{
+                       "command": "{Path(sys.executable).parent / "writ"}",
+                       "args": ["stdio", "-c", "{DEMO_CONFIG.resolve()}"],
+                       "env": {{"WRIT_TOKEN": "<agent token>"}}}}}}}}
   MCP Inspector    npx @modelcontextprotocol/inspector --cli {url} --transport http --method tools/list \\
                      --header "Authorization: Bearer $TOKEN"
   (set TOKEN to the agent token above; `writ token --sub NAME --roles agent --tenant {TENANT}` mints more)
@@ -110,10 +125,14 @@ def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
         assert issuer is not None
         audience = config.server.resource_url
         agent = issuer.mint(subject=AGENT[0], roles=[AGENT[1]], tenant=TENANT, audience=audience, ttl_s=86400)
-        approver = issuer.mint(subject=APPROVER[0], roles=[APPROVER[1]], tenant=TENANT, audience=audience, ttl_s=86400)
+        approver = issuer.mint(
+            subject=APPROVER[0], roles=[APPROVER[1]], tenant=TENANT, audience=audience, ttl_s=86400
+        )
         message = banner(audience, f"http://127.0.0.1:{backend_port}", agent, approver)
         server = _AnnouncingServer(
-            uvicorn.Config(build_app(runtime), host="127.0.0.1", port=port, log_level="warning", access_log=False),
+            uvicorn.Config(
+                build_app(runtime), host="127.0.0.1", port=port, log_level="warning", access_log=False
+            ),
             message,
         )
         server.run()

@@ -27,9 +27,12 @@ WRIT = [str(Path(sys.executable).parent / "writ")]
 @contextlib.asynccontextmanager
 async def mcp_client(url: str, token: str, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
     """The official MCP client over streamable HTTP, with a bearer token; closes its HTTP client too."""
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client:
-            yield client
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client,
+    ):
+        yield client
 
 
 def free_port() -> int:
@@ -80,7 +83,15 @@ class Backend:
 def acme_backend(workdir: Path) -> Iterator[Backend]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.demo.acme_payments", "--port", str(port), "--db", str(workdir / "acme.db")],
+        [
+            sys.executable,
+            "-m",
+            "gateway.demo.acme_payments",
+            "--port",
+            str(port),
+            "--db",
+            str(workdir / "acme.db"),
+        ],
         stdout=subprocess.DEVNULL,
         cwd=workdir,
     )
@@ -92,7 +103,9 @@ def acme_backend(workdir: Path) -> Iterator[Backend]:
         stop(process)
 
 
-def demo_config(workdir: Path, *, gateway_port: int, backend_url: str, store_url: str, timeout_s: float = 2.0) -> Path:
+def demo_config(
+    workdir: Path, *, gateway_port: int, backend_url: str, store_url: str, timeout_s: float = 2.0
+) -> Path:
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick."""
     template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
@@ -108,10 +121,17 @@ def demo_config(workdir: Path, *, gateway_port: int, backend_url: str, store_url
     return path
 
 
-def writ(*args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def writ(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*WRIT, *args], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-        timeout=120, check=check,
+        [*WRIT, *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=check,
     )
 
 
@@ -127,7 +147,18 @@ class Gateway:
         return f"{self.url}/mcp"
 
     def token(self, sub: str, roles: str = "agent", tenant: str = "acme") -> str:
-        out = writ("token", "--sub", sub, "--roles", roles, "--tenant", tenant, "-c", str(self.config), cwd=self.workdir)
+        out = writ(
+            "token",
+            "--sub",
+            sub,
+            "--roles",
+            roles,
+            "--tenant",
+            tenant,
+            "-c",
+            str(self.config),
+            cwd=self.workdir,
+        )
         return out.stdout.strip().splitlines()[-1]
 
     def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
@@ -142,7 +173,9 @@ def writ_gateway(workdir: Path, backend: Backend, store_url: str, **config: Any)
     port = free_port()
     path = demo_config(workdir, gateway_port=port, backend_url=backend.url, store_url=store_url, **config)
     log = (workdir / "writ.log").open("w")
-    process = subprocess.Popen([*WRIT, "serve", "-c", str(path)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [*WRIT, "serve", "-c", str(path)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", process)

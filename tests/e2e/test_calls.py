@@ -33,7 +33,9 @@ async def test_a_client_of_either_era_lists_tools_and_makes_a_read_and_a_write_c
         assert read.structured_content["order_id"] == "1001"
         assert read.meta["writ/toolCallId"].startswith("tc_")
 
-        write = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": f"k-{mode}"})
+        write = await client.call_tool(
+            "refund_order", refund_args(), meta={"writ/idempotencyKey": f"k-{mode}"}
+        )
         assert write.is_error is False, write
         assert write.structured_content["status"] == "succeeded"
         assert write.meta["writ/status"] == "completed"
@@ -87,14 +89,18 @@ async def test_without_a_key_an_identical_call_joins_the_earlier_one_instead_of_
     assert len(backend.refunds()) == 1
 
 
-async def test_twenty_concurrent_calls_with_one_key_dispatch_exactly_once(gateway: Gateway, backend: Backend) -> None:
+async def test_twenty_concurrent_calls_with_one_key_dispatch_exactly_once(
+    gateway: Gateway, backend: Backend
+) -> None:
     token = gateway.token("alice")
     ids: list[str] = []
     key = f"burst-{uuid.uuid4().hex[:8]}"
 
     async def one() -> None:
         async with gateway.client(token, mode="2026-07-28") as client:
-            result = await client.call_tool("refund_order", refund_args(15), meta={"writ/idempotencyKey": key})
+            result = await client.call_tool(
+                "refund_order", refund_args(15), meta={"writ/idempotencyKey": key}
+            )
             ids.append(result.meta["writ/toolCallId"])
 
     with anyio.fail_after(60):
@@ -125,7 +131,9 @@ async def test_a_backend_that_times_out_after_receiving_the_call_gives_result_un
     assert len(backend.refunds("slow")) == 1  # it did act, once; Writ did not send it again
 
 
-async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(gateway: Gateway, backend: Backend) -> None:
+async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(
+    gateway: Gateway, backend: Backend
+) -> None:
     async with gateway.client(gateway.token("alice")) as client:
         result = await client.call_tool("refund_order", refund_args(250, order="1002"))
         body = result.structured_content
@@ -175,7 +183,9 @@ async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatc
     gateway: Gateway, backend: Backend
 ) -> None:
     async with gateway.client(gateway.token("alice")) as client:
-        result = await client.call_tool("refund_order", {"order_id": "1001", "amount": -5, "currency": "euro"})
+        result = await client.call_tool(
+            "refund_order", {"order_id": "1001", "amount": -5, "currency": "euro"}
+        )
     assert result.is_error is True
     body = result.structured_content
     assert body["status"] == "denied" and body["reason"] == "invalid_arguments"
@@ -183,7 +193,11 @@ async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatc
     assert "reason" in joined and "amount" in joined and "currency" in joined
     assert backend.refunds() == []
     shown = gateway.cli("calls", "show", body["toolCallId"]).stdout
-    assert "tool_call.requested" in shown and "tool_call.denied" in shown and "tool_call.dispatching" not in shown
+    assert (
+        "tool_call.requested" in shown
+        and "tool_call.denied" in shown
+        and "tool_call.dispatching" not in shown
+    )
 
 
 async def test_call_status_of_another_tenants_call_is_not_found(gateway: Gateway) -> None:

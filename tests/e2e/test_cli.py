@@ -44,7 +44,10 @@ def test_audit_verify_passes_on_a_clean_log_and_names_the_first_edited_seq(sqlit
     db = sqlite3.connect(sqlite_gateway.workdir / "writ.db")
     with db:
         (seq,) = db.execute("SELECT min(seq) FROM events WHERE payload LIKE '%\"amount\":5,%'").fetchone()
-        db.execute("UPDATE events SET payload = replace(payload, '\"amount\":5,', '\"amount\":500,') WHERE seq = ?", (seq,))
+        db.execute(
+            "UPDATE events SET payload = replace(payload, '\"amount\":5,', '\"amount\":500,') WHERE seq = ?",
+            (seq,),
+        )
     db.close()
     tampered = sqlite_gateway.cli("audit", "verify", check=False)
     assert tampered.returncode == 1
@@ -57,8 +60,13 @@ def test_audit_export_writes_every_event_as_a_json_line_in_order(sqlite_gateway:
     events = [json.loads(line) for line in lines]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = {e["type"] for e in events}
-    assert {"run.started", "tool_call.requested", "tool_call.dispatching", "tool_call.completed",
-            "approval.required"} <= types
+    assert {
+        "run.started",
+        "tool_call.requested",
+        "tool_call.dispatching",
+        "tool_call.completed",
+        "approval.required",
+    } <= types
     assert all(e["hash"] and e["prev_hash"] for e in events)
 
 
@@ -70,7 +78,9 @@ def test_store_rebuild_reproduces_the_calls_from_the_log_alone(sqlite_gateway: G
     assert after == before
 
 
-def test_writ_stdio_serves_the_same_tools_to_a_local_client(sqlite_gateway: Gateway, backend: Backend) -> None:
+def test_writ_stdio_serves_the_same_tools_to_a_local_client(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
     token = sqlite_gateway.token("alice")
     params = StdioServerParameters(
         command=WRIT[0],
@@ -84,7 +94,8 @@ def test_writ_stdio_serves_the_same_tools_to_a_local_client(sqlite_gateway: Gate
             names = {t.name for t in (await client.list_tools()).tools}
             assert {"lookup_order", "refund_order", "writ_call_status"} <= names
             result = await client.call_tool(
-                "refund_order", {"order_id": "1001", "amount": 7, "currency": "EUR", "reason": "stdio"},
+                "refund_order",
+                {"order_id": "1001", "amount": 7, "currency": "EUR", "reason": "stdio"},
                 meta={"writ/idempotencyKey": "via-stdio"},
             )
             assert result.meta["writ/status"] == "completed"
@@ -104,7 +115,9 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
     log = (tmp_path / "demo.log").open("w+")
     process = subprocess.Popen(
         [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
-        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", process)
@@ -124,7 +137,9 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
         assert body["status"] == "succeeded"
         refunds = httpx2.get(f"http://127.0.0.1:{backend_port}/refunds", timeout=5).json()["refunds"]
         assert len(refunds) == 1
-        assert (tmp_path / ".writ" / "writ.db").exists() and (tmp_path / ".writ" / "acme-payments.db").exists()
+        assert (tmp_path / ".writ" / "writ.db").exists() and (
+            tmp_path / ".writ" / "acme-payments.db"
+        ).exists()
         verify = writ("audit", "verify", cwd=tmp_path)  # finds ./.writ/demo.yaml by itself
         assert verify.stdout.startswith("ok:")
     finally:

@@ -34,7 +34,9 @@ def test_a_request_without_a_token_gets_401_with_the_resource_metadata_url(sqlit
     ["garbage", "a.b.c", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9."],
     ids=["garbage", "three-dots", "alg-none"],
 )
-def test_a_bad_token_gets_401_and_reaches_nothing(sqlite_gateway: Gateway, backend: Backend, token: str) -> None:
+def test_a_bad_token_gets_401_and_reaches_nothing(
+    sqlite_gateway: Gateway, backend: Backend, token: str
+) -> None:
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"refund_order","arguments":{}}}'
     response = post(sqlite_gateway, body, token)
     assert response.status_code == 401
@@ -96,5 +98,7 @@ def test_the_calls_api_needs_a_token_and_hides_other_tenants(sqlite_gateway: Gat
     assert httpx2.get(url, timeout=5).status_code == 401
     own = httpx2.get(url, headers={"Authorization": f"Bearer {sqlite_gateway.token('alice')}"}, timeout=5)
     assert own.status_code == 200 and own.json()["status"] == "completed"
-    other = httpx2.get(url, headers={"Authorization": f"Bearer {sqlite_gateway.token('eve', tenant='x')}"}, timeout=5)
+    other = httpx2.get(
+        url, headers={"Authorization": f"Bearer {sqlite_gateway.token('eve', tenant='x')}"}, timeout=5
+    )
     assert other.status_code == 404

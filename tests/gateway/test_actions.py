@@ -37,7 +37,9 @@ def test_different_arguments_give_different_action_hashes(a: dict, b: dict) -> N
 def test_the_action_hash_covers_capability_version_tenant_and_requester() -> None:
     args = {"order_id": "1001", "amount": 20}
     base = action_hash(CAP, args, ALICE)
-    other_version = Capability(id="refund-order", version="3", tool_name="refund_order", backend="acme", input_schema={})
+    other_version = Capability(
+        id="refund-order", version="3", tool_name="refund_order", backend="acme", input_schema={}
+    )
     assert action_hash(other_version, args, ALICE) != base
     assert action_hash(CAP, args, Principal(subject="alice", tenant="other")) != base
     assert action_hash(CAP, args, Principal(subject="bob", tenant="acme")) != base
@@ -56,7 +58,10 @@ def test_redacted_fields_are_stored_as_salted_hashes_and_the_salt_persists(tmp_p
     stored = redactor.redact(cap, {"card": "4111 1111 1111 1111", "amount": 5})
     assert stored["amount"] == 5
     assert "4111" not in stored["card"] and stored["card"].startswith("redacted:hmac-sha256:")
-    assert Redactor.from_file(tmp_path / "salt").redact(cap, {"card": "4111 1111 1111 1111"})["card"] == stored["card"]
+    assert (
+        Redactor.from_file(tmp_path / "salt").redact(cap, {"card": "4111 1111 1111 1111"})["card"]
+        == stored["card"]
+    )
     assert Redactor(b"other salt").redact(cap, {"card": "4111 1111 1111 1111"})["card"] != stored["card"]
 
 

@@ -33,8 +33,12 @@ def b64(data: dict) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
 
 
-def test_a_token_from_the_dev_issuer_verifies_and_maps_to_a_principal(issuer: DevIssuer, verifier: JwtVerifier) -> None:
-    token = issuer.mint(subject="alice", audience=AUD, tenant="acme", roles=["agent", "approver"], scopes=["tools"])
+def test_a_token_from_the_dev_issuer_verifies_and_maps_to_a_principal(
+    issuer: DevIssuer, verifier: JwtVerifier
+) -> None:
+    token = issuer.mint(
+        subject="alice", audience=AUD, tenant="acme", roles=["agent", "approver"], scopes=["tools"]
+    )
     verified = verifier.verify(token)
     assert verified is not None and verified.subject == "alice"
     principal = principal_from_claims(verified.claims, ClaimMapping())
@@ -46,7 +50,9 @@ def test_the_dev_issuer_key_survives_a_restart(tmp_path: Path) -> None:
     first = DevIssuer.load_or_create(tmp_path / "k.jwk", ISS)
     token = first.mint(subject="a", audience=AUD)
     again = DevIssuer.load_or_create(tmp_path / "k.jwk", ISS)
-    assert JwtVerifier([TrustedIssuer(ISS, again.public_keys)], audience=AUD, algorithms=["ES256"]).verify(token)
+    assert JwtVerifier([TrustedIssuer(ISS, again.public_keys)], audience=AUD, algorithms=["ES256"]).verify(
+        token
+    )
     assert (tmp_path / "k.jwk").stat().st_mode & 0o777 == 0o600
 
 
@@ -100,6 +106,8 @@ def test_wrong_issuer_and_wrong_audience_are_refused(tmp_path: Path, verifier: J
 
 def test_claim_mapping_follows_configured_claim_names() -> None:
     mapping = ClaimMapping(tenant="org", roles="groups_roles", default_tenant="none")
-    principal = principal_from_claims({"sub": "bob", "org": "o1", "groups_roles": "a b", "azp": "cli"}, mapping)
+    principal = principal_from_claims(
+        {"sub": "bob", "org": "o1", "groups_roles": "a b", "azp": "cli"}, mapping
+    )
     assert principal.tenant == "o1" and principal.roles == {"a", "b"} and principal.client_id == "cli"
     assert principal_from_claims({"sub": "x"}, mapping).tenant == "none"
