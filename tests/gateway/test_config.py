@@ -1,0 +1,74 @@
+"""The configuration file: the documented example and the demo's config are valid, errors are clear."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capabilities.config import parse_config
+from capabilities.contract import Capability
+from gateway.config import load_config
+from gateway.errors import ConfigurationError
+from policy.engine import Policy
+from policy.model import CallContext, PolicyInput, Principal
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_commented_example_in_deploy_is_a_valid_configuration() -> None:
+    config = load_config(REPO / "deploy" / "writ.example.yaml")
+    parsed = parse_config(config.backends, config.capabilities)
+    assert {c.id for c in parsed.capabilities} == {"refund-order", "lookup-order", "word-count"}
+    policy = Policy.from_mapping(config.policy)
+    refund = Capability(
+        id="refund-order", version="2", tool_name="refund_order", backend="payments", input_schema={}
+    )
+    night = datetime(2026, 11, 30, 3, tzinfo=UTC)
+    decision = policy.evaluate(
+        PolicyInput(
+            Principal("alice", roles=frozenset({"agent"})), refund, {"amount": 5}, CallContext(now=night)
+        )
+    )
+    assert (decision.effect, decision.reason) == ("deny", "outside_business_hours")
+
+
+def test_the_demo_config_is_valid_once_its_ports_are_filled_in(tmp_path: Path) -> None:
+    text = (REPO / "gateway" / "demo" / "demo.yaml").read_text()
+    text = text.replace("${gateway_port}", "8080").replace("${backend_port}", "8081")
+    path = tmp_path / "demo.yaml"
+    path.write_text(text.replace("${state_dir}", str(tmp_path)))
+    config = load_config(path)
+    assert config.server.resource_url == "http://127.0.0.1:8080/mcp"
+    assert len(parse_config(config.backends, config.capabilities).capabilities) == 2
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("server: [1, 2", "not valid YAML"),
+        ("- just\n- a list\n", "top level must be a mapping"),
+        ("server: {port: eighty}", "port"),
+        ("surprise: true", "surprise"),
+    ],
+)
+def test_a_bad_config_file_is_refused_with_a_message_that_names_the_problem(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "writ.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigurationError, match=message):
+        load_config(path)
+
+
+def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_no_config_file_means_the_embedded_defaults() -> None:
+    config = load_config(None)
+    assert config.store.url.startswith("sqlite:///") and config.auth.dev_issuer.enabled
+    assert yaml.safe_dump(config.model_dump())
