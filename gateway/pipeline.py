@@ -89,6 +89,7 @@ class CallPipeline:
         clock: Clock = lambda: datetime.now(UTC),
         producer: str = "writ-gateway",
         join_wait_s: float = 10.0,
+        executor_grace_s: float = 5.0,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -97,6 +98,7 @@ class CallPipeline:
         self._clock = clock
         self._producer = producer
         self._join_wait_s = join_wait_s
+        self._executor_grace_s = executor_grace_s
         self._validators: dict[str, Draft202012Validator] = {}
 
     def prepare(self) -> None:
@@ -250,7 +252,7 @@ class CallPipeline:
     async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
         executor = self._registry.executor(capability)
         # Executors enforce their own timeouts; this bound only catches an executor that does not.
-        guard_s = capability.timeout_s + 5.0
+        guard_s = capability.timeout_s + self._executor_grace_s
         try:
             with anyio.fail_after(guard_s):
                 return await executor.execute(invocation)
