@@ -56,6 +56,18 @@ def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0)
     raise TimeoutError(f"{url} did not answer within {timeout_s}s")
 
 
+def wait_listening(port: int, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
+    """Wait until something accepts TCP connections on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before port {port} listened")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listened on port {port} within {timeout_s}s")
+
+
 def stop(process: subprocess.Popen[Any]) -> None:
     if process.poll() is None:
         process.terminate()

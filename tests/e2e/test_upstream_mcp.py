@@ -1,0 +1,91 @@
+"""An upstream MCP server's tools re-exposed through Writ (renamed, guarded, recorded), stdio and HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.harness import WRIT, free_port, mcp_client, stop, wait_http, wait_listening, writ
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+UPSTREAM = Path(__file__).with_name("notes_upstream.py")
+
+
+@contextlib.contextmanager
+def upstream_http(notes: Path) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(UPSTREAM), str(notes), "--http", str(port)])
+    try:
+        wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(process)
+
+
+@contextlib.contextmanager
+def gateway_for(tmp_path: Path, backend: dict) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    config = {
+        "server": {"port": port},
+        "store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"},
+        "auth": {"dev_issuer": {"key_file": str(tmp_path / "dev.jwk")}},
+        "privacy": {"salt_file": str(tmp_path / "salt")},
+        "backends": {"notes": backend},
+        "policy": {"rules": [{"id": "agents", "roles": ["agent"], "decision": "allow"}]},
+    }
+    path = tmp_path / "writ.yaml"
+    path.write_text(yaml.safe_dump(config))
+    process = subprocess.Popen([*WRIT, "serve", "-c", str(path)], cwd=tmp_path)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        yield f"http://127.0.0.1:{port}/mcp", path
+    finally:
+        stop(process)
+
+
+def notes_backend(transport: str, notes: Path, url: str | None = None) -> dict:
+    common = {"rename": {"add_note": "notes_add"}, "defaults": {"effect": "write", "version": "3"}}
+    if transport == "stdio":
+        return {"type": "mcp", "command": [sys.executable, str(UPSTREAM), str(notes)], **common}
+    return {"type": "mcp", "url": url, **common}
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_upstream_tools_are_re_exposed_renamed_and_their_effects_happen_once(
+    tmp_path: Path, transport: str
+) -> None:
+    notes = tmp_path / "notes.json"
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(upstream_http(notes)) if transport == "http" else None
+        mcp_url, config = stack.enter_context(gateway_for(tmp_path, notes_backend(transport, notes, url)))
+        token = writ("token", "--sub", "alice", "--roles", "agent", "-c", str(config), cwd=tmp_path)
+        token = token.stdout.strip().splitlines()[-1]
+        async with mcp_client(mcp_url, token) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == {"notes_add", "list_notes", "writ_call_status"}
+            assert tools["notes_add"].input_schema["required"] == ["text"]  # taken from the upstream
+            assert tools["list_notes"].annotations.read_only_hint is True
+
+            added = await client.call_tool("notes_add", {"text": "hello"}, meta={"writ/idempotencyKey": "n1"})
+            again = await client.call_tool("notes_add", {"text": "hello"}, meta={"writ/idempotencyKey": "n1"})
+            listed = await client.call_tool("list_notes", {})
+            bad = await client.call_tool("notes_add", {"text": ""})
+
+    assert added.structured_content == {
+        "id": 1,
+        "text": "hello",
+        "key": "n1",
+    }  # the upstream's result, unchanged
+    assert json.loads(added.content[0].text) == added.structured_content
+    assert again.meta["writ/toolCallId"] == added.meta["writ/toolCallId"]
+    assert listed.structured_content["notes"] == [{"id": 1, "text": "hello", "key": "n1"}]
+    assert bad.is_error and bad.structured_content["reason"] == "invalid_arguments"
+    assert len(json.loads(notes.read_text())) == 1
