@@ -21,6 +21,8 @@ from mcp.server.auth.routes import build_resource_metadata_url, create_protected
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
@@ -28,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.actions import Redactor
 from gateway.api import api_routes
@@ -38,7 +41,8 @@ from gateway.errors import ConfigurationError
 from gateway.mcp_server import build_mcp_server
 from gateway.pipeline import CallPipeline
 from policy.engine import Policy
-from policy.model import Principal
+from policy.model import PolicyError, Principal
+from store.model import StoreError
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -107,9 +111,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
             config.backends, config.capabilities, environ=environ or dict(os.environ), base_dir=base_dir
         )
         policy = Policy.from_mapping(config.policy)
-    except Exception as exc:
-        if isinstance(exc, ConfigurationError):
-            raise
+    except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
     dev_issuer = dev_issuer_for(config)
     issuers = [TrustedIssuer(dev_issuer.issuer, dev_issuer.public_keys)] if dev_issuer else []
@@ -161,7 +163,7 @@ def build_app(runtime: Runtime) -> Starlette:
     async def readyz(request: Request) -> Response:
         try:
             ready = await anyio.to_thread.run_sync(runtime.store.is_migrated)
-        except Exception as exc:  # readiness reports the failure instead of raising it
+        except StoreError as exc:  # readiness reports the failure instead of raising it
             logger.warning("readiness check failed: %s", exc)
             ready = False
         return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
@@ -229,9 +231,7 @@ def _transport_security(config: WritConfig) -> TransportSecuritySettings | None:
 
 def _safe_url(url: str) -> str:
     """A database URL without its password, for messages."""
-    from sqlalchemy.engine import make_url
-
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # a malformed URL is reported by the store itself
+    except ArgumentError:  # a malformed URL is reported by the store itself
         return "<store url>"
