@@ -19,6 +19,7 @@ from capabilities.contract import Capability
 from gateway.errors import UnknownTool
 from gateway.pipeline import CallInput, CallPipeline
 from gateway.results import shape_call, shape_report, status_document
+from gateway.telemetry import Telemetry
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -64,9 +65,15 @@ def _tool(capability: Capability) -> types.Tool:
 
 
 def build_mcp_server(
-    pipeline: CallPipeline, store: Store, principal: PrincipalProvider, *, name: str = "writ"
+    pipeline: CallPipeline,
+    store: Store,
+    principal: PrincipalProvider,
+    *,
+    telemetry: Telemetry | None = None,
+    name: str = "writ",
 ) -> Server[Any]:
     """The low-level MCP server for this gateway."""
+    telemetry = telemetry or Telemetry()
 
     def caller() -> Any:
         current = principal()
@@ -93,18 +100,21 @@ def build_mcp_server(
             raise MCPError(
                 INVALID_PARAMS, f"_meta[{META_RUN!r}] must be a non-empty string of at most 255 chars"
             )
-        try:
-            report = await pipeline.call(
-                CallInput(
-                    principal=who,
-                    tool_name=params.name,
-                    arguments=params.arguments or {},
-                    idempotency_key=key,
-                    run_id=run,
+        with telemetry.tool_call(params.name, params.arguments or {}) as traced:
+            try:
+                report = await pipeline.call(
+                    CallInput(
+                        principal=who,
+                        tool_name=params.name,
+                        arguments=params.arguments or {},
+                        idempotency_key=key,
+                        run_id=run,
+                    )
                 )
-            )
-        except UnknownTool as exc:
-            raise MCPError(INVALID_PARAMS, str(exc)) from exc
+            except UnknownTool as exc:
+                traced.status = "unknown_tool"
+                raise MCPError(INVALID_PARAMS, str(exc)) from exc
+            traced.record(report)
         return types.CallToolResult.model_validate(shape_report(report))
 
     async def _call_status(who: Any, arguments: dict[str, Any]) -> types.CallToolResult:

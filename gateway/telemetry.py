@@ -1,0 +1,146 @@
+"""OpenTelemetry traces and metrics for tool calls, with the GenAI semantic conventions (DESIGN §9).
+
+One `execute_tool {name}` span per tools/call carries `gen_ai.tool.name`, `gen_ai.tool.call.id` and
+Writ's own attributes (decision, status, capability, run). Argument values never enter a span unless
+`include_arguments` is set. Off by default; `console` or `otlp` by configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from pydantic import BaseModel, ConfigDict
+
+from gateway.actions import canonical_json
+from gateway.errors import ConfigurationError
+from gateway.pipeline import CallReport
+
+
+class TelemetryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    exporter: Literal["none", "console", "otlp"] = "none"
+    endpoint: str | None = None
+    """OTLP/HTTP endpoint, e.g. http://collector:4318 (default: the OTEL_EXPORTER_OTLP_ENDPOINT variable)."""
+    service_name: str = "writ"
+    include_arguments: bool = False
+
+
+@dataclass
+class CallSpan:
+    """The span of one tools/call and the status it ended with."""
+
+    span: Span
+    status: str = "error"
+
+    def record(self, report: CallReport) -> None:
+        call = report.call
+        self.status = call.status
+        self.span.set_attributes(
+            {
+                "gen_ai.tool.call.id": call.tool_call_id,
+                "gen_ai.tool.type": "function",
+                "writ.capability": f"{call.capability_id}@{call.capability_version}",
+                "writ.admission": report.kind,
+                "writ.decision": call.decision_effect,
+                "writ.status": call.status,
+                "writ.run_id": call.run_id,
+                "writ.tenant": call.tenant,
+                "writ.policy_version": call.policy_version,
+            }
+        )
+        if call.reason:
+            self.span.set_attribute("writ.reason", call.reason)
+        if call.status in ("failed", "result_unknown"):
+            self.span.set_status(Status(StatusCode.ERROR, call.error or call.status))
+
+
+class Telemetry:
+    """Creates spans and records metrics for tool calls through the providers it is given."""
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        *,
+        include_arguments: bool = False,
+    ) -> None:
+        tracer_provider = tracer_provider or trace.NoOpTracerProvider()
+        meter_provider = meter_provider or metrics.NoOpMeterProvider()
+        self._tracer = tracer_provider.get_tracer("writ")
+        meter = meter_provider.get_meter("writ")
+        self._calls = meter.create_counter(
+            "writ.tool_calls", unit="{call}", description="Tool calls by outcome"
+        )
+        self._duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s", description="Duration of execute_tool operations"
+        )
+        self._include_arguments = include_arguments
+        self._providers = (tracer_provider, meter_provider)
+
+    @contextlib.contextmanager
+    def tool_call(self, tool_name: str, arguments: object) -> Iterator[CallSpan]:
+        """A span around one tools/call; the caller records what the pipeline decided on it."""
+        started = time.perf_counter()
+        with self._tracer.start_as_current_span(
+            f"execute_tool {tool_name}",
+            kind=SpanKind.INTERNAL,
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name},
+        ) as span:
+            if self._include_arguments:
+                span.set_attribute("gen_ai.tool.call.arguments", canonical_json(arguments))
+            call_span = CallSpan(span)
+            try:
+                yield call_span
+            finally:
+                labels = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name}
+                self._duration.record(time.perf_counter() - started, labels)
+                self._calls.add(1, {"gen_ai.tool.name": tool_name, "writ.status": call_span.status})
+
+    def shutdown(self) -> None:
+        for provider in self._providers:
+            if hasattr(provider, "shutdown"):
+                provider.shutdown()
+
+
+def build_telemetry(config: TelemetryConfig) -> Telemetry:
+    """Providers for the configured exporter (none, console, otlp).
+
+    Raises:
+        ConfigurationError: `otlp` without the OTLP exporter package installed.
+    """
+    if config.exporter == "none":
+        return Telemetry()
+    resource = Resource.create({"service.name": config.service_name})
+    span_exporter: SpanExporter
+    if config.exporter == "console":
+        span_exporter = ConsoleSpanExporter()
+        metric_reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            raise ConfigurationError(
+                "telemetry.exporter: otlp needs the OTLP exporter: pip install 'writ-gateway[otlp]'"
+            ) from exc
+        endpoint = config.endpoint.rstrip("/") if config.endpoint else None
+        span_exporter = OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces" if endpoint else None)
+        metric_reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics" if endpoint else None)
+        )
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    meter_provider = MeterProvider(resource=resource, metric_readers=[metric_reader])
+    return Telemetry(tracer_provider, meter_provider, include_arguments=config.include_arguments)

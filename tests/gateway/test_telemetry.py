@@ -1,0 +1,72 @@
+"""Each tools/call is an `execute_tool` span with GenAI attributes and Writ's decision and status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from capabilities.fake import FakeExecutor, completed, fake_capability
+from capabilities.registry import Registry
+from gateway.actions import Redactor
+from gateway.mcp_server import build_mcp_server
+from gateway.pipeline import CallPipeline
+from gateway.telemetry import Telemetry, TelemetryConfig, build_telemetry
+from policy.engine import Policy
+from policy.model import Principal
+from store.store import Store
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Principal("alice", tenant="acme", roles=frozenset({"agent"}))
+
+
+async def test_a_call_becomes_an_execute_tool_span_without_argument_values(tmp_path: Path) -> None:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(tracer_provider, MeterProvider(metric_readers=[reader]))
+
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    registry = Registry(
+        {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
+    )
+    policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
+    pipeline = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
+    server = build_mcp_server(pipeline, store, lambda: ALICE, telemetry=telemetry)
+    try:
+        async with Client(server) as client:
+            result = await client.call_tool("refund_order", {"card": "4111111111111111"})
+    finally:
+        store.close()
+
+    (span,) = [s for s in spans.get_finished_spans() if s.name.startswith("execute_tool")]
+    assert span.name == "execute_tool refund_order"
+    attributes = dict(span.attributes)
+    assert attributes["gen_ai.operation.name"] == "execute_tool"
+    assert attributes["gen_ai.tool.name"] == "refund_order"
+    assert attributes["gen_ai.tool.call.id"] == result.meta["writ/toolCallId"]
+    assert attributes["writ.decision"] == "allow" and attributes["writ.status"] == "completed"
+    assert "4111111111111111" not in str(attributes)
+    metric_names = {
+        m.name
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert {"writ.tool_calls", "gen_ai.client.operation.duration"} <= metric_names
+
+
+def test_telemetry_is_off_by_default_and_console_is_one_setting_away() -> None:
+    assert TelemetryConfig().exporter == "none"
+    build_telemetry(TelemetryConfig()).shutdown()
+    console = build_telemetry(TelemetryConfig(exporter="console"))
+    console.shutdown()
