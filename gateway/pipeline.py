@@ -21,6 +21,7 @@ from jsonschema.exceptions import SchemaError
 from capabilities.contract import Capability, Executor, Invocation, Outcome
 from gateway.actions import Redactor, action_hash, derived_key, new_id
 from gateway.errors import ConfigurationError, UnknownTool
+from gateway.faults import NO_FAULTS, FaultPoints
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
@@ -28,6 +29,7 @@ from store.model import (
     CallView,
     OutcomeRecord,
     RefusalRequest,
+    StaleLease,
 )
 from store.store import Store
 
@@ -90,6 +92,9 @@ class CallPipeline:
         producer: str = "writ-gateway",
         join_wait_s: float = 10.0,
         executor_grace_s: float = 5.0,
+        owner: str = "writ-gateway",
+        lease_margin_s: float = 10.0,
+        faults: FaultPoints = NO_FAULTS,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -99,6 +104,9 @@ class CallPipeline:
         self._producer = producer
         self._join_wait_s = join_wait_s
         self._executor_grace_s = executor_grace_s
+        self._owner = owner
+        self._lease_margin_s = lease_margin_s
+        self._faults = faults
         self._validators: dict[str, Draft202012Validator] = {}
 
     def prepare(self) -> None:
@@ -117,6 +125,14 @@ class CallPipeline:
 
     def capability(self, tool_name: str) -> Capability | None:
         return self._registry.get(tool_name)
+
+    def guard_s(self, capability: Capability) -> float:
+        """The longest one dispatch may take: the capability's timeout plus the executor's grace."""
+        return capability.timeout_s + self._executor_grace_s
+
+    def lease_s(self, capability: Capability) -> float:
+        """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
+        return self.guard_s(capability) + self._lease_margin_s
 
     async def call(self, inp: CallInput) -> CallReport:
         """Admit, decide and (when allowed and ours to do) dispatch one call.
@@ -210,6 +226,8 @@ class CallPipeline:
                 approval_id=approval_id,
                 approval_expires_at=expires_at,
                 producer=self._producer,
+                lease_owner=self._owner,
+                lease_s=self.lease_s(capability),
             ),
         )
         call = admission.call
@@ -222,37 +240,69 @@ class CallPipeline:
         )
 
     async def _dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
+        """Execute a call this process holds the dispatch lease of, and record what it observed."""
         invocation = Invocation(
             capability=capability,
             arguments=arguments,
             idempotency_key=call.idempotency_key,
             tool_call_id=call.tool_call_id,
             external_request_id=call.external_request_id,
+            attempt=max(call.attempts, 1),
         )
+        self._faults.reach("after_dispatching_commit")
         # The effect and its record are one unit: a client that goes away must not leave the call
         # `dispatching` with its outcome unrecorded.
         with anyio.CancelScope(shield=True):
-            outcome = await self._execute(capability, invocation)
+            if self._lease_covers_dispatch(capability, call):
+                outcome = await self._execute(capability, invocation)
+                self._faults.reach("after_execute")
+            else:
+                # Paused (GC, SIGSTOP, a slow disk) until too little lease is left: another replica may
+                # already be settling this call, so sending now could race it. Nothing was sent.
+                outcome = Outcome(
+                    kind="failed",
+                    error="lease_expired_before_dispatch",
+                    detail="the dispatch lease ran out before the request was sent; nothing was sent",
+                    evidence={"sent": False},
+                )
+            settled = await self._record(call, outcome)
+            self._faults.reach("after_outcome_commit")
+            return settled
+
+    def _lease_covers_dispatch(self, capability: Capability, call: CallView) -> bool:
+        # Checked locally right before sending: the whole dispatch must fit in what is left of the
+        # lease, or recovery could declare it unknown and reconciliation look before it lands.
+        if call.lease_expires_at is None:
+            return True
+        return self._clock() + timedelta(seconds=self.guard_s(capability)) <= call.lease_expires_at
+
+    async def _record(self, call: CallView, outcome: Outcome) -> CallView:
+        """Record the outcome under our fencing token; if we were fenced, report the recorded state."""
+        record = OutcomeRecord(
+            kind=outcome.kind,
+            result=outcome.result.to_json() if outcome.result is not None else None,
+            error=outcome.error,
+            detail=outcome.detail,
+            external_request_id=outcome.external_request_id,
+            evidence=dict(outcome.evidence),
+        )
+        token, now = call.lease_token, self._clock()
+        try:
             return await anyio.to_thread.run_sync(
                 lambda: self._store.record_outcome(
-                    call.tool_call_id,
-                    OutcomeRecord(
-                        kind=outcome.kind,
-                        result=outcome.result.to_json() if outcome.result is not None else None,
-                        error=outcome.error,
-                        detail=outcome.detail,
-                        external_request_id=outcome.external_request_id,
-                        evidence=dict(outcome.evidence),
-                    ),
-                    now=self._clock(),
-                    producer=self._producer,
+                    call.tool_call_id, record, token=token, now=now, producer=self._producer
                 )
             )
+        except StaleLease as exc:
+            # Our lease ran out and another worker settled the call meanwhile; its record stands.
+            logger.warning("outcome of %s not recorded (%s): %s", call.tool_call_id, outcome.kind, exc)
+            latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
+            return latest or call
 
     async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
         executor = self._registry.executor(capability)
         # Executors enforce their own timeouts; this bound only catches an executor that does not.
-        guard_s = capability.timeout_s + self._executor_grace_s
+        guard_s = self.guard_s(capability)
         try:
             with anyio.fail_after(guard_s):
                 return await executor.execute(invocation)

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, select
 
 from store import events as ev
+from store.leasing import grant
 from store.log import Append
 from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.schema import approvals, tool_calls
@@ -66,7 +67,14 @@ def expire(conn: Connection, approval_id: str, *, now: datetime, producer: str) 
 
 
 def dispatch(
-    conn: Connection, tool_call_id: str, *, now: datetime, producer: str, policy_version: str | None
+    conn: Connection,
+    tool_call_id: str,
+    *,
+    now: datetime,
+    producer: str,
+    policy_version: str | None,
+    lease_owner: str = "writ-gateway",
+    lease_s: float = 60.0,
 ) -> CallView:
     """Move an approved call to `dispatching`; the caller now owns the dispatch.
 
@@ -82,6 +90,7 @@ def dispatch(
         attempt=row.attempts + 1,
         idempotency_key=row.idempotency_key,
         external_request_id=row.external_request_id,
+        **grant(lease_owner, row.lease_token, now, lease_s),
     )
     envelope = _envelope(row, now, producer)
     if policy_version is not None:

@@ -120,6 +120,13 @@ class ToolCallDispatching(Payload):
     attempt: int
     idempotency_key: str
     external_request_id: str
+    lease_owner: str = ""
+    """The worker that holds the dispatch lease (DESIGN §3.5)."""
+    fencing_token: int = 0
+    """Monotonic per call; every later recording for this dispatch must present it."""
+    lease_expires_at: str | None = None
+    retry_of_attempt: int | None = None
+    """Set when reconciliation re-sends the same key to a backend that deduplicates on it."""
 
 
 class ToolCallCompleted(Payload):
@@ -144,6 +151,17 @@ class ToolCallResultUnknown(Payload):
 class ReconciliationStarted(Payload):
     method: str
     attempt: int = 1
+    lease_owner: str = ""
+    fencing_token: int = 0
+    lease_expires_at: str | None = None
+
+
+class ReconciliationInconclusive(Payload):
+    """One lookup that could not tell; the next try is due at `next_attempt_at`."""
+
+    attempt: int
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    next_attempt_at: str
 
 
 class ReconciliationResolved(Payload):
@@ -151,11 +169,15 @@ class ReconciliationResolved(Payload):
     result: dict[str, Any] | None = None
     evidence: dict[str, Any] = Field(default_factory=dict)
     detail: str | None = None
+    resolved_by: str | None = None
+    """A person who settled the call by hand; None when a lookup at the backend did."""
 
 
 class ReconciliationEscalated(Payload):
     reason: str
     detail: str | None = None
+    attempts: int = 0
+    evidence: dict[str, Any] = Field(default_factory=dict)
 
 
 class BudgetExceeded(Payload):
@@ -264,6 +286,11 @@ class ReconciliationStartedEvent(Envelope):
     payload: ReconciliationStarted
 
 
+class ReconciliationInconclusiveEvent(Envelope):
+    type: Literal["reconciliation.inconclusive"] = "reconciliation.inconclusive"
+    payload: ReconciliationInconclusive
+
+
 class ReconciliationResolvedEvent(Envelope):
     type: Literal["reconciliation.resolved"] = "reconciliation.resolved"
     payload: ReconciliationResolved
@@ -297,6 +324,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     ToolCallFailedEvent,
     ToolCallResultUnknownEvent,
     ReconciliationStartedEvent,
+    ReconciliationInconclusiveEvent,
     ReconciliationResolvedEvent,
     ReconciliationEscalatedEvent,
     BudgetExceededEvent,
@@ -317,6 +345,7 @@ Event = Annotated[
     | ToolCallFailedEvent
     | ToolCallResultUnknownEvent
     | ReconciliationStartedEvent
+    | ReconciliationInconclusiveEvent
     | ReconciliationResolvedEvent
     | ReconciliationEscalatedEvent
     | BudgetExceededEvent

@@ -95,6 +95,10 @@ class CallRequest:
     """Set when the decision is `require_approval`."""
     approval_expires_at: datetime | None = None
     producer: str = "writ-gateway"
+    lease_owner: str = "writ-gateway"
+    """Who dispatches an allowed call; the dispatch lease is theirs until `now + lease_s`."""
+    lease_s: float = 60.0
+    """Capability timeout plus a margin: past it, recovery may declare the dispatch unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +136,19 @@ class CallView:
     principal: Mapping[str, Any] | None = None
     """The principal as recorded with the request (subject, tenant, roles, scopes, client_id)."""
     approval_expires_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_token: int = 0
+    """The fencing token of the newest lease; recording for a lease needs exactly this token."""
+    lease_expires_at: datetime | None = None
+    reconcile_attempts: int = 0
+    next_reconcile_at: datetime | None = None
+    resolved_by: str | None = None
+    """The person who settled an unknown outcome by hand."""
+
+    @property
+    def escalated(self) -> bool:
+        """Unknown, and reconciliation gave up: a human must settle it."""
+        return self.status == "result_unknown" and self.verification_status == "inconclusive"
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,8 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent) -> None:
             effect_class=p.effect_class,
             external_request_id=p.external_request_id,
             attempts=0,
+            lease_token=0,
+            reconcile_attempts=0,
             dedupe_window_s=p.dedupe_window_s,
             correlation_id=event.correlation_id,
             last_event_id=event.event_id,
@@ -165,10 +167,26 @@ def _approval_expired(conn: Connection, event: ev.ApprovalExpiredEvent) -> None:
     _update_call(conn, event, status="expired")
 
 
+def _ts(text: str | None) -> Any:
+    return None if text is None else ev.parse_ts(text)
+
+
+# Settling a call ends its lease but keeps the token: tokens only grow, so an old holder stays fenced.
+_NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+
+
 def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent) -> None:
     p = event.payload
     _update_call(
-        conn, event, status="dispatching", attempts=p.attempt, external_request_id=p.external_request_id
+        conn,
+        event,
+        status="dispatching",
+        attempts=p.attempt,
+        external_request_id=p.external_request_id,
+        lease_owner=p.lease_owner or None,
+        lease_token=p.fencing_token,
+        lease_expires_at=_ts(p.lease_expires_at),
+        next_reconcile_at=None,
     )
 
 
@@ -180,22 +198,43 @@ def _completed(conn: Connection, event: ev.ToolCallCompletedEvent) -> None:
         verification_status="not_observed",
         result=_json(event.payload.result),
         error=None,
+        **_NO_LEASE,
     )
 
 
 def _failed(conn: Connection, event: ev.ToolCallFailedEvent) -> None:
     p = event.payload
-    _update_call(conn, event, status="failed", result=_json(p.result), error=p.error)
+    _update_call(conn, event, status="failed", result=_json(p.result), error=p.error, **_NO_LEASE)
 
 
 def _result_unknown(conn: Connection, event: ev.ToolCallResultUnknownEvent) -> None:
+    # Due for reconciliation at once.
     _update_call(
-        conn, event, status="result_unknown", verification_status="pending", error=event.payload.error
+        conn,
+        event,
+        status="result_unknown",
+        verification_status="pending",
+        error=event.payload.error,
+        next_reconcile_at=ev.parse_ts(event.occurred_at),
+        **_NO_LEASE,
     )
 
 
 def _reconciliation_started(conn: Connection, event: ev.ReconciliationStartedEvent) -> None:
-    _update_call(conn, event, verification_status="pending")
+    p = event.payload
+    _update_call(
+        conn,
+        event,
+        verification_status="pending",
+        reconcile_attempts=p.attempt,
+        lease_owner=p.lease_owner or None,
+        lease_token=p.fencing_token,
+        lease_expires_at=_ts(p.lease_expires_at),
+    )
+
+
+def _reconciliation_inconclusive(conn: Connection, event: ev.ReconciliationInconclusiveEvent) -> None:
+    _update_call(conn, event, next_reconcile_at=ev.parse_ts(event.payload.next_attempt_at), **_NO_LEASE)
 
 
 def _reconciliation_resolved(conn: Connection, event: ev.ReconciliationResolvedEvent) -> None:
@@ -203,6 +242,9 @@ def _reconciliation_resolved(conn: Connection, event: ev.ReconciliationResolvedE
     values: dict[str, Any] = {
         "status": "completed" if p.verdict == "confirmed_success" else "failed",
         "verification_status": p.verdict,
+        "resolved_by": p.resolved_by,
+        "next_reconcile_at": None,
+        **_NO_LEASE,
     }
     if p.result is not None:
         values["result"] = _json(p.result)
@@ -210,7 +252,7 @@ def _reconciliation_resolved(conn: Connection, event: ev.ReconciliationResolvedE
 
 
 def _reconciliation_escalated(conn: Connection, event: ev.ReconciliationEscalatedEvent) -> None:
-    _update_call(conn, event, verification_status="inconclusive")
+    _update_call(conn, event, verification_status="inconclusive", next_reconcile_at=None, **_NO_LEASE)
 
 
 # budget.exceeded and loop.detected are judgment facts with no projection of their own.
@@ -227,6 +269,7 @@ _HANDLERS: dict[str, Callable[[Connection, Any], None]] = {
     "tool_call.failed": _failed,
     "tool_call.result_unknown": _result_unknown,
     "reconciliation.started": _reconciliation_started,
+    "reconciliation.inconclusive": _reconciliation_inconclusive,
     "reconciliation.resolved": _reconciliation_resolved,
     "reconciliation.escalated": _reconciliation_escalated,
 }

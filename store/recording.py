@@ -8,20 +8,19 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from store import events as ev
+from store.leasing import call_envelope, fenced, grant
 from store.log import Append
 from store.model import (
     IN_FLIGHT_STATUSES,
     Admission,
     CallRequest,
     CallView,
-    NotFound,
     OutcomeRecord,
     RefusalRequest,
-    StaleLease,
     StoreError,
 )
-from store.schema import effect_ledger, runs, tool_calls
-from store.views import call_view, load_call
+from store.schema import effect_ledger, runs
+from store.views import load_call
 
 
 def admit(conn: Connection, req: CallRequest) -> Admission:
@@ -84,37 +83,18 @@ def refuse(conn: Connection, req: RefusalRequest) -> CallView:
 
 
 def record_outcome(
-    conn: Connection, tool_call_id: str, outcome: OutcomeRecord, *, now: datetime, producer: str
+    conn: Connection, tool_call_id: str, outcome: OutcomeRecord, *, token: int, now: datetime, producer: str
 ) -> CallView:
-    """Record what the executor observed for a call this writer dispatched.
+    """Record what the executor observed for a call this writer dispatched under lease `token`.
 
     Raises:
         NotFound: no such call.
-        StaleLease: the call is not `dispatching`, so this writer no longer owns it.
+        StaleLease: the call is not `dispatching`, or is fenced at a newer token: this writer no
+            longer owns it.
     """
     log = Append(conn)
-    row = conn.execute(select(tool_calls).where(tool_calls.c.tool_call_id == tool_call_id)).one_or_none()
-    if row is None:
-        raise NotFound(f"no tool call {tool_call_id}")
-    call = call_view(row)
-    if call.status != "dispatching":
-        raise StaleLease(
-            f"call {tool_call_id} is {call.status}, not dispatching: its outcome is already recorded "
-            "or it was never dispatched"
-        )
-    envelope: dict[str, Any] = {
-        "occurred_at": ev.format_ts(now),
-        "producer": producer,
-        "run_id": call.run_id,
-        "tool_call_id": call.tool_call_id,
-        "approval_id": call.approval_id,
-        "capability_id": call.capability_id,
-        "capability_version": call.capability_version,
-        "policy_version": call.policy_version,
-        "correlation_id": call.correlation_id,
-        "causation_id": row.last_event_id,
-        "tenant": call.tenant,
-    }
+    row = fenced(conn, tool_call_id, token, "dispatching")
+    envelope = call_envelope(row, now, producer)
     result = dict(outcome.result) if outcome.result is not None else None
     event: ev.Envelope
     if outcome.kind == "completed":
@@ -237,7 +217,10 @@ def _record_new(log: Append, req: CallRequest, *, supersedes: str | None, run_is
         log.add(ev.ApprovalRequiredEvent(**call, approval_id=req.approval_id, payload=required))
     elif effect == "allow":
         dispatching = ev.ToolCallDispatching(
-            attempt=1, idempotency_key=req.idempotency_key, external_request_id=req.external_request_id
+            attempt=1,
+            idempotency_key=req.idempotency_key,
+            external_request_id=req.external_request_id,
+            **grant(req.lease_owner, 0, req.now, req.lease_s),
         )
         log.add(ev.ToolCallDispatchingEvent(**call, payload=dispatching))
     else:

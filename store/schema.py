@@ -132,7 +132,16 @@ tool_calls = Table(
     Column("last_event_id", String(64), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The current lease (dispatch or reconciliation): who holds it, until when, and its fencing token.
+    # The token only grows; a writer presenting an older one is refused (StaleLease).
+    Column("lease_owner", String(128)),
+    Column("lease_token", Integer, nullable=False, default=0),
+    Column("lease_expires_at", UTCDateTime),
+    Column("reconcile_attempts", Integer, nullable=False, default=0),
+    Column("next_reconcile_at", UTCDateTime),
+    Column("resolved_by", String(256)),
     Index("ix_tool_calls_tenant_status", "tenant", "status"),
+    Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
     Index("ix_tool_calls_run_id", "run_id"),
     Index("ix_tool_calls_created_at", "created_at"),
 )

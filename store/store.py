@@ -33,6 +33,7 @@ from store.model import (
 )
 from store.projector import apply
 from store.schema import PROJECTION_TABLES, approvals, effect_ledger, events, runs, tool_calls
+from store.settling import Settlement
 from store.views import approval_view, call_view, load_approval, load_call
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -59,7 +60,7 @@ def _aware(moment: datetime) -> None:
         raise ValueError("the store records timezone-aware datetimes only")
 
 
-class Store:
+class Store(Settlement):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(self, engine: Engine) -> None:
@@ -128,17 +129,27 @@ class Store:
         return self._write_retrying(lambda conn: recording.refuse(conn, req))
 
     def record_outcome(
-        self, tool_call_id: str, outcome: OutcomeRecord, *, now: datetime, producer: str = "writ-gateway"
+        self,
+        tool_call_id: str,
+        outcome: OutcomeRecord,
+        *,
+        token: int,
+        now: datetime,
+        producer: str = "writ-gateway",
     ) -> CallView:
-        """Record the observed outcome of a dispatching call.
+        """Record the observed outcome of a dispatching call, under the dispatch lease's fencing `token`.
 
         Raises:
             NotFound: no such call.
-            StaleLease: the call is not `dispatching` (already settled, or never dispatched).
+            StaleLease: the call is not `dispatching` (settled, recovered, or never dispatched), or a
+                newer lease fenced this token.
         """
-        _aware(now)
-        with _translated(), self._engine.begin() as conn:
-            return recording.record_outcome(conn, tool_call_id, outcome, now=now, producer=producer)
+        return self._write(
+            now,
+            lambda conn: recording.record_outcome(
+                conn, tool_call_id, outcome, token=token, now=now, producer=producer
+            ),
+        )
 
     def decide_approval(
         self,
@@ -191,8 +202,10 @@ class Store:
         now: datetime,
         policy_version: str | None = None,
         producer: str = "writ-gateway",
+        lease_owner: str = "writ-gateway",
+        lease_s: float = 60.0,
     ) -> CallView:
-        """Claim the dispatch of an approved call (compare-and-set on its status).
+        """Claim the dispatch of an approved call (compare-and-set on its status), with a lease.
 
         Raises:
             NotFound: no such call.
@@ -201,7 +214,13 @@ class Store:
         _aware(now)
         with _translated(), self._engine.begin() as conn:
             return approving.dispatch(
-                conn, tool_call_id, now=now, producer=producer, policy_version=policy_version
+                conn,
+                tool_call_id,
+                now=now,
+                producer=producer,
+                policy_version=policy_version,
+                lease_owner=lease_owner,
+                lease_s=lease_s,
             )
 
     def deny_approved(
@@ -236,6 +255,11 @@ class Store:
                 apply(conn, parse_event(envelope_of(row)))
                 replayed += 1
             return replayed
+
+    def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return work(conn)
 
     def _write_retrying(self, work: Callable[[Connection], T]) -> T:
         # A unique-key conflict means a concurrent claim won; the second attempt sees it and joins.

@@ -46,6 +46,12 @@ def call_view(row: Row[Any]) -> CallView:
         effect_class=row.effect_class,
         correlation_id=row.correlation_id,
         principal=_loads(row.principal),
+        lease_owner=row.lease_owner,
+        lease_token=row.lease_token,
+        lease_expires_at=row.lease_expires_at,
+        reconcile_attempts=row.reconcile_attempts,
+        next_reconcile_at=row.next_reconcile_at,
+        resolved_by=row.resolved_by,
     )
 
 

@@ -40,7 +40,7 @@ def test_an_allowed_new_call_is_recorded_as_dispatching_and_owned_by_the_caller(
 def test_each_event_of_a_call_is_caused_by_the_one_before_it(store: Store) -> None:
     request = call_request(tool_call_id="tc-1")
     store.admit(request)
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"isError": False}), now=NOW)
+    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"isError": False}), token=1, now=NOW)
 
     requested, dispatching, completed = store.events(tool_call_id="tc-1")
     assert requested.causation_id is None
@@ -98,7 +98,7 @@ def test_the_same_client_key_and_action_joins_the_recorded_call_without_appendin
 
 def test_a_client_key_joins_even_a_failed_call(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="failed", error="boom"), now=NOW)
+    store.record_outcome("tc-1", OutcomeRecord(kind="failed", error="boom"), token=1, now=NOW)
 
     again = store.admit(call_request(tool_call_id="tc-2", now=NOW + timedelta(days=1)))
 
@@ -131,7 +131,7 @@ def test_a_derived_key_joins_an_in_flight_call(store: Store) -> None:
 
 def test_a_derived_key_joins_a_completed_call_inside_the_dedupe_window(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1", key_source="derived"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"ok": 1}), now=NOW)
+    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"ok": 1}), token=1, now=NOW)
 
     again = store.admit(
         call_request(tool_call_id="tc-2", key_source="derived", now=NOW + timedelta(seconds=599))
@@ -142,7 +142,7 @@ def test_a_derived_key_joins_a_completed_call_inside_the_dedupe_window(store: St
 
 def test_a_derived_key_is_taken_over_after_the_dedupe_window(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1", key_source="derived"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed"), now=NOW)
+    store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=NOW)
 
     later = store.admit(
         call_request(tool_call_id="tc-2", key_source="derived", now=NOW + timedelta(seconds=600))
@@ -158,7 +158,7 @@ def test_a_derived_key_is_taken_over_after_the_dedupe_window(store: Store) -> No
 
 def test_a_derived_key_is_taken_over_after_a_failure(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1", key_source="derived"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="failed", error="declined"), now=NOW)
+    store.record_outcome("tc-1", OutcomeRecord(kind="failed", error="declined"), token=1, now=NOW)
 
     retry = store.admit(
         call_request(tool_call_id="tc-2", key_source="derived", now=NOW + timedelta(seconds=1))

@@ -32,7 +32,7 @@ def test_a_granted_approval_lets_exactly_one_worker_dispatch_the_call(store: Sto
     assert store.events(tool_call_id="tc-1")[-1].policy_version == "8"
     with pytest.raises(StaleLease):
         store.dispatch_approved("tc-1", now=SOON)
-    done = store.record_outcome("tc-1", OutcomeRecord(kind="completed"), now=SOON)
+    done = store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=SOON)
     assert done.status == "completed"
     assert [e.type for e in store.events(tool_call_id="tc-1")] == [
         "tool_call.requested",

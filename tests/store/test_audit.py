@@ -17,12 +17,12 @@ EVENTS = 9
 def logged(store: Store) -> Store:
     """A log of nine events: three calls (allowed and completed, denied, allowed)."""
     store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))  # seq 1-3
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"ok": True}), now=NOW)  # 4
+    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"ok": True}), token=1, now=NOW)  # 4
     store.admit(call_request(tool_call_id="tc-2", idempotency_key="k2", decision=DENY))  # 5-6
     store.admit(
         call_request(tool_call_id="tc-3", idempotency_key="k3", now=NOW + timedelta(seconds=1))
     )  # 7-8
-    store.record_outcome("tc-3", OutcomeRecord(kind="unknown", error="timeout"), now=NOW)  # 9
+    store.record_outcome("tc-3", OutcomeRecord(kind="unknown", error="timeout"), token=1, now=NOW)  # 9
     assert len(store.events()) == EVENTS
     return store
 

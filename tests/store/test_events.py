@@ -30,7 +30,8 @@ CONTRACT_TYPES = {
 
 
 def test_every_contract_event_type_has_a_model() -> None:
-    assert ev.TYPE_NAMES == CONTRACT_TYPES
+    # The contract only grows: types may be added (reconciliation.inconclusive), never renamed.
+    assert CONTRACT_TYPES <= ev.TYPE_NAMES
 
 
 def test_a_sealed_event_round_trips_through_its_envelope_with_the_same_hash() -> None:

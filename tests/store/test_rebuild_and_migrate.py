@@ -26,15 +26,15 @@ def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
 
 def record_a_varied_history(store: Store) -> None:
     store.admit(call_request(tool_call_id="done", idempotency_key="k1"))
-    store.record_outcome("done", OutcomeRecord(kind="completed", result={"ok": 1}), now=NOW)
+    store.record_outcome("done", OutcomeRecord(kind="completed", result={"ok": 1}), token=1, now=NOW)
     store.admit(call_request(tool_call_id="denied", idempotency_key="k2", decision=DENY))
     store.admit(call_request(tool_call_id="pending", idempotency_key="k3", decision=REQUIRE_APPROVAL))
     store.admit(call_request(tool_call_id="conflict", idempotency_key="k1", action_hash="other"))
     store.admit(call_request(tool_call_id="d1", idempotency_key="kd", key_source="derived", run_id="run-2"))
-    store.record_outcome("d1", OutcomeRecord(kind="failed", error="no"), now=NOW)
+    store.record_outcome("d1", OutcomeRecord(kind="failed", error="no"), token=1, now=NOW)
     later = NOW + timedelta(minutes=1)
     store.admit(call_request(tool_call_id="d2", idempotency_key="kd", key_source="derived", now=later))
-    store.record_outcome("d2", OutcomeRecord(kind="unknown", error="timeout"), now=later)
+    store.record_outcome("d2", OutcomeRecord(kind="unknown", error="timeout"), token=1, now=later)
     store.refuse(refusal_request(tool_call_id="refused", run_id="run-3", run_is_new_hint=True))
 
 

@@ -95,8 +95,15 @@ def upgrade() -> None:
         sa.Column("last_event_id", sa.String(64), nullable=False),
         sa.Column("created_at", UTCDateTime, nullable=False),
         sa.Column("updated_at", UTCDateTime, nullable=False),
+        sa.Column("lease_owner", sa.String(128)),
+        sa.Column("lease_token", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("lease_expires_at", UTCDateTime),
+        sa.Column("reconcile_attempts", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("next_reconcile_at", UTCDateTime),
+        sa.Column("resolved_by", sa.String(256)),
     )
     op.create_index("ix_tool_calls_tenant_status", "tool_calls", ["tenant", "status"])
+    op.create_index("ix_tool_calls_status_lease", "tool_calls", ["status", "lease_expires_at"])
     op.create_index("ix_tool_calls_run_id", "tool_calls", ["run_id"])
     op.create_index("ix_tool_calls_created_at", "tool_calls", ["created_at"])
 
@@ -133,6 +140,7 @@ def downgrade() -> None:
     for index, table in (
         ("ix_approvals_tenant_status", "approvals"),
         ("ix_tool_calls_created_at", "tool_calls"),
+        ("ix_tool_calls_status_lease", "tool_calls"),
         ("ix_tool_calls_run_id", "tool_calls"),
         ("ix_tool_calls_tenant_status", "tool_calls"),
         ("ix_events_tenant", "events"),

@@ -1,0 +1,118 @@
+"""Leases with fencing tokens: who may record for a call right now, and recovery of expired dispatches.
+
+A lease is granted with an event (`tool_call.dispatching`, `reconciliation.started`) that carries the
+owner, its expiry and a fencing token one higher than the call's last. Every later recording for that
+lease presents the token; the check runs under the log-head lock, in the transaction that appends, so
+it is a compare-and-set that holds across replicas. A worker that paused past its lease finds either a
+newer token or a settled call and is refused with `StaleLease`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from store import events as ev
+from store.log import Append
+from store.model import CallView, NotFound, StaleLease
+from store.schema import tool_calls
+from store.views import call_view
+
+
+def call_envelope(row: Row[Any], now: datetime, producer: str) -> dict[str, Any]:
+    """The envelope fields of a new event about the call in `row`, caused by its last event."""
+    return {
+        "occurred_at": ev.format_ts(now),
+        "producer": producer,
+        "run_id": row.run_id,
+        "tool_call_id": row.tool_call_id,
+        "approval_id": row.approval_id,
+        "capability_id": row.capability_id,
+        "capability_version": row.capability_version,
+        "policy_version": row.policy_version,
+        "correlation_id": row.correlation_id,
+        "causation_id": row.last_event_id,
+        "tenant": row.tenant,
+    }
+
+
+def grant(owner: str, previous_token: int, now: datetime, lease_s: float) -> dict[str, Any]:
+    """The lease fields of a granting event's payload: the next fencing token and the expiry."""
+    return {
+        "lease_owner": owner,
+        "fencing_token": previous_token + 1,
+        "lease_expires_at": ev.format_ts(now + timedelta(seconds=lease_s)),
+    }
+
+
+def call_row(conn: Connection, tool_call_id: str) -> Row[Any]:
+    """Raises: NotFound."""
+    row = conn.execute(select(tool_calls).where(tool_calls.c.tool_call_id == tool_call_id)).one_or_none()
+    if row is None:
+        raise NotFound(f"no tool call {tool_call_id}")
+    return row
+
+
+def fenced(conn: Connection, tool_call_id: str, token: int, status: str) -> Row[Any]:
+    """The call's row, if it is in `status` and `token` is its current fencing token.
+
+    An expired lease that nobody has taken over is still honoured: the holder's facts are the best
+    there are. Recovery takes it over by settling the call, which moves the status on.
+
+    Raises:
+        NotFound: no such call.
+        StaleLease: the call moved on, or a newer lease was granted.
+    """
+    row = call_row(conn, tool_call_id)
+    if row.status != status:
+        raise StaleLease(
+            f"call {tool_call_id} is {row.status}, not {status}: its outcome is already recorded "
+            "or it was never dispatched"
+        )
+    if row.lease_token != token:
+        raise StaleLease(f"call {tool_call_id} is fenced at token {row.lease_token}, not {token}")
+    return row
+
+
+def recover_expired(conn: Connection, *, now: datetime, producer: str, limit: int) -> list[CallView]:
+    """Declare `result_unknown` every call left `dispatching` past its lease (never re-dispatch it).
+
+    The dispatcher may or may not have reached the backend before it stopped; only reconciliation can
+    tell, so the evidence records what is known: who held the lease, which token, since when.
+    """
+    log = Append(conn)
+    # Under the head lock every candidate is re-read at its latest committed state. SKIP LOCKED lets
+    # a replica pass over rows another transaction is settling right now (PostgreSQL; SQLite has one
+    # writer at a time anyway).
+    rows = conn.execute(
+        select(tool_calls)
+        .where(tool_calls.c.status == "dispatching", tool_calls.c.lease_expires_at < now)
+        .order_by(tool_calls.c.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    for row in rows:
+        evidence = {
+            "recovered_by": producer,
+            "lease_owner": row.lease_owner,
+            "fencing_token": row.lease_token,
+            "lease_expired_at": ev.format_ts(row.lease_expires_at),
+            "attempt": row.attempts,
+            "known": "tool_call.dispatching was recorded; no outcome was recorded before the lease expired",
+        }
+        unknown = ev.ToolCallResultUnknown(
+            error="lease_expired",
+            detail=f"dispatcher {row.lease_owner} recorded no outcome before its lease expired",
+            evidence=evidence,
+        )
+        log.add(ev.ToolCallResultUnknownEvent(**call_envelope(row, now, producer), payload=unknown))
+    log.flush()
+    return [call_view(r) for r in _reload(conn, [r.tool_call_id for r in rows])]
+
+
+def _reload(conn: Connection, ids: list[str]) -> list[Row[Any]]:
+    if not ids:
+        return []
+    return list(conn.execute(select(tool_calls).where(tool_calls.c.tool_call_id.in_(ids))).all())

@@ -1,0 +1,213 @@
+"""The Store's lease and reconciliation methods (DESIGN §3.3, §3.5), one transaction each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+
+from store import leasing, reconciling
+from store.model import CallView
+
+T = TypeVar("T")
+
+
+class Settlement:
+    """Mixed into `Store`, which provides `_write` (one write transaction) and `_read`."""
+
+    def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def recover_expired(
+        self, *, now: datetime, producer: str = "writ-gateway", limit: int = 100
+    ) -> list[CallView]:
+        """Calls left `dispatching` past their lease become `result_unknown`, with the evidence known."""
+        return self._write(
+            now, lambda conn: leasing.recover_expired(conn, now=now, producer=producer, limit=limit)
+        )
+
+    def due_reconciliations(self, *, now: datetime, limit: int = 20) -> list[CallView]:
+        """Unknown calls waiting for a lookup: not escalated, not leased, past their backoff."""
+        with self._read() as conn:
+            return reconciling.due(conn, now=now, limit=limit)
+
+    def start_reconciliation(
+        self,
+        tool_call_id: str,
+        *,
+        expected_token: int,
+        method: str,
+        owner: str,
+        lease_s: float,
+        now: datetime,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """Take the reconciliation lease (`reconciliation.started`); the view carries the new token.
+
+        Raises:
+            NotFound: no such call.
+            StaleLease: another worker took it, or it was settled or escalated meanwhile.
+        """
+        return self._write(
+            now,
+            lambda conn: reconciling.start(
+                conn,
+                tool_call_id,
+                expected_token=expected_token,
+                method=method,
+                owner=owner,
+                lease_s=lease_s,
+                now=now,
+                producer=producer,
+            ),
+        )
+
+    def record_inconclusive(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        evidence: Mapping[str, Any],
+        next_attempt_at: datetime,
+        now: datetime,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """A lookup could not tell; try again from `next_attempt_at`.
+
+        Raises:
+            NotFound, StaleLease.
+        """
+        return self._write(
+            now,
+            lambda conn: reconciling.inconclusive(
+                conn,
+                tool_call_id,
+                token=token,
+                evidence=evidence,
+                next_attempt_at=next_attempt_at,
+                now=now,
+                producer=producer,
+            ),
+        )
+
+    def resolve_reconciliation(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        verdict: reconciling.Verdict,
+        evidence: Mapping[str, Any],
+        now: datetime,
+        result: Mapping[str, Any] | None = None,
+        detail: str | None = None,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """The backend confirmed success (call `completed`) or failure (call `failed`).
+
+        Raises:
+            NotFound, StaleLease.
+        """
+        return self._write(
+            now,
+            lambda conn: reconciling.resolve(
+                conn,
+                tool_call_id,
+                token=token,
+                verdict=verdict,
+                result=result,
+                evidence=evidence,
+                detail=detail,
+                now=now,
+                producer=producer,
+            ),
+        )
+
+    def escalate_reconciliation(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        reason: str,
+        now: datetime,
+        detail: str | None = None,
+        evidence: Mapping[str, Any] | None = None,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """Give up looking: the call waits for a human (`writ calls resolve`).
+
+        Raises:
+            NotFound, StaleLease.
+        """
+        return self._write(
+            now,
+            lambda conn: reconciling.escalate(
+                conn,
+                tool_call_id,
+                token=token,
+                reason=reason,
+                detail=detail,
+                evidence=evidence or {},
+                now=now,
+                producer=producer,
+            ),
+        )
+
+    def redispatch(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        owner: str,
+        lease_s: float,
+        now: datetime,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """Re-send the same key (backends that deduplicate on it only): `dispatching`, next attempt.
+
+        Raises:
+            NotFound, StaleLease.
+        """
+        return self._write(
+            now,
+            lambda conn: reconciling.redispatch(
+                conn, tool_call_id, token=token, owner=owner, lease_s=lease_s, now=now, producer=producer
+            ),
+        )
+
+    def resolve_manually(
+        self,
+        tool_call_id: str,
+        *,
+        succeeded: bool,
+        evidence: str,
+        by: str,
+        now: datetime,
+        tenant: str | None = None,
+        producer: str = "writ-gateway",
+    ) -> CallView:
+        """A person settles an unknown outcome with evidence; recorded with who.
+
+        Raises:
+            NotFound: no such call (in `tenant`).
+            StaleLease: the call is not `result_unknown`.
+            StoreError: empty evidence or name.
+        """
+        return self._write(
+            now,
+            lambda conn: reconciling.resolve_by_human(
+                conn,
+                tool_call_id,
+                succeeded=succeeded,
+                evidence=evidence,
+                by=by,
+                now=now,
+                producer=producer,
+                tenant=tenant,
+            ),
+        )

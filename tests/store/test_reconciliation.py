@@ -1,0 +1,206 @@
+"""Settling unknown outcomes: a leased lookup, its verdicts, backoff, escalation, retries and humans."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from store import CallView, OutcomeRecord, StaleLease, Store, StoreError
+from tests.store.builders import NOW, call_request
+
+LATER = NOW + timedelta(seconds=5)
+RESULT = {"content": [], "structuredContent": {"refund_id": "r1"}, "isError": False}
+
+
+def unknown_call(store: Store, tool_call_id: str = "tc-1", key: str = "key-1") -> CallView:
+    store.admit(call_request(tool_call_id=tool_call_id, idempotency_key=key))
+    return store.record_outcome(
+        tool_call_id, OutcomeRecord(kind="unknown", error="response_timeout"), token=1, now=NOW
+    )
+
+
+def start(store: Store, call: CallView, owner: str = "rec-a", now=LATER) -> CallView:
+    return store.start_reconciliation(
+        call.tool_call_id, expected_token=call.lease_token, method="lookup", owner=owner, lease_s=30, now=now
+    )
+
+
+def test_an_unknown_call_is_due_for_reconciliation_at_once(store: Store) -> None:
+    call = unknown_call(store)
+
+    assert [c.tool_call_id for c in store.due_reconciliations(now=NOW)] == [call.tool_call_id]
+
+
+def test_starting_reconciliation_takes_a_lease_with_a_newer_token_and_hides_the_call(store: Store) -> None:
+    call = unknown_call(store)
+
+    leased = start(store, call)
+
+    assert (leased.lease_owner, leased.lease_token, leased.reconcile_attempts) == ("rec-a", 2, 1)
+    assert store.due_reconciliations(now=LATER) == []
+    assert store.events(tool_call_id="tc-1")[-1].type == "reconciliation.started"
+
+
+def test_a_second_reconciler_with_the_same_view_loses_the_race(store: Store) -> None:
+    call = unknown_call(store)
+    start(store, call, owner="rec-a")
+
+    with pytest.raises(StaleLease):
+        start(store, call, owner="rec-b")
+
+
+def test_confirmed_success_completes_the_call_with_the_found_result_and_separate_verification(
+    store: Store,
+) -> None:
+    leased = start(store, unknown_call(store))
+
+    call = store.resolve_reconciliation(
+        "tc-1",
+        token=leased.lease_token,
+        verdict="confirmed_success",
+        result=RESULT,
+        evidence={"lookup": "/refunds?idempotency_key=key-1"},
+        now=LATER,
+    )
+
+    assert (call.status, call.verification_status, call.result) == ("completed", "confirmed_success", RESULT)
+    assert call.lease_owner is None
+    assert [e.type for e in store.events(tool_call_id="tc-1")][-2:] == [
+        "reconciliation.started",
+        "reconciliation.resolved",
+    ]
+
+
+def test_confirmed_failure_fails_the_call(store: Store) -> None:
+    leased = start(store, unknown_call(store))
+
+    call = store.resolve_reconciliation(
+        "tc-1", token=leased.lease_token, verdict="confirmed_failure", evidence={"records": 0}, now=LATER
+    )
+
+    assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
+
+
+def test_the_dispatcher_cannot_record_after_reconciliation_took_over(store: Store) -> None:
+    call = unknown_call(store)
+    leased = start(store, call)
+
+    with pytest.raises(StaleLease):
+        store.resolve_reconciliation(
+            "tc-1", token=call.lease_token, verdict="confirmed_failure", evidence={}, now=LATER
+        )
+    assert store.get_call("tc-1").lease_token == leased.lease_token
+
+
+def test_an_inconclusive_lookup_backs_off_until_its_next_attempt(store: Store) -> None:
+    leased = start(store, unknown_call(store))
+    retry_at = LATER + timedelta(seconds=10)
+
+    store.record_inconclusive(
+        "tc-1",
+        token=leased.lease_token,
+        evidence={"error": "ConnectError"},
+        next_attempt_at=retry_at,
+        now=LATER,
+    )
+
+    assert store.due_reconciliations(now=retry_at - timedelta(seconds=1)) == []
+    again = store.due_reconciliations(now=retry_at)
+    assert [c.tool_call_id for c in again] == ["tc-1"]
+    second = start(store, again[0], now=retry_at)
+    assert second.reconcile_attempts == 2 and second.lease_token == 3
+
+
+def test_an_escalated_call_waits_for_a_human_and_is_no_longer_due(store: Store) -> None:
+    leased = start(store, unknown_call(store))
+
+    call = store.escalate_reconciliation(
+        "tc-1", token=leased.lease_token, reason="inconclusive_after_retries", now=LATER
+    )
+
+    assert (call.status, call.verification_status, call.escalated) == ("result_unknown", "inconclusive", True)
+    assert store.due_reconciliations(now=LATER + timedelta(hours=1)) == []
+
+
+def test_a_human_resolves_an_escalated_call_and_is_recorded_as_who(store: Store) -> None:
+    leased = start(store, unknown_call(store))
+    store.escalate_reconciliation("tc-1", token=leased.lease_token, reason="no_lookup", now=LATER)
+
+    call = store.resolve_manually(
+        "tc-1", succeeded=True, evidence="refund r1 seen in the bank statement", by="carol", now=LATER
+    )
+
+    assert (call.status, call.verification_status, call.resolved_by) == (
+        "completed",
+        "confirmed_success",
+        "carol",
+    )
+    event = store.events(tool_call_id="tc-1")[-1]
+    assert event.payload["resolved_by"] == "carol"
+    assert event.payload["evidence"] == {"manual": "refund r1 seen in the bank statement"}
+
+
+def test_a_human_cannot_resolve_a_settled_call_another_tenants_call_or_without_evidence(
+    store: Store,
+) -> None:
+    unknown_call(store)
+    with pytest.raises(StoreError):
+        store.resolve_manually("tc-1", succeeded=False, evidence=" ", by="carol", now=LATER)
+    with pytest.raises(StoreError):
+        store.resolve_manually("tc-1", succeeded=False, evidence="x", by="carol", now=LATER, tenant="other")
+    store.resolve_manually("tc-1", succeeded=False, evidence="no refund at the bank", by="carol", now=LATER)
+    with pytest.raises(StaleLease):
+        store.resolve_manually("tc-1", succeeded=True, evidence="changed my mind", by="dave", now=LATER)
+
+
+def test_a_human_resolution_fences_a_reconciler_still_holding_its_lease(store: Store) -> None:
+    leased = start(store, unknown_call(store))
+    store.resolve_manually("tc-1", succeeded=False, evidence="checked by phone", by="carol", now=LATER)
+
+    with pytest.raises(StaleLease):
+        store.resolve_reconciliation(
+            "tc-1", token=leased.lease_token, verdict="confirmed_success", evidence={}, now=LATER
+        )
+
+
+def test_a_retry_to_a_deduplicating_backend_is_recorded_as_attempt_two_under_a_new_token(
+    store: Store,
+) -> None:
+    leased = start(store, unknown_call(store))
+
+    retry = store.redispatch("tc-1", token=leased.lease_token, owner="rec-a", lease_s=30, now=LATER)
+
+    assert (retry.status, retry.attempts, retry.lease_token) == ("dispatching", 2, 3)
+    dispatching = store.events(tool_call_id="tc-1")[-1]
+    assert dispatching.type == "tool_call.dispatching"
+    assert dispatching.payload["attempt"] == 2 and dispatching.payload["retry_of_attempt"] == 1
+    with pytest.raises(StaleLease):
+        store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=LATER)
+    done = store.record_outcome("tc-1", OutcomeRecord(kind="completed", result=RESULT), token=3, now=LATER)
+    assert done.status == "completed"
+
+
+def test_rebuild_reproduces_every_reconciliation_state(store: Store) -> None:
+    resolved = start(store, unknown_call(store, "tc-1", "k1"))
+    store.resolve_reconciliation(
+        "tc-1", token=resolved.lease_token, verdict="confirmed_success", result=RESULT, evidence={}, now=LATER
+    )
+    backing_off = start(store, unknown_call(store, "tc-2", "k2"))
+    store.record_inconclusive(
+        "tc-2",
+        token=backing_off.lease_token,
+        evidence={},
+        next_attempt_at=LATER + timedelta(seconds=9),
+        now=LATER,
+    )
+    escalated = start(store, unknown_call(store, "tc-3", "k3"))
+    store.escalate_reconciliation("tc-3", token=escalated.lease_token, reason="gave_up", now=LATER)
+    store.resolve_manually("tc-3", succeeded=False, evidence="none at the bank", by="carol", now=LATER)
+    start(store, unknown_call(store, "tc-4", "k4"))  # leased right now
+    before = {c.tool_call_id: c for c in store.list_calls()}
+
+    store.rebuild()
+
+    assert {c.tool_call_id: c for c in store.list_calls()} == before
+    assert store.verify().ok
