@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, select
 
 from store import events as ev
+from store import queues
 from store.leasing import grant
 from store.log import Append
 from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
@@ -46,6 +47,8 @@ def decide(
         if approve
         else ev.ApprovalRejectedEvent(**envelope, payload=payload)
     )
+    if not approve:
+        queues.release(conn, approval_id)
     log.flush()
     return _reload_approval(conn, approval_id)
 
@@ -62,6 +65,7 @@ def expire(conn: Connection, approval_id: str, *, now: datetime, producer: str) 
     if now < approval.expires_at:
         raise StaleLease(f"approval {approval_id} does not expire until {ev.format_ts(approval.expires_at)}")
     log.add(ev.ApprovalExpiredEvent(**_envelope(call_row, now, producer), payload=ev.ApprovalExpired()))
+    queues.release(conn, approval_id)
     log.flush()
     return _reload_approval(conn, approval_id)
 
@@ -113,6 +117,7 @@ def deny(
     row = _approved(conn, tool_call_id)
     payload = ev.ToolCallDenied(reason=reason, detail=detail)
     log.add(ev.ToolCallDeniedEvent(**_envelope(row, now, producer), payload=payload))
+    queues.release(conn, row.approval_id)
     log.flush()
     return _reload_call(conn, tool_call_id)
 

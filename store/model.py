@@ -99,6 +99,10 @@ class CallRequest:
     """Who dispatches an allowed call; the dispatch lease is theirs until `now + lease_s`."""
     lease_s: float = 60.0
     """Capability timeout plus a margin: past it, recovery may declare the dispatch unknown."""
+    held_arguments: Mapping[str, Any] | None = None
+    """The full arguments (unredacted), kept with an approval until the approved call is dispatched."""
+    notification: Mapping[str, Any] | None = None
+    """When set, an `approval.required` outbox message with this payload joins the approval's transaction."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +250,25 @@ class ApprovalView:
     decided_by: str | None = None
     decided_at: datetime | None = None
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMessage:
+    """One notification in the transactional outbox and where its delivery stands."""
+
+    message_id: str
+    topic: str
+    tenant: str
+    approval_id: str | None
+    tool_call_id: str | None
+    payload: Mapping[str, Any]
+    status: Literal["pending", "delivered", "dead"]
+    attempts: int
+    next_attempt_at: datetime
+    created_at: datetime
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

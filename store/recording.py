@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from store import events as ev
+from store import queues
 from store.leasing import call_envelope, fenced, grant
 from store.log import Append
 from store.model import (
@@ -47,6 +48,7 @@ def admit(conn: Connection, req: CallRequest) -> Admission:
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
     _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None)
+    queues.on_admitted(conn, req)
     log.flush()
     return Admission("new", call=_reload(conn, req.tool_call_id))
 

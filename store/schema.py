@@ -177,4 +177,38 @@ effect_ledger = Table(
     Column("claimed_at", UTCDateTime, nullable=False),
 )
 
+# The full arguments of a call awaiting approval, which redaction keeps out of the log: the approved call
+# is dispatched with exactly these (their action hash is checked against the approval first). Not a
+# projection: written with `approval.required`, deleted once the call no longer needs them.
+held_arguments = Table(
+    "held_arguments",
+    metadata,
+    Column("approval_id", String(128), primary_key=True),
+    Column("tool_call_id", String(128), nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+# The transactional outbox: a notification is written in the transaction of the fact it announces and
+# delivered at least once by a worker. Not a projection: its delivery state is not in the log.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("message_id", String(128), primary_key=True),
+    Column("topic", String(64), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("approval_id", String(128)),
+    Column("tool_call_id", String(128)),
+    Column("payload", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    Column("last_error", Text),
+    Column("lease_owner", String(128)),
+    Column("lease_expires_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("delivered_at", UTCDateTime),
+    Index("ix_outbox_status_next", "status", "next_attempt_at"),
+)
+
 PROJECTION_TABLES: tuple[Table, ...] = (runs, tool_calls, approvals, effect_ledger)

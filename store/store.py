@@ -32,6 +32,7 @@ from store.model import (
     Unavailable,
 )
 from store.projector import apply
+from store.queues import Queues
 from store.schema import PROJECTION_TABLES, approvals, effect_ledger, events, runs, tool_calls
 from store.settling import Settlement
 from store.views import approval_view, call_view, load_approval, load_call
@@ -60,7 +61,7 @@ def _aware(moment: datetime) -> None:
         raise ValueError("the store records timezone-aware datetimes only")
 
 
-class Store(Settlement):
+class Store(Settlement, Queues):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(self, engine: Engine) -> None:

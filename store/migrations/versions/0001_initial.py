@@ -135,9 +135,37 @@ def upgrade() -> None:
         sa.Column("claimed_at", UTCDateTime, nullable=False),
     )
 
+    op.create_table(
+        "held_arguments",
+        sa.Column("approval_id", sa.String(128), primary_key=True),
+        sa.Column("tool_call_id", sa.String(128), nullable=False),
+        sa.Column("arguments", sa.Text, nullable=False),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+    )
+
+    op.create_table(
+        "outbox",
+        sa.Column("message_id", sa.String(128), primary_key=True),
+        sa.Column("topic", sa.String(64), nullable=False),
+        sa.Column("tenant", sa.String(128), nullable=False),
+        sa.Column("approval_id", sa.String(128)),
+        sa.Column("tool_call_id", sa.String(128)),
+        sa.Column("payload", sa.Text, nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("next_attempt_at", UTCDateTime, nullable=False),
+        sa.Column("last_error", sa.Text),
+        sa.Column("lease_owner", sa.String(128)),
+        sa.Column("lease_expires_at", UTCDateTime),
+        sa.Column("created_at", UTCDateTime, nullable=False),
+        sa.Column("delivered_at", UTCDateTime),
+    )
+    op.create_index("ix_outbox_status_next", "outbox", ["status", "next_attempt_at"])
+
 
 def downgrade() -> None:
     for index, table in (
+        ("ix_outbox_status_next", "outbox"),
         ("ix_approvals_tenant_status", "approvals"),
         ("ix_tool_calls_created_at", "tool_calls"),
         ("ix_tool_calls_status_lease", "tool_calls"),
@@ -148,5 +176,14 @@ def downgrade() -> None:
         ("ix_events_run_id", "events"),
     ):
         op.drop_index(index, table_name=table)
-    for table in ("effect_ledger", "approvals", "tool_calls", "runs", "log_head", "events"):
+    for table in (
+        "outbox",
+        "held_arguments",
+        "effect_ledger",
+        "approvals",
+        "tool_calls",
+        "runs",
+        "log_head",
+        "events",
+    ):
         op.drop_table(table)
