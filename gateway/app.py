@@ -34,12 +34,13 @@ from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.actions import Redactor
 from gateway.api import api_routes
-from gateway.auth import JwtVerifier, TrustedIssuer, principal_from_claims
+from gateway.auth import JwtVerifier, principal_from_claims
 from gateway.config import WritConfig
 from gateway.dev_issuer import DevIssuer
 from gateway.errors import ConfigurationError
 from gateway.mcp_server import build_mcp_server
 from gateway.pipeline import CallPipeline
+from gateway.trust import trusted_issuers
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
@@ -114,7 +115,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
     dev_issuer = dev_issuer_for(config)
-    issuers = [TrustedIssuer(dev_issuer.issuer, dev_issuer.public_keys)] if dev_issuer else []
+    issuers = trusted_issuers(config.auth, dev_issuer, environ=environ or dict(os.environ), base_dir=base_dir)
     verifier = JwtVerifier(
         issuers,
         audience=config.server.resource_url,
@@ -149,7 +150,7 @@ def build_app(runtime: Runtime) -> Starlette:
     )
     resource_url = AnyHttpUrl(server_config.resource_url)
     metadata_url = str(build_resource_metadata_url(resource_url))
-    issuers = [AnyHttpUrl(runtime.dev_issuer.issuer)] if runtime.dev_issuer else []
+    issuers = [AnyHttpUrl(issuer) for issuer in runtime.verifier.issuers]
     metadata_routes = create_protected_resource_routes(
         resource_url=resource_url,
         authorization_servers=issuers,

@@ -4,33 +4,36 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
-from joserfc.jwk import KeySet
 from mcp.server.auth.provider import AccessToken
 
 from gateway.config import ClaimMapping
+from gateway.errors import AuthenticationError
+from gateway.issuers import IssuerUnavailable, TrustedIssuer
 from policy.model import Principal
 
 logger = logging.getLogger(__name__)
 
 FORBIDDEN_ALGORITHMS = frozenset({"none", "HS256", "HS384", "HS512"})
 
+__all__ = ["FORBIDDEN_ALGORITHMS", "JwtVerifier", "TrustedIssuer", "principal_from_claims"]
 
-@dataclass(frozen=True, slots=True)
-class TrustedIssuer:
-    issuer: str
-    keys: KeySet
+
+class TokenRejected(AuthenticationError):
+    """This token is not acceptable (the reason is logged; the client only hears 401)."""
 
 
 class JwtVerifier:
-    """Verifies JWT access tokens: signature, `iss`, `aud` = this resource, `exp`/`nbf`, allowed `alg`.
+    """Verifies access tokens: signature, `iss`, `aud` = this resource, `exp`/`nbf`, allowed `alg`.
 
-    Implements the MCP SDK's `TokenVerifier` protocol; a token that fails any check is None (401).
+    JWTs are checked against their issuer's keys; opaque tokens are introspected (RFC 7662) by the
+    issuers configured for it. Implements the MCP SDK's `TokenVerifier` protocol: a token that fails
+    any check, or whose issuer cannot be reached, is None (401) and the reason is logged.
     """
 
     def __init__(
@@ -43,36 +46,71 @@ class JwtVerifier:
     ) -> None:
         self._issuers = {i.issuer: i for i in issuers}
         self._audience = audience
-        self._algorithms = [a for a in algorithms if a not in FORBIDDEN_ALGORITHMS]
+        self._algorithms = _allowed(algorithms)
         self._leeway = leeway_s
 
-    async def verify_token(self, token: str) -> AccessToken | None:
-        return self.verify(token)
+    @property
+    def issuers(self) -> list[str]:
+        return list(self._issuers)
 
-    def verify(self, token: str) -> AccessToken | None:
+    async def verify_token(self, token: str) -> AccessToken | None:
         """The verified token, or None with the reason logged (never the token itself)."""
         try:
-            unverified = json.loads(jws.extract_compact(token.encode()).payload)
-        except (JoseError, ValueError) as exc:
-            logger.info("rejected bearer token: malformed (%s)", type(exc).__name__)
-            return None
-        issuer = self._issuers.get(str(unverified.get("iss", ""))) if isinstance(unverified, dict) else None
-        if issuer is None:
-            logger.info("rejected bearer token: untrusted issuer")
-            return None
+            return await self._verify(token)
+        except IssuerUnavailable as exc:
+            logger.error("refused bearer token: %s", exc)
+        except TokenRejected as exc:
+            logger.info("rejected bearer token: %s", exc)
+        return None
+
+    async def _verify(self, token: str) -> AccessToken:
+        parsed = _unverified(token)
+        if parsed is None:
+            return await self._introspect(token)
+        header, unverified = parsed
+        issuer = self._issuers.get(str(unverified.get("iss", "")))
+        if issuer is None or issuer.keys is None:
+            raise TokenRejected("untrusted issuer")
+        algorithms = _allowed(issuer.algorithms) if issuer.algorithms is not None else self._algorithms
+        if header.get("alg") not in algorithms:
+            raise TokenRejected(f"algorithm {str(header.get('alg'))[:20]!r} is not allowed")
+        keys = await issuer.keys.key_set(header.get("kid") if isinstance(header.get("kid"), str) else None)
         try:
-            decoded = jwt.decode(token, issuer.keys, algorithms=self._algorithms)
+            decoded = jwt.decode(token, keys, algorithms=algorithms)
             jwt.JWTClaimsRegistry(
                 leeway=self._leeway,
                 iss={"essential": True, "value": issuer.issuer},
-                aud={"essential": True, "value": self._audience},
+                aud={"essential": True, "value": issuer.audience or self._audience},
                 exp={"essential": True},
                 sub={"essential": True},
             ).validate(decoded.claims)
         except (JoseError, ValueError) as exc:
-            logger.info("rejected bearer token: %s", exc)
-            return None
-        claims = decoded.claims
+            raise TokenRejected(str(exc)) from exc
+        return self._access_token(token, decoded.claims)
+
+    async def _introspect(self, token: str) -> AccessToken:
+        introspectors = [i for i in self._issuers.values() if i.introspector is not None]
+        if not introspectors or not token or len(token) > 4096 or not token.isprintable():
+            raise TokenRejected("malformed (not a JWT, and no introspection configured)")
+        for issuer in introspectors:
+            claims = await issuer.introspector.introspect(token)
+            if claims is None:
+                continue
+            claims = dict(claims)
+            if claims.setdefault("iss", issuer.issuer) != issuer.issuer:
+                raise TokenRejected("introspected token names another issuer")
+            audience = issuer.audience or self._audience
+            aud = claims.get("aud")
+            if aud is not None and audience not in ([aud] if isinstance(aud, str) else aud):
+                raise TokenRejected("introspected token is for another audience")
+            if not isinstance(claims.get("exp"), int | float) or claims["exp"] + self._leeway < time.time():
+                raise TokenRejected("introspected token has no future exp")
+            if not claims.get("sub"):
+                raise TokenRejected("introspected token has no sub")
+            return self._access_token(token, claims)
+        raise TokenRejected("inactive opaque token")
+
+    def _access_token(self, token: str, claims: Mapping[str, Any]) -> AccessToken:
         scope = claims.get("scope") or claims.get("scp") or ""
         scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope]
         return AccessToken(
@@ -84,6 +122,24 @@ class JwtVerifier:
             subject=str(claims["sub"]),
             claims=dict(claims),
         )
+
+
+def _allowed(algorithms: Sequence[str]) -> list[str]:
+    return [a for a in algorithms if a not in FORBIDDEN_ALGORITHMS]
+
+
+def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Header and claims of a compact JWS, unverified (to pick issuer and key); None if not a JWS."""
+    if token.count(".") != 2:
+        return None
+    try:
+        extracted = jws.extract_compact(token.encode())
+        claims = json.loads(extracted.payload)
+    except (JoseError, ValueError) as exc:
+        raise TokenRejected(f"malformed ({type(exc).__name__})") from exc
+    if not isinstance(claims, dict):
+        raise TokenRejected("malformed (claims are not an object)")
+    return dict(extracted.protected), claims
 
 
 def principal_from_claims(claims: Mapping[str, Any], mapping: ClaimMapping) -> Principal:

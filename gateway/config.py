@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gateway.errors import ConfigurationError
 
@@ -64,8 +64,55 @@ class DevIssuerConfig(_Section):
     token_ttl_s: int = 8 * 3600
 
 
+class IntrospectionConfig(_Section):
+    """RFC 7662 introspection of opaque tokens, authenticated as a client of the issuer."""
+
+    endpoint: str | None = None
+    """Default: the issuer metadata's `introspection_endpoint`."""
+    client_id: str
+    client_secret_env: str | None = None
+    client_secret_file: str | None = None
+    cache_s: float = Field(default=30.0, ge=0)
+    """How long an answer (active or not) is reused; never past the token's own `exp`."""
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> IntrospectionConfig:
+        if (self.client_secret_env is None) == (self.client_secret_file is None):
+            raise ValueError("set exactly one of client_secret_env, client_secret_file")
+        return self
+
+
+class IssuerConfig(_Section):
+    """One trusted authorization server."""
+
+    issuer: str
+    jwks_uri: str | None = None
+    """Where its signing keys are; without it they are found through the issuer's metadata."""
+    discovery: bool = True
+    """Read `/.well-known/openid-configuration` (or RFC 8414 `oauth-authorization-server`)."""
+    audience: str | None = None
+    """The `aud` its tokens must carry; default: this server's resource URL (`{public_url}/mcp`)."""
+    algorithms: list[str] | None = None
+    """Allowed `alg` values for this issuer; default: `auth.algorithms`."""
+    introspection: IntrospectionConfig | None = None
+
+    @model_validator(mode="after")
+    def _findable(self) -> IssuerConfig:
+        if self.jwks_uri is None and not self.discovery and self.introspection is None:
+            raise ValueError(f"issuer {self.issuer}: set jwks_uri, discovery: true, or introspection")
+        if self.introspection and self.introspection.endpoint is None and not self.discovery:
+            raise ValueError(f"issuer {self.issuer}: introspection needs an endpoint without discovery")
+        return self
+
+
 class AuthConfig(_Section):
     dev_issuer: DevIssuerConfig = Field(default_factory=DevIssuerConfig)
+    issuers: list[IssuerConfig] = Field(default_factory=list)
+    jwks_max_age_s: float = Field(default=300.0, gt=0)
+    """How long fetched signing keys are used before they are fetched again."""
+    jwks_min_refetch_s: float = Field(default=30.0, ge=0)
+    """At most one fetch per issuer per this interval, however many unknown `kid`s arrive."""
+    http_timeout_s: float = Field(default=5.0, gt=0)
     claims: ClaimMapping = Field(default_factory=ClaimMapping)
     required_scopes: list[str] = Field(default_factory=list)
     leeway_s: int = 30

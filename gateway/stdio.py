@@ -7,6 +7,7 @@ verified exactly as on /mcp, once at start. Logs go to stderr: stdout belongs to
 from __future__ import annotations
 
 import os
+import time
 
 import anyio
 from mcp.server.stdio import stdio_server
@@ -27,13 +28,14 @@ def serve_stdio(config: WritConfig) -> None:
     raw = os.environ.get("WRIT_TOKEN", "").strip()
     if not raw:
         raise AuthenticationError("writ stdio needs the caller's token in $WRIT_TOKEN (see `writ token`)")
-    token = runtime.verifier.verify(raw)
+    token = anyio.run(runtime.verifier.verify_token, raw)
     if token is None:
         raise AuthenticationError("$WRIT_TOKEN did not verify (expired, wrong audience or unknown issuer)")
     principal = runtime.principal_from_claims(token.claims or {})
-    # Re-verified on every request: a token that expires mid-session stops being honoured.
+    expires_at = token.expires_at or 0
+    # Checked on every request: a token that expires mid-session stops being honoured.
     server = build_mcp_server(
-        runtime.pipeline, runtime.store, lambda: principal if runtime.verifier.verify(raw) else None
+        runtime.pipeline, runtime.store, lambda: principal if time.time() < expires_at else None
     )
 
     async def main() -> None:

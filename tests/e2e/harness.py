@@ -116,15 +116,27 @@ def acme_backend(workdir: Path) -> Iterator[Backend]:
 
 
 def demo_config(
-    workdir: Path, *, gateway_port: int, backend_url: str, store_url: str, timeout_s: float = 2.0
+    workdir: Path,
+    *,
+    gateway_port: int,
+    backend_url: str,
+    store_url: str,
+    timeout_s: float = 2.0,
+    auth: dict[str, Any] | None = None,
 ) -> Path:
-    """The demo's config for these ports and store, with short backend timeouts so tests stay quick."""
+    """The demo's config for these ports and store, with short backend timeouts so tests stay quick.
+
+    `auth` entries are merged over the demo's `auth:` section (e.g. extra issuers, required scopes).
+    """
     template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
-    config = yaml.safe_load(template.safe_substitute(gateway_port=gateway_port, backend_port=backend_port))
+    config = yaml.safe_load(
+        template.safe_substitute(gateway_port=gateway_port, backend_port=backend_port, state_dir=workdir)
+    )
     config["store"]["url"] = store_url
     config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
     config["privacy"]["salt_file"] = str(workdir / "redaction.salt")
+    config["auth"].update(auth or {})
     config["backends"]["acme"]["timeout_s"] = timeout_s
     for capability in config["capabilities"]:
         capability["timeout_s"] = timeout_s

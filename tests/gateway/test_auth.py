@@ -11,9 +11,12 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey
 
-from gateway.auth import JwtVerifier, TrustedIssuer, principal_from_claims
+from gateway.auth import JwtVerifier, principal_from_claims
 from gateway.config import ClaimMapping
 from gateway.dev_issuer import DevIssuer
+from gateway.issuers import StaticKeys, TrustedIssuer
+
+pytestmark = pytest.mark.anyio
 
 AUD = "http://127.0.0.1:8080/mcp"
 ISS = "http://127.0.0.1:8080/dev-issuer"
@@ -26,82 +29,105 @@ def issuer(tmp_path: Path) -> DevIssuer:
 
 @pytest.fixture
 def verifier(issuer: DevIssuer) -> JwtVerifier:
-    return JwtVerifier([TrustedIssuer(ISS, issuer.public_keys)], audience=AUD, algorithms=["ES256", "HS256"])
+    return JwtVerifier(
+        [TrustedIssuer(ISS, StaticKeys(issuer.public_keys))], audience=AUD, algorithms=["ES256", "HS256"]
+    )
 
 
 def b64(data: dict) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
 
 
-def test_a_token_from_the_dev_issuer_verifies_and_maps_to_a_principal(
+async def test_a_token_from_the_dev_issuer_verifies_and_maps_to_a_principal(
     issuer: DevIssuer, verifier: JwtVerifier
 ) -> None:
     token = issuer.mint(
         subject="alice", audience=AUD, tenant="acme", roles=["agent", "approver"], scopes=["tools"]
     )
-    verified = verifier.verify(token)
+    verified = await verifier.verify_token(token)
     assert verified is not None and verified.subject == "alice"
     principal = principal_from_claims(verified.claims, ClaimMapping())
     assert principal.subject == "alice" and principal.tenant == "acme"
     assert principal.roles == {"agent", "approver"} and principal.scopes == {"tools"}
 
 
-def test_the_dev_issuer_key_survives_a_restart(tmp_path: Path) -> None:
+async def test_the_dev_issuer_key_survives_a_restart(tmp_path: Path) -> None:
     first = DevIssuer.load_or_create(tmp_path / "k.jwk", ISS)
     token = first.mint(subject="a", audience=AUD)
     again = DevIssuer.load_or_create(tmp_path / "k.jwk", ISS)
-    assert JwtVerifier([TrustedIssuer(ISS, again.public_keys)], audience=AUD, algorithms=["ES256"]).verify(
-        token
+    assert (
+        await JwtVerifier(
+            [TrustedIssuer(ISS, StaticKeys(again.public_keys))], audience=AUD, algorithms=["ES256"]
+        ).verify_token(token)
+        is not None
     )
     assert (tmp_path / "k.jwk").stat().st_mode & 0o777 == 0o600
 
 
-def test_garbage_is_refused(verifier: JwtVerifier) -> None:
-    assert verifier.verify("not a token") is None
-    assert verifier.verify("") is None
+async def test_garbage_is_refused(verifier: JwtVerifier) -> None:
+    assert await verifier.verify_token("not a token") is None
+    assert await verifier.verify_token("") is None
 
 
-def test_alg_none_is_refused(verifier: JwtVerifier) -> None:
+async def test_alg_none_is_refused(verifier: JwtVerifier) -> None:
     claims = {"iss": ISS, "aud": AUD, "sub": "alice", "exp": int(time.time()) + 60}
-    assert verifier.verify(f"{b64({'alg': 'none'})}.{b64(claims)}.") is None
+    assert await verifier.verify_token(f"{b64({'alg': 'none'})}.{b64(claims)}.") is None
 
 
-def test_hs256_signed_with_the_public_key_is_refused_even_when_hs256_is_configured(
+async def test_hs256_signed_with_the_public_key_is_refused_even_when_hs256_is_configured(
     issuer: DevIssuer, verifier: JwtVerifier
 ) -> None:
     public = json.dumps(issuer.jwks()["keys"][0]).encode()
     claims = {"iss": ISS, "aud": AUD, "sub": "alice", "exp": int(time.time()) + 60}
     forged = jwt.encode({"alg": "HS256"}, claims, OctKey.import_key(public))
-    assert verifier.verify(forged) is None
+    assert await verifier.verify_token(forged) is None
 
 
-def test_a_token_signed_by_a_foreign_key_is_refused(verifier: JwtVerifier) -> None:
+async def test_a_token_signed_by_a_foreign_key_is_refused(verifier: JwtVerifier) -> None:
     foreign = ECKey.generate_key("P-256", auto_kid=True)
     claims = {"iss": ISS, "aud": AUD, "sub": "alice", "exp": int(time.time()) + 60}
-    assert verifier.verify(jwt.encode({"alg": "ES256", "kid": foreign.kid}, claims, foreign)) is None
+    assert (
+        await verifier.verify_token(jwt.encode({"alg": "ES256", "kid": foreign.kid}, claims, foreign)) is None
+    )
 
 
-def test_a_tampered_payload_is_refused(issuer: DevIssuer, verifier: JwtVerifier) -> None:
+async def test_a_tampered_payload_is_refused(issuer: DevIssuer, verifier: JwtVerifier) -> None:
     header, payload, signature = issuer.mint(subject="alice", audience=AUD, roles=["agent"]).split(".")
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     claims["roles"] = ["admin"]
-    assert verifier.verify(f"{header}.{b64(claims)}.{signature}") is None
+    assert await verifier.verify_token(f"{header}.{b64(claims)}.{signature}") is None
 
 
-def test_expired_and_not_yet_valid_tokens_are_refused(issuer: DevIssuer, verifier: JwtVerifier) -> None:
-    assert verifier.verify(issuer.mint(subject="a", audience=AUD, ttl_s=60, now=time.time() - 3600)) is None
-    assert verifier.verify(issuer.mint(subject="a", audience=AUD, ttl_s=7200, now=time.time() + 3600)) is None
+async def test_expired_and_not_yet_valid_tokens_are_refused(issuer: DevIssuer, verifier: JwtVerifier) -> None:
+    assert (
+        await verifier.verify_token(issuer.mint(subject="a", audience=AUD, ttl_s=60, now=time.time() - 3600))
+        is None
+    )
+    assert (
+        await verifier.verify_token(
+            issuer.mint(subject="a", audience=AUD, ttl_s=7200, now=time.time() + 3600)
+        )
+        is None
+    )
 
 
-def test_a_token_within_the_leeway_is_accepted(issuer: DevIssuer, verifier: JwtVerifier) -> None:
-    assert verifier.verify(issuer.mint(subject="a", audience=AUD, ttl_s=60, now=time.time() - 70)) is not None
+async def test_a_token_within_the_leeway_is_accepted(issuer: DevIssuer, verifier: JwtVerifier) -> None:
+    assert (
+        await verifier.verify_token(issuer.mint(subject="a", audience=AUD, ttl_s=60, now=time.time() - 70))
+        is not None
+    )
 
 
-def test_wrong_issuer_and_wrong_audience_are_refused(tmp_path: Path, verifier: JwtVerifier) -> None:
+async def test_wrong_issuer_and_wrong_audience_are_refused(tmp_path: Path, verifier: JwtVerifier) -> None:
     other = DevIssuer.load_or_create(tmp_path / "other.jwk", "https://evil.example")
-    assert verifier.verify(other.mint(subject="a", audience=AUD)) is None
+    assert await verifier.verify_token(other.mint(subject="a", audience=AUD)) is None
     same_key_other_aud = DevIssuer.load_or_create(tmp_path / "k.jwk", ISS)
-    assert verifier.verify(same_key_other_aud.mint(subject="a", audience="https://other.example/mcp")) is None
+    assert (
+        await verifier.verify_token(
+            same_key_other_aud.mint(subject="a", audience="https://other.example/mcp")
+        )
+        is None
+    )
 
 
 def test_claim_mapping_follows_configured_claim_names() -> None:
