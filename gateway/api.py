@@ -1,4 +1,4 @@
-"""The HTTP API: read access to calls, runs and approvals for people and programs with the right role.
+"""The HTTP API: calls, runs and approvals for people and programs with the right role; decisions.
 
 Every route is tenant-scoped: a principal never sees another tenant's records, and an id from another
 tenant answers exactly like an id that does not exist.
@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import anyio.to_thread
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.results import status_document
 from policy.model import Principal
 from store.store import Store
@@ -24,6 +26,15 @@ from store.store import Store
 OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
 
 PrincipalOf = Callable[[AuthenticatedUser], Principal]
+
+
+class DecisionBody(BaseModel):
+    """POST /api/approvals/{id}/decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(default=None, max_length=2000)
 
 
 def _json(value: Any) -> Any:
@@ -48,7 +59,12 @@ def _error(status: int, error: str, description: str, *, resource_metadata: str 
     )
 
 
-def api_routes(store: Store, principal_of: PrincipalOf, resource_metadata_url: str) -> list[Route]:
+def api_routes(
+    store: Store,
+    principal_of: PrincipalOf,
+    resource_metadata_url: str,
+    decisions: Decisions | None = None,
+) -> list[Route]:
     """Routes under /api, each requiring a verified bearer token."""
 
     def guarded(
@@ -113,12 +129,38 @@ def api_routes(store: Store, principal_of: PrincipalOf, resource_metadata_url: s
             return _error(404, "not_found", "No such approval")
         return JSONResponse(_json(asdict(approval)))
 
-    return [
+    async def decide(request: Request, who: Principal) -> Response:
+        # Deciding only appends the decision; the runtime's resume worker executes an approved call.
+        assert decisions is not None
+        try:
+            body = DecisionBody.model_validate_json(await request.body())
+        except ValidationError as exc:
+            detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+            return _error(400, "invalid_request", detail)
+        try:
+            approval = await decisions.decide(
+                DecisionInput(
+                    approval_id=request.path_params["approval_id"],
+                    approve=body.decision == "approve",
+                    decided_by=who.subject,
+                    reason=body.reason,
+                    roles=who.roles,
+                    tenant=who.tenant,
+                )
+            )
+        except DecisionRefused as exc:
+            return _error(exc.http_status, exc.code, str(exc))
+        return JSONResponse(_json(asdict(approval)))
+
+    routes = [
         Route("/api/calls/{tool_call_id}", guarded(get_call), methods=["GET"]),
         Route("/api/runs/{run_id}/events", guarded(run_events), methods=["GET"]),
         Route("/api/approvals", guarded(list_approvals), methods=["GET"]),
         Route("/api/approvals/{approval_id}", guarded(get_approval), methods=["GET"]),
     ]
+    if decisions is not None:
+        routes.append(Route("/api/approvals/{approval_id}/decision", guarded(decide), methods=["POST"]))
+    return routes
 
 
 def _run_subject(events: list[Any]) -> str | None:

@@ -95,6 +95,7 @@ class CallPipeline:
         owner: str = "writ-gateway",
         lease_margin_s: float = 10.0,
         faults: FaultPoints = NO_FAULTS,
+        notify_approvals: bool = False,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -107,6 +108,7 @@ class CallPipeline:
         self._owner = owner
         self._lease_margin_s = lease_margin_s
         self._faults = faults
+        self._notify_approvals = notify_approvals
         self._validators: dict[str, Draft202012Validator] = {}
 
     def prepare(self) -> None:
@@ -133,6 +135,24 @@ class CallPipeline:
     def lease_s(self, capability: Capability) -> float:
         """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
         return self.guard_s(capability) + self._lease_margin_s
+
+    @property
+    def owner(self) -> str:
+        """This process's name in dispatch leases."""
+        return self._owner
+
+    def current_policy(self) -> PolicyLike:
+        """The policy in force now; re-read on every use, so a reload takes effect at once."""
+        return self._policy()
+
+    async def dispatch_claimed(
+        self, capability: Capability, call: CallView, arguments: Mapping[str, Any]
+    ) -> CallView:
+        """Execute a call whose dispatch lease was just claimed elsewhere (an approved call), and record it.
+
+        The same path as a call allowed outright: lease check, executor, outcome under the fencing token.
+        """
+        return await self._dispatch(capability, call, dict(arguments))
 
     async def call(self, inp: CallInput) -> CallReport:
         """Admit, decide and (when allowed and ours to do) dispatch one call.
@@ -228,6 +248,14 @@ class CallPipeline:
                 producer=self._producer,
                 lease_owner=self._owner,
                 lease_s=self.lease_s(capability),
+                held_arguments=arguments if approval_id else None,
+                notification=(
+                    _approval_notice(
+                        capability, principal, decision, approval_id, expires_at, stored_arguments
+                    )
+                    if approval_id and expires_at and self._notify_approvals
+                    else None
+                ),
             ),
         )
         call = admission.call
@@ -339,3 +367,28 @@ class CallPipeline:
     def _validation_errors(self, capability: Capability, arguments: Mapping[str, Any]) -> list[str]:
         errors = sorted(self._validator(capability).iter_errors(arguments), key=lambda e: list(e.path))
         return [f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in errors[:10]]
+
+
+def _approval_notice(
+    capability: Capability,
+    principal: Principal,
+    decision: Decision,
+    approval_id: str,
+    expires_at: datetime,
+    stored_arguments: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What reviewers are told of a pending approval: the exact effect, with redactions as stored."""
+    return {
+        "type": "approval.required",
+        "approvalId": approval_id,
+        "tenant": principal.tenant,
+        "requester": principal.subject,
+        "capability": capability.ref,
+        "summary": capability.summarize(stored_arguments),
+        "arguments": dict(stored_arguments),
+        "rule": decision.rule_id,
+        "reason": decision.reason,
+        "approverRole": decision.approval.approver_role if decision.approval else None,
+        "expiresAt": expires_at.isoformat(),
+        "policyVersion": decision.policy_version,
+    }

@@ -1,0 +1,169 @@
+"""Deciding approvals: one control command shared by the API, the console and the CLI.
+
+A decision only appends `approval.granted` or `approval.rejected`; it never executes anything. The
+runtime's resume worker (`gateway/resume.py`) picks up approved calls, re-authorizes and dispatches
+them. Every refusal has a stable code, so each face can say exactly why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.errors import GatewayError
+from store.model import ApprovalView, NotFound, StaleLease
+from store.store import Store
+
+logger = logging.getLogger(__name__)
+
+RefusalCode = Literal["not_found", "not_approver", "self_approval_forbidden", "already_decided", "expired"]
+
+HTTP_STATUS: dict[str, int] = {
+    "not_found": 404,
+    "not_approver": 403,
+    "self_approval_forbidden": 403,
+    "already_decided": 409,
+    "expired": 409,
+}
+
+
+class WebhookConfig(BaseModel):
+    """Where notifications of pending approvals are POSTed, signed with HMAC-SHA256."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    secret_env: str = "WRIT_WEBHOOK_SECRET"
+    """The environment variable holding the signing secret (never the secret itself in the file)."""
+    timeout_s: float = Field(default=5.0, gt=0)
+    max_attempts: int = Field(default=12, ge=1)
+    """After this many failed attempts a message is `dead` (still listed by `writ approvals outbox`)."""
+    backoff_initial_s: float = Field(default=1.0, gt=0)
+    backoff_max_s: float = Field(default=300.0, gt=0)
+
+
+class ApprovalsConfig(BaseModel):
+    """The `approvals:` section: the resume and expiry worker, notifications, the console link."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    """How often every replica looks for approved calls to run and approvals to expire."""
+    console_url: str | None = None
+    """The console's address in notifications; default `{public_url}/console`."""
+    webhook: WebhookConfig | None = None
+
+
+class DecisionRefused(GatewayError):
+    """A decision that must not be recorded, with its stable code."""
+
+    def __init__(self, code: RefusalCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS[self.code]
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionInput:
+    """One decision, by whom, and what they may do."""
+
+    approval_id: str
+    approve: bool
+    decided_by: str
+    reason: str | None = None
+    roles: frozenset[str] | None = None
+    """The decider's roles; None for an operator at the CLI, whom access to the store authorizes."""
+    tenant: str | None = None
+    """The decider's tenant; approvals of other tenants are not found. None: any tenant (CLI)."""
+    producer: str = "writ-gateway"
+
+
+class Decisions:
+    """Records decisions; wakes the local resume worker after a grant so the call runs promptly."""
+
+    def __init__(
+        self, store: Store, clock: Callable[[], datetime], on_granted: Callable[[], None] | None = None
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._on_granted = on_granted
+
+    async def decide(self, inp: DecisionInput) -> ApprovalView:
+        """Record one decision.
+
+        Raises:
+            DecisionRefused: not found, not an approver, self-approval, already decided or expired.
+        """
+        approval = await anyio.to_thread.run_sync(self.decide_now, inp)
+        if approval.status == "approved" and self._on_granted is not None:
+            self._on_granted()
+        return approval
+
+    def decide_now(self, inp: DecisionInput) -> ApprovalView:
+        """The blocking form of `decide`, for the CLI.
+
+        Raises:
+            DecisionRefused: as `decide`.
+        """
+        approval = self._store.get_approval(inp.approval_id, tenant=inp.tenant)
+        if approval is None:
+            raise DecisionRefused("not_found", f"no approval {inp.approval_id}")
+        if inp.roles is not None and approval.approver_role not in inp.roles:
+            raise DecisionRefused(
+                "not_approver", f"deciding this approval needs the role {approval.approver_role!r}"
+            )
+        if inp.approve and inp.decided_by == approval.requester and not approval.requester_may_approve:
+            raise DecisionRefused(
+                "self_approval_forbidden",
+                f"{inp.decided_by} requested this call and the policy does not let them approve it",
+            )
+        now = self._clock()
+        if approval.status != "awaiting_approval":
+            raise self._settled(approval)
+        if now >= approval.expires_at:
+            self._expire(approval, now)
+            raise DecisionRefused("expired", f"approval {approval.approval_id} expired")
+        try:
+            return self._store.decide_approval(
+                inp.approval_id,
+                approve=inp.approve,
+                decided_by=inp.decided_by,
+                reason=inp.reason,
+                now=now,
+                tenant=inp.tenant,
+                producer=inp.producer,
+            )
+        except NotFound as exc:
+            raise DecisionRefused("not_found", f"no approval {inp.approval_id}") from exc
+        except StaleLease as exc:
+            # Decided or expired between our read and the store's compare-and-set under the log lock.
+            latest = self._store.get_approval(inp.approval_id) or approval
+            if latest.status == "awaiting_approval":
+                self._expire(latest, now)
+                raise DecisionRefused("expired", f"approval {inp.approval_id} expired") from exc
+            raise self._settled(latest) from exc
+
+    @staticmethod
+    def _settled(approval: ApprovalView) -> DecisionRefused:
+        if approval.status == "expired":
+            return DecisionRefused("expired", f"approval {approval.approval_id} expired")
+        return DecisionRefused(
+            "already_decided",
+            f"approval {approval.approval_id} was already {approval.status} by {approval.decided_by}",
+        )
+
+    def _expire(self, approval: ApprovalView, now: datetime) -> None:
+        # Record the expiry the decision ran into, rather than leave it to the worker's next pass.
+        # StaleLease/NotFound: expired or decided by someone else meanwhile; the record already says so.
+        with contextlib.suppress(StaleLease, NotFound):
+            self._store.expire_approval(approval.approval_id, now=now)

@@ -1,0 +1,264 @@
+"""Approvals end to end in one process: decisions only record, the worker re-authorizes and runs once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from capabilities.fake import FakeExecutor, completed, fake_capability
+from capabilities.registry import Registry
+from gateway.actions import Redactor
+from gateway.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.pipeline import CallInput, CallPipeline
+from gateway.resume import Resumer
+from policy.engine import Policy
+from policy.model import Principal
+from store.schema import held_arguments
+from store.store import Store
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}, "iban": {"type": "string"}},
+    "required": ["order_id", "amount"],
+}
+REFUND = fake_capability("refund_order", input_schema=SCHEMA, timeout_s=1, redact=("iban",))
+ALICE = Principal("alice", tenant="acme", roles=frozenset({"agent", "approver"}))
+BOB = frozenset({"approver"})
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def rules(approver_role: str = "approver", limit: float = 10000) -> Policy:
+    return Policy.from_mapping(
+        {
+            "rules": [
+                {"id": "agents", "tools": ["*"], "roles": ["agent"], "decision": "allow"},
+                {
+                    "id": "big",
+                    "tools": ["refund_order"],
+                    "when": "double(args.amount) > 100.0",
+                    "decision": "require_approval",
+                    "reason": "amount_over_approval_threshold",
+                    "approval": {"approver_role": approver_role, "expires_in": "1h"},
+                },
+                {
+                    "id": "huge",
+                    "tools": ["refund_order"],
+                    "when": f"double(args.amount) > {limit}",
+                    "decision": "deny",
+                    "reason": "amount_over_limit",
+                },
+            ]
+        }
+    )
+
+
+@dataclass
+class World:
+    store: Store
+    executor: FakeExecutor
+    pipeline: CallPipeline
+    decisions: Decisions
+    resumer: Resumer
+    policy: list[Policy] = field(default_factory=lambda: [rules()])
+    now: list[datetime] = field(default_factory=lambda: [T0])
+
+    async def request(self, amount: float = 250, key: str = "k1") -> Any:
+        report = await self.pipeline.call(
+            CallInput(
+                principal=ALICE,
+                tool_name="refund_order",
+                arguments={"order_id": "1001", "amount": amount, "iban": "DE89370400440532013000"},
+                idempotency_key=key,
+            )
+        )
+        assert report.call.status == "approval_pending"
+        return report.call
+
+    async def decide(self, approval_id: str, approve: bool = True, who: str = "bob", **kw: Any) -> Any:
+        return await self.decisions.decide(
+            DecisionInput(approval_id, approve, who, roles=kw.pop("roles", BOB), tenant="acme", **kw)
+        )
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    executor = FakeExecutor(default=completed({"refund_id": "r1"}))
+    holder: list[Policy] = [rules()]
+    now: list[datetime] = [T0]
+    pipeline = CallPipeline(
+        store=store,
+        registry=Registry({"fake": executor}, [REFUND]),
+        policy=lambda: holder[0],
+        redactor=Redactor(b"salt"),
+        clock=lambda: now[0],
+        owner="test-worker",
+    )
+    pipeline.prepare()
+    resumer = Resumer(store=store, pipeline=pipeline, clock=lambda: now[0])
+    decisions = Decisions(store, lambda: now[0], on_granted=resumer.wake)
+    yield World(store, executor, pipeline, decisions, resumer, holder, now)
+    store.close()
+
+
+async def test_deciding_records_the_decision_and_the_worker_runs_the_call_exactly_once(world: World) -> None:
+    call = await world.request()
+    await world.decide(call.approval_id, reason="customer is right")
+    assert world.executor.invocations == []  # the decision itself executes nothing
+
+    assert await world.resumer.tick() == (0, 1)
+    assert await world.resumer.tick() == (0, 0)
+
+    done = world.store.get_call(call.tool_call_id)
+    assert done is not None and done.status == "completed" and done.result is not None
+    assert len(world.executor.invocations) == 1
+    types = [e.type for e in world.store.events(tool_call_id=call.tool_call_id)]
+    assert types == [
+        "tool_call.requested",
+        "approval.required",
+        "approval.granted",
+        "tool_call.dispatching",
+        "tool_call.completed",
+    ]
+
+
+async def test_the_approved_call_is_dispatched_with_the_full_arguments_while_the_log_keeps_redactions(
+    world: World,
+) -> None:
+    call = await world.request()
+    assert str(call.arguments["iban"]).startswith("redacted:")
+    await world.decide(call.approval_id)
+    await world.resumer.tick()
+
+    [sent] = world.executor.invocations
+    assert sent.arguments["iban"] == "DE89370400440532013000"
+    assert world.store.held_arguments(call.approval_id) is None  # released once settled
+
+
+async def test_a_used_approval_replayed_executes_nothing(world: World) -> None:
+    call = await world.request()
+    await world.decide(call.approval_id)
+    await world.resumer.tick()
+
+    with pytest.raises(DecisionRefused) as refused:
+        await world.decide(call.approval_id)
+    assert refused.value.code == "already_decided" and refused.value.http_status == 409
+    done = world.store.get_call(call.tool_call_id)
+    assert done is not None
+    assert await world.resumer.resume(done) is None
+    assert len(world.executor.invocations) == 1
+
+
+async def test_a_rejected_call_is_never_dispatched(world: World) -> None:
+    call = await world.request()
+    await world.decide(call.approval_id, approve=False, reason="not our order")
+    await world.resumer.tick()
+
+    rejected = world.store.get_call(call.tool_call_id)
+    assert rejected is not None and rejected.status == "rejected"
+    assert world.executor.invocations == []
+
+
+async def test_the_requester_may_not_approve_their_own_call(world: World) -> None:
+    call = await world.request()
+    with pytest.raises(DecisionRefused) as refused:
+        await world.decide(call.approval_id, who="alice")
+    assert (refused.value.code, refused.value.http_status) == ("self_approval_forbidden", 403)
+
+
+async def test_a_decider_without_the_approver_role_is_refused(world: World) -> None:
+    call = await world.request()
+    with pytest.raises(DecisionRefused) as refused:
+        await world.decide(call.approval_id, roles=frozenset({"auditor"}))
+    assert (refused.value.code, refused.value.http_status) == ("not_approver", 403)
+
+
+async def test_another_tenants_approval_is_not_found(world: World) -> None:
+    call = await world.request()
+    with pytest.raises(DecisionRefused) as refused:
+        await world.decisions.decide(DecisionInput(call.approval_id, True, "eve", roles=BOB, tenant="other"))
+    assert (refused.value.code, refused.value.http_status) == ("not_found", 404)
+
+
+async def test_a_decision_after_expiry_is_refused_and_records_the_expiry(world: World) -> None:
+    call = await world.request()
+    world.now[0] = T0 + timedelta(hours=1)  # exactly at expiry: too late
+
+    with pytest.raises(DecisionRefused) as refused:
+        await world.decide(call.approval_id)
+
+    assert refused.value.code == "expired"
+    approval = world.store.get_approval(call.approval_id)
+    assert approval is not None and approval.status == "expired"
+    await world.resumer.tick()
+    assert world.executor.invocations == []
+
+
+async def test_the_worker_expires_overdue_approvals(world: World) -> None:
+    call = await world.request()
+    assert await world.resumer.tick() == (0, 0)
+    world.now[0] = T0 + timedelta(hours=2)
+
+    assert await world.resumer.tick() == (1, 0)
+    expired = world.store.get_call(call.tool_call_id)
+    assert expired is not None and expired.status == "expired"
+
+
+async def test_an_approved_call_the_current_policy_denies_is_refused_with_the_reason(world: World) -> None:
+    call = await world.request(amount=250)
+    await world.decide(call.approval_id)
+    world.policy[0] = rules(limit=200)  # policy tightened after the approval
+
+    await world.resumer.tick()
+
+    refused = world.store.get_call(call.tool_call_id)
+    assert refused is not None and (refused.status, refused.reason) == ("denied", "amount_over_limit")
+    assert world.executor.invocations == []
+
+
+async def test_an_approval_by_a_role_the_policy_no_longer_accepts_is_refused(world: World) -> None:
+    call = await world.request()
+    await world.decide(call.approval_id)
+    world.policy[0] = rules(approver_role="finance")
+
+    await world.resumer.tick()
+
+    refused = world.store.get_call(call.tool_call_id)
+    assert refused is not None and (refused.status, refused.reason) == ("denied", "approval_insufficient")
+    assert world.executor.invocations == []
+
+
+async def test_an_approval_used_for_a_changed_action_is_refused(world: World) -> None:
+    call = await world.request()
+    await world.decide(call.approval_id)
+    with world.store.engine.begin() as conn:  # someone swaps the held arguments under the approval
+        conn.execute(
+            sa.update(held_arguments).values(arguments='{"amount":9000,"iban":"GB00XXXX","order_id":"1001"}')
+        )
+
+    await world.resumer.tick()
+
+    refused = world.store.get_call(call.tool_call_id)
+    assert refused is not None and refused.reason == "approval_binding_mismatch"
+    assert world.executor.invocations == []
+
+
+async def test_a_principal_revoked_after_requesting_is_refused(world: World) -> None:
+    call = await world.request()
+    await world.decide(call.approval_id)
+    world.store.is_revoked = lambda tenant, subject: subject == "alice"  # type: ignore[attr-defined]
+
+    await world.resumer.tick()
+
+    refused = world.store.get_call(call.tool_call_id)
+    assert refused is not None and refused.reason == "principal_revoked"
+    assert world.executor.invocations == []
