@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from gateway.cli_identity import policy_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.errors import GatewayError
 
@@ -16,11 +17,12 @@ app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True
 store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
 audit_app = typer.Typer(help="Audit the tamper-evident effect log.", no_args_is_help=True)
 calls_app = typer.Typer(help="Inspect tool calls.", no_args_is_help=True)
-approvals_app = typer.Typer(help="Inspect approvals.", no_args_is_help=True)
+approvals_app = typer.Typer(help="Inspect and decide approvals.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
 app.add_typer(audit_app, name="audit")
 app.add_typer(calls_app, name="calls")
 app.add_typer(approvals_app, name="approvals")
+app.add_typer(policy_app, name="policy")
 
 ConfigOption = Annotated[
     str | None,
@@ -209,6 +211,68 @@ def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
         "arguments": dict(call.arguments) if call else None,
     }
     typer.echo(json.dumps(body, indent=2, default=str))
+
+
+ReasonOption = Annotated[str | None, typer.Option("--reason", "-r", help="Why (recorded with the decision).")]
+AsOption = Annotated[
+    str | None,
+    typer.Option("--as", help="Who decides, as recorded (default: your login name). Not the requester."),
+]
+
+
+@approvals_app.command("approve")
+def approvals_approve(
+    approval_id: str, reason: ReasonOption = None, as_: AsOption = None, config: ConfigOption = None
+) -> None:
+    """Approve a pending call; a running gateway then re-authorizes and executes it once."""
+    _decide(approval_id, approve=True, reason=reason, who=as_, config=config)
+
+
+@approvals_app.command("reject")
+def approvals_reject(
+    approval_id: str, reason: ReasonOption = None, as_: AsOption = None, config: ConfigOption = None
+) -> None:
+    """Reject a pending call; it will never run."""
+    _decide(approval_id, approve=False, reason=reason, who=as_, config=config)
+
+
+def _decide(
+    approval_id: str, *, approve: bool, reason: str | None, who: str | None, config: str | None
+) -> None:
+    # The operator at the CLI has the store itself, so no role is checked; the self-approval rule is.
+    import getpass
+    from dataclasses import asdict
+    from datetime import UTC, datetime
+
+    from gateway.approvals import DecisionInput, DecisionRefused, Decisions
+
+    decided_by = who or getpass.getuser()
+    with _store(config) as store:
+        try:
+            approval = Decisions(store, lambda: datetime.now(UTC)).decide_now(
+                DecisionInput(approval_id, approve, decided_by, reason=reason, producer="writ-cli")
+            )
+        except DecisionRefused as exc:
+            _fail(f"refused ({exc.code}): {exc}", code=1)
+            return
+    typer.echo(json.dumps(asdict(approval), indent=2, default=str))
+
+
+@approvals_app.command("outbox")
+def approvals_outbox(
+    status: Annotated[str | None, typer.Option(help="Filter: pending, delivered, dead.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Notifications of pending approvals and how their webhook delivery stands (failures included)."""
+    with _store(config) as store:
+        messages = store.outbox_messages(status=status)
+    if not messages:
+        typer.echo("no messages")
+    for m in messages:
+        typer.echo(
+            f"{m.message_id}  {m.status:<9} attempts={m.attempts} approval={m.approval_id} "
+            f"next={m.next_attempt_at.isoformat()} error={m.last_error or '-'}"
+        )
 
 
 class _store:

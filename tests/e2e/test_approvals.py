@@ -1,0 +1,149 @@
+"""Approvals against real processes: decided over HTTP or the CLI, run once, surviving kill -9."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from tests.e2e.harness import Backend, Gateway, writ_gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+def refund_args(amount: float = 250, order: str = "1002") -> dict[str, object]:
+    return {"order_id": order, "amount": amount, "currency": "EUR", "reason": "damaged in transit"}
+
+
+async def request_refund(gateway: Gateway, key: str, who: str = "alice", roles: str = "agent") -> Any:
+    async with gateway.client(gateway.token(who, roles=roles)) as client:
+        result = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": key})
+    assert result.structured_content["status"] == "approval_pending", result
+    return result.structured_content
+
+
+def decide(gateway: Gateway, approval_id: str, token: str, decision: str = "approve", **body: Any) -> Any:
+    return httpx2.post(
+        f"{gateway.url}/api/approvals/{approval_id}/decision",
+        json={"decision": decision, **body},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+
+
+async def settled(
+    gateway: Gateway, tool_call_id: str, token: str, *, timeout_s: float = 20
+) -> dict[str, Any]:
+    """The call's state once it is no longer approved or dispatching (bounded wait)."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            body = httpx2.get(
+                f"{gateway.url}/api/calls/{tool_call_id}",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            ).json()
+            if body["status"] not in ("approval_pending", "approved", "dispatching"):
+                return body
+            await anyio.sleep(0.1)
+
+
+async def test_an_approver_approves_over_the_api_and_the_call_runs_once_and_reports_its_result(
+    gateway: Gateway, backend: Backend
+) -> None:
+    pending = await request_refund(gateway, "big-1")
+    bob = gateway.token("bob", roles="approver")
+
+    decided = decide(gateway, pending["approvalId"], bob, reason="customer sent photos")
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["status"] == "approved" and decided.json()["decided_by"] == "bob"
+
+    done = await settled(gateway, pending["toolCallId"], bob)
+    assert done["status"] == "completed"
+    assert len(backend.refunds("big-1")) == 1
+    async with gateway.client(gateway.token("alice")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": pending["toolCallId"]})
+        assert status.structured_content["status"] == "completed"
+        assert status.structured_content["result"]["structuredContent"]["status"] == "succeeded"
+        again = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "big-1"})
+        assert again.meta["writ/toolCallId"] == pending["toolCallId"]
+        assert again.meta["writ/status"] == "completed"
+        assert again.structured_content["status"] == "succeeded"
+
+    replay = decide(gateway, pending["approvalId"], bob)
+    assert (replay.status_code, replay.json()["error"]) == (409, "already_decided")
+    assert len(backend.refunds("big-1")) == 1
+
+
+async def test_decisions_are_refused_with_clear_codes(gateway: Gateway, backend: Backend) -> None:
+    pending = await request_refund(gateway, "big-2", who="alice", roles="agent,approver")
+    approval_id = pending["approvalId"]
+
+    own = decide(gateway, approval_id, gateway.token("alice", roles="agent,approver"))
+    assert (own.status_code, own.json()["error"]) == (403, "self_approval_forbidden")
+    agent = decide(gateway, approval_id, gateway.token("carol", roles="agent"))
+    assert (agent.status_code, agent.json()["error"]) == (403, "not_approver")
+    other_tenant = decide(gateway, approval_id, gateway.token("eve", roles="approver", tenant="other"))
+    assert (other_tenant.status_code, other_tenant.json()["error"]) == (404, "not_found")
+    bad = decide(gateway, approval_id, gateway.token("bob", roles="approver"), decision="maybe")
+    assert (bad.status_code, bad.json()["error"]) == (400, "invalid_request")
+    anonymous = httpx2.post(f"{gateway.url}/api/approvals/{approval_id}/decision", json={}, timeout=10)
+    assert anonymous.status_code == 401
+
+    rejected = decide(gateway, approval_id, gateway.token("bob", roles="approver"), "reject", reason="no")
+    assert rejected.json()["status"] == "rejected"
+    late = decide(gateway, approval_id, gateway.token("dan", roles="approver"))
+    assert (late.status_code, late.json()["error"]) == (409, "already_decided")
+    done = await settled(gateway, pending["toolCallId"], gateway.token("bob", roles="approver"))
+    assert done["status"] == "rejected"
+    assert backend.refunds() == []
+
+
+async def test_an_operator_decides_at_the_cli_and_is_recorded(gateway: Gateway, backend: Backend) -> None:
+    yes = await request_refund(gateway, "cli-yes")
+    no = await request_refund(gateway, "cli-no")
+
+    own = gateway.cli("approvals", "approve", yes["approvalId"], "--as", "alice", check=False)
+    assert own.returncode == 1 and "self_approval_forbidden" in own.stderr
+    approved = gateway.cli("approvals", "approve", yes["approvalId"], "--as", "carol", "--reason", "ok")
+    assert '"decided_by": "carol"' in approved.stdout
+    gateway.cli("approvals", "reject", no["approvalId"], "--as", "carol", "--reason", "duplicate")
+
+    bob = gateway.token("bob", roles="approver")
+    assert (await settled(gateway, yes["toolCallId"], bob))["status"] == "completed"
+    assert (await settled(gateway, no["toolCallId"], bob))["status"] == "rejected"
+    assert len(backend.refunds("cli-yes")) == 1 and backend.refunds("cli-no") == []
+    again = gateway.cli("approvals", "approve", yes["approvalId"], "--as", "dan", check=False)
+    assert again.returncode == 1 and "already_decided" in again.stderr
+    shown = gateway.cli("calls", "show", yes["toolCallId"]).stdout
+    assert "approval.granted" in shown and "tool_call.completed" in shown
+
+
+async def test_a_call_awaiting_approval_survives_kill_9_of_every_writ_process_and_runs_once(
+    tmp_path: Path, backend: Backend, store_url: str
+) -> None:
+    with writ_gateway(tmp_path, backend, store_url) as first:
+        pending = await request_refund(first, "survivor")
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=10)
+    assert backend.refunds() == []
+
+    with writ_gateway(tmp_path, backend, store_url) as second:
+        bob = second.token("bob", roles="approver")
+        listed = httpx2.get(
+            f"{second.url}/api/approvals?status=awaiting_approval",
+            headers={"Authorization": f"Bearer {bob}"},
+            timeout=10,
+        ).json()["approvals"]
+        assert [a["approval_id"] for a in listed] == [pending["approvalId"]]
+        assert decide(second, pending["approvalId"], bob).status_code == 200
+        assert (await settled(second, pending["toolCallId"], bob))["status"] == "completed"
+        assert decide(second, pending["approvalId"], bob).status_code == 409
+
+    with writ_gateway(tmp_path, backend, store_url) as third:  # and once more: nothing runs again
+        bob = third.token("bob", roles="approver")
+        assert (await settled(third, pending["toolCallId"], bob))["status"] == "completed"
+    assert len(backend.refunds("survivor")) == 1
