@@ -76,6 +76,15 @@ def _as_text(value: Any) -> str:
     return compact_json(value)
 
 
+def _records(body: Any) -> Any:
+    """A lookup's list of records: the body itself, or an envelope's only list (`{"refunds": [...]}`)."""
+    if isinstance(body, dict):
+        lists = [value for value in body.values() if isinstance(value, list)]
+        if len(lists) == 1:
+            return lists[0]
+    return body
+
+
 def _query(values: Mapping[str, Any]) -> dict[str, Any]:
     return {
         key: value if isinstance(value, str | int | float | bool) or value is None else compact_json(value)
@@ -188,6 +197,7 @@ class HttpExecutor:
         if response.status_code == 404:
             return ReconcileResult("not_found", evidence=evidence)
         body = parse_json(self._credentials.scrub(response.text)) if response.is_success else None
+        body = _records(body)
         if isinstance(body, list) and not body:
             return ReconcileResult("not_found", evidence=evidence)
         if isinstance(body, list):

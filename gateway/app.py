@@ -11,9 +11,11 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
@@ -38,9 +40,12 @@ from gateway.auth import JwtVerifier, principal_from_claims
 from gateway.config import WritConfig
 from gateway.dev_issuer import DevIssuer
 from gateway.errors import ConfigurationError
+from gateway.faults import FaultPoints
 from gateway.mcp_server import build_mcp_server
 from gateway.pipeline import CallPipeline
+from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.trust import trusted_issuers
+from gateway.workers import Workers, worker_id
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
@@ -60,6 +65,8 @@ class Runtime:
     pipeline: CallPipeline
     verifier: JwtVerifier
     dev_issuer: DevIssuer | None
+    workers: Workers | None = None
+    """Lease recovery and reconciliation, run in the background while the runtime runs."""
 
     def principal_from_claims(self, claims: dict[str, Any]) -> Principal:
         return principal_from_claims(claims, self.config.auth.claims)
@@ -70,7 +77,13 @@ class Runtime:
         await self.registry.start()
         try:
             self.pipeline.prepare()
-            yield self
+            async with anyio.create_task_group() as workers:
+                if self.workers is not None:
+                    workers.start_soon(self.workers.run)
+                try:
+                    yield self
+                finally:
+                    workers.cancel_scope.cancel()
         finally:
             await self.registry.close()
             await anyio.to_thread.run_sync(self.store.close)
@@ -123,13 +136,37 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         leeway_s=config.auth.leeway_s,
     )
     store = open_store(config)
+    owner, timing = worker_id(), config.workers
     pipeline = CallPipeline(
         store=store,
         registry=registry,
         policy=lambda: policy,
         redactor=Redactor.from_file(config.privacy.salt_file),
+        owner=owner,
+        executor_grace_s=timing.executor_grace_s,
+        lease_margin_s=timing.lease_margin_s,
+        faults=FaultPoints.from_env(environ or os.environ),
     )
-    return Runtime(config, store, registry, policy, pipeline, verifier, dev_issuer)
+    runtime = Runtime(config, store, registry, policy, pipeline, verifier, dev_issuer)
+    if timing.enabled:
+        runtime.workers = _workers(runtime, owner)
+    return runtime
+
+
+def _workers(runtime: Runtime, owner: str) -> Workers:
+    timing = runtime.config.workers
+    clock = lambda: datetime.now(UTC)  # noqa: E731
+    reconciler = Reconciler(
+        store=runtime.store,
+        registry=runtime.registry,
+        pipeline=runtime.pipeline,
+        owner=owner,
+        clock=clock,
+        policy=ReconcilePolicy(
+            timing.reconcile_max_attempts, timing.reconcile_backoff_s, timing.reconcile_backoff_max_s
+        ),
+    )
+    return Workers(store=runtime.store, reconciler=reconciler, clock=clock, interval_s=timing.interval_s)
 
 
 def build_app(runtime: Runtime) -> Starlette:

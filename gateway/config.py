@@ -48,6 +48,21 @@ class StoreConfig(_Section):
     """SQLite only: fsync every commit (synchronous=FULL). PostgreSQL is always durable."""
 
 
+class WorkersConfig(_Section):
+    """The background workers every replica runs: lease recovery and reconciliation (DESIGN §3)."""
+
+    enabled: bool = True
+    interval_s: float = Field(default=1.0, gt=0)
+    """How often expired dispatch leases are recovered and due reconciliations tried."""
+    executor_grace_s: float = Field(default=5.0, ge=0)
+    """Added to a capability's timeout to bound one dispatch, whatever the executor does."""
+    lease_margin_s: float = Field(default=10.0, ge=0)
+    """A dispatch lease lasts the bounded dispatch plus this margin for recording its outcome."""
+    reconcile_max_attempts: int = Field(default=5, ge=1)
+    reconcile_backoff_s: float = Field(default=2.0, ge=0)
+    reconcile_backoff_max_s: float = Field(default=300.0, ge=0)
+
+
 class ClaimMapping(_Section):
     subject: str = "sub"
     tenant: str = "tenant"
@@ -128,6 +143,7 @@ class WritConfig(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
     backends: dict[str, Any] = Field(default_factory=dict)
     capabilities: list[dict[str, Any]] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=lambda: {"rules": []})

@@ -297,6 +297,10 @@ class CallPipeline:
             self._faults.reach("after_outcome_commit")
             return settled
 
+    async def redispatch(self, capability: Capability, call: CallView) -> CallView:
+        """Re-send a call that reconciliation re-leased for dispatch: same key, next attempt."""
+        return await self._dispatch(capability, call, dict(call.arguments))
+
     def _lease_covers_dispatch(self, capability: Capability, call: CallView) -> bool:
         # Checked locally right before sending: the whole dispatch must fit in what is left of the
         # lease, or recovery could declare it unknown and reconciliation look before it lands.

@@ -121,9 +121,9 @@ async def test_a_backend_that_times_out_after_receiving_the_call_gives_result_un
         assert result.structured_content["status"] == "result_unknown"
         assert result.structured_content["reconciliation"] == "pending"
         again = await client.call_tool("refund_order", refund_args(11), meta={"writ/idempotencyKey": "slow"})
-        assert again.structured_content["status"] == "result_unknown"
-        status = await client.call_tool("writ_call_status", {"toolCallId": result.meta["writ/toolCallId"]})
-        assert status.structured_content["status"] == "result_unknown"
+        assert again.meta["writ/toolCallId"] == result.meta["writ/toolCallId"]
+        # Reconciliation may already have found the refund; it never sends it again.
+        assert again.meta["writ/status"] in ("result_unknown", "completed")
     backend.chaos(delay_ms=0)
     with anyio.fail_after(10):
         while not backend.refunds("slow"):

@@ -1,0 +1,203 @@
+"""Reconciliation: settle `result_unknown` calls from evidence at the backend, never by guessing.
+
+For each due call the reconciler takes a lease (`reconciliation.started`), then either
+- looks the dispatch up (`executor.reconcile`: by idempotency key or external request id) and records
+  `reconciliation.resolved` (found: `completed` with the found result; not found or failed: `failed`),
+  or, while the lookup cannot tell, `reconciliation.inconclusive` with a backoff;
+- or, for a backend that deduplicates on the key, re-sends the same key as a recorded retry;
+- and after `max_attempts` (or with no way to learn the truth) `reconciliation.escalated`: a human
+  settles it with `writ calls resolve`.
+
+"Not found" is trusted as a failure only because the dispatch lease guarantees the dispatcher can no
+longer send: it checked, before sending, that the whole bounded dispatch fit in its lease, and a call
+becomes unknown only after its dispatch returned or its lease expired.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult
+from gateway.pipeline import CallPipeline, RegistryLike
+from store.model import CallView, StaleLease
+from store.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilePolicy:
+    max_attempts: int = 5
+    """Lookups (or re-sends) before a call is escalated to a human."""
+    backoff_s: float = 2.0
+    """Wait after the first inconclusive lookup; doubles each time, up to `backoff_max_s`."""
+    backoff_max_s: float = 300.0
+
+
+class Reconciler:
+    """Settles due unknown calls; any number of replicas may run one (the store's leases arbitrate)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: RegistryLike,
+        pipeline: CallPipeline,
+        owner: str,
+        clock: Callable[[], datetime],
+        policy: ReconcilePolicy = ReconcilePolicy(),
+        producer: str = "writ-gateway",
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._pipeline = pipeline
+        self._owner = owner
+        self._clock = clock
+        self._policy = policy
+        self._producer = producer
+
+    async def run_once(self, limit: int = 20) -> int:
+        """Try each due call once; returns how many this worker took a lease on."""
+        due = await anyio.to_thread.run_sync(
+            lambda: self._store.due_reconciliations(now=self._clock(), limit=limit)
+        )
+        taken = 0
+        for call in due:
+            try:
+                taken += await self.settle(call)
+            except StaleLease as exc:  # another replica or a human got there first
+                logger.info("reconciliation of %s skipped: %s", call.tool_call_id, exc)
+        return taken
+
+    async def settle(self, call: CallView) -> bool:
+        """Take the call's reconciliation lease and act on it; False if another worker holds it.
+
+        Raises:
+            StaleLease: the call was settled by someone else while this worker held the lease.
+        """
+        capability = self._capability(call)
+        method = self._method(capability, call)
+        lease_s = self._pipeline.lease_s(capability) if capability else 60.0
+        try:
+            leased = await self._write(
+                self._store.start_reconciliation,
+                call.tool_call_id,
+                expected_token=call.lease_token,
+                method=method,
+                owner=self._owner,
+                lease_s=lease_s,
+            )
+        except StaleLease:
+            return False
+        if capability is None or method == "none":
+            reason = "no_reconciliation_method" if capability else "capability_unknown"
+            await self._escalate(leased, reason, f"{call.capability_id} offers no way to learn the outcome")
+        elif method == "resend":
+            await self._resend(capability, leased)
+        else:
+            await self._lookup(capability, leased)
+        return True
+
+    def _capability(self, call: CallView) -> Capability | None:
+        capability = self._registry.get(call.tool_name)
+        return capability if capability is not None and capability.id == call.capability_id else None
+
+    def _method(self, capability: Capability | None, call: CallView) -> str:
+        if capability is None:
+            return "none"
+        # A re-send needs the real arguments; redacted ones are stored only as hashes.
+        if capability.dedupes_on_key and not capability.redact and call.attempts < self._policy.max_attempts:
+            return "resend"
+        return "lookup" if capability.reconcilable else "none"
+
+    async def _lookup(self, capability: Capability, call: CallView) -> None:
+        result = await self._ask_backend(capability, call)
+        if result.verdict == "succeeded":
+            await self._write(
+                self._store.resolve_reconciliation,
+                call.tool_call_id,
+                token=call.lease_token,
+                verdict="confirmed_success",
+                result=result.result.to_json() if result.result is not None else None,
+                evidence=dict(result.evidence),
+            )
+        elif result.verdict in ("failed", "not_found"):
+            await self._write(
+                self._store.resolve_reconciliation,
+                call.tool_call_id,
+                token=call.lease_token,
+                verdict="confirmed_failure",
+                evidence={**result.evidence, "verdict": result.verdict},
+                detail=f"the backend has no effect for key {call.idempotency_key}"
+                if result.verdict == "not_found"
+                else "the backend reports the effect failed",
+            )
+        elif call.reconcile_attempts >= self._policy.max_attempts:
+            await self._escalate(call, "inconclusive_after_retries", None, dict(result.evidence))
+        else:
+            delay = min(
+                self._policy.backoff_s * 2 ** (call.reconcile_attempts - 1), self._policy.backoff_max_s
+            )
+            await self._write(
+                self._store.record_inconclusive,
+                call.tool_call_id,
+                token=call.lease_token,
+                evidence=dict(result.evidence),
+                next_attempt_at=self._clock() + timedelta(seconds=delay),
+            )
+
+    async def _ask_backend(self, capability: Capability, call: CallView) -> ReconcileResult:
+        executor = self._registry.executor(capability)
+        invocation = self._invocation(capability, call)
+        try:
+            with anyio.fail_after(self._pipeline.guard_s(capability)):
+                return await executor.reconcile(invocation)
+        except TimeoutError:
+            return ReconcileResult("inconclusive", evidence={"error": "lookup_timeout"})
+        except CapabilityError as exc:
+            return ReconcileResult("inconclusive", evidence={"error": type(exc).__name__, "detail": str(exc)})
+
+    async def _resend(self, capability: Capability, call: CallView) -> None:
+        retry = await self._write(
+            self._store.redispatch,
+            call.tool_call_id,
+            token=call.lease_token,
+            owner=self._owner,
+            lease_s=self._pipeline.lease_s(capability),
+        )
+        await self._pipeline.redispatch(capability, retry)
+
+    async def _escalate(
+        self, call: CallView, reason: str, detail: str | None, evidence: dict[str, Any] | None = None
+    ) -> None:
+        await self._write(
+            self._store.escalate_reconciliation,
+            call.tool_call_id,
+            token=call.lease_token,
+            reason=reason,
+            detail=detail,
+            evidence=evidence or {},
+        )
+
+    def _invocation(self, capability: Capability, call: CallView) -> Invocation:
+        return Invocation(
+            capability=capability,
+            arguments=dict(call.arguments),
+            idempotency_key=call.idempotency_key,
+            tool_call_id=call.tool_call_id,
+            external_request_id=call.external_request_id,
+            attempt=call.attempts,
+        )
+
+    async def _write(self, write: Callable[..., CallView], tool_call_id: str, **kwargs: Any) -> CallView:
+        now = self._clock()
+        return await anyio.to_thread.run_sync(
+            lambda: write(tool_call_id, now=now, producer=self._producer, **kwargs)
+        )

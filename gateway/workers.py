@@ -1,0 +1,69 @@
+"""Background workers every replica runs: recovery of expired dispatch leases, then reconciliation.
+
+No leader is assumed: each pass is a set of compare-and-set claims in the shared store, so two
+replicas running the same pass at once settle each call exactly once between them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from datetime import datetime
+
+import anyio
+import anyio.to_thread
+
+from gateway.reconcile import Reconciler
+from store.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+def worker_id() -> str:
+    """This process's name in leases: host, pid and a random suffix (pids are reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Workers:
+    """Runs `tick` every `interval_s` until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        reconciler: Reconciler,
+        clock: Callable[[], datetime],
+        interval_s: float = 1.0,
+        producer: str = "writ-gateway",
+    ) -> None:
+        self._store = store
+        self._reconciler = reconciler
+        self._clock = clock
+        self._interval_s = interval_s
+        self._producer = producer
+
+    async def tick(self) -> tuple[int, int]:
+        """One pass: recover expired dispatches, then try each due reconciliation once."""
+        recovered = await anyio.to_thread.run_sync(
+            lambda: self._store.recover_expired(now=self._clock(), producer=self._producer)
+        )
+        for call in recovered:
+            logger.warning(
+                "call %s was left dispatching past its lease (holder %s): now result_unknown",
+                call.tool_call_id,
+                call.lease_owner,
+            )
+        reconciled = await self._reconciler.run_once()
+        return len(recovered), reconciled
+
+    async def run(self) -> None:
+        """At start and then periodically; a failed pass is logged and the next one tries again."""
+        while True:
+            try:
+                await self.tick()
+            except Exception:  # the top of a background task: log, keep the worker alive
+                logger.exception("background worker pass failed")
+            await anyio.sleep(self._interval_s)

@@ -1,0 +1,54 @@
+"""Unknown outcomes from the demo backend's /_chaos faults, settled by reconciliation (DESIGN §3.3)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from tests.e2e.harness import Backend, Gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late delivery"}
+
+
+async def settled_status(client, tool_call_id: str) -> dict:
+    with anyio.fail_after(20):
+        while True:
+            status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
+            if status.structured_content["status"] != "result_unknown":
+                return status.structured_content
+            await anyio.sleep(0.2)
+
+
+@pytest.mark.parametrize("fault", ["drop_responses", "fail_after_commit"])
+async def test_a_refund_whose_answer_was_lost_becomes_unknown_then_reconciles_to_completed(
+    gateway: Gateway, backend: Backend, fault: str
+) -> None:
+    backend.chaos(**{fault: 1})
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": f"lost-{fault}"})
+        assert first.structured_content["status"] == "result_unknown"
+        assert first.structured_content["reconciliation"] == "pending"
+
+        settled = await settled_status(client, first.meta["writ/toolCallId"])
+
+    assert (settled["status"], settled["verification"]) == ("completed", "confirmed_success")
+    assert settled["result"]["structuredContent"]["idempotency_key"] == f"lost-{fault}"
+    assert len(backend.refunds(f"lost-{fault}")) == 1
+    events = gateway.cli("calls", "show", first.meta["writ/toolCallId"]).stdout
+    assert "reconciliation.started" in events and "reconciliation.resolved" in events
+
+
+async def test_a_refund_the_backend_never_executed_reconciles_to_failed(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
+    backend.chaos(hang=1)
+    async with sqlite_gateway.client(sqlite_gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "hung"})
+        assert first.structured_content["status"] == "result_unknown"
+
+        settled = await settled_status(client, first.meta["writ/toolCallId"])
+
+    assert (settled["status"], settled["verification"]) == ("failed", "confirmed_failure")
+    assert backend.refunds("hung") == []

@@ -1,0 +1,207 @@
+"""The reconciler and the lease recovery worker, with a scripted executor and a real SQLite store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from capabilities.contract import ReconcileResult
+from capabilities.fake import FakeExecutor, completed, fake_capability, unknown
+from capabilities.registry import Registry
+from capabilities.results import json_result
+from gateway.actions import Redactor
+from gateway.pipeline import CallInput, CallPipeline
+from gateway.reconcile import ReconcilePolicy, Reconciler
+from gateway.workers import Workers
+from policy.engine import Policy
+from policy.model import Principal
+from store.store import Store
+
+pytestmark = pytest.mark.anyio
+
+LOOKUP_REFUND = fake_capability("refund_order", timeout_s=0.2, reconcilable=True)
+DEDUPING = fake_capability("pay_invoice", timeout_s=0.2, dedupes_on_key=True)
+BLIND = fake_capability("send_fax", timeout_s=0.2)
+POLICY = Policy.from_mapping(
+    {"rules": [{"id": "all", "tools": ["*"], "roles": ["agent"], "decision": "allow"}]}
+)
+ALICE = Principal("alice", tenant="acme", roles=frozenset({"agent"}))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    s.migrate()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def executor() -> FakeExecutor:
+    return FakeExecutor(default=completed({"refund_id": "r1"}))
+
+
+@pytest.fixture
+def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline:
+    registry = Registry({"fake": executor}, [LOOKUP_REFUND, DEDUPING, BLIND])
+    p = CallPipeline(
+        store=store,
+        registry=registry,
+        policy=lambda: POLICY,
+        redactor=Redactor(b"salt"),
+        clock=clock,
+        executor_grace_s=0.3,
+        lease_margin_s=1.0,
+        owner="gw-a",
+    )
+    p.prepare()
+    return p
+
+
+@pytest.fixture
+def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
+    reconciler = Reconciler(
+        store=store,
+        registry=pipeline._registry,  # the same registry the pipeline dispatches through
+        pipeline=pipeline,
+        owner="gw-b",
+        clock=clock,
+        policy=ReconcilePolicy(max_attempts=2, backoff_s=10),
+    )
+    return Workers(store=store, reconciler=reconciler, clock=clock)
+
+
+async def unknown_call(pipeline: CallPipeline, executor: FakeExecutor, tool: str = "refund_order") -> str:
+    executor.then(unknown())
+    report = await pipeline.call(CallInput(ALICE, tool, {"order_id": "1001"}, idempotency_key=f"k-{tool}"))
+    assert report.call.status == "result_unknown"
+    return report.call.tool_call_id
+
+
+async def test_a_found_effect_completes_the_unknown_call_with_the_found_result(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    executor.reconcile_script.append(ReconcileResult("succeeded", json_result({"refund_id": "r1"})))
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status) == ("completed", "confirmed_success")
+    assert call.result["structuredContent"] == {"refund_id": "r1"}
+    assert len(executor.invocations) == 1  # looked up, never re-sent
+    assert [e.type for e in store.events(tool_call_id=tool_call_id)][-2:] == [
+        "reconciliation.started",
+        "reconciliation.resolved",
+    ]
+
+
+async def test_no_effect_found_fails_the_call_as_confirmed(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    executor.reconcile_script.append(ReconcileResult("not_found", evidence={"records": 0}))
+
+    await workers.tick()
+
+    assert store.get_call(tool_call_id).verification_status == "confirmed_failure"
+    assert store.get_call(tool_call_id).status == "failed"
+
+
+async def test_inconclusive_lookups_back_off_then_escalate_to_a_human(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    executor.reconcile_script.extend([ReconcileResult("inconclusive"), ReconcileResult("inconclusive")])
+
+    await workers.tick()
+    await workers.tick()  # still backing off: no second lookup yet
+    assert len(executor.reconciled) == 1
+    clock.advance(10)
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert call.escalated and len(executor.reconciled) == 2
+    assert store.events(tool_call_id=tool_call_id)[-1].type == "reconciliation.escalated"
+
+
+async def test_a_capability_without_a_lookup_is_escalated_at_once(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor, "send_fax")
+
+    await workers.tick()
+
+    assert store.get_call(tool_call_id).escalated
+    assert len(executor.invocations) == 1
+
+
+async def test_a_deduplicating_backend_gets_the_same_key_again_as_a_recorded_retry(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor, "pay_invoice")
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.attempts) == ("completed", 2)
+    assert [inv.idempotency_key for inv in executor.invocations] == ["k-pay_invoice", "k-pay_invoice"]
+    assert executor.invocations[1].attempt == 2
+
+
+async def test_a_dispatch_left_past_its_lease_is_recovered_as_unknown_and_then_reconciled(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    # Make it look like the dispatcher died mid-dispatch: a second call stays dispatching.
+    from dataclasses import replace
+
+    from tests.store.builders import call_request
+
+    store.admit(replace(call_request(tool_call_id="tc-dead", idempotency_key="dead"), now=clock(), lease_s=1))
+    executor.reconcile_script.extend(
+        [ReconcileResult("not_found"), ReconcileResult("succeeded", json_result({"ok": 1}))]
+    )
+    clock.advance(2)
+
+    recovered, reconciled = await workers.tick()
+
+    assert recovered == 1 and reconciled == 2
+    assert store.get_call("tc-dead").status in ("completed", "failed")
+    assert store.get_call(tool_call_id).status in ("completed", "failed")
+    assert next(e for e in store.events(tool_call_id="tc-dead") if e.type == "tool_call.result_unknown")
+
+
+async def test_a_worker_paused_past_its_lease_does_not_dispatch(
+    pipeline: CallPipeline, executor: FakeExecutor, store: Store, clock: Clock
+) -> None:
+    def pause_then_answer(invocation):  # never reached: the lease check comes first
+        raise AssertionError("dispatched after the lease ran out")
+
+    original = pipeline._lease_covers_dispatch
+    pipeline._lease_covers_dispatch = lambda cap, call: (clock.advance(60), original(cap, call))[1]
+    executor.then(pause_then_answer)
+
+    report = await pipeline.call(CallInput(ALICE, "refund_order", {"order_id": "1"}, idempotency_key="p"))
+
+    assert executor.invocations == []
+    assert (report.call.status, report.call.error) == ("failed", "lease_expired_before_dispatch")
