@@ -1,0 +1,58 @@
+"""`writ policy ...` and `writ principals ...`: who may do what, for operators (added to `writ` in cli.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from gateway.config import find_config_file, load_config
+
+policy_app = typer.Typer(help="Dry-run the policy.", no_args_is_help=True)
+
+_ConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config", "-c", help="Config file (default: $WRIT_CONFIG, ./writ.yaml, ./.writ/demo.yaml)."
+    ),
+]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"writ: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@policy_app.command("check")
+def policy_check(
+    sub: Annotated[str, typer.Option("--sub", help="Subject of the would-be caller.")],
+    tool: Annotated[str, typer.Option("--tool", help="Tool name, e.g. refund_order.")],
+    roles: Annotated[str, typer.Option("--roles", help="Comma-separated roles.")] = "",
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant.")] = "default",
+    scopes: Annotated[str, typer.Option("--scopes", help="Comma-separated OAuth scopes.")] = "",
+    args: Annotated[str, typer.Option("--args", help="The call's arguments as a JSON object.")] = "{}",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    config: _ConfigOption = None,
+) -> None:
+    """Print the decision for one concrete call, its reason, the policy version and the deciding rule."""
+    from gateway.policy_check import check_policy
+
+    try:
+        arguments = json.loads(args)
+    except json.JSONDecodeError as exc:
+        _fail(f"--args is not JSON: {exc}")
+        return
+    if not isinstance(arguments, dict):
+        _fail("--args must be a JSON object")
+        return
+    result = check_policy(
+        load_config(find_config_file(config)),
+        subject=sub,
+        roles=[r for r in roles.split(",") if r],
+        tenant=tenant,
+        scopes=[s for s in scopes.split(",") if s],
+        tool=tool,
+        arguments=arguments,
+    )
+    typer.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())

@@ -1,0 +1,126 @@
+"""The policy in force comes from a watched file: reloaded when it changes, at most once per interval,
+and an invalid new file leaves the old policy in force."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import WritConfig, load_config
+from gateway.errors import UnknownTool
+from gateway.policy_check import check_policy
+from gateway.policy_source import WatchedPolicyFile, policy_provider
+from policy.model import PolicyError
+
+ALLOW = {
+    "rules": [{"id": "agents-refund", "tools": ["refund_order"], "roles": ["agent"], "decision": "allow"}]
+}
+DENY = {
+    "rules": [
+        {"id": "refunds-frozen", "tools": ["refund_order"], "decision": "deny", "reason": "refunds_frozen"}
+    ]
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write(path: Path, policy: object, *, bump: int = 0) -> None:
+    path.write_text(yaml.safe_dump(policy) if not isinstance(policy, str) else policy)
+    stat = path.stat()
+    # Distinct mtimes even on coarse file systems.
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + bump * 1_000_000_000))
+
+
+def test_a_changed_file_is_picked_up_after_the_interval_and_not_before(tmp_path: Path) -> None:
+    path, clock = tmp_path / "policy.yaml", Clock()
+    write(path, ALLOW)
+    source = WatchedPolicyFile(path, interval_s=1.0, clock=clock)
+    first = source()
+    write(path, DENY, bump=1)
+    clock.now = 0.5
+    assert source() is first
+    clock.now = 1.5
+    assert source().version != first.version
+    assert source().config.rules[0].id == "refunds-frozen"
+
+
+def test_an_invalid_new_file_is_logged_once_and_the_old_policy_stays(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, clock = tmp_path / "policy.yaml", Clock()
+    write(path, ALLOW)
+    source = WatchedPolicyFile(path, interval_s=1.0, clock=clock)
+    version = source().version
+    write(path, "rules: [{id: broken, tools: [x], decision: allow, when: 'args.amount >'}]", bump=1)
+    with caplog.at_level(logging.ERROR, logger="gateway.policy_source"):
+        for step in range(1, 4):
+            clock.now = step * 1.5
+            assert source().version == version
+    assert len([r for r in caplog.records if "not loaded" in r.message]) == 1
+    assert f"keeping policy {version}" in caplog.text
+    write(path, DENY, bump=2)
+    clock.now = 10
+    assert source().version != version
+
+
+def test_a_deleted_file_keeps_the_policy_in_force(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path, clock = tmp_path / "policy.yaml", Clock()
+    write(path, ALLOW)
+    source = WatchedPolicyFile(path, interval_s=1.0, clock=clock)
+    version = source().version
+    path.unlink()
+    clock.now = 2
+    with caplog.at_level(logging.ERROR, logger="gateway.policy_source"):
+        assert source().version == version
+    assert "cannot read policy file" in caplog.text
+
+
+def test_a_policy_file_that_does_not_load_at_start_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError):
+        policy_provider({}, "missing.yaml", base_dir=tmp_path)
+
+
+def test_inline_rules_and_a_policy_file_together_are_refused() -> None:
+    with pytest.raises(ValueError, match="either policy"):
+        WritConfig.model_validate({"policy": ALLOW, "policy_file": "p.yaml"})
+
+
+def config_with_demo_capabilities(tmp_path: Path) -> WritConfig:
+    text = (Path(__file__).parents[2] / "gateway" / "demo" / "demo.yaml").read_text()
+    for name, value in {"gateway_port": "8080", "backend_port": "8081", "state_dir": str(tmp_path)}.items():
+        text = text.replace("${" + name + "}", value)
+    config = yaml.safe_load(text)
+    del config["policy"]
+    config["policy_file"] = "policy.yaml"
+    (tmp_path / "writ.yaml").write_text(yaml.safe_dump(config))
+    write(tmp_path / "policy.yaml", yaml.safe_load(text)["policy"])
+    return load_config(tmp_path / "writ.yaml")
+
+
+def test_policy_check_names_the_decision_reason_version_and_deciding_rule(tmp_path: Path) -> None:
+    config = config_with_demo_capabilities(tmp_path)
+    refund = {"order_id": "1", "amount": 250, "currency": "EUR", "reason": "x"}
+    result = check_policy(config, subject="alice", roles=["agent"], tool="refund_order", arguments=refund)
+    assert result.decision.effect == "require_approval"
+    assert result.decision.rule_id == "refunds-over-100-need-approval"
+    text = result.to_text()
+    assert (
+        "reason: amount_over_approval_threshold" in text
+        and f"policy version: {result.decision.policy_version}" in text
+    )
+    assert "refunds-over-10000-denied" in text and "condition_false" in text
+    denied = check_policy(config, subject="eve", roles=[], tool="refund_order", arguments=refund)
+    assert json.loads(json.dumps(denied.to_json()))["reason"] == "no_matching_rule"
+    with pytest.raises(UnknownTool):
+        check_policy(config, subject="alice", roles=["agent"], tool="nope", arguments={})
