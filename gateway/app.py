@@ -43,6 +43,7 @@ from gateway.errors import ConfigurationError
 from gateway.faults import FaultPoints
 from gateway.mcp_server import build_mcp_server
 from gateway.pipeline import CallPipeline
+from gateway.policy_source import policy_provider
 from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.trust import trusted_issuers
 from gateway.workers import Workers, worker_id
@@ -124,7 +125,8 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         registry = Registry.from_config(
             config.backends, config.capabilities, environ=environ or dict(os.environ), base_dir=base_dir
         )
-        policy = Policy.from_mapping(config.policy)
+        policy_source = policy_provider(config.policy, config.policy_file, base_dir=base_dir)
+        policy = policy_source()
     except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
     dev_issuer = dev_issuer_for(config)
@@ -140,7 +142,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     pipeline = CallPipeline(
         store=store,
         registry=registry,
-        policy=lambda: policy,
+        policy=policy_source,
         redactor=Redactor.from_file(config.privacy.salt_file),
         owner=owner,
         executor_grace_s=timing.executor_grace_s,

@@ -147,8 +147,16 @@ class WritConfig(_Section):
     backends: dict[str, Any] = Field(default_factory=dict)
     capabilities: list[dict[str, Any]] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=lambda: {"rules": []})
+    policy_file: str | None = None
+    """A YAML file with the policy (`rules:`), re-read when it changes; excludes an inline `policy:`."""
     source: str | None = Field(default=None, exclude=True)
     """The file this configuration was read from, for messages."""
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> WritConfig:
+        if self.policy_file is not None and self.policy.get("rules"):
+            raise ValueError("set either policy (inline rules) or policy_file, not both")
+        return self
 
 
 def find_config_file(explicit: str | None) -> Path | None:
