@@ -180,6 +180,65 @@ def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
     typer.echo(json.dumps(body, indent=2, default=str))
 
 
+@calls_app.command("list")
+def calls_list(
+    unresolved: Annotated[
+        bool, typer.Option("--unresolved", help="Only calls whose outcome is unknown (pending or escalated).")
+    ] = False,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's calls.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
+    config: ConfigOption = None,
+) -> None:
+    """List calls, newest first; --unresolved shows what reconciliation or a human must settle."""
+    with _store(config) as store:
+        calls = store.list_calls(tenant=tenant, status="result_unknown" if unresolved else None, limit=limit)
+    if not calls:
+        typer.echo("no calls")
+    for c in calls:
+        waiting = "  ESCALATED: needs `writ calls resolve`" if c.escalated else ""
+        typer.echo(
+            f"{c.tool_call_id}  {c.status:<16} verification={c.verification_status:<17} "
+            f"tenant={c.tenant} {c.summary}{waiting}"
+        )
+
+
+@calls_app.command("resolve")
+def calls_resolve(
+    tool_call_id: str,
+    outcome: Annotated[str, typer.Option(help="What really happened: succeeded or failed.")],
+    evidence: Annotated[str, typer.Option(help="How you know (a statement line, a ticket, a call).")],
+    by: Annotated[str | None, typer.Option(help="Who resolves it (default: $USER).")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Settle a call whose outcome is unknown, with your evidence; recorded with who."""
+    import getpass
+    from datetime import UTC, datetime
+
+    from store.model import NotFound, StaleLease, StoreError
+
+    if outcome not in ("succeeded", "failed"):
+        _fail("--outcome must be succeeded or failed")
+        return
+    who = by or getpass.getuser()
+    with _store(config) as store:
+        try:
+            call = store.resolve_manually(
+                tool_call_id,
+                succeeded=outcome == "succeeded",
+                evidence=evidence,
+                by=who,
+                now=datetime.now(UTC),
+                producer="writ-cli",
+            )
+        except NotFound:
+            _fail(f"no tool call {tool_call_id!r}", code=1)
+            return
+        except (StaleLease, StoreError) as exc:
+            _fail(str(exc), code=1)
+            return
+    typer.echo(f"{call.tool_call_id} is {call.status} ({call.verification_status}), resolved by {who}")
+
+
 @approvals_app.command("list")
 def approvals_list(
     status: Annotated[str | None, typer.Option(help="Filter: awaiting_approval, approved, ...")] = None,
