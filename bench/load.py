@@ -1,0 +1,188 @@
+"""Closed-loop load: W workers, each with its own reused client, make N calls in total as fast as answered.
+
+Sessions are opened and warmed up before the clock starts; each worker then takes the next call index
+until N calls are done. Latency is per call, measured in the worker; throughput is N over the wall time.
+CPU seconds of the client (this process) and of the measured server processes are taken over the same
+window, because on a 2-core box the load generator competes with what it measures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+Call = Callable[[int], Awaitable[None]]
+"""One call with a given global index; raises when the answer is not the expected success."""
+Session = Callable[[], contextlib.AbstractAsyncContextManager[Call]]
+"""Opens one worker's client (a persistent connection or an MCP session) and yields its `Call`."""
+
+ORDERS = (("1002", "EUR"), ("1003", "USD"))
+"""The two orders with the most refundable money; every write refunds 0.01 from one of them."""
+
+
+class BadAnswer(Exception):
+    """A call returned something other than the expected success."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    calls: int
+    concurrency: int
+    wall_s: float
+    latencies_s: tuple[float, ...]
+    client_cpu_s: float
+    server_cpu_s: float | None
+
+    @property
+    def calls_per_s(self) -> float:
+        return self.calls / self.wall_s
+
+    def percentile_ms(self, p: float) -> float:
+        ordered = sorted(self.latencies_s)
+        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] * 1000
+
+    def server_cpu_ms_per_call(self) -> float | None:
+        return None if self.server_cpu_s is None else self.server_cpu_s / self.calls * 1000
+
+
+def _process_cpu_s(pids: Sequence[int]) -> float | None:
+    """User + system CPU seconds of these processes (Linux /proc), None where unavailable."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+async def measure(
+    session: Session, *, calls: int, concurrency: int, warmup: int, server_pids: Sequence[int] = ()
+) -> Measurement:
+    """Open `concurrency` sessions, warm each up, then make `calls` calls between them."""
+    next_index = 0
+    latencies: list[float] = []
+    opened = finished = 0
+    all_open, go, all_done = anyio.Event(), anyio.Event(), anyio.Event()
+    clock: dict[str, float] = {}
+
+    async def worker() -> None:
+        nonlocal next_index, opened, finished
+        # Each worker enters and leaves its own client in its own task (the MCP client's task
+        # groups require it), and leaves only after the clock has stopped.
+        async with session() as call:
+            for i in range(max(1, warmup // concurrency)):
+                await call(-1 - i)
+            opened += 1
+            if opened == concurrency:
+                all_open.set()
+            await go.wait()
+            while next_index < calls:
+                index = next_index
+                next_index += 1
+                started = time.perf_counter()
+                await call(index)
+                latencies.append(time.perf_counter() - started)
+            finished += 1
+            if finished == concurrency:
+                clock["end"] = time.perf_counter()
+                clock["cpu"] = time.process_time()
+                clock["server"] = _process_cpu_s(server_pids) or -1.0
+                all_done.set()
+            await all_done.wait()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(concurrency):
+            tg.start_soon(worker)
+        await all_open.wait()
+        cpu0, server0 = time.process_time(), _process_cpu_s(server_pids)
+        clock["start"] = time.perf_counter()
+        go.set()
+    server = None if server0 is None or clock["server"] < 0 else clock["server"] - server0
+    return Measurement(
+        calls, concurrency, clock["end"] - clock["start"], tuple(latencies), clock["cpu"] - cpu0, server
+    )
+
+
+def _refund(index: int) -> dict[str, Any]:
+    order, currency = ORDERS[index % len(ORDERS)]
+    return {"order_id": order, "amount": 0.01, "currency": currency, "reason": "benchmark"}
+
+
+def _key(tag: str, index: int) -> str:
+    return f"bench-{tag}-{index}-{uuid.uuid4().hex[:12]}"
+
+
+def direct(base_url: str, op: str) -> Session:
+    """The backend over HTTP, one persistent httpx2 connection per worker."""
+
+    @contextlib.asynccontextmanager
+    async def session() -> AsyncIterator[Call]:
+        async with httpx2.AsyncClient(base_url=base_url, timeout=30) as http:
+
+            async def read(index: int) -> None:
+                response = await http.get(f"/orders/{ORDERS[index % len(ORDERS)][0]}")
+                if response.status_code != 200:
+                    raise BadAnswer(f"GET /orders: {response.status_code} {response.text[:200]}")
+
+            async def write(index: int) -> None:
+                response = await http.post(
+                    "/refunds", json=_refund(index), headers={"Idempotency-Key": _key("direct", index)}
+                )
+                if response.status_code != 201:
+                    raise BadAnswer(f"POST /refunds: {response.status_code} {response.text[:200]}")
+
+            yield read if op == "read" else write
+
+    return session
+
+
+def through_writ(mcp_url: str, token: str, op: str, mode: str, *, repeat_reads: bool = False) -> Session:
+    """Writ with the official MCP client, one client session per worker, reused for every call.
+
+    Every call carries its own idempotency key, so each is a new call that reaches the backend: without
+    one, an identical read inside the capability's dedupe window (10 minutes) joins the completed call
+    and is answered from the log. `repeat_reads` measures that path instead.
+    """
+
+    @contextlib.asynccontextmanager
+    async def session() -> AsyncIterator[Call]:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http,
+            Client(streamable_http_client(mcp_url, http_client=http), mode=mode) as client,
+        ):
+
+            async def read(index: int) -> None:
+                meta = None if repeat_reads else {"writ/idempotencyKey": _key("read", index)}
+                order = ORDERS[index % len(ORDERS)][0]
+                _check(await client.call_tool("lookup_order", {"order_id": order}, meta=meta))
+
+            async def write(index: int) -> None:
+                result = await client.call_tool(
+                    "refund_order", _refund(index), meta={"writ/idempotencyKey": _key("writ", index)}
+                )
+                _check(result)
+
+            yield read if op == "read" else write
+
+    return session
+
+
+def _check(result: Any) -> None:
+    status = (result.meta or {}).get("writ/status")
+    if result.is_error or status != "completed":
+        raise BadAnswer(f"tool call not completed: status={status!r} is_error={result.is_error}")

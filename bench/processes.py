@@ -1,0 +1,194 @@
+"""The processes a benchmark measures: acme-payments and `writ serve`, each a real process on localhost.
+
+The gateway runs the demo configuration (auth on, events durable unless a scenario says otherwise),
+pointed at a fresh backend and a fresh store: a SQLite file or a PostgreSQL schema of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import httpx2
+import sqlalchemy as sa
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+WRIT = str(Path(sys.executable).parent / "writ")
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+_tree = REPO
+
+
+def use_tree(tree: Path) -> None:
+    """Run the gateway and backend from this source tree (e.g. a `git archive` of a commit) instead of
+    the checkout the venv has installed, so a benchmark can compare two commits on the same machine."""
+    global _tree
+    _tree = tree.resolve()
+
+
+def _env() -> dict[str, str]:
+    if _tree == REPO:
+        return dict(os.environ)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(_tree), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
+        try:
+            if httpx2.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout_s}s")
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class Backend:
+    url: str
+    pid: int
+
+
+@contextlib.contextmanager
+def backend(workdir: Path) -> Iterator[Backend]:
+    """A fresh acme-payments with its own SQLite file."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gateway.demo.acme_payments",
+            "--port",
+            str(port),
+            "--db",
+            str(workdir / "acme.db"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=workdir,
+        env=_env(),
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/healthz", process)
+        yield Backend(url, process.pid)
+    finally:
+        _stop(process)
+
+
+@contextlib.contextmanager
+def store_url(kind: str, workdir: Path) -> Iterator[str]:
+    """A fresh store URL: a SQLite file, or a PostgreSQL schema created here and dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{workdir / 'writ.db'}"
+        return
+    if kind != "postgres":
+        raise ValueError(f"unknown store {kind!r}: use sqlite or postgres")
+    schema = f"writ_bench_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(POSTGRES_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@dataclass(frozen=True)
+class Gateway:
+    url: str
+    config: Path
+    workdir: Path
+    pid: int
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.url}/mcp"
+
+    def token(self, sub: str = "bench", roles: str = "agent", tenant: str = "acme") -> str:
+        out = subprocess.run(
+            [WRIT, "token", "--sub", sub, "--roles", roles, "--tenant", tenant, "-c", str(self.config)],
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env=_env(),
+        )
+        return out.stdout.strip().splitlines()[-1]
+
+
+def _config(
+    workdir: Path, *, port: int, backend_url: str, store: str, durable: bool, json_response: bool
+) -> Path:
+    template = Template((_tree / "gateway" / "demo" / "demo.yaml").read_text())
+    backend_port = backend_url.rsplit(":", 1)[1]
+    config = yaml.safe_load(
+        template.safe_substitute(gateway_port=port, backend_port=backend_port, state_dir=workdir)
+    )
+    config["store"]["url"] = store
+    config["store"]["durable"] = durable
+    config["server"]["json_response"] = json_response
+    config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
+    config["privacy"]["salt_file"] = str(workdir / "redaction.salt")
+    path = workdir / "writ.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def gateway(
+    workdir: Path, backend_url: str, store: str, *, durable: bool = True, json_response: bool = False
+) -> Iterator[Gateway]:
+    """`writ serve` on the demo config against this backend and store; its log goes to workdir/writ.log."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    path = _config(
+        workdir, port=port, backend_url=backend_url, store=store, durable=durable, json_response=json_response
+    )
+    with (workdir / "writ.log").open("w") as log:
+        process = subprocess.Popen(
+            [WRIT, "serve", "-c", str(path)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=_env()
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_http(f"{url}/healthz", process)
+            yield Gateway(url, path, workdir, process.pid)
+        finally:
+            _stop(process)

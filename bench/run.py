@@ -1,0 +1,269 @@
+"""Writ's benchmark: calls/s and p50/p99 latency of a read and a write, direct and through Writ.
+
+    python bench/run.py [--calls N] [--concurrency 8] [--stores sqlite,postgres] [--out FILE]
+
+Direct: the acme-payments backend over HTTP (one persistent httpx2 connection per worker). Through
+Writ: `writ serve` on the demo config (auth on, events durable), the official MCP client with one
+reused session per worker, on each store. Sequential (1 worker) and concurrent (N workers). Every
+scenario gets a fresh backend, store and gateway, and is warmed up before the clock starts. Prints a
+markdown table and writes JSON. Nothing here asserts a speed: it reports what it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import load, processes  # noqa: E402
+
+MODERN, LEGACY = "2026-07-28", "2025-11-25"
+CLIENT_MODE = {MODERN: MODERN, LEGACY: "legacy"}
+
+
+@dataclass
+class Row:
+    op: str  # read | write
+    target: str  # direct | writ
+    store: str
+    mode: str
+    concurrency: int
+    m: load.Measurement
+    variant: dict[str, Any] = field(default_factory=dict)
+    ratio: float | None = None
+
+    @property
+    def scenario(self) -> str:
+        return f"{self.op} {'direct' if self.target == 'direct' else 'via Writ'}"
+
+    @property
+    def store_label(self) -> str:
+        extras = [f"{k}={str(v).lower()}" for k, v in self.variant.items()]
+        return " ".join([self.store, *extras])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "target": self.target,
+            "store": self.store,
+            "mode": self.mode,
+            "variant": self.variant,
+            "concurrency": self.concurrency,
+            "calls": self.m.calls,
+            "wall_s": round(self.m.wall_s, 4),
+            "calls_per_s": round(self.m.calls_per_s, 2),
+            "p50_ms": round(self.m.percentile_ms(50), 3),
+            "p99_ms": round(self.m.percentile_ms(99), 3),
+            "ratio_vs_direct": None if self.ratio is None else round(self.ratio, 3),
+            "client_cpu_s": round(self.m.client_cpu_s, 3),
+            "server_cpu_ms_per_call": _round(self.m.server_cpu_ms_per_call()),
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.rows: list[Row] = []
+        self._n = 0
+
+    def _dir(self, name: str) -> Path:
+        self._n += 1
+        return self.workdir / f"{self._n:02d}-{name}"
+
+    def _measure(self, session: load.Session, concurrency: int, pids: list[int]) -> load.Measurement:
+        return anyio.run(
+            lambda: load.measure(
+                session,
+                calls=self.args.calls,
+                concurrency=concurrency,
+                warmup=max(self.args.warmup, concurrency * 5),
+                server_pids=pids,
+            )
+        )
+
+    def _record(self, row: Row) -> None:
+        self.rows.append(row)
+        print(
+            f"  {row.scenario:<15} {row.store_label:<28} {row.mode:<10} c={row.concurrency:<2} "
+            f"{row.m.calls_per_s:8.1f} calls/s  p50 {row.m.percentile_ms(50):7.2f} ms  "
+            f"p99 {row.m.percentile_ms(99):7.2f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def direct(self) -> None:
+        for op in ("read", "write"):
+            for concurrency in self._concurrencies():
+                with processes.backend(self._dir(f"direct-{op}-{concurrency}")) as backend:
+                    m = self._measure(load.direct(backend.url, op), concurrency, [backend.pid])
+                self._record(Row(op, "direct", "-", "HTTP", concurrency, m))
+
+    def writ(
+        self,
+        store: str,
+        plan: list[tuple[str, str, int]],
+        *,
+        durable: bool = True,
+        json_response: bool = False,
+        repeat_reads: bool = False,
+    ) -> None:
+        variant: dict[str, Any] = {}
+        if not durable:
+            variant["durable"] = False
+        if json_response:
+            variant["json_response"] = True
+        if repeat_reads:
+            variant["repeated_args_joined"] = True
+        for op, mode, concurrency in plan:
+            workdir = self._dir(f"writ-{store}-{op}-{concurrency}")
+            with (
+                processes.backend(workdir / "backend") as backend,
+                processes.store_url(store, workdir) as url,
+                processes.gateway(
+                    workdir / "gateway", backend.url, url, durable=durable, json_response=json_response
+                ) as gateway,
+            ):
+                session = load.through_writ(
+                    gateway.mcp_url, gateway.token(), op, CLIENT_MODE[mode], repeat_reads=repeat_reads
+                )
+                m = self._measure(session, concurrency, [gateway.pid])
+            self._record(Row(op, "writ", store, mode, concurrency, m, variant))
+
+    def _concurrencies(self) -> list[int]:
+        return [1] if self.args.concurrency <= 1 else [1, self.args.concurrency]
+
+    def run(self) -> None:
+        print("direct (backend over HTTP)", file=sys.stderr)
+        self.direct()
+        c = self._concurrencies()
+        main_plan = [
+            ("read", MODERN, 1),
+            ("read", LEGACY, 1),
+            ("write", MODERN, 1),
+            ("write", LEGACY, 1),
+            *[(op, MODERN, n) for op in ("read", "write") for n in c if n > 1],
+        ]
+        for store in self.args.stores:
+            print(f"through Writ, {store} store", file=sys.stderr)
+            self.writ(store, main_plan)
+        if not self.args.no_extras and "sqlite" in self.args.stores:
+            seq = [("read", MODERN, 1), ("write", MODERN, 1)]
+            print("extras on sqlite: durable=false, json_response=true, repeated reads", file=sys.stderr)
+            self.writ("sqlite", seq, durable=False)
+            self.writ("sqlite", seq, json_response=True)
+            self.writ("sqlite", [("read", MODERN, 1)], repeat_reads=True)
+        self._ratios()
+
+    def _ratios(self) -> None:
+        baseline = {(r.op, r.concurrency): r.m.calls_per_s for r in self.rows if r.target == "direct"}
+        for row in self.rows:
+            if row.target == "writ" and (base := baseline.get((row.op, row.concurrency))):
+                row.ratio = row.m.calls_per_s / base
+
+
+def table(rows: list[Row]) -> str:
+    head = (
+        "| scenario | store | mode | concurrency | calls | calls/s | p50 ms | p99 ms | ratio vs direct "
+        "| server CPU ms/call |"
+    )
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        cpu = r.m.server_cpu_ms_per_call()
+        lines.append(
+            f"| {r.scenario} | {r.store_label} | {r.mode} | {r.concurrency} | {r.m.calls} "
+            f"| {r.m.calls_per_s:.1f} | {r.m.percentile_ms(50):.2f} | {r.m.percentile_ms(99):.2f} "
+            f"| {'-' if r.ratio is None else f'{r.ratio:.2f}x'} | {'-' if cpu is None else f'{cpu:.2f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def aims(rows: list[Row]) -> list[str]:
+    """The issue's aims, read off the sequential 2026-07-28 rows of each store (reported, not enforced)."""
+    out = []
+    targets: dict[str, Callable[[float], bool]] = {"read": lambda r: r >= 0.5, "write": lambda r: r >= 1 / 3}
+    for r in rows:
+        if r.target == "writ" and r.concurrency == 1 and r.mode == MODERN and not r.variant and r.ratio:
+            aim = "0.50" if r.op == "read" else "0.33"
+            verdict = "met" if targets[r.op](r.ratio) else "not met"
+            out.append(f"{r.op} on {r.store}: {r.ratio:.2f}x direct (aim >= {aim}x): {verdict}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=200, help="measured calls per scenario (default 200)")
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="clients of the concurrent rows (default 8)"
+    )
+    parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
+    parser.add_argument("--warmup", type=int, default=40, help="unmeasured calls before each scenario")
+    parser.add_argument("--no-extras", action="store_true", help="skip the durable=false and JSON-mode rows")
+    parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
+    parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
+    parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")
+    args = parser.parse_args(argv)
+    args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+
+    if args.tree:
+        processes.use_tree(Path(args.tree))
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="writ-bench-"))
+        bench = Bench(args, Path(workdir))
+        bench.run()
+    elapsed = time.perf_counter() - started
+
+    print(table(bench.rows))
+    print()
+    for line in aims(bench.rows):
+        print(f"- {line}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "command": " ".join(
+                    ["python", "bench/run.py", *(argv if argv is not None else sys.argv[1:])]
+                ),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": sys.version.split()[0],
+                },
+                "settings": {**vars(args)},
+                "elapsed_s": round(elapsed, 1),
+                # Other work on the machine skews every number; a load average near the core count says so.
+                "loadavg_1m": {"start": round(load_before[0], 2), "end": round(os.getloadavg()[0], 2)},
+                "rows": [r.to_json() for r in bench.rows],
+                "aims": aims(bench.rows),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwrote {out} ({elapsed:.0f}s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
