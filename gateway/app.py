@@ -36,6 +36,7 @@ from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.actions import Redactor
 from gateway.api import api_routes
+from gateway.api_principals import principal_routes
 from gateway.auth import JwtVerifier, principal_from_claims
 from gateway.config import WritConfig
 from gateway.dev_issuer import DevIssuer
@@ -227,6 +228,7 @@ def build_app(runtime: Runtime) -> Starlette:
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         *api_routes(runtime.store, _principal_of_user(runtime), metadata_url),
+        *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url),
     ]
     if runtime.dev_issuer is not None:
         routes.append(Route("/dev-issuer/jwks.json", dev_jwks))

@@ -9,8 +9,7 @@ from typing import Annotated
 
 import typer
 
-from gateway.cli_identity import policy_app
-from gateway.cli_identity import policy_app
+from gateway.cli_identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.errors import GatewayError
 
@@ -24,7 +23,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(calls_app, name="calls")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(policy_app, name="policy")
-app.add_typer(policy_app, name="policy")
+app.add_typer(principals_app, name="principals")
 
 ConfigOption = Annotated[
     str | None,

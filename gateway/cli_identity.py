@@ -56,3 +56,29 @@ def policy_check(
         arguments=arguments,
     )
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
+
+
+principals_app = typer.Typer(help="Manage principals' standing.", no_args_is_help=True)
+
+
+@principals_app.command("revoke")
+def principals_revoke(
+    sub: Annotated[str, typer.Argument(help="The subject to revoke.")],
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant.")] = "default",
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded in the event).")] = None,
+    by: Annotated[str, typer.Option("--as", help="Who revokes (recorded).")] = "cli",
+    config: _ConfigOption = None,
+) -> None:
+    """Refuse every later call, and every approved-but-not-run call, of SUB in the tenant."""
+    from datetime import UTC, datetime
+
+    from gateway.app import open_store
+
+    store = open_store(load_config(find_config_file(config)), migrate_empty=False)
+    try:
+        revocation = store.revoke_principal(tenant, sub, revoked_by=by, reason=reason, now=datetime.now(UTC))
+    finally:
+        store.close()
+    typer.echo(
+        f"revoked {revocation.subject} in tenant {revocation.tenant} at {revocation.revoked_at.isoformat()}"
+    )

@@ -194,6 +194,12 @@ class LoopDetected(Payload):
     detail: str | None = None
 
 
+class PrincipalRevoked(Payload):
+    subject: str
+    revoked_by: str
+    reason: str | None = None
+
+
 class Envelope(BaseModel):
     """Fields every event carries; `seq`, `prev_hash` and `hash` are set when the event is appended."""
 
@@ -311,6 +317,11 @@ class LoopDetectedEvent(Envelope):
     payload: LoopDetected
 
 
+class PrincipalRevokedEvent(Envelope):
+    type: Literal["principal.revoked"] = "principal.revoked"
+    payload: PrincipalRevoked
+
+
 EVENT_TYPES: tuple[type[Envelope], ...] = (
     RunStartedEvent,
     ToolCallRequestedEvent,
@@ -329,6 +340,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     ReconciliationEscalatedEvent,
     BudgetExceededEvent,
     LoopDetectedEvent,
+    PrincipalRevokedEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -349,7 +361,8 @@ Event = Annotated[
     | ReconciliationResolvedEvent
     | ReconciliationEscalatedEvent
     | BudgetExceededEvent
-    | LoopDetectedEvent,
+    | LoopDetectedEvent
+    | PrincipalRevokedEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

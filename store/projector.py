@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, insert, select, update
 
 from store import events as ev
 from store.model import KeyClaimLost
-from store.schema import approvals, effect_ledger, runs, tool_calls
+from store.schema import approvals, effect_ledger, revocations, runs, tool_calls
 
 
 def apply(conn: Connection, event: ev.Event) -> None:
@@ -256,6 +256,26 @@ def _reconciliation_escalated(conn: Connection, event: ev.ReconciliationEscalate
 
 
 # budget.exceeded and loop.detected are judgment facts with no projection of their own.
+def _principal_revoked(conn: Connection, event: ev.PrincipalRevokedEvent) -> None:
+    # A second revocation of the same subject is recorded in the log; the first one stands here.
+    exists = conn.execute(
+        select(revocations.c.subject).where(
+            revocations.c.tenant == event.tenant, revocations.c.subject == event.payload.subject
+        )
+    ).first()
+    if exists is None:
+        conn.execute(
+            insert(revocations).values(
+                tenant=event.tenant,
+                subject=event.payload.subject,
+                revoked_at=ev.parse_ts(event.occurred_at),
+                revoked_by=event.payload.revoked_by,
+                reason=event.payload.reason,
+                event_id=event.event_id,
+            )
+        )
+
+
 _HANDLERS: dict[str, Callable[[Connection, Any], None]] = {
     "run.started": _run_started,
     "tool_call.requested": _requested,
@@ -272,4 +292,5 @@ _HANDLERS: dict[str, Callable[[Connection, Any], None]] = {
     "reconciliation.inconclusive": _reconciliation_inconclusive,
     "reconciliation.resolved": _reconciliation_resolved,
     "reconciliation.escalated": _reconciliation_escalated,
+    "principal.revoked": _principal_revoked,
 }

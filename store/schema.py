@@ -211,4 +211,16 @@ outbox = Table(
     Index("ix_outbox_status_next", "status", "next_attempt_at"),
 )
 
-PROJECTION_TABLES: tuple[Table, ...] = (runs, tool_calls, approvals, effect_ledger)
+# Subjects whose standing is revoked, per tenant (projection of `principal.revoked`).
+revocations = Table(
+    "revocations",
+    metadata,
+    Column("tenant", String(128), primary_key=True),
+    Column("subject", String(256), primary_key=True),
+    Column("revoked_at", UTCDateTime, nullable=False),
+    Column("revoked_by", String(256), nullable=False),
+    Column("reason", Text),
+    Column("event_id", String(64), nullable=False),
+)
+
+PROJECTION_TABLES: tuple[Table, ...] = (runs, tool_calls, approvals, effect_ledger, revocations)

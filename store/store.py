@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, delete, exc, inspect, select, text
 
-from store import approving, audit, recording
+from store import approving, audit, recording, revoking
 from store.db import READ_ONLY, create_store_engine
 from store.events import parse_event
 from store.log import PAGE_SIZE, Append, envelope_of, read_pages, stored_event
@@ -244,6 +244,34 @@ class Store(Settlement, Queues):
             return approving.deny(
                 conn, tool_call_id, reason=reason, detail=detail, now=now, producer=producer
             )
+
+    def revoke_principal(
+        self,
+        tenant: str,
+        subject: str,
+        *,
+        revoked_by: str,
+        now: datetime,
+        reason: str | None = None,
+        producer: str = "writ-gateway",
+    ) -> revoking.Revocation:
+        """Revoke a subject's standing in a tenant: every later call and resume of theirs is refused."""
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return revoking.revoke(
+                conn,
+                tenant=tenant,
+                subject=subject,
+                revoked_by=revoked_by,
+                reason=reason,
+                now=now,
+                producer=producer,
+            )
+
+    def is_revoked(self, tenant: str, subject: str) -> bool:
+        """Whether `subject` has been revoked in `tenant`."""
+        with self._read() as conn:
+            return revoking.get(conn, tenant, subject) is not None
 
     def rebuild(self) -> int:
         """Wipe the projections and effect ledger and replay the whole log; returns events replayed."""

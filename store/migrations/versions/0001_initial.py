@@ -162,6 +162,16 @@ def upgrade() -> None:
     )
     op.create_index("ix_outbox_status_next", "outbox", ["status", "next_attempt_at"])
 
+    op.create_table(
+        "revocations",
+        sa.Column("tenant", sa.String(128), primary_key=True),
+        sa.Column("subject", sa.String(256), primary_key=True),
+        sa.Column("revoked_at", UTCDateTime, nullable=False),
+        sa.Column("revoked_by", sa.String(256), nullable=False),
+        sa.Column("reason", sa.Text),
+        sa.Column("event_id", sa.String(64), nullable=False),
+    )
+
 
 def downgrade() -> None:
     for index, table in (
@@ -179,6 +189,7 @@ def downgrade() -> None:
     for table in (
         "outbox",
         "held_arguments",
+        "revocations",
         "effect_ledger",
         "approvals",
         "tool_calls",
