@@ -263,7 +263,7 @@ class CallPipeline:
                 action_hash=action,
                 idempotency_key=key,
                 key_source=key_source,
-                dedupe_window_s=capability.dedupe_window_s,
+                dedupe_window_s=_dedupe_window(capability),
                 decision=decision.to_json(),
                 policy_version=decision.policy_version,
                 effect_class=capability.effect,
@@ -424,3 +424,8 @@ def _approval_notice(
         "expiresAt": expires_at.isoformat(),
         "policyVersion": decision.policy_version,
     }
+
+
+def _dedupe_window(capability: Capability) -> int:
+    """How long a completed identical call is joined: never for reads, whose answers go stale."""
+    return 0 if capability.effect == "read" else capability.dedupe_window_s

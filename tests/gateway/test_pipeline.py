@@ -202,3 +202,12 @@ async def test_redacted_arguments_are_stored_hashed_but_sent_in_clear(
     assert executor.invocations[0].arguments["card"] == "4111111111111111"
     assert report.call.arguments["card"].startswith("redacted:")
     assert "4111111111111111" not in str([e.payload for e in store.events()])
+
+
+async def test_an_identical_read_after_a_completed_one_is_asked_again_not_answered_from_the_log(
+    pipeline: CallPipeline, executor: FakeExecutor
+) -> None:
+    first = await pipeline.call(call(tool="lookup_order", key=None))
+    second = await pipeline.call(call(tool="lookup_order", key=None))
+    assert first.call.tool_call_id != second.call.tool_call_id
+    assert len(executor.invocations) == 2
