@@ -31,8 +31,8 @@ BACKEND_FAULTS: dict[str, dict[str, int]] = {
     "backend: hang": {"hang": 1},
 }
 TIMEOUT_S = 0.5
-WORKERS = {"interval_s": 0.2, "executor_grace_s": 0.3, "lease_margin_s": 0.3, "reconcile_backoff_s": 0.2}
-ARGS = {"order_id": "1003", "amount": 1, "currency": "EUR", "reason": "fault campaign"}
+WORKERS = {"interval_s": 0.2, "executor_grace_s": 0.3, "lease_margin_s": 1.0, "reconcile_backoff_s": 0.2}
+ARGS = {"order_id": "1003", "amount": 1, "currency": "USD", "reason": "fault campaign"}
 
 
 @dataclass
@@ -136,16 +136,19 @@ class Campaign:
                         assert call is not None and again == call.tool_call_id, trial
 
     def report(self) -> dict[str, dict[str, int]]:
-        """Per fault: trials, duplicates, lost intents, unresolved, and wrong verdicts."""
+        """Per fault: trials, trials whose effect happened, duplicates, lost intents, unresolved, and
+        wrong verdicts (the log says completed but the backend has no effect, or the reverse)."""
         table: dict[str, dict[str, int]] = {}
         with Store.open(self.store_url) as store:
             for trial in self.trials:
                 row = table.setdefault(
-                    trial.point, {"trials": 0, "duplicates": 0, "lost": 0, "unresolved": 0, "wrong": 0}
+                    trial.point,
+                    {"trials": 0, "effects": 0, "duplicates": 0, "lost": 0, "unresolved": 0, "wrong": 0},
                 )
                 row["trials"] += 1
                 effects = len(self.backend.refunds(trial.key))
                 call = store.find_call_by_key("acme", trial.key)
+                row["effects"] += effects > 0
                 row["duplicates"] += effects > 1
                 told = trial.tool_call_id is not None
                 row["lost"] += call is None and (told or effects > 0 or trial.point in POINTS)
@@ -159,7 +162,7 @@ class Campaign:
 
 
 def format_table(table: dict[str, dict[str, int]]) -> str:
-    columns = ("trials", "duplicates", "lost", "unresolved", "wrong")
+    columns = ("trials", "effects", "duplicates", "lost", "unresolved", "wrong")
     lines = [f"{'fault':<32}" + "".join(f"{c:>12}" for c in columns)]
     for name, row in table.items():
         lines.append(f"{name:<32}" + "".join(f"{row[c]:>12}" for c in columns))

@@ -43,3 +43,6 @@ async def test_no_crash_or_backend_fault_duplicates_an_effect_or_loses_an_intent
     for name, row in table.items():
         assert (row["duplicates"], row["lost"], row["unresolved"], row["wrong"]) == (0, 0, 0, 0), name
     assert verified.returncode == 0, verified.stderr
+    # Not vacuous: faults after the backend committed left real effects, each recorded as completed.
+    for name in ("after_execute", "after_outcome_commit", "backend: commit, drop answer"):
+        assert table[name]["effects"] > 0, name

@@ -1,0 +1,175 @@
+"""Several `writ serve` replicas on one PostgreSQL database: one effect per key, and takeover.
+
+A replica killed (SIGKILL) or frozen (SIGSTOP) mid-dispatch is recovered by the other; a frozen one
+that wakes after its lease cannot record or dispatch any more (DESIGN §3.5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import sqlalchemy as sa
+
+from gateway.dev_issuer import DevIssuer
+from gateway.faults import STOP_ENV
+from store import CallView, Store
+from tests.e2e.harness import WRIT, Backend, acme_backend, demo_config, free_port, mcp_client, stop, wait_http
+from tests.faults.campaign import ARGS, TIMEOUT_S, WORKERS
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.postgres]
+
+
+@pytest.fixture
+def pg_url(postgres_url: str) -> Iterator[str]:
+    schema = f"writ_rep_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    with engine.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    url = f"{postgres_url}?options=-csearch_path%3D{schema}"
+    with Store.open(url) as store:
+        store.migrate()  # once, before the replicas start
+    try:
+        yield url
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    with acme_backend(tmp_path) as b:
+        yield b
+
+
+class Replica:
+    def __init__(self, workdir: Path, process: subprocess.Popen[Any], port: int) -> None:
+        self.workdir, self.process, self.port = workdir, process, port
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        issuer = DevIssuer.load_or_create(workdir / "dev-issuer.jwk", f"http://127.0.0.1:{port}/dev-issuer")
+        self.token = issuer.mint(subject="agent-1", audience=self.url, tenant="acme", roles=["agent"])
+
+    async def call(self, key: str) -> str | None:
+        async with mcp_client(self.url, self.token, mode="2026-07-28") as client:
+            result = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": key})
+            return result.meta["writ/status"]
+
+
+@contextlib.contextmanager
+def replica(root: Path, name: str, backend: Backend, store_url: str, **env: str) -> Iterator[Replica]:
+    workdir = root / name
+    workdir.mkdir()
+    port = free_port()
+    config = demo_config(
+        workdir,
+        gateway_port=port,
+        backend_url=backend.url,
+        store_url=store_url,
+        timeout_s=TIMEOUT_S,
+        overrides={"workers": WORKERS},
+    )
+    log = (workdir / "writ.log").open("w")
+    process = subprocess.Popen(
+        [*WRIT, "serve", "-c", str(config)], cwd=workdir, env={**os.environ, **env}, stdout=log, stderr=log
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        yield Replica(workdir, process, port)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)
+        stop(process)
+        log.close()
+
+
+async def wait_for(store: Store, key: str, predicate: Any, timeout_s: float = 20) -> CallView:
+    with anyio.fail_after(timeout_s):
+        while True:
+            call = store.find_call_by_key("acme", key)
+            if call is not None and predicate(call):
+                return call
+            await anyio.sleep(0.05)
+
+
+async def test_identical_calls_through_two_replicas_cause_one_effect(
+    tmp_path: Path, backend: Backend, pg_url: str
+) -> None:
+    statuses: list[str | None] = []
+
+    async def call(through: Replica) -> None:
+        statuses.append(await through.call("same-key"))
+
+    with replica(tmp_path, "a", backend, pg_url) as a, replica(tmp_path, "b", backend, pg_url) as b:
+        async with anyio.create_task_group() as tg:
+            for n in range(6):
+                tg.start_soon(call, a if n % 2 else b)
+    with Store.open(pg_url) as store:
+        call = store.find_call_by_key("acme", "same-key")
+    assert statuses == ["completed"] * 6, (call.error, call.result)
+    assert len(backend.refunds("same-key")) == 1
+
+
+async def test_a_replica_killed_mid_dispatch_is_recovered_and_reconciled_by_the_other(
+    tmp_path: Path, backend: Backend, pg_url: str
+) -> None:
+    backend.chaos(delay_ms=3000)  # the refund commits, the answer is slow
+    with (
+        replica(tmp_path, "a", backend, pg_url) as a,
+        replica(tmp_path, "b", backend, pg_url),
+        Store.open(pg_url) as store,
+    ):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a.call, "killed")
+            await wait_for(store, "killed", lambda c: c.status == "dispatching")
+            with anyio.fail_after(10):
+                while not backend.refunds("killed"):
+                    await anyio.sleep(0.05)
+            a.process.kill()
+            tg.cancel_scope.cancel()
+        backend.chaos()
+        call = await wait_for(store, "killed", lambda c: c.status in ("completed", "failed"))
+    assert (call.status, call.verification_status) == ("completed", "confirmed_success")
+    assert len(backend.refunds("killed")) == 1
+
+
+@pytest.mark.parametrize(
+    ("point", "status", "effects"),
+    [("after_execute", "completed", 1), ("after_dispatching_commit", "failed", 0)],
+    ids=["frozen-after-the-effect", "frozen-before-sending"],
+)
+async def test_a_replica_frozen_past_its_lease_is_taken_over_and_cannot_record_or_dispatch_after(
+    tmp_path: Path, backend: Backend, pg_url: str, point: str, status: str, effects: int
+) -> None:
+    with (
+        replica(tmp_path, "a", backend, pg_url, **{STOP_ENV: f"{point}:1"}) as a,
+        replica(tmp_path, "b", backend, pg_url),
+        Store.open(pg_url) as store,
+    ):
+        answer: list[str | None] = []
+
+        async def call_through_a() -> None:
+            answer.append(await a.call("frozen"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call_through_a)
+            settled = await wait_for(store, "frozen", lambda c: c.status in ("completed", "failed"))
+            os.kill(a.process.pid, signal.SIGCONT)  # wakes up long past its lease
+            with anyio.fail_after(20):
+                while not answer:
+                    await anyio.sleep(0.05)
+        final = store.find_call_by_key("acme", "frozen")
+        events = [e.type for e in store.events(tool_call_id=final.tool_call_id)]
+    assert settled.status == status and final == settled  # the woken replica recorded nothing
+    assert answer == [status]
+    assert len(backend.refunds("frozen")) == effects
+    assert "tool_call.result_unknown" in events and "reconciliation.resolved" in events
+    assert "tool_call.completed" not in events and "tool_call.failed" not in events
