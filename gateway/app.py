@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,22 +30,26 @@ from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.actions import Redactor
 from gateway.api import api_routes
 from gateway.api_principals import principal_routes
+from gateway.approvals import Decisions
 from gateway.auth import JwtVerifier, principal_from_claims
 from gateway.config import WritConfig
+from gateway.console import console_routes
 from gateway.dev_issuer import DevIssuer
 from gateway.errors import ConfigurationError
 from gateway.faults import FaultPoints
 from gateway.mcp_server import build_mcp_server
+from gateway.outbox import Notifier
 from gateway.pipeline import CallPipeline
 from gateway.policy_source import policy_provider
 from gateway.reconcile import ReconcilePolicy, Reconciler
+from gateway.resume import Resumer
 from gateway.trust import trusted_issuers
 from gateway.workers import Workers, worker_id
 from policy.engine import Policy
@@ -69,6 +73,10 @@ class Runtime:
     dev_issuer: DevIssuer | None
     workers: Workers | None = None
     """Lease recovery and reconciliation, run in the background while the runtime runs."""
+    decisions: Decisions | None = None
+    """Approval decisions (API, console); the resume worker in `background` executes approved calls."""
+    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Further workers run while the runtime runs: approvals (resume, expiry), outbox delivery."""
 
     def principal_from_claims(self, claims: dict[str, Any]) -> Principal:
         return principal_from_claims(claims, self.config.auth.claims)
@@ -82,6 +90,8 @@ class Runtime:
             async with anyio.create_task_group() as workers:
                 if self.workers is not None:
                     workers.start_soon(self.workers.run)
+                for task in self.background:
+                    workers.start_soon(task)
                 try:
                     yield self
                 finally:
@@ -149,11 +159,44 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         executor_grace_s=timing.executor_grace_s,
         lease_margin_s=timing.lease_margin_s,
         faults=FaultPoints.from_env(environ or os.environ),
+        notify_approvals=config.approvals.webhook is not None,
     )
     runtime = Runtime(config, store, registry, policy, pipeline, verifier, dev_issuer)
     if timing.enabled:
         runtime.workers = _workers(runtime, owner)
+    _attach_approvals(runtime, owner, environ or dict(os.environ))
     return runtime
+
+
+def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> None:
+    """Decisions, the worker that runs approved calls and expires approvals, webhook delivery.
+
+    Raises:
+        ConfigurationError: a webhook is configured without its signing secret in the environment.
+    """
+    config = runtime.config.approvals
+    clock = lambda: datetime.now(UTC)  # noqa: E731
+    resumer = Resumer(
+        store=runtime.store, pipeline=runtime.pipeline, clock=clock, interval_s=config.poll_interval_s
+    )
+    runtime.decisions = Decisions(runtime.store, clock, on_granted=resumer.wake)
+    runtime.background.append(resumer.run)
+    if config.webhook is not None:
+        secret = environ.get(config.webhook.secret_env)
+        if not secret:
+            raise ConfigurationError(
+                f"approvals.webhook: set the signing secret in ${config.webhook.secret_env}"
+            )
+        notifier = Notifier(
+            store=runtime.store,
+            webhook=config.webhook,
+            secret=secret.encode(),
+            clock=clock,
+            owner=owner,
+            console_url=config.console_url or f"{runtime.config.server.base_url}/console",
+            interval_s=config.poll_interval_s,
+        )
+        runtime.background.append(notifier.run)
 
 
 def _workers(runtime: Runtime, owner: str) -> Workers:
@@ -213,7 +256,7 @@ def build_app(runtime: Runtime) -> Starlette:
         assert runtime.dev_issuer is not None
         return JSONResponse(runtime.dev_issuer.jwks())
 
-    routes: list[Route] = [
+    routes: list[BaseRoute] = [
         Route(
             "/mcp",
             endpoint=RequireAuthMiddleware(
@@ -227,9 +270,18 @@ def build_app(runtime: Runtime) -> Starlette:
         ),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
-        *api_routes(runtime.store, _principal_of_user(runtime), metadata_url),
+        *api_routes(runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions),
         *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url),
     ]
+    if runtime.decisions is not None:
+        routes.extend(
+            console_routes(
+                store=runtime.store,
+                decisions=runtime.decisions,
+                verify=_principal_of_token(runtime),
+                secure_cookies=server_config.base_url.startswith("https://"),
+            )
+        )
     if runtime.dev_issuer is not None:
         routes.append(Route("/dev-issuer/jwks.json", dev_jwks))
 
@@ -247,6 +299,15 @@ def build_app(runtime: Runtime) -> Starlette:
         ],
         lifespan=lifespan,
     )
+
+
+def _principal_of_token(runtime: Runtime) -> Callable[[str], Awaitable[Principal | None]]:
+    # The console's session cookie holds a bearer token: verified exactly as /mcp verifies it.
+    async def principal_of(token: str) -> Principal | None:
+        access = await runtime.verifier.verify_token(token)
+        return runtime.principal_from_claims(access.claims or {}) if access is not None else None
+
+    return principal_of
 
 
 def _principal_of_user(runtime: Runtime) -> Any:

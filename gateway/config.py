@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.approvals import ApprovalsConfig
 from gateway.errors import ConfigurationError
 
 DEFAULT_STATE_DIR = Path(".writ")
@@ -144,6 +145,7 @@ class WritConfig(_Section):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     backends: dict[str, Any] = Field(default_factory=dict)
     capabilities: list[dict[str, Any]] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=lambda: {"rules": []})

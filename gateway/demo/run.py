@@ -85,6 +85,8 @@ Agent token ({AGENT[0]}, role {AGENT[1]}, tenant {TENANT}):
 
 Approver token ({APPROVER[0]}, role {APPROVER[1]}, tenant {TENANT}):
   {approver_token}
+  Paste it at {url.removesuffix("/mcp")}/console to approve or reject waiting refunds, or use
+  `writ approvals list` and `writ approvals approve ID --reason ...`.
 
 Connect a client:
   Claude Code      claude mcp add --transport http writ {url} --header "Authorization: Bearer $TOKEN"

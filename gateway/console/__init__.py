@@ -1,0 +1,10 @@
+"""The web console at /console: an approval inbox showing the exact effect, decisions, call timelines.
+
+Server-rendered with Jinja2. Login is a bearer token pasted into a form, verified by the same verifier
+as /mcp and kept in an HttpOnly, SameSite=Strict cookie. Every POST carries the session's CSRF token
+(a random value set at login in its own HttpOnly cookie and echoed in a hidden field).
+"""
+
+from gateway.console.routes import console_routes
+
+__all__ = ["console_routes"]

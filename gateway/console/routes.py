@@ -1,0 +1,207 @@
+"""The console's routes: login, inbox, one approval, its decision, a call's timeline."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from gateway.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.console.views import approval_card, timeline
+from policy.model import Principal
+from store.model import TERMINAL_STATUSES
+from store.store import Store
+
+HERE = Path(__file__).parent
+SESSION_COOKIE = "writ_session"
+CSRF_COOKIE = "writ_csrf"
+OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
+
+TokenVerifier = Callable[[str], Awaitable[Principal | None]]
+"""A bearer token to its principal, or None when it does not verify (the same check as /mcp)."""
+
+REFUSAL_TEXT = {
+    "not_found": "No such approval.",
+    "not_approver": "You do not hold the role this approval needs.",
+    "self_approval_forbidden": "You requested this call; the policy does not let you approve it yourself.",
+    "already_decided": "This approval was already decided; nothing was changed.",
+    "expired": "This approval expired before it was decided; nothing was changed.",
+}
+
+
+def console_routes(
+    *, store: Store, decisions: Decisions, verify: TokenVerifier, secure_cookies: bool = False
+) -> list[BaseRoute]:
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+    def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
+        context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
+        context.setdefault("who", None)
+        response = templates.TemplateResponse(request, name, context, status_code=status_code)
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; frame-ancestors 'none'; form-action 'self'"
+        )
+        return response
+
+    async def session(request: Request) -> Principal | None:
+        token = request.cookies.get(SESSION_COOKIE)
+        return await verify(token) if token else None
+
+    def csrf_ok(request: Request, form: Any) -> bool:
+        expected = request.cookies.get(CSRF_COOKIE, "")
+        given = str(form.get("csrf", ""))
+        return bool(expected) and hmac.compare_digest(expected.encode(), given.encode())
+
+    def to_login() -> Response:
+        return RedirectResponse("/console/login", status_code=303)
+
+    async def index(request: Request) -> Response:
+        return RedirectResponse("/console/inbox" if await session(request) else "/console/login", 303)
+
+    async def login_form(request: Request) -> Response:
+        return render(request, "login.html")
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        token = str(form.get("token", "")).strip()
+        if token.lower().startswith("bearer "):
+            token = token[7:].strip()
+        who = await verify(token) if token else None
+        if who is None:
+            return render(request, "login.html", 401, error="That token did not verify. Paste a valid token.")
+        response = RedirectResponse("/console/inbox", status_code=303)
+        for name, value in ((SESSION_COOKIE, token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
+            response.set_cookie(
+                name, value, httponly=True, samesite="strict", secure=secure_cookies, path="/console"
+            )
+        return response
+
+    async def logout(request: Request) -> Response:
+        form = await request.form()
+        if not csrf_ok(request, form):
+            return render(request, "message.html", 403, message="The form was stale; log out again.")
+        response = to_login()
+        response.delete_cookie(SESSION_COOKIE, path="/console")
+        response.delete_cookie(CSRF_COOKIE, path="/console")
+        return response
+
+    async def inbox(request: Request) -> Response:
+        who = await session(request)
+        if who is None:
+            return to_login()
+        if not who.roles & OVERSEER_ROLES:
+            return render(
+                request,
+                "message.html",
+                403,
+                who=who,
+                message="The approval inbox needs the approver, auditor or admin role.",
+            )
+        now = datetime.now(UTC)
+
+        def load() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            pending = store.list_approvals(tenant=who.tenant, status="awaiting_approval")
+            decided = [a for a in store.list_approvals(tenant=who.tenant) if a.status != "awaiting_approval"]
+            cards = [approval_card(store, a, who, now) for a in pending]
+            return cards, [approval_card(store, a, who, now) for a in decided[-20:][::-1]]
+
+        pending, decided = await anyio.to_thread.run_sync(load)
+        return render(request, "inbox.html", who=who, pending=pending, decided=decided)
+
+    async def approval(request: Request) -> Response:
+        who = await session(request)
+        if who is None:
+            return to_login()
+        return await show_approval(request, who, request.path_params["approval_id"])
+
+    async def show_approval(
+        request: Request,
+        who: Principal,
+        approval_id: str,
+        *,
+        error: str | None = None,
+        status_code: int = 200,
+    ) -> Response:
+        found = await anyio.to_thread.run_sync(lambda: store.get_approval(approval_id, tenant=who.tenant))
+        if found is None or not (who.roles & OVERSEER_ROLES or found.requester == who.subject):
+            return render(request, "message.html", 404, who=who, message="No such approval.")
+        card = await anyio.to_thread.run_sync(lambda: approval_card(store, found, who, datetime.now(UTC)))
+        return render(request, "approval.html", status_code, who=who, card=card, error=error)
+
+    async def decide(request: Request) -> Response:
+        who = await session(request)
+        if who is None:
+            return to_login()
+        approval_id = request.path_params["approval_id"]
+        form = await request.form()
+        if not csrf_ok(request, form):
+            return await show_approval(
+                request,
+                who,
+                approval_id,
+                status_code=403,
+                error="This form is stale or did not come from this console; reload the page and try again.",
+            )
+        choice = str(form.get("decision", ""))
+        if choice not in ("approve", "reject"):
+            return await show_approval(
+                request, who, approval_id, status_code=400, error="Choose approve or reject."
+            )
+        reason = str(form.get("reason", "")).strip()[:2000] or None
+        try:
+            decided = await decisions.decide(
+                DecisionInput(
+                    approval_id=approval_id,
+                    approve=choice == "approve",
+                    decided_by=who.subject,
+                    reason=reason,
+                    roles=who.roles,
+                    tenant=who.tenant,
+                    producer="writ-console",
+                )
+            )
+        except DecisionRefused as exc:
+            return await show_approval(
+                request,
+                who,
+                approval_id,
+                status_code=exc.http_status,
+                error=f"Refused ({exc.code}): {REFUSAL_TEXT[exc.code]}",
+            )
+        return RedirectResponse(f"/console/calls/{decided.tool_call_id}", status_code=303)
+
+    async def call(request: Request) -> Response:
+        who = await session(request)
+        if who is None:
+            return to_login()
+        tool_call_id = request.path_params["tool_call_id"]
+        found = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
+        if found is None or not (who.roles & OVERSEER_ROLES or found.subject == who.subject):
+            return render(request, "message.html", 404, who=who, message="No such call.")
+        events = await anyio.to_thread.run_sync(lambda: store.events(tool_call_id=tool_call_id))
+        settled = found.status in TERMINAL_STATUSES or found.escalated
+        return render(request, "call.html", who=who, call=found, events=timeline(events), settled=settled)
+
+    return [
+        Route("/console", index, methods=["GET"]),
+        Route("/console/login", login_form, methods=["GET"]),
+        Route("/console/login", login, methods=["POST"]),
+        Route("/console/logout", logout, methods=["POST"]),
+        Route("/console/inbox", inbox, methods=["GET"]),
+        Route("/console/approvals/{approval_id}", approval, methods=["GET"]),
+        Route("/console/approvals/{approval_id}/decision", decide, methods=["POST"]),
+        Route("/console/calls/{tool_call_id}", call, methods=["GET"]),
+        Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
+    ]

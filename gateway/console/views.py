@@ -1,0 +1,73 @@
+"""What the console shows of an approval and a call, read from the store (blocking; run in a thread)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from policy.model import Principal
+from store.model import ApprovalView, StoredEvent
+from store.store import Store
+
+REDACTED_PREFIX = "redacted:"
+
+
+def approval_card(store: Store, approval: ApprovalView, who: Principal, now: datetime) -> dict[str, Any]:
+    """Everything a reviewer needs to see the exact effect before deciding."""
+    call = store.get_call(approval.tool_call_id)
+    requested = next(
+        (e for e in store.events(tool_call_id=approval.tool_call_id) if e.type == "tool_call.requested"), None
+    )
+    decision = dict(requested.payload.get("decision") or {}) if requested else {}
+    arguments = [
+        {
+            "name": name,
+            "value": value,
+            "redacted": isinstance(value, str) and value.startswith(REDACTED_PREFIX),
+        }
+        for name, value in sorted((call.arguments if call else {}).items())
+    ]
+    may_decide = approval.status == "awaiting_approval" and approval.approver_role in who.roles
+    own = who.subject == approval.requester and not approval.requester_may_approve
+    return {
+        "approval": approval,
+        "call": call,
+        "capability": f"{call.capability_id}@{call.capability_version}" if call else "?",
+        "summary": call.summary if call else "",
+        "arguments": arguments,
+        "rule": decision.get("rule_id"),
+        "reason": decision.get("reason"),
+        "message": decision.get("message"),
+        "policy_version": decision.get("policy_version"),
+        "expires_at": approval.expires_at.isoformat(),
+        "seconds_left": max(int((approval.expires_at - now).total_seconds()), 0),
+        "may_decide": may_decide,
+        "own_call": own,
+    }
+
+
+def timeline(events: Sequence[StoredEvent]) -> list[dict[str, Any]]:
+    """The call's events, oldest first, each with the facts worth a line."""
+    rows = []
+    for event in events:
+        payload = event.payload
+        facts = {
+            key: payload[key]
+            for key in ("decided_by", "reason", "error", "detail", "attempt", "lease_owner")
+            if payload.get(key) not in (None, "")
+        }
+        decision = payload.get("decision")
+        if isinstance(decision, dict):
+            facts["decision"] = decision.get("effect")
+            facts["rule"] = decision.get("rule_id")
+        rows.append(
+            {
+                "seq": event.seq,
+                "type": event.type,
+                "at": event.occurred_at,
+                "producer": event.producer,
+                "facts": facts,
+            }
+        )
+    return rows

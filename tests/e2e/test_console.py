@@ -1,0 +1,127 @@
+"""The web console in a real browser (Debian's Chromium driven by Playwright) against real processes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from tests.e2e.harness import Backend, Gateway
+from tests.e2e.test_approvals import request_refund
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    assert CHROMIUM.exists(), "the browser tests need Debian's chromium (apt-get install chromium)"
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def logged_in(browser: Browser, gateway: Gateway, token: str) -> Page:
+    page = await (await browser.new_context()).new_page()
+    page.set_default_timeout(20_000)
+    await page.goto(f"{gateway.url}/console")
+    await expect(page).to_have_url(f"{gateway.url}/console/login")
+    await page.fill("#token", token)
+    await page.click("#login")
+    await expect(page).to_have_url(f"{gateway.url}/console/inbox")
+    return page
+
+
+async def test_an_approver_approves_a_pending_refund_in_the_inbox_and_sees_it_complete(
+    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+) -> None:
+    gateway = sqlite_gateway
+    pending = await request_refund(gateway, "console-1")
+    page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
+
+    card = page.locator(f"article#{pending['approvalId']}")
+    await expect(card.locator(".summary")).to_have_text("refund 250 EUR to order 1002")
+    await expect(card.locator(".capability")).to_have_text("refund-order@2")
+    await expect(card.locator(".requester")).to_have_text("alice")
+    await expect(card.locator(".rule")).to_contain_text("refunds-over-100-need-approval")
+    await expect(card.locator(".rule")).to_contain_text("amount_over_approval_threshold")
+    await expect(card.locator("tr[data-name=amount] td")).to_have_text("250")
+    await expect(card.locator("tr[data-name=order_id] td")).to_have_text("1002")
+    await expect(card.locator("time.countdown")).to_contain_text("59m")
+
+    await card.locator("input[name=reason]").fill("photos of the damage attached")
+    await card.locator("button.approve").click()
+
+    await expect(page).to_have_url(f"{gateway.url}/console/calls/{pending['toolCallId']}")
+    await expect(page.locator("#call-status")).to_have_text("completed")
+    timeline = page.locator("#timeline li")
+    await expect(timeline.locator("strong")).to_have_text(
+        [
+            "tool_call.requested",
+            "approval.required",
+            "approval.granted",
+            "tool_call.dispatching",
+            "tool_call.completed",
+        ]
+    )
+    await expect(page.locator("#timeline li[data-type='approval.granted']")).to_contain_text("decided_by=bob")
+    assert len(backend.refunds("console-1")) == 1
+
+
+async def test_the_requesters_own_approval_is_refused_in_the_page(
+    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+) -> None:
+    gateway = sqlite_gateway
+    pending = await request_refund(gateway, "console-2", roles="agent,approver")
+    page = await logged_in(browser, gateway, gateway.token("alice", roles="agent,approver"))
+
+    card = page.locator(f"article#{pending['approvalId']}")
+    await expect(card.locator(".note")).to_contain_text("You requested this call")
+    await card.locator("button.approve").click()
+
+    await expect(page.locator(".error")).to_contain_text("self_approval_forbidden")
+    await expect(page.locator(".error")).to_contain_text("does not let you approve it yourself")
+    await expect(page.locator("article .status")).to_have_text("awaiting_approval")
+    assert backend.refunds() == []
+
+
+async def test_a_decision_without_the_sessions_csrf_token_is_refused(
+    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+) -> None:
+    gateway = sqlite_gateway
+    pending = await request_refund(gateway, "console-3")
+    page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
+
+    forged = await page.request.post(
+        f"{gateway.url}/console/approvals/{pending['approvalId']}/decision",
+        form={"decision": "approve", "csrf": "guessed"},
+    )
+
+    assert forged.status == 403
+    await page.reload()
+    await expect(page.locator(f"article#{pending['approvalId']} .status")).to_have_text("awaiting_approval")
+
+
+async def test_a_bad_token_does_not_log_in(sqlite_gateway: Gateway, browser: Browser) -> None:
+    page = await (await browser.new_context()).new_page()
+    await page.goto(f"{sqlite_gateway.url}/console/login")
+    await page.fill("#token", "not-a-token")
+    await page.click("#login")
+    await expect(page.locator(".error")).to_contain_text("did not verify")
+    await page.goto(f"{sqlite_gateway.url}/console/inbox")
+    await expect(page).to_have_url(f"{sqlite_gateway.url}/console/login")

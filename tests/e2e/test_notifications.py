@@ -1,0 +1,125 @@
+"""Webhook notifications of pending approvals, from the outbox to a real local HTTP receiver."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.outbox import verify
+from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.e2e.test_approvals import request_refund
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+SECRET = "test-webhook-secret"
+
+
+@dataclass
+class Receiver:
+    """Answers 503 to the first `failures` deliveries, then 200; remembers every request."""
+
+    failures: int
+    url: str = ""
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+    def answer(self, headers: dict[str, str], body: bytes) -> int:
+        self.received.append({"headers": headers, "body": body})
+        return 503 if len(self.received) <= self.failures else 200
+
+
+@contextlib.contextmanager
+def receiver(failures: int) -> Iterator[Receiver]:
+    state = Receiver(failures)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (the http.server naming)
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            status = state.answer({k.lower(): v for k, v in self.headers.items()}, body)
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/writ"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def notifying_gateway(
+    tmp_path: Path, backend: Backend, hook: Receiver, monkeypatch: pytest.MonkeyPatch, **webhook: Any
+) -> Iterator[Gateway]:
+    monkeypatch.setenv("WRIT_WEBHOOK_SECRET", SECRET)
+    approvals = {
+        "poll_interval_s": 0.2,
+        "webhook": {"url": hook.url, "backoff_initial_s": 0.2, "backoff_max_s": 1, **webhook},
+    }
+    with writ_gateway(
+        tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", overrides={"approvals": approvals}
+    ) as gateway:
+        yield gateway
+
+
+async def test_a_pending_approval_is_announced_by_a_signed_webhook_retried_until_delivered(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with receiver(failures=1) as hook, notifying_gateway(tmp_path, backend, hook, monkeypatch) as gateway:
+        pending = await request_refund(gateway, "hooked")
+        with anyio.fail_after(20):
+            while "delivered" not in gateway.cli("approvals", "outbox").stdout:
+                await anyio.sleep(0.2)
+        listing = gateway.cli("approvals", "outbox").stdout
+
+    assert "attempts=2" in listing and "error=-" in listing
+    first, second = hook.received[:2]
+    assert first["body"] == second["body"]  # the same message again: at least once, one delivery id
+    assert first["headers"]["x-writ-delivery"] == second["headers"]["x-writ-delivery"]
+    headers, body = second["headers"], second["body"]
+    assert verify(SECRET.encode(), headers["x-writ-timestamp"], body, headers["x-writ-signature"])
+    assert not verify(b"other-secret", headers["x-writ-timestamp"], body, headers["x-writ-signature"])
+    note = json.loads(body)
+    assert note["type"] == "approval.required"
+    assert (note["approvalId"], note["toolCallId"]) == (pending["approvalId"], pending["toolCallId"])
+    assert note["summary"] == "refund 250 EUR to order 1002"
+    assert (note["capability"], note["requester"], note["approverRole"]) == (
+        "refund-order@2",
+        "alice",
+        "approver",
+    )
+    assert note["rule"] == "refunds-over-100-need-approval"
+    assert note["console"].endswith(f"/console/approvals/{pending['approvalId']}")
+
+
+async def test_a_webhook_that_keeps_failing_is_visible_and_given_up_after_its_attempts(
+    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with (
+        receiver(failures=1000) as hook,
+        notifying_gateway(tmp_path, backend, hook, monkeypatch, max_attempts=3) as gateway,
+    ):
+        await request_refund(gateway, "unheard")
+        with anyio.fail_after(20):
+            while "dead" not in gateway.cli("approvals", "outbox").stdout:
+                await anyio.sleep(0.2)
+        listing = gateway.cli("approvals", "outbox", "--status", "dead").stdout
+
+    assert "attempts=3" in listing and "error=http 503" in listing
+    assert len(hook.received) == 3
