@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 
 from store.model import StoreError
+
+_HOLDS_WRITER = "writ_holds_writer_lock"
 
 READ_ONLY = "writ_read_only"
 """Execution option: the transaction only reads, so SQLite may begin it deferred, beside the writer."""
@@ -56,13 +59,43 @@ def _sqlite_engine(url: URL, *, durable: bool) -> Engine:
         finally:
             cursor.close()
 
+    # Writers of this process queue on a lock before SQLite's: its busy handler polls with sleeps of
+    # up to 100 ms, which turns a queue of a few threads into a tail of seconds. Only a performance
+    # measure: BEGIN IMMEDIATE still serializes writers across processes.
+    writer = threading.Lock()
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         # IMMEDIATE takes the write lock up front, so writers from any thread or process queue on
         # busy_timeout instead of failing with SQLITE_BUSY when a read lock would need upgrading.
         if conn.get_execution_options().get(READ_ONLY):
             conn.exec_driver_sql("BEGIN")
-        else:
+            return
+        writer.acquire()
+        conn.info[_HOLDS_WRITER] = True
+        try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            _release(conn)
+            raise
 
+    def _finish(statement: str) -> Any:
+        def finish(conn: Any) -> None:
+            # End the transaction here, before letting the next writer in; pysqlite's own
+            # commit()/rollback() that follows finds no transaction and does nothing.
+            try:
+                dbapi_connection = conn.connection.dbapi_connection
+                if dbapi_connection is not None and dbapi_connection.in_transaction:
+                    dbapi_connection.execute(statement)
+            finally:
+                _release(conn)
+
+        return finish
+
+    def _release(conn: Any) -> None:
+        if conn.info.pop(_HOLDS_WRITER, False):
+            writer.release()
+
+    event.listen(engine, "commit", _finish("COMMIT"))
+    event.listen(engine, "rollback", _finish("ROLLBACK"))
     return engine
