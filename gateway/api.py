@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -21,6 +21,7 @@ from starlette.routing import Route
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.results import status_document
 from policy.model import Principal
+from store.model import NotFound, StaleLease
 from store.store import Store
 
 OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
@@ -35,6 +36,18 @@ class DecisionBody(BaseModel):
 
     decision: Literal["approve", "reject"]
     reason: str | None = Field(default=None, max_length=2000)
+
+
+class ResolutionBody(BaseModel):
+    """POST /api/calls/{id}/resolution: a person settles an unknown outcome with evidence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Literal["succeeded", "failed"]
+    evidence: str = Field(min_length=1, max_length=4000)
+
+
+RESOLVER_ROLES = frozenset({"approver", "admin"})
 
 
 def _json(value: Any) -> Any:
@@ -152,8 +165,35 @@ def api_routes(
             return _error(exc.http_status, exc.code, str(exc))
         return JSONResponse(_json(asdict(approval)))
 
+    async def resolve(request: Request, who: Principal) -> Response:
+        if not who.roles & RESOLVER_ROLES:
+            return _error(403, "insufficient_role", "Resolving a call needs the approver or admin role")
+        try:
+            body = ResolutionBody.model_validate_json(await request.body())
+        except ValidationError as exc:
+            detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+            return _error(400, "invalid_request", detail)
+        try:
+            call = await anyio.to_thread.run_sync(
+                lambda: store.resolve_manually(
+                    request.path_params["tool_call_id"],
+                    succeeded=body.outcome == "succeeded",
+                    evidence=body.evidence,
+                    by=who.subject,
+                    now=datetime.now(UTC),
+                    tenant=who.tenant,
+                )
+            )
+        except NotFound:
+            return _error(404, "not_found", "No such tool call")
+        except StaleLease as exc:
+            return _error(409, "not_unresolved", str(exc))
+        body_out = status_document(call, include_result=True) | {"resolvedBy": call.resolved_by}
+        return JSONResponse(_json(body_out))
+
     routes = [
         Route("/api/calls/{tool_call_id}", guarded(get_call), methods=["GET"]),
+        Route("/api/calls/{tool_call_id}/resolution", guarded(resolve), methods=["POST"]),
         Route("/api/runs/{run_id}/events", guarded(run_events), methods=["GET"]),
         Route("/api/approvals", guarded(list_approvals), methods=["GET"]),
         Route("/api/approvals/{approval_id}", guarded(get_approval), methods=["GET"]),
