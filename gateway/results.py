@@ -124,7 +124,8 @@ def status_document(call: CallView, *, include_result: bool = False) -> dict[str
         body["reason"] = call.reason
         body["policyVersion"] = call.policy_version
     if call.status == "result_unknown":
-        body["reconciliation"] = "pending"
+        # Escalated: reconciliation gave up and a person must settle it (`writ calls resolve`).
+        body["reconciliation"] = "escalated" if call.escalated else "pending"
     if call.status in ("failed",) and call.error:
         body["error"] = call.error
     body["verification"] = call.verification_status
