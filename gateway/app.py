@@ -50,6 +50,7 @@ from gateway.pipeline import CallPipeline
 from gateway.policy_source import policy_provider
 from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.resume import Resumer
+from gateway.telemetry import Telemetry, build_telemetry
 from gateway.trust import trusted_issuers
 from gateway.workers import Workers, worker_id
 from policy.engine import Policy
@@ -71,6 +72,7 @@ class Runtime:
     pipeline: CallPipeline
     verifier: JwtVerifier
     dev_issuer: DevIssuer | None
+    telemetry: Telemetry
     workers: Workers | None = None
     """Lease recovery and reconciliation, run in the background while the runtime runs."""
     decisions: Decisions | None = None
@@ -99,6 +101,7 @@ class Runtime:
         finally:
             await self.registry.close()
             await anyio.to_thread.run_sync(self.store.close)
+            self.telemetry.shutdown()
 
 
 def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
@@ -161,7 +164,9 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         faults=FaultPoints.from_env(environ or os.environ),
         notify_approvals=config.approvals.webhook is not None,
     )
-    runtime = Runtime(config, store, registry, policy, pipeline, verifier, dev_issuer)
+    runtime = Runtime(
+        config, store, registry, policy, pipeline, verifier, dev_issuer, build_telemetry(config.telemetry)
+    )
     if timing.enabled:
         runtime.workers = _workers(runtime, owner)
     _attach_approvals(runtime, owner, environ or dict(os.environ))
@@ -224,7 +229,9 @@ def build_app(runtime: Runtime) -> Starlette:
         token = get_access_token()
         return runtime.principal_from_claims(token.claims or {}) if token is not None else None
 
-    mcp_server = build_mcp_server(runtime.pipeline, runtime.store, current_principal)
+    mcp_server = build_mcp_server(
+        runtime.pipeline, runtime.store, current_principal, telemetry=runtime.telemetry
+    )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,
         json_response=server_config.json_response,

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gateway.approvals import ApprovalsConfig
 from gateway.errors import ConfigurationError
+from gateway.telemetry import TelemetryConfig
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
@@ -140,10 +141,13 @@ class PrivacyConfig(_Section):
 
 
 class WritConfig(_Section):
+    """The whole configuration file."""
+
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     backends: dict[str, Any] = Field(default_factory=dict)

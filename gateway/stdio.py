@@ -35,7 +35,10 @@ def serve_stdio(config: WritConfig) -> None:
     expires_at = token.expires_at or 0
     # Checked on every request: a token that expires mid-session stops being honoured.
     server = build_mcp_server(
-        runtime.pipeline, runtime.store, lambda: principal if time.time() < expires_at else None
+        runtime.pipeline,
+        runtime.store,
+        lambda: principal if time.time() < expires_at else None,
+        telemetry=runtime.telemetry,
     )
 
     async def main() -> None:
