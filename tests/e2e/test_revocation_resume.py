@@ -1,0 +1,39 @@
+"""A call approved after its requester was revoked is refused by the resume worker, not dispatched."""
+
+from __future__ import annotations
+
+import anyio
+import httpx2
+import pytest
+
+from tests.e2e.harness import Backend, Gateway
+from tests.e2e.test_revocation import post, refund
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+async def test_an_approved_call_of_a_revoked_subject_is_refused_with_a_reason(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
+    gw = sqlite_gateway
+    async with gw.client(gw.token("alice", tenant="acme")) as client:
+        pending = await client.call_tool("refund_order", refund(250))
+    assert pending.structured_content["status"] == "approval_pending"
+    admin = gw.token("root", roles="admin", tenant="acme")
+    assert post(gw, "/api/principals/alice/revocation", admin, {"reason": "left"}).status_code == 200
+    approver = gw.token("carol", roles="approver", tenant="acme")
+    approval_id = pending.structured_content["approvalId"]
+    assert (
+        post(gw, f"/api/approvals/{approval_id}/decision", approver, {"decision": "approve"}).status_code
+        == 200
+    )
+    call_url = f"/api/calls/{pending.structured_content['toolCallId']}"
+    with anyio.fail_after(15):
+        while (call := httpx2.get(gw.url + call_url, headers={"Authorization": f"Bearer {admin}"}).json())[
+            "status"
+        ] not in ("denied", "completed"):
+            await anyio.sleep(0.2)
+    assert call["status"] == "denied" and call["reason"] == "principal_revoked"
+    assert backend.refunds() == []
+
+    assert backend.refunds() == []
