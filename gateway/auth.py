@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +22,9 @@ from policy.model import Principal
 logger = logging.getLogger(__name__)
 
 FORBIDDEN_ALGORITHMS = frozenset({"none", "HS256", "HS384", "HS512"})
+VERIFIED_TTL_S = 60.0
+"""How long a verified JWT is trusted without re-checking its signature (bounded by its exp)."""
+VERIFIED_CACHE_SIZE = 10_000
 
 __all__ = ["FORBIDDEN_ALGORITHMS", "JwtVerifier", "TrustedIssuer", "principal_from_claims"]
 
@@ -48,6 +53,7 @@ class JwtVerifier:
         self._audience = audience
         self._algorithms = _allowed(algorithms)
         self._leeway = leeway_s
+        self._verified: OrderedDict[bytes, tuple[float, AccessToken]] = OrderedDict()
 
     @property
     def issuers(self) -> list[str]:
@@ -55,6 +61,13 @@ class JwtVerifier:
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The verified token, or None with the reason logged (never the token itself)."""
+        # A client sends the same token on every request: a verified JWT is remembered (by its
+        # hash) for a short while, never past its `exp`, so the signature check is not redone.
+        digest = hashlib.sha256(token.encode()).digest()
+        now = time.time()
+        remembered = self._verified.get(digest)
+        if remembered is not None and remembered[0] > now:
+            return remembered[1]
         try:
             return await self._verify(token)
         except IssuerUnavailable as exc:
@@ -62,6 +75,12 @@ class JwtVerifier:
         except TokenRejected as exc:
             logger.info("rejected bearer token: %s", exc)
         return None
+
+    def _remember(self, digest: bytes, token: AccessToken, until: float) -> None:
+        self._verified[digest] = (until, token)
+        self._verified.move_to_end(digest)
+        while len(self._verified) > VERIFIED_CACHE_SIZE:
+            self._verified.popitem(last=False)
 
     async def _verify(self, token: str) -> AccessToken:
         parsed = _unverified(token)
@@ -86,7 +105,10 @@ class JwtVerifier:
             ).validate(decoded.claims)
         except (JoseError, ValueError) as exc:
             raise TokenRejected(str(exc)) from exc
-        return self._access_token(token, decoded.claims)
+        verified = self._access_token(token, decoded.claims)
+        until = min(float(decoded.claims["exp"]), time.time() + VERIFIED_TTL_S)
+        self._remember(hashlib.sha256(token.encode()).digest(), verified, until)
+        return verified
 
     async def _introspect(self, token: str) -> AccessToken:
         introspectors = [i for i in self._issuers.values() if i.introspector is not None]

@@ -137,3 +137,35 @@ def test_claim_mapping_follows_configured_claim_names() -> None:
     )
     assert principal.tenant == "o1" and principal.roles == {"a", "b"} and principal.client_id == "cli"
     assert principal_from_claims({"sub": "x"}, mapping).tenant == "none"
+
+
+class _CountingDecode:
+    def __init__(self) -> None:
+        self.calls = 0
+        self._decode = jwt.decode
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        return self._decode(*args, **kwargs)
+
+
+async def test_a_verified_token_is_remembered_so_its_signature_is_checked_once(
+    issuer: DevIssuer, verifier: JwtVerifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = _CountingDecode()
+    monkeypatch.setattr("gateway.auth.jwt.decode", counting)
+    token = issuer.mint(subject="alice", audience=AUD)
+    assert await verifier.verify_token(token) is not None
+    assert await verifier.verify_token(token) is not None
+    assert counting.calls == 1
+
+
+async def test_a_remembered_token_is_never_served_past_its_expiry(
+    issuer: DevIssuer, verifier: JwtVerifier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counting = _CountingDecode()
+    monkeypatch.setattr("gateway.auth.jwt.decode", counting)
+    within_leeway = issuer.mint(subject="alice", audience=AUD, ttl_s=60, now=time.time() - 70)
+    assert await verifier.verify_token(within_leeway) is not None
+    assert await verifier.verify_token(within_leeway) is not None
+    assert counting.calls == 2
