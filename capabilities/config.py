@@ -65,8 +65,36 @@ class BasicAuth(_Model):
         return self
 
 
-AuthConfig = Annotated[BearerAuth | HeaderAuth | BasicAuth, Field(discriminator="type")]
-_AUTH_TAGS = ("bearer", "header", "basic")
+class OAuth2ClientCredentialsAuth(_Model):
+    """A bearer token Writ gets for itself from `token_url` (OAuth 2.0 client credentials grant)."""
+
+    type: Literal["oauth2_client_credentials"]
+    token_url: str
+    client_id: str = Field(min_length=1)
+    client_secret_env: str | None = None
+    client_secret_file: str | None = None
+    scope: str | list[str] | None = None
+    audience: str | None = None
+    """Sent as `audience` (the parameter Auth0 and Okta use to pick the API)."""
+    resource: str | None = None
+    """Sent as `resource` (RFC 8707 resource indicator)."""
+    auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    timeout_s: float = Field(default=10.0, gt=0)
+    refresh_margin_s: float = Field(default=60.0, ge=0)
+    """Fetch a new token this long before the cached one expires (at most half its lifetime)."""
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> OAuth2ClientCredentialsAuth:
+        _no_userinfo(self.token_url)
+        if (self.client_secret_env is None) == (self.client_secret_file is None):
+            raise ValueError("set exactly one of client_secret_env, client_secret_file")
+        return self
+
+
+AuthConfig = Annotated[
+    BearerAuth | HeaderAuth | BasicAuth | OAuth2ClientCredentialsAuth, Field(discriminator="type")
+]
+_AUTH_TAGS = ("bearer", "header", "basic", "oauth2_client_credentials")
 
 
 # --- backends --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Backend credentials: read once at startup from the environment or files, never from a client.
 
-`Credentials` carries the headers an executor sends and can scrub its secret values out of any
-text (an exception message, a response echo) before that text leaves the executor.
+`Credentials` carries the headers an executor sends (or, for OAuth, the token source it asks before
+each request) and can scrub its secret values out of any text (an exception message, a response
+echo) before that text leaves the executor.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from capabilities.config import AuthConfig, BasicAuth, BearerAuth, HeaderAuth
+from capabilities.config import AuthConfig, BasicAuth, BearerAuth, HeaderAuth, OAuth2ClientCredentialsAuth
 from capabilities.contract import ConfigError
+from capabilities.oauth_tokens import ClientCredentialsTokens, TokenSource
 
 _MASK = "***"
 
@@ -23,10 +25,13 @@ class Credentials:
 
     headers: Mapping[str, str]
     secrets: tuple[str, ...] = ()
+    tokens: TokenSource | None = None
+    """Set for OAuth: the `Authorization` header comes from here, per request."""
 
     def scrub(self, text: str) -> str:
         """`text` with every secret value (and its base64 and header forms) replaced by ***."""
-        for secret in sorted(self.secrets, key=len, reverse=True):
+        secrets = self.secrets + (self.tokens.secrets if self.tokens is not None else ())
+        for secret in sorted(secrets, key=len, reverse=True):
             if secret:
                 text = text.replace(secret, _MASK)
         return text
@@ -78,6 +83,27 @@ def resolve_credentials(
     """
     if auth is None:
         return Credentials.none()
+    if isinstance(auth, OAuth2ClientCredentialsAuth):
+        secret = read_secret(
+            env=auth.client_secret_env,
+            file=auth.client_secret_file,
+            owner=owner,
+            environ=environ,
+            base_dir=base_dir,
+        )
+        tokens = ClientCredentialsTokens(
+            owner,
+            token_url=auth.token_url,
+            client_id=auth.client_id,
+            client_secret=secret,
+            scope=auth.scope,
+            audience=auth.audience,
+            resource=auth.resource,
+            auth_method=auth.auth_method,
+            timeout_s=auth.timeout_s,
+            refresh_margin_s=auth.refresh_margin_s,
+        )
+        return Credentials(headers={}, secrets=(secret,), tokens=tokens)
     if isinstance(auth, BearerAuth | HeaderAuth):
         token = read_secret(
             env=auth.token_env, file=auth.token_file, owner=owner, environ=environ, base_dir=base_dir

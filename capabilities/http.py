@@ -17,8 +17,16 @@ import anyio
 import httpx2
 
 from capabilities.config import HttpBackend, RequestSpec
-from capabilities.contract import Capability, CapabilityError, Invocation, Outcome, ReconcileResult
+from capabilities.contract import (
+    BackendUnavailable,
+    Capability,
+    CapabilityError,
+    Invocation,
+    Outcome,
+    ReconcileResult,
+)
 from capabilities.credentials import Credentials
+from capabilities.oauth_tokens import TokenUnavailable
 from capabilities.results import compact_json, is_value, json_result, parse_json, text_result
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
@@ -156,6 +164,8 @@ class HttpExecutor:
         read_only = capability.effect == "read"
         try:
             response = await self._send(method, path, headers, capability.timeout_s, **body)
+        except BackendUnavailable as exc:
+            return self._failed(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
         except _NOT_SENT as exc:
             return self._failed(invocation, "backend_unreachable", self._describe(exc))
         except _REFUSED_LOCALLY as exc:
@@ -191,7 +201,7 @@ class HttpExecutor:
         headers = {"X-Request-Id": invocation.external_request_id}
         try:
             response = await self._send(route.reconcile.method, path, headers, capability.timeout_s)
-        except (TimeoutError, httpx2.HTTPError) as exc:
+        except (TimeoutError, httpx2.HTTPError, BackendUnavailable) as exc:
             return ReconcileResult("inconclusive", evidence={"error": type(exc).__name__, "lookup": path})
         evidence: dict[str, Any] = {"lookup": path, "status_code": response.status_code}
         if response.status_code == 404:
@@ -209,13 +219,46 @@ class HttpExecutor:
     async def _send(
         self, method: str, path: str, headers: Mapping[str, str], timeout_s: float, **kwargs: Any
     ) -> httpx2.Response:
+        """One request; getting an access token first counts against the same timeout.
+
+        Raises:
+            TokenUnavailable: no access token; nothing was sent.
+        """
         if self._client is None:
             raise CapabilityError(f"backend {self.name!r} is not started")
+        started = anyio.current_time()
+        authorization = await self._authorization(timeout_s)
+        remaining = timeout_s - (anyio.current_time() - started)
+        if remaining <= 0:
+            raise TokenUnavailable(f"{self.name}: getting an access token used up the {timeout_s:g}s timeout")
         # httpx2's timeouts bound each phase; the deadline bounds the whole exchange.
-        with anyio.fail_after(timeout_s):
-            return await self._client.request(
-                method, path, headers=headers, timeout=httpx2.Timeout(timeout_s), **kwargs
+        with anyio.fail_after(remaining):
+            response = await self._client.request(
+                method,
+                path,
+                headers={**headers, **authorization},
+                timeout=httpx2.Timeout(remaining),
+                **kwargs,
             )
+        tokens = self._credentials.tokens
+        if response.status_code == 401 and tokens is not None:
+            tokens.invalidate(authorization["Authorization"])
+        return response
+
+    async def _authorization(self, timeout_s: float) -> dict[str, str]:
+        """The per-request `Authorization` header of an OAuth backend; {} for static credentials.
+
+        Raises:
+            TokenUnavailable: the token endpoint failed or did not answer in time.
+        """
+        tokens = self._credentials.tokens
+        if tokens is None:
+            return {}
+        try:
+            with anyio.fail_after(timeout_s):
+                return {"Authorization": await tokens.authorization()}
+        except TimeoutError:
+            raise TokenUnavailable(f"{self.name}: no access token within {timeout_s:g}s") from None
 
     def _outcome(self, invocation: Invocation, response: httpx2.Response, read_only: bool) -> Outcome:
         status = response.status_code

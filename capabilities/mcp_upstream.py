@@ -7,7 +7,7 @@ finely as over plain HTTP, so anything after the request may have left counts as
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from capabilities.contract import (
 from capabilities.credentials import Credentials
 from capabilities.mcp_session import Session, SessionKeeper
 from capabilities.mcp_tools import capabilities_from_tools
+from capabilities.oauth_tokens import TokenSource
 from capabilities.results import text_result
 
 _DETAIL_CHARS = 300
@@ -116,8 +117,9 @@ class McpExecutor:
             )
         try:
             session = await self._sessions.current()
+            await self._check_token(capability.timeout_s)
         except BackendUnavailable as exc:
-            return self._failed(invocation, "backend_unreachable", str(exc))
+            return self._failed(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
         assert session.client is not None
         read_only = capability.effect == "read"
         meta: Any = {
@@ -175,14 +177,32 @@ class McpExecutor:
             session.kill()
         return self._failed(invocation, f"mcp_error_{abs(exc.code)}", detail)
 
+    async def _check_token(self, timeout_s: float) -> None:
+        """Make sure an OAuth backend has a fresh token before the call leaves, so a token endpoint
+        that fails means nothing was sent (the transport's auth flow then uses the cached token).
+
+        Raises:
+            BackendUnavailable: no token could be obtained in time.
+        """
+        tokens = self._credentials.tokens
+        if tokens is None:
+            return
+        try:
+            with anyio.fail_after(timeout_s):
+                await tokens.authorization()
+        except TimeoutError:
+            raise BackendUnavailable(f"{self.name}: no access token within {timeout_s:g}s") from None
+
     # --- the client ------------------------------------------------------------------------------
 
     def _client(self, stack: AsyncExitStack) -> Client:
         config = self._config
         if config.url is not None:
+            tokens = self._credentials.tokens
             http = httpx2.AsyncClient(
                 headers={**config.headers, **self._credentials.headers},
                 timeout=httpx2.Timeout(30.0, read=300.0),
+                auth=_TokenAuth(tokens) if tokens is not None else None,
             )
             stack.push_async_callback(http.aclose)
             return Client(streamable_http_client(config.url, http_client=http), mode=config.mode)
@@ -218,6 +238,22 @@ class McpExecutor:
             exc = exc.exceptions[0]
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return self._credentials.scrub(text)[:_DETAIL_CHARS]
+
+
+class _TokenAuth(httpx2.Auth):
+    """Puts the backend's current OAuth access token on every request of the MCP transport."""
+
+    def __init__(self, tokens: TokenSource) -> None:
+        self._tokens = tokens
+
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        authorization = await self._tokens.authorization()
+        request.headers["Authorization"] = authorization
+        response = yield request
+        if response.status_code == 401:
+            self._tokens.invalidate(authorization)
 
 
 def _first_text(result: ToolResult) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,7 +27,7 @@ from capabilities.config import (
     template_fields,
 )
 from capabilities.contract import Capability, CapabilityError, ConfigError, Executor
-from capabilities.credentials import Credentials, resolve_credentials, resolve_env
+from capabilities.credentials import resolve_credentials, resolve_env
 from capabilities.http import HttpExecutor, HttpRoute
 from capabilities.mcp_upstream import McpExecutor
 from capabilities.python import PythonExecutor, import_callable, schema_from_signature
@@ -88,7 +89,7 @@ class Registry:
                     backend.auth, owner=owner, environ=environ, base_dir=base_dir
                 )
                 child_env, env_secrets = resolve_env(backend.env_from, owner=owner, environ=environ)
-                credentials = Credentials(credentials.headers, credentials.secrets + env_secrets)
+                credentials = replace(credentials, secrets=credentials.secrets + env_secrets)
                 executors[name] = McpExecutor(
                     name, backend, credentials, child_env=child_env, base_dir=base_dir
                 )

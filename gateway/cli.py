@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Annotated
 
@@ -352,11 +353,15 @@ class _store:
 
 
 def main() -> None:
+    debug = os.environ.get("WRIT_LOG_LEVEL", "").upper() == "DEBUG"
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    if not debug:
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
     try:
         app()
     except GatewayError as exc:

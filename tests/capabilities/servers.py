@@ -194,7 +194,7 @@ def mcp_upstream_server(state: ServerState) -> Server[Any]:
 
     async def call_tool(ctx: Any, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
         request = ctx.request
-        state.see(params.name, None, params.arguments)
+        state.see(params.name, request, params.arguments)
         state.meta.append(dict(params.meta or {}))
         auth = request.headers.get("authorization") if request is not None else None
         if params.name == "fail":

@@ -51,6 +51,16 @@ class AuthServer:
     def jwks_fetches(self) -> int:
         return httpx2.get(f"{self.issuer}/_test/stats", timeout=10).json()["jwks_fetches"]
 
+    def token_requests(self, client_id: str) -> int:
+        """How many times `client_id` asked the token endpoint (answered or not)."""
+        stats = httpx2.get(f"{self.issuer}/_test/stats", timeout=10).json()
+        return stats["token_requests"].get(client_id, 0)
+
+    def set_token_endpoint(self, status: int = 200, delay_s: float = 0.0) -> None:
+        """Make the token endpoint answer `status` (an OAuth error unless 200), after `delay_s`."""
+        body = {"status": status, "delay_s": delay_s}
+        httpx2.post(f"{self.issuer}/_test/token", json=body, timeout=10).raise_for_status()
+
 
 @contextlib.contextmanager
 def auth_server(audience: str, *, port: int | None = None) -> Iterator[AuthServer]:

@@ -3,7 +3,8 @@
 It issues JWT access tokens (RS256 or ES256, per client) and opaque tokens through the client
 credentials grant, serves OpenID discovery and RFC 8414 metadata, a JWKS and RFC 7662 introspection.
 Test-only endpoints under `/_test/` rotate the keys, take the JWKS down and sign arbitrary claims with
-the server's own current key (for expired, not-yet-valid, wrong-audience tokens).
+the server's own current key (for expired, not-yet-valid, wrong-audience tokens), make the token
+endpoint fail, and count token requests per client (Writ's own backend clients fetch tokens here).
 
     python -m tests.gateway.oauth_server --port 9000 --audience http://127.0.0.1:8080/mcp
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 os.environ.setdefault("AUTHLIB_INSECURE_TRANSPORT", "1")  # plain http on 127.0.0.1 in tests
 
+import anyio  # noqa: E402
 import uvicorn  # noqa: E402
 from authlib.oauth2.rfc6749 import AuthorizationServer, ClientMixin, OAuth2Request  # noqa: E402
 from authlib.oauth2.rfc6749.errors import OAuth2Error  # noqa: E402
@@ -41,6 +43,9 @@ CLIENTS: dict[str, dict[str, Any]] = {
     "approver-rs": {"secret": "approver-secret-4", "alg": "RS256", "tenant": "acme", "roles": ["approver"]},
     "agent-opaque": {"secret": "opaque-secret-5", "opaque": True, "tenant": "acme", "roles": ["agent"]},
     "writ-introspect": {"secret": "introspect-secret-6", "introspect": True},
+    # Writ itself, getting tokens to call backends; "writ-backend-short" gets 4-second tokens.
+    "writ-backend": {"secret": "backend-client-secret-7", "alg": "RS256", "roles": ["service"]},
+    "writ-backend-short": {"secret": "short-client-secret-8", "alg": "ES256", "ttl": 4},
 }
 
 _resource: contextvars.ContextVar[str | None] = contextvars.ContextVar("resource", default=None)
@@ -117,6 +122,9 @@ class State:
         self.jwks_status = 200
         self.opaque: dict[str, dict[str, Any]] = {}
         self.jwks_fetches = 0
+        self.token_status = 200
+        self.token_delay_s = 0.0
+        self.token_requests: dict[str, int] = {}
 
     def sign(self, claims: dict[str, Any], alg: str) -> str:
         key = self.keys.for_alg(alg)
@@ -131,7 +139,7 @@ class State:
             "client_id": client.client_id,
             "iat": now,
             "nbf": now,
-            "exp": now + self.ttl_s,
+            "exp": now + int(client.spec.get("ttl", self.ttl_s)),
             "jti": secrets.token_hex(8),
             "tenant": client.spec.get("tenant"),
             "roles": client.spec.get("roles", []),
@@ -139,6 +147,10 @@ class State:
         if scope:
             claims["scope"] = scope
         return claims
+
+
+class _ClientCredentials(ClientCredentialsGrant):
+    TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic", "client_secret_post"]  # as the metadata says
 
 
 class Server(AuthorizationServer):
@@ -175,8 +187,13 @@ def build_app(issuer: str, audience: str, ttl_s: int = 600) -> Starlette:
             return token
         return state.sign(claims, client.spec["alg"])
 
-    server.register_token_generator("default", BearerTokenGenerator(access_token))
-    server.register_grant(ClientCredentialsGrant)
+    def expires_in(client: Client, grant_type: str) -> int:
+        return int(client.spec.get("ttl", ttl_s))
+
+    server.register_token_generator(
+        "default", BearerTokenGenerator(access_token, expires_generator=expires_in)
+    )
+    server.register_grant(_ClientCredentials)
 
     def metadata() -> dict[str, Any]:
         return {
@@ -200,6 +217,12 @@ def build_app(issuer: str, audience: str, ttl_s: int = 600) -> Starlette:
 
     async def token(request: Request) -> Response:
         form = {k: str(v) for k, v in (await request.form()).items()}
+        client_id = _basic_client_id(request) or form.get("client_id", "")
+        state.token_requests[client_id] = state.token_requests.get(client_id, 0) + 1
+        if state.token_delay_s:
+            await anyio.sleep(state.token_delay_s)
+        if state.token_status != 200:
+            return JSONResponse({"error": "temporarily_unavailable"}, status_code=state.token_status)
         oauth_request = _Request(request.method, str(request.url), request.headers, form)
         reset = _resource.set(form.get("resource"))
         try:
@@ -241,8 +264,14 @@ def build_app(issuer: str, audience: str, ttl_s: int = 600) -> Starlette:
         state.opaque.pop((await request.json())["token"], None)
         return JSONResponse({})
 
+    async def set_token(request: Request) -> Response:
+        body = await request.json()
+        state.token_status = int(body.get("status", 200))
+        state.token_delay_s = float(body.get("delay_s", 0.0))
+        return JSONResponse({"status": state.token_status, "delay_s": state.token_delay_s})
+
     async def stats(request: Request) -> Response:
-        return JSONResponse({"jwks_fetches": state.jwks_fetches})
+        return JSONResponse({"jwks_fetches": state.jwks_fetches, "token_requests": state.token_requests})
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -257,6 +286,7 @@ def build_app(issuer: str, audience: str, ttl_s: int = 600) -> Starlette:
             Route("/_test/rotate", rotate, methods=["POST"]),
             Route("/_test/jwks", set_jwks, methods=["POST"]),
             Route("/_test/mint", mint, methods=["POST"]),
+            Route("/_test/token", set_token, methods=["POST"]),
             Route("/_test/revoke", revoke_opaque, methods=["POST"]),
             Route("/_test/stats", stats),
             Route("/healthz", healthz),
