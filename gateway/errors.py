@@ -23,3 +23,12 @@ class UnknownTool(GatewayError):
 
 class AuthenticationError(GatewayError):
     """A bearer token was missing, malformed, forged, expired or meant for another resource."""
+
+
+class ConfirmationRefused(GatewayError):
+    """A confirmation answer that may not run the call: used before, expired, replayed, or rebound."""
+
+    def __init__(self, reason: str, detail: str, tool_call_id: str | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.tool_call_id = tool_call_id

@@ -16,8 +16,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from capabilities.contract import Capability
-from gateway.errors import UnknownTool
-from gateway.pipeline import CallInput, CallPipeline
+from gateway import mcp_rounds as rounds
+from gateway.errors import ConfirmationRefused, UnknownTool
+from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.results import shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
 from store.store import Store
@@ -85,10 +86,12 @@ def build_mcp_server(
         visible = pipeline.visible_capabilities(caller())
         return types.ListToolsResult(tools=[*map(_tool, visible), _STATUS_TOOL])
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         who = caller()
         if params.name == STATUS_TOOL:
             return await _call_status(who, params.arguments or {})
+        if params.request_state is not None:
+            return await _confirmation_answer(who, params)
         meta = params.meta or {}
         key = meta.get(META_KEY)
         run = meta.get(META_RUN)
@@ -109,13 +112,72 @@ def build_mcp_server(
                         arguments=params.arguments or {},
                         idempotency_key=key,
                         run_id=run,
+                        can_confirm=rounds.can_confirm(ctx),
                     )
                 )
             except UnknownTool as exc:
                 traced.status = "unknown_tool"
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
             traced.record(report)
+        if report.call.status == "awaiting_confirmation":
+            return rounds.ask_to_confirm(report.call, report.capability.ref)
+        if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
+            return {"resultType": "task", **_task(report.call)}
         return types.CallToolResult.model_validate(shape_report(report))
+
+    async def _confirmation_answer(who: Any, params: types.CallToolRequestParams) -> Any:
+        """The client's retry of a confirmation round: the user's answer, consumed at most once."""
+        bound = rounds.read_state(params.request_state or "")
+        if bound is None:
+            raise MCPError(INVALID_PARAMS, "Invalid or expired requestState")
+        tool_call_id, confirmation_id, _ = bound
+        action = rounds.answer_of(params.input_responses)
+        if action is None:  # no answer yet: ask again while the call still waits
+            call = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
+            capability = pipeline.capability(params.name)
+            if call is not None and capability is not None and call.status == "awaiting_confirmation":
+                return rounds.ask_to_confirm(call, capability.ref)
+            return rounds.refusal(
+                "confirmation_used", "the call no longer awaits a confirmation", tool_call_id
+            )
+        try:
+            report = await pipeline.confirm(
+                ConfirmInput(
+                    principal=who,
+                    tool_name=params.name,
+                    arguments=params.arguments or {},
+                    tool_call_id=tool_call_id,
+                    confirmation_id=confirmation_id,
+                    action=action,
+                )
+            )
+        except UnknownTool as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from exc
+        except ConfirmationRefused as exc:
+            logger.warning("confirmation answer for %s refused: %s", tool_call_id, exc)
+            return rounds.refusal(exc.reason, str(exc), exc.tool_call_id)
+        return types.CallToolResult.model_validate(shape_report(report))
+
+    def _task(call: Any) -> dict[str, Any]:
+        final = shape_call(call, pipeline.capability(call.tool_name))
+        status = status_document(call)
+        return rounds.task_of(call, final, _status_text(status))
+
+    async def tasks_get(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        who = caller()
+        call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
+        if call is None:
+            raise MCPError(INVALID_PARAMS, f"No task {params.task_id!r} is known to Writ.")
+        return {"resultType": "complete", **_task(call)}
+
+    async def tasks_ack(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        # tasks/update: Writ's tasks never ask for input. tasks/cancel: cooperative, and an effect
+        # waiting for a human is withdrawn by that human (reject), not by the agent; acknowledged only.
+        who = caller()
+        call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
+        if call is None:
+            raise MCPError(INVALID_PARAMS, f"No task {params.task_id!r} is known to Writ.")
+        return {"resultType": "complete"}
 
     async def _call_status(who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
         tool_call_id = arguments.get("toolCallId")
@@ -142,7 +204,7 @@ def build_mcp_server(
             shaped["content"] = [{"type": "text", "text": _status_text(status)}]
         return types.CallToolResult.model_validate(shaped)
 
-    return Server(
+    server: Server[Any] = Server(
         name,
         version=_version(),
         instructions=(
@@ -158,6 +220,12 @@ def build_mcp_server(
             else (dict(c.input_schema) if (c := pipeline.capability(tool)) else None)
         ),
     )
+    server.middleware.append(rounds.request_state_boundary(pipeline.confirmation_ttl_s, name))
+    server.extensions[rounds.TASKS_EXTENSION] = {}
+    server.add_request_handler("tasks/get", rounds.TaskParams, tasks_get)
+    server.add_request_handler("tasks/update", rounds.TaskParams, tasks_ack)
+    server.add_request_handler("tasks/cancel", rounds.TaskParams, tasks_ack)
+    return server
 
 
 def _status_text(status: dict[str, Any]) -> str:

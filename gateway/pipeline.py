@@ -20,13 +20,15 @@ from jsonschema.exceptions import SchemaError
 
 from capabilities.contract import Capability, Executor, Invocation, Outcome
 from gateway.actions import Redactor, action_hash, derived_key, new_id
-from gateway.errors import ConfigurationError, UnknownTool
+from gateway.errors import ConfigurationError, ConfirmationRefused, UnknownTool
 from gateway.faults import NO_FAULTS, FaultPoints
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
     CallRequest,
     CallView,
+    ConfirmationMismatch,
+    NotFound,
     OutcomeRecord,
     RefusalRequest,
     StaleLease,
@@ -64,6 +66,20 @@ class CallInput:
     idempotency_key: str | None = None
     run_id: str | None = None
     correlation_id: str | None = None
+    can_confirm: bool = False
+    """The client can ask its user to confirm in an input-required round (needed by `confirm` tools)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmInput:
+    """The user's answer to a pending confirmation, as the client's retry carries it."""
+
+    principal: Principal
+    tool_name: str
+    arguments: Mapping[str, Any]
+    tool_call_id: str
+    confirmation_id: str
+    action: Literal["accept", "decline", "cancel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +112,7 @@ class CallPipeline:
         lease_margin_s: float = 10.0,
         faults: FaultPoints = NO_FAULTS,
         notify_approvals: bool = False,
+        confirmation_ttl_s: float = 600.0,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -109,6 +126,7 @@ class CallPipeline:
         self._lease_margin_s = lease_margin_s
         self._faults = faults
         self._notify_approvals = notify_approvals
+        self._confirmation_ttl_s = confirmation_ttl_s
         self._validators: dict[str, Draft202012Validator] = {}
 
     def prepare(self) -> None:
@@ -135,6 +153,11 @@ class CallPipeline:
     def lease_s(self, capability: Capability) -> float:
         """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
         return self.guard_s(capability) + self._lease_margin_s
+
+    @property
+    def confirmation_ttl_s(self) -> float:
+        """How long a user has to answer a confirmation round."""
+        return self._confirmation_ttl_s
 
     @property
     def owner(self) -> str:
@@ -246,6 +269,41 @@ class CallPipeline:
         if decision.effect == "require_approval" and decision.approval is not None:
             approval_id = new_id("ap")
             expires_at = now + timedelta(seconds=decision.approval.expires_in_s)
+        confirmation_id = confirm_by = None
+        if decision.effect == "allow" and capability.effect == "confirm":
+            if not inp.can_confirm:
+                # Nobody can be asked, so the effect cannot happen: refused, recorded, never claimed.
+                unconfirmable = await anyio.to_thread.run_sync(
+                    self._store.refuse,
+                    RefusalRequest(
+                        tool_call_id=tool_call_id,
+                        run_id=run_id,
+                        run_is_new_hint=inp.run_id is None,
+                        tenant=principal.tenant,
+                        subject=principal.subject,
+                        principal=principal.to_json(),
+                        tool_name=capability.tool_name,
+                        capability_id=capability.id,
+                        capability_version=capability.version,
+                        arguments=stored_arguments,
+                        action_hash=action,
+                        idempotency_key=key,
+                        key_source=key_source,
+                        reason="confirmation_unavailable",
+                        detail=(
+                            f"{capability.ref} runs only after the user confirms it in the client; this "
+                            "client cannot be asked (it needs MCP 2026-07-28 input-required rounds and "
+                            "form elicitation)"
+                        ),
+                        policy_version=decision.policy_version,
+                        correlation_id=correlation_id,
+                        now=now,
+                        producer=self._producer,
+                    ),
+                )
+                return CallReport("new", unconfirmable, capability)
+            confirmation_id = new_id("cf")
+            confirm_by = now + timedelta(seconds=self._confirmation_ttl_s)
 
         admission = await anyio.to_thread.run_sync(
             self._store.admit,
@@ -284,6 +342,8 @@ class CallPipeline:
                     if approval_id and expires_at and self._notify_approvals
                     else None
                 ),
+                confirmation_id=confirmation_id,
+                confirmation_expires_at=confirm_by,
             ),
         )
         call = admission.call
@@ -294,6 +354,66 @@ class CallPipeline:
         return CallReport(
             admission.kind, call, capability, existing=admission.existing, expires_at=expires_at
         )
+
+    async def confirm(self, inp: ConfirmInput) -> CallReport:
+        """Apply the user's answer to a pending confirmation: accept dispatches the call once.
+
+        The answer is consumed by the store's compare-and-set on the call awaiting exactly this
+        confirmation of exactly this action; policy and the principal's standing are checked again first.
+
+        Raises:
+            UnknownTool: no capability has this tool name.
+            ConfirmationRefused: the confirmation is used, expired, bound elsewhere, or no longer allowed.
+        """
+        capability = self._registry.get(inp.tool_name)
+        if capability is None:
+            raise UnknownTool(inp.tool_name)
+        principal, arguments = inp.principal, dict(inp.arguments)
+        action = action_hash(capability, arguments, principal)
+        if inp.action == "accept":
+            refusal = await self._still_allowed(capability, principal, arguments, inp.tool_call_id)
+            if refusal is not None:
+                raise ConfirmationRefused(
+                    refusal, f"the call may no longer run ({refusal})", inp.tool_call_id
+                )
+        try:
+            call = await anyio.to_thread.run_sync(
+                lambda: self._store.answer_confirmation(
+                    inp.tool_call_id,
+                    confirmation_id=inp.confirmation_id,
+                    action_hash=action,
+                    action=inp.action,
+                    answered_by=principal.subject,
+                    now=self._clock(),
+                    producer=self._producer,
+                    lease_owner=self._owner,
+                    lease_s=self.lease_s(capability),
+                )
+            )
+        except ConfirmationMismatch as exc:
+            raise ConfirmationRefused("confirmation_mismatch", str(exc), inp.tool_call_id) from exc
+        except (StaleLease, NotFound) as exc:
+            raise ConfirmationRefused("confirmation_used", str(exc), inp.tool_call_id) from exc
+        if call.status == "dispatching":
+            call = await self._dispatch(capability, call, arguments)
+        return CallReport("new", call, capability)
+
+    async def _still_allowed(
+        self, capability: Capability, principal: Principal, arguments: Mapping[str, Any], tool_call_id: str
+    ) -> str | None:
+        """None if the call is still allowed outright now; else the reason it is not."""
+        call = await anyio.to_thread.run_sync(
+            lambda: self._store.get_call(tool_call_id, tenant=principal.tenant)
+        )
+        if call is None:
+            return "confirmation_mismatch"
+        if await anyio.to_thread.run_sync(self._store.is_revoked, principal.tenant, principal.subject):
+            return "principal_revoked"
+        # The call itself is already counted in its run; policy sees the calls before it, as at first.
+        earlier = await anyio.to_thread.run_sync(self._store.run_call_count, call.run_id, call.tenant)
+        context = CallContext(now=self._clock(), run_call_count=max(earlier - 1, 0))
+        decision = self._policy().evaluate(PolicyInput(principal, capability, arguments, context))
+        return None if decision.effect == "allow" else (decision.reason or decision.effect)
 
     async def _dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
         """Execute a call this process holds the dispatch lease of, and record what it observed."""

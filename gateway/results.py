@@ -25,6 +25,10 @@ NEXT = {
     "dispatching": "The same call is already in progress. Do not call again; check with writ_call_status.",
     "requested": "The call is recorded and not yet dispatched. Check with writ_call_status.",
     "approved": "Approved; the call is about to run. Check with writ_call_status.",
+    "awaiting_confirmation": (
+        "The user is asked to confirm this action in the client. Do not call again; check with "
+        "writ_call_status."
+    ),
     "denied": "Do not retry this call unchanged; it was refused by policy. Tell the user why.",
     "rejected": "A human rejected this action. Do not retry it; tell the user.",
     "expired": "The approval expired before anyone decided. Ask the user before requesting it again.",
@@ -133,7 +137,9 @@ def status_document(call: CallView, *, include_result: bool = False) -> dict[str
     body["updatedAt"] = call.updated_at.isoformat()
     if include_result and call.result is not None:
         body["result"] = dict(call.result)
-    if call.status in NEXT:
+    if call.status == "expired" and call.reason == "confirmation_expired":
+        body["next"] = "The user did not confirm in time; nothing was run. Ask the user before trying again."
+    elif call.status in NEXT:
         body["next"] = NEXT[call.status]
     return body
 

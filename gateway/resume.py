@@ -212,7 +212,10 @@ class Resumer:
         return bool(is_revoked(tenant, subject)) if is_revoked is not None else False
 
     def _expire_due(self) -> int:
-        expired = 0
+        # Calls whose user never answered the confirmation round: they will never run.
+        expired = len(
+            self._store.expire_confirmations(now=self._clock(), producer=self._producer, limit=self._batch)
+        )
         for approval in self._store.due_approvals(now=self._clock(), limit=self._batch):
             try:
                 self._store.expire_approval(approval.approval_id, now=self._clock(), producer=self._producer)

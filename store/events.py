@@ -116,6 +116,27 @@ class ApprovalExpired(Payload):
     reason: str = "expired"
 
 
+class ConfirmationRequired(Payload):
+    """The user is asked in the client to confirm this exact action (capabilities of class `confirm`)."""
+
+    confirmation_id: str
+    action_hash: str
+    expires_at: str
+    requester: str
+
+
+class ConfirmationAnswered(Payload):
+    confirmation_id: str
+    answered_by: str
+    """The authenticated principal whose client carried the user's answer."""
+    action: Literal["accept", "decline", "cancel"]
+
+
+class ConfirmationExpired(Payload):
+    confirmation_id: str
+    reason: str = "expired"
+
+
 class ToolCallDispatching(Payload):
     attempt: int
     idempotency_key: str
@@ -267,6 +288,26 @@ class ApprovalExpiredEvent(Envelope):
     payload: ApprovalExpired
 
 
+class ConfirmationRequiredEvent(Envelope):
+    type: Literal["confirmation.required"] = "confirmation.required"
+    payload: ConfirmationRequired
+
+
+class ConfirmationGivenEvent(Envelope):
+    type: Literal["confirmation.given"] = "confirmation.given"
+    payload: ConfirmationAnswered
+
+
+class ConfirmationDeclinedEvent(Envelope):
+    type: Literal["confirmation.declined"] = "confirmation.declined"
+    payload: ConfirmationAnswered
+
+
+class ConfirmationExpiredEvent(Envelope):
+    type: Literal["confirmation.expired"] = "confirmation.expired"
+    payload: ConfirmationExpired
+
+
 class ToolCallDispatchingEvent(Envelope):
     type: Literal["tool_call.dispatching"] = "tool_call.dispatching"
     payload: ToolCallDispatching
@@ -330,6 +371,10 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     ApprovalGrantedEvent,
     ApprovalRejectedEvent,
     ApprovalExpiredEvent,
+    ConfirmationRequiredEvent,
+    ConfirmationGivenEvent,
+    ConfirmationDeclinedEvent,
+    ConfirmationExpiredEvent,
     ToolCallDispatchingEvent,
     ToolCallCompletedEvent,
     ToolCallFailedEvent,
@@ -352,6 +397,10 @@ Event = Annotated[
     | ApprovalGrantedEvent
     | ApprovalRejectedEvent
     | ApprovalExpiredEvent
+    | ConfirmationRequiredEvent
+    | ConfirmationGivenEvent
+    | ConfirmationDeclinedEvent
+    | ConfirmationExpiredEvent
     | ToolCallDispatchingEvent
     | ToolCallCompletedEvent
     | ToolCallFailedEvent

@@ -14,6 +14,7 @@ CallStatus = Literal[
     "requested",
     "denied",
     "approval_pending",
+    "awaiting_confirmation",
     "approved",
     "rejected",
     "expired",
@@ -24,7 +25,7 @@ CallStatus = Literal[
 ]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"denied", "rejected", "expired", "completed", "failed"})
 IN_FLIGHT_STATUSES: frozenset[str] = frozenset(
-    {"requested", "approval_pending", "approved", "dispatching", "result_unknown"}
+    {"requested", "approval_pending", "awaiting_confirmation", "approved", "dispatching", "result_unknown"}
 )
 
 VerificationStatus = Literal[
@@ -54,6 +55,10 @@ class Unavailable(StoreError):
     """The database could not be reached or stayed locked past the timeout; the write did not happen."""
 
     retryable = True
+
+
+class ConfirmationMismatch(StoreError):
+    """A confirmation answer names another confirmation or another action than the call awaits."""
 
 
 class KeyClaimLost(StoreError):
@@ -103,6 +108,9 @@ class CallRequest:
     """The full arguments (unredacted), kept with an approval until the approved call is dispatched."""
     notification: Mapping[str, Any] | None = None
     """When set, an `approval.required` outbox message with this payload joins the approval's transaction."""
+    confirmation_id: str | None = None
+    """Set when an allowed call must first be confirmed by the user in the client (effect `confirm`)."""
+    confirmation_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +156,8 @@ class CallView:
     next_reconcile_at: datetime | None = None
     resolved_by: str | None = None
     """The person who settled an unknown outcome by hand."""
+    confirmation_id: str | None = None
+    confirmation_expires_at: datetime | None = None
 
     @property
     def escalated(self) -> bool:

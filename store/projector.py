@@ -167,6 +167,31 @@ def _approval_expired(conn: Connection, event: ev.ApprovalExpiredEvent) -> None:
     _update_call(conn, event, status="expired")
 
 
+def _confirmation_required(conn: Connection, event: ev.ConfirmationRequiredEvent) -> None:
+    p = event.payload
+    _update_call(
+        conn,
+        event,
+        status="awaiting_confirmation",
+        confirmation_id=p.confirmation_id,
+        confirmation_expires_at=ev.parse_ts(p.expires_at),
+    )
+
+
+def _confirmation_given(conn: Connection, event: ev.ConfirmationGivenEvent) -> None:
+    # The `tool_call.dispatching` appended with it moves the call on.
+    _update_call(conn, event)
+
+
+def _confirmation_declined(conn: Connection, event: ev.ConfirmationDeclinedEvent) -> None:
+    reason = "user_cancelled" if event.payload.action == "cancel" else "user_declined"
+    _update_call(conn, event, status="denied", reason=reason)
+
+
+def _confirmation_expired(conn: Connection, event: ev.ConfirmationExpiredEvent) -> None:
+    _update_call(conn, event, status="expired", reason="confirmation_expired")
+
+
 def _ts(text: str | None) -> Any:
     return None if text is None else ev.parse_ts(text)
 
@@ -284,6 +309,10 @@ _HANDLERS: dict[str, Callable[[Connection, Any], None]] = {
     "approval.granted": _approval_decided("approved"),
     "approval.rejected": _approval_decided("rejected"),
     "approval.expired": _approval_expired,
+    "confirmation.required": _confirmation_required,
+    "confirmation.given": _confirmation_given,
+    "confirmation.declined": _confirmation_declined,
+    "confirmation.expired": _confirmation_expired,
     "tool_call.dispatching": _dispatching,
     "tool_call.completed": _completed,
     "tool_call.failed": _failed,

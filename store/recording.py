@@ -217,6 +217,16 @@ def _record_new(log: Append, req: CallRequest, *, supersedes: str | None, run_is
             requester=req.subject,
         )
         log.add(ev.ApprovalRequiredEvent(**call, approval_id=req.approval_id, payload=required))
+    elif effect == "allow" and req.confirmation_id is not None:
+        if req.confirmation_expires_at is None:
+            raise StoreError("a call awaiting confirmation needs confirmation_expires_at")
+        asked = ev.ConfirmationRequired(
+            confirmation_id=req.confirmation_id,
+            action_hash=req.action_hash,
+            expires_at=ev.format_ts(req.confirmation_expires_at),
+            requester=req.subject,
+        )
+        log.add(ev.ConfirmationRequiredEvent(**call, payload=asked))
     elif effect == "allow":
         dispatching = ev.ToolCallDispatching(
             attempt=1,

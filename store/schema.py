@@ -140,6 +140,9 @@ tool_calls = Table(
     Column("reconcile_attempts", Integer, nullable=False, default=0),
     Column("next_reconcile_at", UTCDateTime),
     Column("resolved_by", String(256)),
+    # A call of a `confirm` capability waits for the user's answer in the client until this expiry.
+    Column("confirmation_id", String(128)),
+    Column("confirmation_expires_at", UTCDateTime),
     Index("ix_tool_calls_tenant_status", "tenant", "status"),
     Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
     Index("ix_tool_calls_run_id", "run_id"),

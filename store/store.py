@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, delete, exc, inspect, select, text
 
-from store import approving, audit, recording, revoking
+from store import approving, audit, confirming, recording, revoking
 from store.db import READ_ONLY, create_store_engine
 from store.events import parse_event
 from store.log import PAGE_SIZE, Append, envelope_of, read_pages, stored_event
@@ -244,6 +244,49 @@ class Store(Settlement, Queues):
             return approving.deny(
                 conn, tool_call_id, reason=reason, detail=detail, now=now, producer=producer
             )
+
+    def answer_confirmation(
+        self,
+        tool_call_id: str,
+        *,
+        confirmation_id: str,
+        action_hash: str,
+        action: confirming.Answer,
+        answered_by: str,
+        now: datetime,
+        producer: str = "writ-gateway",
+        lease_owner: str = "writ-gateway",
+        lease_s: float = 60.0,
+    ) -> CallView:
+        """Consume a call's pending confirmation once: accept -> `dispatching` (ours), else `denied`.
+
+        Raises:
+            NotFound: no such call.
+            StaleLease: not awaiting confirmation (answered before, expired) or past its expiry.
+            ConfirmationMismatch: the answer is bound to another confirmation or action.
+        """
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return confirming.answer(
+                conn,
+                tool_call_id,
+                confirmation_id=confirmation_id,
+                action_hash=action_hash,
+                action=action,
+                answered_by=answered_by,
+                now=now,
+                producer=producer,
+                lease_owner=lease_owner,
+                lease_s=lease_s,
+            )
+
+    def expire_confirmations(
+        self, *, now: datetime, producer: str = "writ-gateway", limit: int = 100
+    ) -> list[CallView]:
+        """Expire calls still awaiting confirmation past their expiry (`expired`, never dispatched)."""
+        _aware(now)
+        with _translated(), self._engine.begin() as conn:
+            return confirming.expire_due(conn, now=now, producer=producer, limit=limit)
 
     def revoke_principal(
         self,

@@ -52,6 +52,8 @@ def call_view(row: Row[Any]) -> CallView:
         reconcile_attempts=row.reconcile_attempts,
         next_reconcile_at=row.next_reconcile_at,
         resolved_by=row.resolved_by,
+        confirmation_id=row.confirmation_id,
+        confirmation_expires_at=row.confirmation_expires_at,
     )
 
 

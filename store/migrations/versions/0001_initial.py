@@ -101,6 +101,8 @@ def upgrade() -> None:
         sa.Column("reconcile_attempts", sa.Integer, nullable=False, server_default="0"),
         sa.Column("next_reconcile_at", UTCDateTime),
         sa.Column("resolved_by", sa.String(256)),
+        sa.Column("confirmation_id", sa.String(128)),
+        sa.Column("confirmation_expires_at", UTCDateTime),
     )
     op.create_index("ix_tool_calls_tenant_status", "tool_calls", ["tenant", "status"])
     op.create_index("ix_tool_calls_status_lease", "tool_calls", ["status", "lease_expires_at"])

@@ -1,0 +1,122 @@
+"""The MCP tasks extension (SEP-2663): a call waiting for an approver is a task the client polls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from pydantic import Field, TypeAdapter
+
+from tests.e2e.harness import Backend, Gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+
+class CreateTaskResult(types.Result):
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class TaskParams(types.RequestParams):
+    task_id: str = Field(alias="taskId")
+
+
+class GetTaskRequest(types.Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskParams
+
+
+class Tasks(ClientExtension):
+    """A minimal client side of the extension: declare it, and poll `tasks/get` to the final result."""
+
+    identifier = "io.modelcontextprotocol/tasks"
+
+    def __init__(self, on_created: Callable[[CreateTaskResult], None]) -> None:
+        self.on_created = on_created
+        self.created: list[CreateTaskResult] = []
+        self.polled: list[str] = []
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=self.resolve)]
+
+    async def resolve(self, created: CreateTaskResult, ctx: ClaimContext) -> types.CallToolResult:
+        self.created.append(created)
+        await anyio.to_thread.run_sync(self.on_created, created)
+        with anyio.fail_after(20):
+            while True:
+                task = await ctx.session.send_request(
+                    GetTaskRequest(params=TaskParams(taskId=created.task_id)), TypeAdapter(dict[str, Any])
+                )
+                self.polled.append(task["status"])
+                if task["status"] in ("completed", "failed", "cancelled"):
+                    return types.CallToolResult.model_validate(task["result"])
+                await anyio.sleep(0.1)
+
+
+def approve(gateway: Gateway, decision: str = "approve") -> Callable[[CreateTaskResult], None]:
+    def decide(task: CreateTaskResult) -> None:
+        headers = {"Authorization": f"Bearer {gateway.token('bob', roles='approver')}"}
+        call = httpx2.get(f"{gateway.url}/api/calls/{task.task_id}", headers=headers, timeout=10).json()
+        answer = httpx2.post(
+            f"{gateway.url}/api/approvals/{call['approvalId']}/decision",
+            json={"decision": decision, "reason": "checked"},
+            headers=headers,
+            timeout=10,
+        )
+        assert answer.status_code == 200, answer.text
+
+    return decide
+
+
+def refund(amount: float = 250) -> dict[str, Any]:
+    return {"order_id": "1002", "amount": amount, "currency": "EUR", "reason": "damaged in transit"}
+
+
+async def test_a_call_waiting_for_approval_is_a_working_task_that_completes_after_the_approval(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
+    tasks = Tasks(approve(sqlite_gateway))
+    async with sqlite_gateway.client(
+        sqlite_gateway.token("alice"), mode="2026-07-28", extensions=[tasks]
+    ) as client:
+        result = await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": "task-1"})
+
+    [created] = tasks.created
+    assert (created.status, created.ttl_ms, created.poll_interval_ms) == ("working", None, 1000)
+    assert "is approval_pending" in (created.status_message or "")
+    assert tasks.polled[-1] == "completed" and set(tasks.polled[:-1]) <= {"working"}
+    assert result.meta is not None and result.meta["writ/toolCallId"] == created.task_id
+    assert result.meta["writ/status"] == "completed"
+    assert len(backend.refunds("task-1")) == 1
+
+
+async def test_a_rejected_task_completes_with_the_rejection_the_call_would_have_returned(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
+    tasks = Tasks(approve(sqlite_gateway, "reject"))
+    async with sqlite_gateway.client(
+        sqlite_gateway.token("alice"), mode="2026-07-28", extensions=[tasks]
+    ) as client:
+        result = await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": "task-2"})
+
+    assert result.structured_content["status"] == "rejected"
+    assert backend.refunds("task-2") == []
+
+
+async def test_a_client_without_the_extension_gets_approval_pending_not_a_task(
+    sqlite_gateway: Gateway,
+) -> None:
+    async with sqlite_gateway.client(sqlite_gateway.token("alice"), mode="2026-07-28") as client:
+        result = await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": "task-3"})
+    assert result.structured_content["status"] == "approval_pending"
