@@ -229,34 +229,6 @@ class CallPipeline:
             )
             return CallReport("invalid_arguments", refused, capability, validation_errors=tuple(errors))
 
-        if await anyio.to_thread.run_sync(self._store.is_revoked, principal.tenant, principal.subject):
-            # The principal's standing is checked before policy: a revoked subject causes nothing.
-            revoked = await anyio.to_thread.run_sync(
-                self._store.refuse,
-                RefusalRequest(
-                    tool_call_id=tool_call_id,
-                    run_id=run_id,
-                    run_is_new_hint=inp.run_id is None,
-                    tenant=principal.tenant,
-                    subject=principal.subject,
-                    principal=principal.to_json(),
-                    tool_name=capability.tool_name,
-                    capability_id=capability.id,
-                    capability_version=capability.version,
-                    arguments=stored_arguments,
-                    action_hash=action,
-                    idempotency_key=key,
-                    key_source=key_source,
-                    reason="principal_revoked",
-                    detail=f"{principal.subject} is revoked in tenant {principal.tenant}",
-                    policy_version=policy.version,
-                    correlation_id=correlation_id,
-                    now=now,
-                    producer=self._producer,
-                ),
-            )
-            return CallReport("new", revoked, capability)
-
         run_count = (
             await anyio.to_thread.run_sync(self._store.run_call_count, inp.run_id, principal.tenant)
             if inp.run_id

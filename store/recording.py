@@ -20,7 +20,7 @@ from store.model import (
     RefusalRequest,
     StoreError,
 )
-from store.schema import effect_ledger, runs
+from store.schema import effect_ledger, revocations, runs
 from store.views import load_call
 
 
@@ -33,9 +33,14 @@ def admit(conn: Connection, req: CallRequest) -> Admission:
             select(runs.c.tenant).where(runs.c.run_id == req.run_id).scalar_subquery().label("run_tenant"),
             _ledger(effect_ledger.c.tool_call_id, req).label("holder"),
             _ledger(effect_ledger.c.action_hash, req).label("holder_hash"),
+            _revoked(req.tenant, req.subject).label("revoked"),
         )
     ).one()
     _check_run_tenant(req.run_id, lookup.run_tenant, req.tenant)
+    if lookup.revoked:
+        # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
+        refusal = _refusal_of(req, "principal_revoked", f"{req.subject} is revoked in tenant {req.tenant}")
+        return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant))
     supersedes: str | None = None
     if lookup.holder is not None:
         existing = load_call(conn, lookup.holder)
@@ -58,6 +63,10 @@ def refuse(conn: Connection, req: RefusalRequest) -> CallView:
     log = Append(conn)
     run_tenant = conn.execute(select(runs.c.tenant).where(runs.c.run_id == req.run_id)).scalar_one_or_none()
     _check_run_tenant(req.run_id, run_tenant, req.tenant)
+    return _record_refusal(conn, log, req, run_tenant)
+
+
+def _record_refusal(conn: Connection, log: Append, req: RefusalRequest, run_tenant: str | None) -> CallView:
     base = _base(req)
     if run_tenant is None:
         _add_run_started(log, req, base)
@@ -115,6 +124,38 @@ def record_outcome(
     log.add(event)
     log.flush()
     return _reload(conn, tool_call_id)
+
+
+def _revoked(tenant: str, subject: str) -> Any:
+    return (
+        select(revocations.c.subject)
+        .where(revocations.c.tenant == tenant, revocations.c.subject == subject)
+        .exists()
+    )
+
+
+def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
+    return RefusalRequest(
+        tool_call_id=req.tool_call_id,
+        run_id=req.run_id,
+        run_is_new_hint=req.run_is_new_hint,
+        tenant=req.tenant,
+        subject=req.subject,
+        principal=req.principal,
+        tool_name=req.tool_name,
+        capability_id=req.capability_id,
+        capability_version=req.capability_version,
+        arguments=req.arguments,
+        action_hash=req.action_hash,
+        idempotency_key=req.idempotency_key,
+        key_source=req.key_source,
+        reason=reason,
+        detail=detail,
+        policy_version=req.policy_version,
+        correlation_id=req.correlation_id,
+        now=req.now,
+        producer=req.producer,
+    )
 
 
 def _ledger(column: Any, req: CallRequest) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from store import Store
-from tests.store.builders import NOW
+from tests.store.builders import NOW, call_request
 
 
 def test_a_revoked_subject_is_revoked_in_its_tenant_only(store: Store) -> None:
@@ -29,3 +29,15 @@ def test_revocations_are_rebuilt_from_the_log(store: Store) -> None:
     store.revoke_principal("acme", "alice", revoked_by="root", now=NOW)
     store.rebuild()
     assert store.is_revoked("acme", "alice")
+
+
+def test_admitting_a_call_of_a_revoked_subject_records_a_refusal_and_claims_no_key(store: Store) -> None:
+    store.revoke_principal("acme", "alice", revoked_by="root", now=NOW)
+    admission = store.admit(call_request(tenant="acme", subject="alice", idempotency_key="k-revoked"))
+    assert admission.kind == "new" and not admission.owns_dispatch
+    assert (admission.call.status, admission.call.reason) == ("denied", "principal_revoked")
+    types = [e.type for e in store.events(tool_call_id=admission.call.tool_call_id)]
+    assert types == ["tool_call.requested", "tool_call.denied"]
+    assert store.find_call_by_key("acme", "k-revoked") is None
+    other = store.admit(call_request(tenant="acme", subject="bob", idempotency_key="k-bob"))
+    assert other.owns_dispatch
