@@ -15,13 +15,13 @@ from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.to_thread
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
-from capabilities.contract import Capability, Executor, Invocation, Outcome
+from capabilities.contract import Capability, Executor
 from gateway.actions import Redactor, action_hash, derived_key, new_id
-from gateway.errors import ConfigurationError, ConfirmationRefused, UnknownTool
+from gateway.dispatch import Dispatcher
+from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.faults import NO_FAULTS, FaultPoints
+from gateway.validation import InputSchemas
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
@@ -29,7 +29,6 @@ from store.model import (
     CallView,
     ConfirmationMismatch,
     NotFound,
-    OutcomeRecord,
     RefusalRequest,
     StaleLease,
 )
@@ -121,13 +120,19 @@ class CallPipeline:
         self._clock = clock
         self._producer = producer
         self._join_wait_s = join_wait_s
-        self._executor_grace_s = executor_grace_s
         self._owner = owner
-        self._lease_margin_s = lease_margin_s
-        self._faults = faults
+        self._dispatcher = Dispatcher(
+            store=store,
+            registry=registry,
+            clock=clock,
+            producer=producer,
+            executor_grace_s=executor_grace_s,
+            lease_margin_s=lease_margin_s,
+            faults=faults,
+        )
         self._notify_approvals = notify_approvals
         self._confirmation_ttl_s = confirmation_ttl_s
-        self._validators: dict[str, Draft202012Validator] = {}
+        self._schemas = InputSchemas()
 
     def prepare(self) -> None:
         """Check every capability's input schema once, after the registry has discovered them all.
@@ -136,7 +141,7 @@ class CallPipeline:
             ConfigurationError: a capability's input schema is not a valid JSON Schema.
         """
         for capability in self._registry.capabilities():
-            self._validator(capability)
+            self._schemas.check(capability)
 
     def visible_capabilities(self, principal: Principal) -> list[Capability]:
         """The capabilities this principal could ever be allowed to call (others are not listed)."""
@@ -148,11 +153,11 @@ class CallPipeline:
 
     def guard_s(self, capability: Capability) -> float:
         """The longest one dispatch may take: the capability's timeout plus the executor's grace."""
-        return capability.timeout_s + self._executor_grace_s
+        return self._dispatcher.guard_s(capability)
 
     def lease_s(self, capability: Capability) -> float:
         """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
-        return self.guard_s(capability) + self._lease_margin_s
+        return self._dispatcher.lease_s(capability)
 
     @property
     def confirmation_ttl_s(self) -> float:
@@ -175,7 +180,11 @@ class CallPipeline:
 
         The same path as a call allowed outright: lease check, executor, outcome under the fencing token.
         """
-        return await self._dispatch(capability, call, dict(arguments))
+        return await self._dispatcher.dispatch(capability, call, dict(arguments))
+
+    async def redispatch(self, capability: Capability, call: CallView) -> CallView:
+        """Re-send a call that reconciliation re-leased for dispatch: same key, next attempt."""
+        return await self._dispatcher.dispatch(capability, call, dict(call.arguments))
 
     async def call(self, inp: CallInput) -> CallReport:
         """Admit, decide and (when allowed and ours to do) dispatch one call.
@@ -201,7 +210,7 @@ class CallPipeline:
         stored_arguments = self._redactor.redact(capability, arguments)
         policy = self._policy()
 
-        errors = self._validation_errors(capability, arguments)
+        errors = self._schemas.errors(capability, arguments)
         if errors:
             refused = await anyio.to_thread.run_sync(
                 self._store.refuse,
@@ -320,7 +329,7 @@ class CallPipeline:
         )
         call = admission.call
         if admission.owns_dispatch:
-            call = await self._dispatch(capability, call, arguments)
+            call = await self._dispatcher.dispatch(capability, call, arguments)
         elif admission.kind == "joined" and call.status in IN_FLIGHT_STATUSES:
             call = await self._await_settled(call)
         return CallReport(
@@ -367,7 +376,7 @@ class CallPipeline:
         except (StaleLease, NotFound) as exc:
             raise ConfirmationRefused("confirmation_used", str(exc), inp.tool_call_id) from exc
         if call.status == "dispatching":
-            call = await self._dispatch(capability, call, arguments)
+            call = await self._dispatcher.dispatch(capability, call, arguments)
         return CallReport("new", call, capability)
 
     async def _still_allowed(
@@ -387,85 +396,6 @@ class CallPipeline:
         decision = self._policy().evaluate(PolicyInput(principal, capability, arguments, context))
         return None if decision.effect == "allow" else (decision.reason or decision.effect)
 
-    async def _dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
-        """Execute a call this process holds the dispatch lease of, and record what it observed."""
-        invocation = Invocation(
-            capability=capability,
-            arguments=arguments,
-            idempotency_key=call.idempotency_key,
-            tool_call_id=call.tool_call_id,
-            external_request_id=call.external_request_id,
-            attempt=max(call.attempts, 1),
-        )
-        self._faults.reach("after_dispatching_commit")
-        # The effect and its record are one unit: a client that goes away must not leave the call
-        # `dispatching` with its outcome unrecorded.
-        with anyio.CancelScope(shield=True):
-            if self._lease_covers_dispatch(capability, call):
-                outcome = await self._execute(capability, invocation)
-                self._faults.reach("after_execute")
-            else:
-                # Paused (GC, SIGSTOP, a slow disk) until too little lease is left: another replica may
-                # already be settling this call, so sending now could race it. Nothing was sent.
-                outcome = Outcome(
-                    kind="failed",
-                    error="lease_expired_before_dispatch",
-                    detail="the dispatch lease ran out before the request was sent; nothing was sent",
-                    evidence={"sent": False},
-                )
-            settled = await self._record(call, outcome)
-            self._faults.reach("after_outcome_commit")
-            return settled
-
-    async def redispatch(self, capability: Capability, call: CallView) -> CallView:
-        """Re-send a call that reconciliation re-leased for dispatch: same key, next attempt."""
-        return await self._dispatch(capability, call, dict(call.arguments))
-
-    def _lease_covers_dispatch(self, capability: Capability, call: CallView) -> bool:
-        # Checked locally right before sending: the whole dispatch must fit in what is left of the
-        # lease, or recovery could declare it unknown and reconciliation look before it lands.
-        if call.lease_expires_at is None:
-            return True
-        return self._clock() + timedelta(seconds=self.guard_s(capability)) <= call.lease_expires_at
-
-    async def _record(self, call: CallView, outcome: Outcome) -> CallView:
-        """Record the outcome under our fencing token; if we were fenced, report the recorded state."""
-        record = OutcomeRecord(
-            kind=outcome.kind,
-            result=outcome.result.to_json() if outcome.result is not None else None,
-            error=outcome.error,
-            detail=outcome.detail,
-            external_request_id=outcome.external_request_id,
-            evidence=dict(outcome.evidence),
-        )
-        token, now = call.lease_token, self._clock()
-        try:
-            return await anyio.to_thread.run_sync(
-                lambda: self._store.record_outcome(
-                    call.tool_call_id, record, token=token, now=now, producer=self._producer
-                )
-            )
-        except StaleLease as exc:
-            # Our lease ran out and another worker settled the call meanwhile; its record stands.
-            logger.warning("outcome of %s not recorded (%s): %s", call.tool_call_id, outcome.kind, exc)
-            latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
-            return latest or call
-
-    async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
-        executor = self._registry.executor(capability)
-        # Executors enforce their own timeouts; this bound only catches an executor that does not.
-        guard_s = self.guard_s(capability)
-        try:
-            with anyio.fail_after(guard_s):
-                return await executor.execute(invocation)
-        except TimeoutError:
-            reason, detail = "executor_timeout", f"no outcome from the executor within {guard_s:.0f}s"
-        except Exception as exc:  # an executor bug must still leave a recorded, honest outcome
-            logger.exception("executor for %s raised", capability.ref)
-            reason, detail = "executor_error", type(exc).__name__
-        kind = "failed" if capability.effect == "read" else "unknown"
-        return Outcome(kind=kind, error=reason, detail=detail)
-
     async def _await_settled(self, call: CallView) -> CallView:
         """A joiner waits, bounded, for the dispatch it joined to settle, reading the shared store."""
         delay = 0.02
@@ -476,21 +406,6 @@ class CallPipeline:
                 latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
                 call = latest or call
         return call
-
-    def _validator(self, capability: Capability) -> Draft202012Validator:
-        validator = self._validators.get(capability.ref)
-        if validator is None:
-            try:
-                Draft202012Validator.check_schema(dict(capability.input_schema))
-            except SchemaError as exc:
-                raise ConfigurationError(f"{capability.ref}: invalid input schema: {exc.message}") from exc
-            validator = Draft202012Validator(dict(capability.input_schema))
-            self._validators[capability.ref] = validator
-        return validator
-
-    def _validation_errors(self, capability: Capability, arguments: Mapping[str, Any]) -> list[str]:
-        errors = sorted(self._validator(capability).iter_errors(arguments), key=lambda e: list(e.path))
-        return [f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in errors[:10]]
 
 
 def _approval_notice(

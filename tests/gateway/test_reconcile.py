@@ -197,8 +197,9 @@ async def test_a_worker_paused_past_its_lease_does_not_dispatch(
     def pause_then_answer(invocation):  # never reached: the lease check comes first
         raise AssertionError("dispatched after the lease ran out")
 
-    original = pipeline._lease_covers_dispatch
-    pipeline._lease_covers_dispatch = lambda cap, call: (clock.advance(60), original(cap, call))[1]
+    dispatcher = pipeline._dispatcher  # the pause is simulated right at the local lease check
+    original = dispatcher._lease_covers_dispatch
+    dispatcher._lease_covers_dispatch = lambda cap, call: (clock.advance(60), original(cap, call))[1]
     executor.then(pause_then_answer)
 
     report = await pipeline.call(CallInput(ALICE, "refund_order", {"order_id": "1"}, idempotency_key="p"))

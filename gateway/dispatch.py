@@ -1,0 +1,130 @@
+"""Dispatch: execute one call this process holds the lease of, and record what was observed.
+
+The half of the resume contract that crosses the boundary to the backend: check the lease still
+covers the whole bounded dispatch, call the executor (shielded, so a departing client cannot leave
+the outcome unrecorded), and record the outcome under the fencing token. Used for calls allowed
+outright, approved calls, confirmed calls and reconciliation retries alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from capabilities.contract import Capability, Invocation, Outcome
+from gateway.faults import NO_FAULTS, FaultPoints
+from store.model import CallView, OutcomeRecord, StaleLease
+from store.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    """Runs executors under dispatch leases; one per process, shared by every path that dispatches."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: Any,
+        clock: Callable[[], datetime],
+        producer: str,
+        executor_grace_s: float = 5.0,
+        lease_margin_s: float = 10.0,
+        faults: FaultPoints = NO_FAULTS,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._clock = clock
+        self._producer = producer
+        self._executor_grace_s = executor_grace_s
+        self._lease_margin_s = lease_margin_s
+        self._faults = faults
+
+    def guard_s(self, capability: Capability) -> float:
+        """The longest one dispatch may take: the capability's timeout plus the executor's grace."""
+        return capability.timeout_s + self._executor_grace_s
+
+    def lease_s(self, capability: Capability) -> float:
+        """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
+        return self.guard_s(capability) + self._lease_margin_s
+
+    async def dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
+        """Execute a call this process holds the dispatch lease of, and record what it observed."""
+        invocation = Invocation(
+            capability=capability,
+            arguments=arguments,
+            idempotency_key=call.idempotency_key,
+            tool_call_id=call.tool_call_id,
+            external_request_id=call.external_request_id,
+            attempt=max(call.attempts, 1),
+        )
+        self._faults.reach("after_dispatching_commit")
+        # The effect and its record are one unit: a client that goes away must not leave the call
+        # `dispatching` with its outcome unrecorded.
+        with anyio.CancelScope(shield=True):
+            if self._lease_covers_dispatch(capability, call):
+                outcome = await self._execute(capability, invocation)
+                self._faults.reach("after_execute")
+            else:
+                # Paused (GC, SIGSTOP, a slow disk) until too little lease is left: another replica may
+                # already be settling this call, so sending now could race it. Nothing was sent.
+                outcome = Outcome(
+                    kind="failed",
+                    error="lease_expired_before_dispatch",
+                    detail="the dispatch lease ran out before the request was sent; nothing was sent",
+                    evidence={"sent": False},
+                )
+            settled = await self._record(call, outcome)
+            self._faults.reach("after_outcome_commit")
+            return settled
+
+    def _lease_covers_dispatch(self, capability: Capability, call: CallView) -> bool:
+        # Checked locally right before sending: the whole dispatch must fit in what is left of the
+        # lease, or recovery could declare it unknown and reconciliation look before it lands.
+        if call.lease_expires_at is None:
+            return True
+        return self._clock() + timedelta(seconds=self.guard_s(capability)) <= call.lease_expires_at
+
+    async def _record(self, call: CallView, outcome: Outcome) -> CallView:
+        """Record the outcome under our fencing token; if we were fenced, report the recorded state."""
+        record = OutcomeRecord(
+            kind=outcome.kind,
+            result=outcome.result.to_json() if outcome.result is not None else None,
+            error=outcome.error,
+            detail=outcome.detail,
+            external_request_id=outcome.external_request_id,
+            evidence=dict(outcome.evidence),
+        )
+        token, now = call.lease_token, self._clock()
+        try:
+            return await anyio.to_thread.run_sync(
+                lambda: self._store.record_outcome(
+                    call.tool_call_id, record, token=token, now=now, producer=self._producer
+                )
+            )
+        except StaleLease as exc:
+            # Our lease ran out and another worker settled the call meanwhile; its record stands.
+            logger.warning("outcome of %s not recorded (%s): %s", call.tool_call_id, outcome.kind, exc)
+            latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
+            return latest or call
+
+    async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
+        executor = self._registry.executor(capability)
+        # Executors enforce their own timeouts; this bound only catches an executor that does not.
+        guard_s = self.guard_s(capability)
+        try:
+            with anyio.fail_after(guard_s):
+                return await executor.execute(invocation)
+        except TimeoutError:
+            reason, detail = "executor_timeout", f"no outcome from the executor within {guard_s:.0f}s"
+        except Exception as exc:  # an executor bug must still leave a recorded, honest outcome
+            logger.exception("executor for %s raised", capability.ref)
+            reason, detail = "executor_error", type(exc).__name__
+        kind = "failed" if capability.effect == "read" else "unknown"
+        return Outcome(kind=kind, error=reason, detail=detail)
