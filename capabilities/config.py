@@ -120,6 +120,25 @@ class HttpBackend(_Model):
     _check_url = field_validator("base_url")(_no_userinfo)
 
 
+class McpReconcile(_Model):
+    """How to learn the outcome of an earlier call: another upstream tool, looked up by key.
+
+    String values of `arguments` are templates over the call's arguments and `idempotency_key`,
+    `external_request_id`, `tool_call_id`; a value that is exactly one field keeps its type.
+    """
+
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("arguments")
+    @classmethod
+    def _templates(cls, arguments: dict[str, Any]) -> dict[str, Any]:
+        for value in arguments.values():
+            if isinstance(value, str):
+                template_fields(value)
+        return arguments
+
+
 class McpToolSettings(_Model):
     """Per-tool settings of an MCP backend (`defaults:` for all tools, `overrides:` per upstream name)."""
 
@@ -132,6 +151,8 @@ class McpToolSettings(_Model):
     timeout_s: float | None = Field(default=None, gt=0)
     redact: tuple[str, ...] | None = None
     summary: str | None = None
+    reconcile: McpReconcile | None = None
+    """An upstream tool that looks up the outcome of an earlier call (makes the tool reconcilable)."""
 
 
 class McpBackend(_Model):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import mcp_types
 
-from capabilities.config import McpBackend, McpToolSettings
+from capabilities.config import McpBackend, McpReconcile, McpToolSettings
 from capabilities.contract import Capability, ConfigError, EffectClass
 
 
@@ -34,6 +34,7 @@ def _check_known(backend: str, config: McpBackend, upstream: set[str]) -> None:
         ("tools", [] if config.tools == "*" else config.tools),
         ("rename", list(config.rename)),
         ("overrides", list(config.overrides)),
+        ("reconcile", reconcile_tools(config)),
     ):
         missing = sorted(set(named) - upstream)
         if missing:
@@ -43,6 +44,20 @@ def _check_known(backend: str, config: McpBackend, upstream: set[str]) -> None:
             f"backend {backend!r}: the upstream does not list these tools: {'; '.join(problems)} "
             f"(it lists {', '.join(sorted(upstream)) or 'none'})"
         )
+
+
+def reconcile_tools(config: McpBackend) -> list[str]:
+    """The upstream tools `reconcile:` settings name (they need not be exposed themselves)."""
+    settings = [config.defaults, *config.overrides.values()]
+    return [s.reconcile.tool for s in settings if s.reconcile is not None]
+
+
+def reconcile_setting(config: McpBackend, tool: str) -> McpReconcile | None:
+    """The lookup for upstream `tool`: its override's, else the backend default's."""
+    override = config.overrides.get(tool)
+    if override is not None and override.reconcile is not None:
+        return override.reconcile
+    return config.defaults.reconcile
 
 
 def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capability:
@@ -57,6 +72,7 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         return fallback
 
     annotations = tool.annotations
+    effect = _effect(override, defaults, annotations)
     title = override.title or tool.title or (annotations.title if annotations else None) or defaults.title
     return Capability(
         id=f"{backend}.{tool.name}",
@@ -64,7 +80,7 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         tool_name=config.rename.get(tool.name, tool.name),
         backend=backend,
         input_schema=dict(tool.input_schema),
-        effect=_effect(override, defaults, annotations),
+        effect=effect,
         description=override.description or tool.description or defaults.description or "",
         title=title,
         dedupes_on_key=bool(pick("dedupes_on_key", False)),
@@ -72,7 +88,8 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         timeout_s=float(pick("timeout_s", config.timeout_s)),  # type: ignore[arg-type]
         redact=tuple(pick("redact", ())),  # type: ignore[call-overload]
         summary=override.summary or defaults.summary,
-        reconcilable=False,
+        # A read has no effect to learn about, so a backend-wide lookup leaves reads alone.
+        reconcilable=effect != "read" and reconcile_setting(config, tool.name) is not None,
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
     )
 

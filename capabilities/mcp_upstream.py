@@ -30,8 +30,9 @@ from capabilities.contract import (
     ToolResult,
 )
 from capabilities.credentials import Credentials
+from capabilities.mcp_reconcile import MissingField, lookup_arguments, verdict
 from capabilities.mcp_session import Session, SessionKeeper
-from capabilities.mcp_tools import capabilities_from_tools
+from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting
 from capabilities.oauth_tokens import TokenSource
 from capabilities.results import text_result
 
@@ -154,12 +155,45 @@ class McpExecutor:
         return Outcome("completed", tool_result, external_request_id=invocation.external_request_id)
 
     async def reconcile(self, invocation: Invocation) -> ReconcileResult:
-        """MCP has no standard lookup of an earlier call.
+        """Look the earlier call up with the tool's `reconcile:` upstream tool (never raises for
+        upstream behaviour: anything that does not say found or not found is inconclusive).
 
         Raises:
-            CapabilityError: always.
+            CapabilityError: the tool has no lookup configured.
         """
-        raise CapabilityError(f"{invocation.capability.ref}: upstream MCP tools cannot be reconciled")
+        capability = invocation.capability
+        upstream = self._upstream.get(capability.id)
+        setting = reconcile_setting(self._config, upstream) if upstream is not None else None
+        if setting is None or not capability.reconcilable:
+            raise CapabilityError(f"{capability.ref} has no reconcile lookup")
+        evidence: dict[str, Any] = {"lookup_tool": setting.tool}
+        try:
+            arguments = lookup_arguments(setting, invocation)
+        except MissingField as missing:
+            return ReconcileResult(
+                "inconclusive", evidence={**evidence, "error": "invalid_lookup", "missing": missing.args[0]}
+            )
+        try:
+            session = await self._sessions.current()
+            await self._check_token(capability.timeout_s)
+        except BackendUnavailable as exc:
+            return ReconcileResult("inconclusive", evidence={**evidence, "error": self._describe(exc)})
+        assert session.client is not None
+        try:
+            result = await session.client.call_tool(
+                setting.tool, arguments, read_timeout_seconds=capability.timeout_s
+            )
+        except (MCPError, RuntimeError, ValidationError) as exc:
+            return ReconcileResult("inconclusive", evidence={**evidence, "error": self._describe(exc)})
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            session.kill()
+            return ReconcileResult("inconclusive", evidence={**evidence, "error": self._describe(exc)})
+        found = ToolResult(
+            content=tuple(block.model_dump(by_alias=True, exclude_none=True) for block in result.content),
+            structured=result.structured_content if isinstance(result.structured_content, dict) else None,
+            is_error=result.is_error,
+        )
+        return verdict(found, evidence)
 
     def _protocol_error(
         self, invocation: Invocation, session: Session, exc: MCPError, read_only: bool

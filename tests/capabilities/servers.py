@@ -36,6 +36,8 @@ class ServerState:
     bodies: list[Any] = field(default_factory=list)
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
     meta: list[dict[str, Any]] = field(default_factory=list)
+    writes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Upstream `write_file` effects by the idempotency key in the call's _meta."""
     closing: bool = False
 
     def see(self, key: str, request: Request | None = None, body: Any = None) -> None:
@@ -185,6 +187,10 @@ def upstream_tools() -> list[mcp_types.Tool]:
         mcp_types.Tool(name="hang", description="Never answers in time.", input_schema=obj),
         mcp_types.Tool(name="boom", description="Raises inside the handler.", input_schema=obj),
         mcp_types.Tool(name="admin_reset", description="Not for agents.", input_schema=obj),
+        mcp_types.Tool(name="find_writes", description="Writes with this key, as a list.", input_schema=obj),
+        mcp_types.Tool(
+            name="find_write", description="The write with this key, found or not.", input_schema=obj
+        ),
     ]
 
 
@@ -207,6 +213,17 @@ def mcp_upstream_server(state: ServerState) -> Server[Any]:
             await state.hang()
         if params.name == "boom":
             raise RuntimeError("handler crashed")
+        key = (params.arguments or {}).get("key")
+        if params.name == "find_writes":
+            found = {"writes": [state.writes[key]] if key in state.writes else []}
+            return mcp_types.CallToolResult(content=[], structured_content=found)
+        if params.name == "find_write":
+            record = state.writes.get(key)
+            found = {"found": record is not None, "write": record}
+            return mcp_types.CallToolResult(content=[], structured_content=found)
+        if params.name == "write_file" and params.meta and "writ/idempotencyKey" in params.meta:
+            written_key = params.meta["writ/idempotencyKey"]
+            state.writes[written_key] = {"key": written_key, "args": params.arguments or {}}
         payload = {
             "tool": params.name,
             "args": params.arguments or {},

@@ -108,6 +108,16 @@ def test_the_registry_builds_static_capabilities_from_the_example() -> None:
         (lambda d: d["capabilities"].append(dict(d["capabilities"][1])), "capability 'add': duplicate id"),
         (lambda d: d["backends"]["files"].update(command=["x"]), "exactly one of url"),
         (lambda d: d["capabilities"][0]["request"].update(path="/r/{a.b}"), "plain argument name"),
+        (
+            lambda d: d["backends"]["files"]["defaults"].update(reconcile={"arguments": {}}),
+            "backend 'files': defaults.reconcile.tool",
+        ),
+        (
+            lambda d: d["backends"]["files"]["defaults"].update(
+                reconcile={"tool": "find", "arguments": {"key": "{key!r}"}}
+            ),
+            "plain argument name",
+        ),
     ],
 )
 def test_invalid_config_is_a_config_error_naming_the_backend_or_capability(

@@ -182,11 +182,90 @@ async def test_an_http_upstream_that_went_away_is_unreachable_until_it_returns_t
     assert back.kind == "completed"
 
 
-async def test_reconcile_is_not_supported_for_upstream_tools(files: Registry) -> None:
+async def test_an_upstream_tool_without_a_reconcile_lookup_cannot_be_reconciled(files: Registry) -> None:
     cap = files.get("fs_write")
     assert cap is not None and not cap.reconcilable
     with pytest.raises(CapabilityError):
         await files.executor(cap).reconcile(invocation(cap))
+
+
+def with_lookup(url: str, tool: str, **arguments: Any) -> dict[str, Any]:
+    lookup = {"tool": tool, "arguments": arguments or {"key": "{idempotency_key}"}}
+    return files_backend(
+        url, tools=["read_file", "write_file"], overrides={"write_file": {"reconcile": lookup}}
+    )
+
+
+async def test_a_write_the_lookup_tool_lists_reconciles_as_succeeded_with_that_record(
+    upstream_url: str, upstream_state: ServerState
+) -> None:
+    async with build(with_lookup(upstream_url, "find_writes")) as registry:
+        cap = registry.get("write_file")
+        assert cap is not None and cap.reconcilable
+        written = invocation(cap, {"path": "/tmp/a"}, idempotency_key="k-written")
+        assert (await registry.executor(cap).execute(written)).kind == "completed"
+
+        found = await registry.executor(cap).reconcile(written)
+        missing = await registry.executor(cap).reconcile(invocation(cap, idempotency_key="k-never"))
+
+    assert found.verdict == "succeeded"
+    assert found.result is not None
+    assert found.result.structured == {"key": "k-written", "args": {"path": "/tmp/a"}}
+    assert (found.evidence["lookup_tool"], found.evidence["records"]) == ("find_writes", 1)
+    assert missing.verdict == "not_found"
+    assert upstream_state.bodies[-2:] == [{"key": "k-written"}, {"key": "k-never"}]
+
+
+async def test_a_found_flag_decides_and_templates_fill_from_the_call(
+    upstream_url: str, upstream_state: ServerState
+) -> None:
+    lookup = {"tool": "find_write", "arguments": {"key": "{idempotency_key}", "why": "call {tool_call_id}"}}
+    backend = files_backend(upstream_url, tools=["read_file", "write_file"], defaults={"reconcile": lookup})
+    async with build(backend) as registry:
+        read, write = registry.get("read_file"), registry.get("write_file")
+        assert read is not None and write is not None
+        written = invocation(write, {"path": "/tmp/b"}, idempotency_key="k-flag", tool_call_id="tc-1")
+        await registry.executor(write).execute(written)
+
+        found = await registry.executor(write).reconcile(written)
+        missing = await registry.executor(write).reconcile(invocation(write, tool_call_id="tc-2"))
+
+    assert not read.reconcilable  # a read has no effect to look up
+    assert found.verdict == "succeeded"
+    assert found.result is not None and found.result.structured == {
+        "key": "k-flag",
+        "args": {"path": "/tmp/b"},
+    }
+    assert missing.verdict == "not_found"
+    assert upstream_state.bodies[-2] == {"key": "k-flag", "why": "call tc-1"}
+
+
+async def test_a_lookup_tool_that_reports_an_error_is_inconclusive(upstream_url: str) -> None:
+    async with build(with_lookup(upstream_url, "fail")) as registry:
+        cap = registry.get("write_file")
+        assert cap is not None
+        result = await registry.executor(cap).reconcile(invocation(cap))
+
+    assert (result.verdict, result.evidence["error"]) == ("inconclusive", "lookup_tool_error")
+
+
+async def test_a_lookup_naming_a_value_the_call_lacks_is_inconclusive_and_sends_nothing(
+    upstream_url: str, upstream_state: ServerState
+) -> None:
+    async with build(with_lookup(upstream_url, "find_writes", key="{order_id}")) as registry:
+        cap = registry.get("write_file")
+        assert cap is not None
+        result = await registry.executor(cap).reconcile(invocation(cap, {"path": "/tmp/c"}))
+
+    assert (result.verdict, result.evidence["missing"]) == ("inconclusive", "order_id")
+    assert upstream_state.hits["find_writes"] == 0
+
+
+async def test_a_lookup_tool_the_upstream_does_not_list_is_refused_at_discovery(upstream_url: str) -> None:
+    registry = build(with_lookup(upstream_url, "no_such_lookup"))
+
+    with pytest.raises(ConfigError, match="reconcile names no_such_lookup"):
+        await registry.start()
 
 
 # --- stdio ------------------------------------------------------------------------------------------

@@ -2,11 +2,15 @@
 
 python notes_upstream.py NOTES_FILE            # stdio
 python notes_upstream.py NOTES_FILE --http PORT
+
+NOTES_ANSWER_DELAY_S=N makes `add_note` commit the note, then wait N seconds before answering (an
+answer that arrives too late, so the caller cannot know whether the note was added).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,7 +41,14 @@ TOOLS = [
         input_schema={"type": "object", "properties": {}},
         annotations=types.ToolAnnotations(read_only_hint=True),
     ),
+    types.Tool(
+        name="find_note_by_key",
+        description="The notes added with this idempotency key.",
+        input_schema={"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    ),
 ]
+ANSWER_DELAY_S = float(os.environ.get("NOTES_ANSWER_DELAY_S", "0"))
 
 
 def load() -> list[dict[str, Any]]:
@@ -57,7 +68,10 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             "key": (params.meta or {}).get("writ/idempotencyKey"),
         }
         NOTES.write_text(json.dumps([*notes, note]))
+        await anyio.sleep(ANSWER_DELAY_S)
         body: dict[str, Any] = note
+    elif params.name == "find_note_by_key":
+        body = {"notes": [note for note in notes if note["key"] == params.arguments["key"]]}
     else:
         body = {"notes": notes}
     return types.CallToolResult(

@@ -9,9 +9,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import yaml
 
+from store import Store
 from tests.e2e.harness import WRIT, free_port, mcp_client, stop, wait_http, wait_listening, writ
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -52,7 +54,11 @@ def gateway_for(tmp_path: Path, backend: dict) -> Iterator[tuple[str, Path]]:
 
 
 def notes_backend(transport: str, notes: Path, url: str | None = None) -> dict:
-    common = {"rename": {"add_note": "notes_add"}, "defaults": {"effect": "write", "version": "3"}}
+    common = {
+        "tools": ["add_note", "list_notes"],
+        "rename": {"add_note": "notes_add"},
+        "defaults": {"effect": "write", "version": "3"},
+    }
     if transport == "stdio":
         return {"type": "mcp", "command": [sys.executable, str(UPSTREAM), str(notes)], **common}
     return {"type": "mcp", "url": url, **common}
@@ -89,3 +95,46 @@ async def test_upstream_tools_are_re_exposed_renamed_and_their_effects_happen_on
     assert listed.structured_content["notes"] == [{"id": 1, "text": "hello", "key": "n1"}]
     assert bad.is_error and bad.structured_content["reason"] == "invalid_arguments"
     assert len(json.loads(notes.read_text())) == 1
+
+
+async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_through_the_lookup_tool(
+    tmp_path: Path,
+) -> None:
+    notes = tmp_path / "notes.json"
+    backend = {
+        "type": "mcp",
+        "command": [sys.executable, str(UPSTREAM), str(notes)],
+        "env": {"NOTES_ANSWER_DELAY_S": "3"},
+        "tools": ["add_note"],
+        "overrides": {
+            "add_note": {
+                "timeout_s": 1,
+                "reconcile": {"tool": "find_note_by_key", "arguments": {"key": "{idempotency_key}"}},
+            }
+        },
+    }
+    with gateway_for(tmp_path, backend) as (mcp_url, config):
+        token = writ("token", "--sub", "alice", "--roles", "agent", "-c", str(config), cwd=tmp_path)
+        token = token.stdout.strip().splitlines()[-1]
+        async with mcp_client(mcp_url, token) as client:
+            first = await client.call_tool(
+                "add_note", {"text": "late"}, meta={"writ/idempotencyKey": "slow-1"}
+            )
+            tool_call_id = first.meta["writ/toolCallId"]
+            with anyio.fail_after(30):
+                while True:
+                    status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
+                    if status.structured_content["status"] != "result_unknown":
+                        break
+                    await anyio.sleep(0.2)
+        shown = writ("calls", "show", tool_call_id, "-c", str(config), cwd=tmp_path).stdout
+
+    assert first.structured_content["status"] == "result_unknown"
+    settled = status.structured_content
+    assert (settled["status"], settled["verification"]) == ("completed", "confirmed_success")
+    assert settled["result"]["structuredContent"] == {"id": 1, "text": "late", "key": "slow-1"}
+    assert "reconciliation.resolved" in shown
+    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
+        resolved = store.events(tool_call_id=tool_call_id)[-1]
+    assert resolved.payload["evidence"]["lookup_tool"] == "find_note_by_key"
+    assert len(json.loads(notes.read_text())) == 1  # looked up, never re-sent
