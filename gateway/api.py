@@ -19,9 +19,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from gateway.results import status_document
 from policy.model import Principal
-from store.model import NotFound, StaleLease
 from store.store import Store
 
 OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
@@ -45,9 +45,6 @@ class ResolutionBody(BaseModel):
 
     outcome: Literal["succeeded", "failed"]
     evidence: str = Field(min_length=1, max_length=4000)
-
-
-RESOLVER_ROLES = frozenset({"approver", "admin"})
 
 
 def _json(value: Any) -> Any:
@@ -173,21 +170,18 @@ def api_routes(
         except ValidationError as exc:
             detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
             return _error(400, "invalid_request", detail)
+        resolution = ResolutionInput(
+            tool_call_id=request.path_params["tool_call_id"],
+            succeeded=body.outcome == "succeeded",
+            evidence=body.evidence,
+            resolved_by=who.subject,
+            roles=who.roles,
+            tenant=who.tenant,
+        )
         try:
-            call = await anyio.to_thread.run_sync(
-                lambda: store.resolve_manually(
-                    request.path_params["tool_call_id"],
-                    succeeded=body.outcome == "succeeded",
-                    evidence=body.evidence,
-                    by=who.subject,
-                    now=datetime.now(UTC),
-                    tenant=who.tenant,
-                )
-            )
-        except NotFound:
-            return _error(404, "not_found", "No such tool call")
-        except StaleLease as exc:
-            return _error(409, "not_unresolved", str(exc))
+            call = await resolve_call(store, resolution, datetime.now(UTC))
+        except ResolutionRefused as exc:
+            return _error(exc.http_status, exc.code, str(exc))
         body_out = status_document(call, include_result=True) | {"resolvedBy": call.resolved_by}
         return JSONResponse(_json(body_out))
 

@@ -1,4 +1,4 @@
-"""The console's routes: login, inbox, one approval, its decision, a call's timeline."""
+"""The console's routes: login, inbox, one approval, its decision, a call's timeline, unresolved calls."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
-from gateway.console.views import approval_card, timeline
+from gateway.console.views import approval_card, timeline, unresolved_card
+from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.store import Store
@@ -182,6 +183,63 @@ def console_routes(
             )
         return RedirectResponse(f"/console/calls/{decided.tool_call_id}", status_code=303)
 
+    async def unresolved(request: Request) -> Response:
+        who = await session(request)
+        if who is None:
+            return to_login()
+        return await show_unresolved(request, who)
+
+    async def show_unresolved(
+        request: Request, who: Principal, *, error: str | None = None, status_code: int = 200
+    ) -> Response:
+        if not who.roles & RESOLVER_ROLES:
+            return render(
+                request,
+                "message.html",
+                403,
+                who=who,
+                message="Resolving calls needs the approver or admin role.",
+            )
+
+        def load() -> list[dict[str, Any]]:
+            calls = store.list_calls(tenant=who.tenant, status="result_unknown")
+            return [unresolved_card(store, c) for c in calls]
+
+        cards = await anyio.to_thread.run_sync(load)
+        return render(request, "unresolved.html", status_code, who=who, cards=cards, error=error)
+
+    async def resolve(request: Request) -> Response:
+        who = await session(request)
+        if who is None:
+            return to_login()
+        form = await request.form()
+        if not csrf_ok(request, form):
+            return await show_unresolved(
+                request,
+                who,
+                status_code=403,
+                error="This form is stale or did not come from this console; reload the page and try again.",
+            )
+        outcome = str(form.get("outcome", ""))
+        if outcome not in ("succeeded", "failed"):
+            return await show_unresolved(request, who, status_code=400, error="Choose succeeded or failed.")
+        resolution = ResolutionInput(
+            tool_call_id=request.path_params["tool_call_id"],
+            succeeded=outcome == "succeeded",
+            evidence=str(form.get("evidence", ""))[:4000],
+            resolved_by=who.subject,
+            roles=who.roles,
+            tenant=who.tenant,
+            producer="writ-console",
+        )
+        try:
+            resolved = await resolve_call(store, resolution, datetime.now(UTC))
+        except ResolutionRefused as exc:
+            return await show_unresolved(
+                request, who, status_code=exc.http_status, error=f"Refused ({exc.code}): {exc}"
+            )
+        return RedirectResponse(f"/console/calls/{resolved.tool_call_id}", status_code=303)
+
     async def call(request: Request) -> Response:
         who = await session(request)
         if who is None:
@@ -203,5 +261,7 @@ def console_routes(
         Route("/console/approvals/{approval_id}", approval, methods=["GET"]),
         Route("/console/approvals/{approval_id}/decision", decide, methods=["POST"]),
         Route("/console/calls/{tool_call_id}", call, methods=["GET"]),
+        Route("/console/unresolved", unresolved, methods=["GET"]),
+        Route("/console/calls/{tool_call_id}/resolution", resolve, methods=["POST"]),
         Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
     ]

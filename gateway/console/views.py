@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from policy.model import Principal
-from store.model import ApprovalView, StoredEvent
+from store.model import ApprovalView, CallView, StoredEvent
 from store.store import Store
 
 REDACTED_PREFIX = "redacted:"
@@ -20,14 +20,7 @@ def approval_card(store: Store, approval: ApprovalView, who: Principal, now: dat
         (e for e in store.events(tool_call_id=approval.tool_call_id) if e.type == "tool_call.requested"), None
     )
     decision = dict(requested.payload.get("decision") or {}) if requested else {}
-    arguments = [
-        {
-            "name": name,
-            "value": value,
-            "redacted": isinstance(value, str) and value.startswith(REDACTED_PREFIX),
-        }
-        for name, value in sorted((call.arguments if call else {}).items())
-    ]
+    arguments = _arguments(call)
     may_decide = approval.status == "awaiting_approval" and approval.approver_role in who.roles
     own = who.subject == approval.requester and not approval.requester_may_approve
     return {
@@ -47,6 +40,48 @@ def approval_card(store: Store, approval: ApprovalView, who: Principal, now: dat
     }
 
 
+def unresolved_card(store: Store, call: CallView) -> dict[str, Any]:
+    """An unknown call as a resolver sees it: the effect, what is known, and each reconciliation try."""
+    evidence: list[dict[str, Any]] = []
+    attempts: list[dict[str, Any]] = []
+    for event in store.events(tool_call_id=call.tool_call_id):
+        payload = event.payload
+        if event.type == "tool_call.result_unknown":
+            known = {k: payload[k] for k in ("error", "detail") if payload.get(k)}
+            evidence.append({"at": event.occurred_at, **known, **(payload.get("evidence") or {})})
+        elif event.type.startswith("reconciliation."):
+            attempts.append(
+                {
+                    "at": event.occurred_at,
+                    "type": event.type.removeprefix("reconciliation."),
+                    "facts": {
+                        key: payload[key]
+                        for key in ("method", "attempt", "attempts", "reason", "detail", "next_attempt_at")
+                        if payload.get(key) not in (None, "")
+                    },
+                    "evidence": payload.get("evidence") or {},
+                }
+            )
+    return {
+        "call": call,
+        "capability": f"{call.capability_id}@{call.capability_version}",
+        "arguments": _arguments(call),
+        "evidence": evidence,
+        "attempts": attempts,
+    }
+
+
+def _arguments(call: CallView | None) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "value": value,
+            "redacted": isinstance(value, str) and value.startswith(REDACTED_PREFIX),
+        }
+        for name, value in sorted((call.arguments if call else {}).items())
+    ]
+
+
 def timeline(events: Sequence[StoredEvent]) -> list[dict[str, Any]]:
     """The call's events, oldest first, each with the facts worth a line."""
     rows = []
@@ -54,7 +89,16 @@ def timeline(events: Sequence[StoredEvent]) -> list[dict[str, Any]]:
         payload = event.payload
         facts = {
             key: payload[key]
-            for key in ("decided_by", "reason", "error", "detail", "attempt", "lease_owner")
+            for key in (
+                "decided_by",
+                "resolved_by",
+                "verdict",
+                "reason",
+                "error",
+                "detail",
+                "attempt",
+                "lease_owner",
+            )
             if payload.get(key) not in (None, "")
         }
         decision = payload.get("decision")
