@@ -112,13 +112,18 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
     """
     store = Store.open(config.store.url, durable=config.store.durable)
     if not store.is_migrated():
-        if migrate_empty and store.is_empty():
+        empty = store.is_empty()
+        if migrate_empty and empty:
             store.migrate()
-        else:
-            store.close()
+            return store
+        store.close()
+        where = _safe_url(config.store.url)
+        if empty:
             raise ConfigurationError(
-                f"the store at {_safe_url(config.store.url)} needs a migration: run `writ store migrate`"
+                f"nothing is recorded at {where} yet: `writ serve` or `writ demo` create the store "
+                f"(or pass -c with the config of the gateway you mean)"
             )
+        raise ConfigurationError(f"the store at {where} needs a migration: run `writ store migrate`")
     return store
 
 

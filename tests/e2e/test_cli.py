@@ -145,3 +145,9 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
     finally:
         stop(process)
         log.close()
+
+
+def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -> None:
+    result = writ("calls", "show", "tc_nothing", cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert "nothing is recorded" in result.stderr and "writ demo" in result.stderr
