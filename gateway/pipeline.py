@@ -210,31 +210,33 @@ class CallPipeline:
         stored_arguments = self._redactor.redact(capability, arguments)
         policy = self._policy()
 
+        def refusal(reason: str, detail: str, policy_version: str) -> RefusalRequest:
+            return RefusalRequest(
+                tool_call_id=tool_call_id,
+                run_id=run_id,
+                run_is_new_hint=inp.run_id is None,
+                tenant=principal.tenant,
+                subject=principal.subject,
+                principal=principal.to_json(),
+                tool_name=capability.tool_name,
+                capability_id=capability.id,
+                capability_version=capability.version,
+                arguments=stored_arguments,
+                action_hash=action,
+                idempotency_key=key,
+                key_source=key_source,
+                reason=reason,
+                detail=detail,
+                policy_version=policy_version,
+                correlation_id=correlation_id,
+                now=now,
+                producer=self._producer,
+            )
+
         errors = self._schemas.errors(capability, arguments)
         if errors:
             refused = await anyio.to_thread.run_sync(
-                self._store.refuse,
-                RefusalRequest(
-                    tool_call_id=tool_call_id,
-                    run_id=run_id,
-                    run_is_new_hint=inp.run_id is None,
-                    tenant=principal.tenant,
-                    subject=principal.subject,
-                    principal=principal.to_json(),
-                    tool_name=capability.tool_name,
-                    capability_id=capability.id,
-                    capability_version=capability.version,
-                    arguments=stored_arguments,
-                    action_hash=action,
-                    idempotency_key=key,
-                    key_source=key_source,
-                    reason="invalid_arguments",
-                    detail="; ".join(errors),
-                    policy_version=policy.version,
-                    correlation_id=correlation_id,
-                    now=now,
-                    producer=self._producer,
-                ),
+                self._store.refuse, refusal("invalid_arguments", "; ".join(errors), policy.version)
             )
             return CallReport("invalid_arguments", refused, capability, validation_errors=tuple(errors))
 
@@ -254,33 +256,12 @@ class CallPipeline:
         if decision.effect == "allow" and capability.effect == "confirm":
             if not inp.can_confirm:
                 # Nobody can be asked, so the effect cannot happen: refused, recorded, never claimed.
+                detail = (
+                    f"{capability.ref} runs only after the user confirms it in the client; this client "
+                    "cannot be asked (it needs MCP 2026-07-28 input-required rounds and form elicitation)"
+                )
                 unconfirmable = await anyio.to_thread.run_sync(
-                    self._store.refuse,
-                    RefusalRequest(
-                        tool_call_id=tool_call_id,
-                        run_id=run_id,
-                        run_is_new_hint=inp.run_id is None,
-                        tenant=principal.tenant,
-                        subject=principal.subject,
-                        principal=principal.to_json(),
-                        tool_name=capability.tool_name,
-                        capability_id=capability.id,
-                        capability_version=capability.version,
-                        arguments=stored_arguments,
-                        action_hash=action,
-                        idempotency_key=key,
-                        key_source=key_source,
-                        reason="confirmation_unavailable",
-                        detail=(
-                            f"{capability.ref} runs only after the user confirms it in the client; this "
-                            "client cannot be asked (it needs MCP 2026-07-28 input-required rounds and "
-                            "form elicitation)"
-                        ),
-                        policy_version=decision.policy_version,
-                        correlation_id=correlation_id,
-                        now=now,
-                        producer=self._producer,
-                    ),
+                    self._store.refuse, refusal("confirmation_unavailable", detail, decision.policy_version)
                 )
                 return CallReport("new", unconfirmable, capability)
             confirmation_id = new_id("cf")
@@ -306,7 +287,7 @@ class CallPipeline:
                 decision=decision.to_json(),
                 policy_version=decision.policy_version,
                 effect_class=capability.effect,
-                summary=capability.summarize(arguments),
+                summary=capability.summarize(stored_arguments),
                 external_request_id=new_id("req"),
                 correlation_id=correlation_id,
                 now=now,

@@ -211,3 +211,14 @@ async def test_an_identical_read_after_a_completed_one_is_asked_again_not_answer
     second = await pipeline.call(call(tool="lookup_order", key=None))
     assert first.call.tool_call_id != second.call.tool_call_id
     assert len(executor.invocations) == 2
+
+
+async def test_a_redacted_field_named_in_the_summary_template_is_not_stored_in_clear(
+    store: Store, executor: FakeExecutor
+) -> None:
+    secret = fake_capability("pay", effect="write", redact=("card",), summary="charge card {card} for {amount}")
+    registry = Registry({"fake": executor}, [secret])
+    p = CallPipeline(store=store, registry=registry, policy=lambda: POLICY, redactor=Redactor(b"salt"))
+    report = await p.call(CallInput(ALICE, "pay", {"card": "4111111111111111", "amount": 1}, "k"))
+    assert "4111111111111111" not in report.call.summary
+    assert "4111111111111111" not in str([e.payload for e in store.events()])
