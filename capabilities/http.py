@@ -27,7 +27,15 @@ from capabilities.contract import (
 )
 from capabilities.credentials import Credentials
 from capabilities.oauth_tokens import TokenUnavailable
-from capabilities.results import compact_json, is_value, json_result, parse_json, text_result
+from capabilities.results import (
+    compact_json,
+    failed_outcome,
+    is_value,
+    json_result,
+    parse_json,
+    text_result,
+    unanswered_outcome,
+)
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _DETAIL_CHARS = 300
@@ -148,13 +156,15 @@ class HttpExecutor:
         capability = invocation.capability
         route = self._routes.get(capability.id)
         if route is None:
-            return self._failed(
+            return failed_outcome(
                 invocation, "unknown_capability", f"{capability.ref} is not served by {self.name}"
             )
         try:
             path, rest = fill_template(route.request.path, invocation.arguments)
         except TemplateError as missing:
-            return self._failed(invocation, "invalid_arguments", f"argument {missing.args[0]!r} is required")
+            return failed_outcome(
+                invocation, "invalid_arguments", f"argument {missing.args[0]!r} is required"
+            )
         method = route.request.method
         body = {"json": rest} if method in _BODY_METHODS else {"params": _query(rest)}
         headers = {
@@ -165,15 +175,15 @@ class HttpExecutor:
         try:
             response = await self._send(method, path, headers, capability.timeout_s, **body)
         except BackendUnavailable as exc:
-            return self._failed(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
+            return failed_outcome(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
         except _NOT_SENT as exc:
-            return self._failed(invocation, "backend_unreachable", self._describe(exc))
+            return failed_outcome(invocation, "backend_unreachable", self._describe(exc))
         except _REFUSED_LOCALLY as exc:
-            return self._failed(invocation, "request_error", self._describe(exc))
+            return failed_outcome(invocation, "request_error", self._describe(exc))
         except (TimeoutError, httpx2.TimeoutException) as exc:
-            return self._unanswered(invocation, read_only, "response_timeout", self._describe(exc))
+            return unanswered_outcome(invocation, read_only, "response_timeout", self._describe(exc))
         except httpx2.TransportError as exc:
-            return self._unanswered(invocation, read_only, "connection_lost", self._describe(exc))
+            return unanswered_outcome(invocation, read_only, "connection_lost", self._describe(exc))
         return self._outcome(invocation, response, read_only)
 
     async def reconcile(self, invocation: Invocation) -> ReconcileResult:
@@ -288,22 +298,6 @@ class HttpExecutor:
             detail=f"{self.name} answered {status}: {text[:_DETAIL_CHARS]}",
             external_request_id=invocation.external_request_id,
             evidence=evidence,
-        )
-
-    def _failed(self, invocation: Invocation, error: str, detail: str) -> Outcome:
-        return Outcome(
-            "failed",
-            text_result(detail, is_error=True),
-            error=error,
-            detail=detail,
-            external_request_id=invocation.external_request_id,
-        )
-
-    def _unanswered(self, invocation: Invocation, read_only: bool, error: str, detail: str) -> Outcome:
-        if read_only:
-            return self._failed(invocation, error, detail)
-        return Outcome(
-            "unknown", error=error, detail=detail, external_request_id=invocation.external_request_id
         )
 
     def _describe(self, exc: BaseException) -> str:

@@ -34,7 +34,7 @@ from capabilities.mcp_reconcile import MissingField, lookup_arguments, verdict
 from capabilities.mcp_session import Session, SessionKeeper
 from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting
 from capabilities.oauth_tokens import TokenSource
-from capabilities.results import text_result
+from capabilities.results import failed_outcome, unanswered_outcome
 
 _DETAIL_CHARS = 300
 
@@ -113,14 +113,14 @@ class McpExecutor:
         capability = invocation.capability
         upstream = self._upstream.get(capability.id)
         if upstream is None:
-            return self._failed(
+            return failed_outcome(
                 invocation, "unknown_capability", f"{capability.ref} is not served by {self.name}"
             )
         try:
             session = await self._sessions.current()
             await self._check_token(capability.timeout_s)
         except BackendUnavailable as exc:
-            return self._failed(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
+            return failed_outcome(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
         assert session.client is not None
         read_only = capability.effect == "read"
         meta: Any = {
@@ -135,10 +135,10 @@ class McpExecutor:
             return self._protocol_error(invocation, session, exc, read_only)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             session.kill()
-            return self._unanswered(invocation, read_only, "connection_lost", self._describe(exc))
+            return unanswered_outcome(invocation, read_only, "connection_lost", self._describe(exc))
         except (RuntimeError, ValidationError) as exc:
             # The upstream answered, but not with a result we can use (invalid shape or output schema).
-            return self._unanswered(invocation, read_only, "invalid_response", self._describe(exc))
+            return unanswered_outcome(invocation, read_only, "invalid_response", self._describe(exc))
         tool_result = ToolResult(
             content=tuple(block.model_dump(by_alias=True, exclude_none=True) for block in result.content),
             structured=result.structured_content if isinstance(result.structured_content, dict) else None,
@@ -200,16 +200,16 @@ class McpExecutor:
     ) -> Outcome:
         detail = self._describe(exc)
         if exc.code == mcp_types.REQUEST_TIMEOUT:
-            return self._unanswered(invocation, read_only, "response_timeout", detail)
+            return unanswered_outcome(invocation, read_only, "response_timeout", detail)
         if exc.code == mcp_types.CONNECTION_CLOSED:
             session.kill()
-            return self._unanswered(invocation, read_only, "connection_lost", detail)
+            return unanswered_outcome(invocation, read_only, "connection_lost", detail)
         if exc.code == mcp_types.INTERNAL_ERROR:
             # Like an HTTP 500: the handler may have acted before it failed.
-            return self._unanswered(invocation, read_only, "upstream_internal_error", detail)
+            return unanswered_outcome(invocation, read_only, "upstream_internal_error", detail)
         if exc.message == "Session terminated":
             session.kill()
-        return self._failed(invocation, f"mcp_error_{abs(exc.code)}", detail)
+        return failed_outcome(invocation, f"mcp_error_{abs(exc.code)}", detail)
 
     async def _check_token(self, timeout_s: float) -> None:
         """Make sure an OAuth backend has a fresh token before the call leaves, so a token endpoint
@@ -250,22 +250,6 @@ class McpExecutor:
         return Client(params, mode=config.mode)
 
     # --- outcomes --------------------------------------------------------------------------------------
-
-    def _failed(self, invocation: Invocation, error: str, detail: str) -> Outcome:
-        return Outcome(
-            "failed",
-            text_result(detail, is_error=True),
-            error=error,
-            detail=detail,
-            external_request_id=invocation.external_request_id,
-        )
-
-    def _unanswered(self, invocation: Invocation, read_only: bool, error: str, detail: str) -> Outcome:
-        if read_only:
-            return self._failed(invocation, error, detail)
-        return Outcome(
-            "unknown", error=error, detail=detail, external_request_id=invocation.external_request_id
-        )
 
     def _describe(self, exc: BaseException) -> str:
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:

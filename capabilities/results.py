@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from capabilities.contract import ToolResult
+from capabilities.contract import Invocation, Outcome, ToolResult
 
 _NO_VALUE = object()
 
@@ -51,3 +51,21 @@ def parse_json(text: str) -> Any:
 
 def is_value(value: Any) -> bool:
     return value is not _NO_VALUE
+
+
+def failed_outcome(invocation: Invocation, error: str, detail: str) -> Outcome:
+    """Definitely not performed (or a read): `failed`, with the detail as an error result."""
+    return Outcome(
+        "failed",
+        text_result(detail, is_error=True),
+        error=error,
+        detail=detail,
+        external_request_id=invocation.external_request_id,
+    )
+
+
+def unanswered_outcome(invocation: Invocation, read_only: bool, error: str, detail: str) -> Outcome:
+    """Sent and not answered: `unknown` for anything with an effect, since the backend may have acted."""
+    if read_only:
+        return failed_outcome(invocation, error, detail)
+    return Outcome("unknown", error=error, detail=detail, external_request_id=invocation.external_request_id)
