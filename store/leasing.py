@@ -18,7 +18,7 @@ from store import events as ev
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease
 from store.schema import tool_calls
-from store.views import call_view
+from store.views import CALL_BY_ID, call_view
 
 
 def call_envelope(row: Row[Any], now: datetime, producer: str) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def grant(owner: str, previous_token: int, now: datetime, lease_s: float) -> dic
 
 def call_row(conn: Connection, tool_call_id: str) -> Row[Any]:
     """Raises: NotFound."""
-    row = conn.execute(select(tool_calls).where(tool_calls.c.tool_call_id == tool_call_id)).one_or_none()
+    row = conn.execute(CALL_BY_ID, {"b_tool_call_id": tool_call_id}).one_or_none()
     if row is None:
         raise NotFound(f"no tool call {tool_call_id}")
     return row

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Row, select, update
 
 from store import events as ev
 from store.model import StoredEvent, StoreError
@@ -14,6 +14,13 @@ from store.projector import apply
 from store.schema import events, log_head
 
 PAGE_SIZE = 1000
+
+# Built once, not per transaction: SQLAlchemy caches the compiled form by the statement's key.
+# PostgreSQL: a row lock all writers queue on. SQLite: the IMMEDIATE transaction already holds the
+# database's write lock and FOR UPDATE is not rendered.
+_LOCK_HEAD = select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1).with_for_update()
+_MOVE_HEAD = update(log_head).where(log_head.c.id == 1)  # sets last_seq and last_hash from the parameters
+_INSERT_EVENTS = events.insert()
 
 
 class Append:
@@ -23,11 +30,7 @@ class Append:
     """
 
     def __init__(self, conn: Connection) -> None:
-        # PostgreSQL: a row lock all writers queue on. SQLite: the IMMEDIATE transaction already
-        # holds the database's write lock and FOR UPDATE is not rendered.
-        head = conn.execute(
-            select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1).with_for_update()
-        ).one_or_none()
+        head = conn.execute(_LOCK_HEAD).one_or_none()
         if head is None:
             raise StoreError("the store is not migrated: run `writ store migrate`")
         self._conn = conn
@@ -47,10 +50,8 @@ class Append:
         """Write the sealed events and move the head; the caller's transaction commits both."""
         if not self._rows:
             return
-        self._conn.execute(insert(events), self._rows)
-        self._conn.execute(
-            update(log_head).where(log_head.c.id == 1).values(last_seq=self._seq, last_hash=self._hash)
-        )
+        self._conn.execute(_INSERT_EVENTS, self._rows)
+        self._conn.execute(_MOVE_HEAD, {"last_seq": self._seq, "last_hash": self._hash})
         self._rows = []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from store import events as ev
 from store.model import KeyClaimLost
@@ -23,31 +23,55 @@ def apply(conn: Connection, event: ev.Event) -> None:
         handler(conn, event)
 
 
+# The statements every call runs, built once: SQLAlchemy caches the compiled form by the statement's
+# key, so only the parameters change per event. An UPDATE without .values() sets the columns named by
+# its parameters; the WHERE binds are named b_* so they never collide with a column.
+_INSERT_RUN = runs.insert()
+_COUNT_CALL = (
+    update(runs).where(runs.c.run_id == bindparam("b_run_id")).values(call_count=runs.c.call_count + 1)
+)
+_INSERT_CALL = tool_calls.insert()
+_UPDATE_CALL = update(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
+_INSERT_APPROVAL = approvals.insert()
+_UPDATE_APPROVAL = update(approvals).where(approvals.c.approval_id == bindparam("b_approval_id"))
+_CLAIM_KEY = effect_ledger.insert()
+_TAKE_OVER_KEY = update(effect_ledger).where(
+    effect_ledger.c.tenant == bindparam("b_tenant"),
+    effect_ledger.c.idempotency_key == bindparam("b_idempotency_key"),
+    effect_ledger.c.tool_call_id == bindparam("b_supersedes"),
+)
+
+
 def _json(value: Any) -> str | None:
     return None if value is None else ev.canonical_json(value)
 
 
 def _update_call(conn: Connection, event: ev.Envelope, **values: Any) -> None:
     conn.execute(
-        update(tool_calls)
-        .where(tool_calls.c.tool_call_id == event.tool_call_id)
-        .values(updated_at=ev.parse_ts(event.occurred_at), last_event_id=event.event_id, **values)
+        _UPDATE_CALL,
+        {
+            "b_tool_call_id": event.tool_call_id,
+            "updated_at": ev.parse_ts(event.occurred_at),
+            "last_event_id": event.event_id,
+            **values,
+        },
     )
 
 
 def _update_approval(conn: Connection, event: ev.Envelope, **values: Any) -> None:
-    conn.execute(update(approvals).where(approvals.c.approval_id == event.approval_id).values(**values))
+    conn.execute(_UPDATE_APPROVAL, {"b_approval_id": event.approval_id, **values})
 
 
 def _run_started(conn: Connection, event: ev.RunStartedEvent) -> None:
     conn.execute(
-        insert(runs).values(
-            run_id=event.run_id,
-            tenant=event.payload.tenant,
-            subject=event.payload.subject,
-            started_at=ev.parse_ts(event.occurred_at),
-            call_count=0,
-        )
+        _INSERT_RUN,
+        {
+            "run_id": event.run_id,
+            "tenant": event.payload.tenant,
+            "subject": event.payload.subject,
+            "started_at": ev.parse_ts(event.occurred_at),
+            "call_count": 0,
+        },
     )
 
 
@@ -55,38 +79,39 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent) -> None:
     p = event.payload
     at = ev.parse_ts(event.occurred_at)
     conn.execute(
-        insert(tool_calls).values(
-            tool_call_id=event.tool_call_id,
-            run_id=event.run_id,
-            tenant=event.tenant,
-            subject=p.subject,
-            principal=_json(p.principal),
-            tool_name=p.tool_name,
-            capability_id=event.capability_id or "",
-            capability_version=event.capability_version or "",
-            action_hash=p.action_hash,
-            idempotency_key=p.idempotency_key,
-            key_source=p.key_source,
-            status="requested",
-            verification_status="not_observed",
-            decision_effect=str(p.decision.get("effect", "deny")),
-            reason=p.decision.get("reason"),
-            policy_version=event.policy_version or "",
-            arguments=_json(p.arguments),
-            summary=p.summary,
-            effect_class=p.effect_class,
-            external_request_id=p.external_request_id,
-            attempts=0,
-            lease_token=0,
-            reconcile_attempts=0,
-            dedupe_window_s=p.dedupe_window_s,
-            correlation_id=event.correlation_id,
-            last_event_id=event.event_id,
-            created_at=at,
-            updated_at=at,
-        )
+        _INSERT_CALL,
+        {
+            "tool_call_id": event.tool_call_id,
+            "run_id": event.run_id,
+            "tenant": event.tenant,
+            "subject": p.subject,
+            "principal": _json(p.principal),
+            "tool_name": p.tool_name,
+            "capability_id": event.capability_id or "",
+            "capability_version": event.capability_version or "",
+            "action_hash": p.action_hash,
+            "idempotency_key": p.idempotency_key,
+            "key_source": p.key_source,
+            "status": "requested",
+            "verification_status": "not_observed",
+            "decision_effect": str(p.decision.get("effect", "deny")),
+            "reason": p.decision.get("reason"),
+            "policy_version": event.policy_version or "",
+            "arguments": _json(p.arguments),
+            "summary": p.summary,
+            "effect_class": p.effect_class,
+            "external_request_id": p.external_request_id,
+            "attempts": 0,
+            "lease_token": 0,
+            "reconcile_attempts": 0,
+            "dedupe_window_s": p.dedupe_window_s,
+            "correlation_id": event.correlation_id,
+            "last_event_id": event.event_id,
+            "created_at": at,
+            "updated_at": at,
+        },
     )
-    conn.execute(update(runs).where(runs.c.run_id == event.run_id).values(call_count=runs.c.call_count + 1))
+    conn.execute(_COUNT_CALL, {"b_run_id": event.run_id})
     if not p.claims_key:
         return
     claim = {
@@ -97,18 +122,16 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent) -> None:
     }
     if p.supersedes is None:
         # A second claimant fails here on the primary key: uniqueness lives in the database.
-        conn.execute(
-            insert(effect_ledger).values(tenant=event.tenant, idempotency_key=p.idempotency_key, **claim)
-        )
+        conn.execute(_CLAIM_KEY, {"tenant": event.tenant, "idempotency_key": p.idempotency_key, **claim})
         return
     taken = conn.execute(
-        update(effect_ledger)
-        .where(
-            effect_ledger.c.tenant == event.tenant,
-            effect_ledger.c.idempotency_key == p.idempotency_key,
-            effect_ledger.c.tool_call_id == p.supersedes,
-        )
-        .values(**claim)
+        _TAKE_OVER_KEY,
+        {
+            "b_tenant": event.tenant,
+            "b_idempotency_key": p.idempotency_key,
+            "b_supersedes": p.supersedes,
+            **claim,
+        },
     )
     if taken.rowcount != 1:
         raise KeyClaimLost(f"key {p.idempotency_key!r} is no longer held by call {p.supersedes}")
@@ -129,18 +152,19 @@ def _denied(conn: Connection, event: ev.ToolCallDeniedEvent) -> None:
 def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent) -> None:
     p = event.payload
     conn.execute(
-        insert(approvals).values(
-            approval_id=p.approval_id,
-            tool_call_id=event.tool_call_id,
-            tenant=event.tenant,
-            status="awaiting_approval",
-            requester=p.requester,
-            approver_role=p.approver_role,
-            requester_may_approve=p.requester_may_approve,
-            action_hash=p.action_hash,
-            expires_at=ev.parse_ts(p.expires_at),
-            created_at=ev.parse_ts(event.occurred_at),
-        )
+        _INSERT_APPROVAL,
+        {
+            "approval_id": p.approval_id,
+            "tool_call_id": event.tool_call_id,
+            "tenant": event.tenant,
+            "status": "awaiting_approval",
+            "requester": p.requester,
+            "approver_role": p.approver_role,
+            "requester_may_approve": p.requester_may_approve,
+            "action_hash": p.action_hash,
+            "expires_at": ev.parse_ts(p.expires_at),
+            "created_at": ev.parse_ts(event.occurred_at),
+        },
     )
     _update_call(
         conn,

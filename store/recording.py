@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, bindparam, select
 
 from store import events as ev
 from store import queues
@@ -24,18 +24,42 @@ from store.schema import effect_ledger, revocations, runs
 from store.views import load_call
 
 
+def _ledger(column: Any) -> Any:
+    return (
+        select(column)
+        .where(
+            effect_ledger.c.tenant == bindparam("b_tenant"),
+            effect_ledger.c.idempotency_key == bindparam("b_idempotency_key"),
+        )
+        .scalar_subquery()
+    )
+
+
+# What admit needs to know before it records anything, in one round trip. Built once, not per call:
+# SQLAlchemy caches the compiled form by the statement's key.
+_ADMIT_LOOKUP = select(
+    select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id")).scalar_subquery().label("run_tenant"),
+    _ledger(effect_ledger.c.tool_call_id).label("holder"),
+    _ledger(effect_ledger.c.action_hash).label("holder_hash"),
+    select(revocations.c.subject)
+    .where(revocations.c.tenant == bindparam("b_tenant"), revocations.c.subject == bindparam("b_subject"))
+    .exists()
+    .label("revoked"),
+)
+_RUN_TENANT = select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id"))
+
+
 def admit(conn: Connection, req: CallRequest) -> Admission:
     """Record a call's intent and decision, claiming its idempotency key unless another call holds it."""
     log = Append(conn)
     # After the head lock, so under PostgreSQL's read committed this statement sees every earlier claim.
-    lookup = conn.execute(
-        select(
-            select(runs.c.tenant).where(runs.c.run_id == req.run_id).scalar_subquery().label("run_tenant"),
-            _ledger(effect_ledger.c.tool_call_id, req).label("holder"),
-            _ledger(effect_ledger.c.action_hash, req).label("holder_hash"),
-            _revoked(req.tenant, req.subject).label("revoked"),
-        )
-    ).one()
+    params = {
+        "b_run_id": req.run_id,
+        "b_tenant": req.tenant,
+        "b_idempotency_key": req.idempotency_key,
+        "b_subject": req.subject,
+    }
+    lookup = conn.execute(_ADMIT_LOOKUP, params).one()
     _check_run_tenant(req.run_id, lookup.run_tenant, req.tenant)
     if lookup.revoked:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
@@ -61,7 +85,7 @@ def admit(conn: Connection, req: CallRequest) -> Admission:
 def refuse(conn: Connection, req: RefusalRequest) -> CallView:
     """Record a call refused before it could claim a key: requested, then denied."""
     log = Append(conn)
-    run_tenant = conn.execute(select(runs.c.tenant).where(runs.c.run_id == req.run_id)).scalar_one_or_none()
+    run_tenant = conn.execute(_RUN_TENANT, {"b_run_id": req.run_id}).scalar_one_or_none()
     _check_run_tenant(req.run_id, run_tenant, req.tenant)
     return _record_refusal(conn, log, req, run_tenant)
 
@@ -126,14 +150,6 @@ def record_outcome(
     return _reload(conn, tool_call_id)
 
 
-def _revoked(tenant: str, subject: str) -> Any:
-    return (
-        select(revocations.c.subject)
-        .where(revocations.c.tenant == tenant, revocations.c.subject == subject)
-        .exists()
-    )
-
-
 def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
     return RefusalRequest(
         tool_call_id=req.tool_call_id,
@@ -155,14 +171,6 @@ def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
         correlation_id=req.correlation_id,
         now=req.now,
         producer=req.producer,
-    )
-
-
-def _ledger(column: Any, req: CallRequest) -> Any:
-    return (
-        select(column)
-        .where(effect_ledger.c.tenant == req.tenant, effect_ledger.c.idempotency_key == req.idempotency_key)
-        .scalar_subquery()
     )
 
 

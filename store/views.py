@@ -5,10 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, bindparam, select
 
 from store.model import ApprovalView, CallView
 from store.schema import approvals, tool_calls
+
+# Built once, not per read: SQLAlchemy caches the compiled form by the statement's key.
+CALL_BY_ID = select(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
+_CALL_BY_ID_IN_TENANT = CALL_BY_ID.where(tool_calls.c.tenant == bindparam("b_tenant"))
+_APPROVAL_BY_ID = select(approvals).where(approvals.c.approval_id == bindparam("b_approval_id"))
+_APPROVAL_BY_ID_IN_TENANT = _APPROVAL_BY_ID.where(approvals.c.tenant == bindparam("b_tenant"))
 
 
 def _loads(text: str | None) -> Any:
@@ -76,16 +82,18 @@ def approval_view(row: Row[Any]) -> ApprovalView:
 
 
 def load_call(conn: Connection, tool_call_id: str, tenant: str | None = None) -> CallView | None:
-    query = select(tool_calls).where(tool_calls.c.tool_call_id == tool_call_id)
-    if tenant is not None:
-        query = query.where(tool_calls.c.tenant == tenant)
-    row = conn.execute(query).one_or_none()
+    if tenant is None:
+        row = conn.execute(CALL_BY_ID, {"b_tool_call_id": tool_call_id}).one_or_none()
+    else:
+        params = {"b_tool_call_id": tool_call_id, "b_tenant": tenant}
+        row = conn.execute(_CALL_BY_ID_IN_TENANT, params).one_or_none()
     return None if row is None else call_view(row)
 
 
 def load_approval(conn: Connection, approval_id: str, tenant: str | None = None) -> ApprovalView | None:
-    query = select(approvals).where(approvals.c.approval_id == approval_id)
-    if tenant is not None:
-        query = query.where(approvals.c.tenant == tenant)
-    row = conn.execute(query).one_or_none()
+    if tenant is None:
+        row = conn.execute(_APPROVAL_BY_ID, {"b_approval_id": approval_id}).one_or_none()
+    else:
+        params = {"b_approval_id": approval_id, "b_tenant": tenant}
+        row = conn.execute(_APPROVAL_BY_ID_IN_TENANT, params).one_or_none()
     return None if row is None else approval_view(row)
