@@ -151,13 +151,17 @@ def direct(base_url: str, op: str) -> Session:
     return session
 
 
-def through_writ(mcp_url: str, token: str, op: str, mode: str, *, repeat_reads: bool = False) -> Session:
+def through_writ(
+    mcp_url: str, token: str, op: str, mode: str, *, repeat_reads: bool = False, writ: bool = True
+) -> Session:
     """Writ with the official MCP client, one client session per worker, reused for every call.
 
     Every call carries its own idempotency key, so each is a new call that reaches the backend: without
     one, an identical read inside the capability's dedupe window (10 minutes) joins the completed call
-    and is answered from the log. `repeat_reads` measures that path instead.
+    and is answered from the log. `repeat_reads` measures that path instead. `writ=False` points the
+    same client at the bare proxy, whose results carry no Writ status.
     """
+    check = _check if writ else _check_bare
 
     @contextlib.asynccontextmanager
     async def session() -> AsyncIterator[Call]:
@@ -169,13 +173,13 @@ def through_writ(mcp_url: str, token: str, op: str, mode: str, *, repeat_reads: 
             async def read(index: int) -> None:
                 meta = None if repeat_reads else {"writ/idempotencyKey": _key("read", index)}
                 order = ORDERS[index % len(ORDERS)][0]
-                _check(await client.call_tool("lookup_order", {"order_id": order}, meta=meta))
+                check(await client.call_tool("lookup_order", {"order_id": order}, meta=meta))
 
             async def write(index: int) -> None:
                 result = await client.call_tool(
                     "refund_order", _refund(index), meta={"writ/idempotencyKey": _key("writ", index)}
                 )
-                _check(result)
+                check(result)
 
             yield read if op == "read" else write
 
@@ -186,3 +190,8 @@ def _check(result: Any) -> None:
     status = (result.meta or {}).get("writ/status")
     if result.is_error or status != "completed":
         raise BadAnswer(f"tool call not completed: status={status!r} is_error={result.is_error}")
+
+
+def _check_bare(result: Any) -> None:
+    if result.is_error:
+        raise BadAnswer(f"bare proxy call failed: {result.content}")

@@ -131,6 +131,33 @@ def store_url(kind: str, workdir: Path) -> Iterator[str]:
 
 
 @dataclass(frozen=True)
+class BareProxy:
+    mcp_url: str
+    pid: int
+
+
+@contextlib.contextmanager
+def bare_proxy(workdir: Path, backend_url: str) -> Iterator[BareProxy]:
+    """`bench.bare_proxy` in front of this backend: the MCP SDK stack with nothing of Writ's."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    with (workdir / "bare-proxy.log").open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.bare_proxy", "--port", str(port), "--backend", backend_url],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_http(f"{url}/healthz", process)
+            yield BareProxy(f"{url}/mcp", process.pid)
+        finally:
+            _stop(process)
+
+
+@dataclass(frozen=True)
 class Gateway:
     url: str
     config: Path
@@ -155,7 +182,7 @@ class Gateway:
 
 
 def _config(
-    workdir: Path, *, port: int, backend_url: str, store: str, durable: bool, json_response: bool
+    workdir: Path, *, port: int, backend_url: str, store: str, durable: bool, json_response: bool | None
 ) -> Path:
     template = Template((_tree / "gateway" / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
@@ -164,7 +191,8 @@ def _config(
     )
     config["store"]["url"] = store
     config["store"]["durable"] = durable
-    config["server"]["json_response"] = json_response
+    if json_response is not None:
+        config["server"]["json_response"] = json_response
     config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
     config["privacy"]["salt_file"] = str(workdir / "redaction.salt")
     path = workdir / "writ.yaml"
@@ -174,7 +202,7 @@ def _config(
 
 @contextlib.contextmanager
 def gateway(
-    workdir: Path, backend_url: str, store: str, *, durable: bool = True, json_response: bool = False
+    workdir: Path, backend_url: str, store: str, *, durable: bool = True, json_response: bool | None = None
 ) -> Iterator[Gateway]:
     """`writ serve` on the demo config against this backend and store; its log goes to workdir/writ.log."""
     workdir.mkdir(parents=True, exist_ok=True)

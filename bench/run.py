@@ -38,7 +38,7 @@ CLIENT_MODE = {MODERN: MODERN, LEGACY: "legacy"}
 @dataclass
 class Row:
     op: str  # read | write
-    target: str  # direct | writ
+    target: str  # direct | bare | writ
     store: str
     mode: str
     concurrency: int
@@ -48,7 +48,8 @@ class Row:
 
     @property
     def scenario(self) -> str:
-        return f"{self.op} {'direct' if self.target == 'direct' else 'via Writ'}"
+        via = {"direct": "direct", "bare": "via bare MCP proxy", "writ": "via Writ"}[self.target]
+        return f"{self.op} {via}"
 
     @property
     def store_label(self) -> str:
@@ -117,20 +118,32 @@ class Bench:
                     m = self._measure(load.direct(backend.url, op), concurrency, [backend.pid])
                 self._record(Row(op, "direct", "-", "HTTP", concurrency, m))
 
+    def bare(self) -> None:
+        """The MCP SDK stack alone in front of the backend: what any gateway built on it starts from."""
+        for op, mode in (("read", MODERN), ("read", LEGACY), ("write", MODERN)):
+            workdir = self._dir(f"bare-{op}")
+            with (
+                processes.backend(workdir / "backend") as backend,
+                processes.bare_proxy(workdir / "proxy", backend.url) as proxy,
+            ):
+                session = load.through_writ(proxy.mcp_url, "none", op, CLIENT_MODE[mode], writ=False)
+                m = self._measure(session, 1, [proxy.pid])
+            self._record(Row(op, "bare", "-", mode, 1, m))
+
     def writ(
         self,
         store: str,
         plan: list[tuple[str, str, int]],
         *,
         durable: bool = True,
-        json_response: bool = False,
+        json_response: bool | None = None,
         repeat_reads: bool = False,
     ) -> None:
         variant: dict[str, Any] = {}
         if not durable:
             variant["durable"] = False
-        if json_response:
-            variant["json_response"] = True
+        if json_response is not None:
+            variant["json_response"] = json_response
         if repeat_reads:
             variant["repeated_args_joined"] = True
         for op, mode, concurrency in plan:
@@ -154,6 +167,8 @@ class Bench:
     def run(self) -> None:
         print("direct (backend over HTTP)", file=sys.stderr)
         self.direct()
+        print("bare MCP proxy (the SDK stack, nothing of Writ's)", file=sys.stderr)
+        self.bare()
         c = self._concurrencies()
         main_plan = [
             ("read", MODERN, 1),
@@ -167,16 +182,16 @@ class Bench:
             self.writ(store, main_plan)
         if not self.args.no_extras and "sqlite" in self.args.stores:
             seq = [("read", MODERN, 1), ("write", MODERN, 1)]
-            print("extras on sqlite: durable=false, json_response=true, repeated reads", file=sys.stderr)
+            print("extras on sqlite: durable=false, json_response=false, repeated reads", file=sys.stderr)
             self.writ("sqlite", seq, durable=False)
-            self.writ("sqlite", seq, json_response=True)
+            self.writ("sqlite", seq, json_response=False)
             self.writ("sqlite", [("read", MODERN, 1)], repeat_reads=True)
         self._ratios()
 
     def _ratios(self) -> None:
         baseline = {(r.op, r.concurrency): r.m.calls_per_s for r in self.rows if r.target == "direct"}
         for row in self.rows:
-            if row.target == "writ" and (base := baseline.get((row.op, row.concurrency))):
+            if row.target != "direct" and (base := baseline.get((row.op, row.concurrency))):
                 row.ratio = row.m.calls_per_s / base
 
 
