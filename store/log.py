@@ -40,9 +40,9 @@ class Append:
 
     def add(self, event: ev.Envelope) -> Any:
         """Seal `event` at the next seq, project it, and return the sealed copy."""
-        sealed = event.sealed(self._seq + 1, self._hash)
+        sealed, envelope = event.sealed_with_envelope(self._seq + 1, self._hash)
         apply(self._conn, sealed)
-        self._rows.append(row_of(sealed))
+        self._rows.append(_row(envelope))
         self._seq, self._hash = sealed.seq, sealed.hash
         return sealed
 
@@ -57,7 +57,10 @@ class Append:
 
 def row_of(event: ev.Envelope) -> dict[str, Any]:
     """The events-table row of a sealed event; the payload is the canonical JSON that was hashed."""
-    envelope = event.envelope()
+    return _row(event.envelope())
+
+
+def _row(envelope: dict[str, Any]) -> dict[str, Any]:
     envelope["payload"] = ev.canonical_json(envelope["payload"])
     return envelope
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -50,6 +52,25 @@ def test_a_sealed_event_round_trips_through_its_envelope_with_the_same_hash() ->
     assert event.schema_version == 1
 
 
+def test_sealing_returns_the_envelope_that_the_sealed_event_dumps_to() -> None:
+    event = ev.ToolCallCompletedEvent(
+        occurred_at="2026-11-30T12:00:00.000000Z",
+        producer="writ-gateway",
+        tool_call_id="tc-1",
+        tenant="acme",
+        seq=3,
+        prev_hash="b" * 64,
+        hash="stale",
+        payload=ev.ToolCallCompleted(result={"b": [1, None], "a": "späť"}, evidence={"status": 200}),
+    )
+
+    sealed, envelope = event.sealed_with_envelope(7, "a" * 64)
+
+    assert sealed == event.sealed(7, "a" * 64)
+    assert envelope == sealed.envelope()
+    assert (sealed.seq, sealed.prev_hash, sealed.hash) == (7, "a" * 64, ev.compute_hash(envelope))
+
+
 def test_timestamps_are_utc_with_microseconds_and_z() -> None:
     from datetime import datetime, timedelta, timezone
 
@@ -57,6 +78,22 @@ def test_timestamps_are_utc_with_microseconds_and_z() -> None:
 
     assert ev.format_ts(moment) == "2026-01-02T03:05:06.000007Z"
     assert ev.parse_ts(ev.format_ts(moment)) == moment
+    assert ev.parse_ts(ev.format_ts(moment)).tzinfo is UTC
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))
+def test_parsing_a_formatted_timestamp_gives_what_strptime_gives(moment: datetime) -> None:
+    text = ev.format_ts(moment)
+
+    assert ev.parse_ts(text) == datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def test_timestamps_in_other_spellings_are_read_as_before() -> None:
+    # Only the exact format_ts spelling takes the fast path; strptime judges everything else.
+    assert ev.parse_ts("2026-01-02T03:05:06.7Z") == datetime(2026, 1, 2, 3, 5, 6, 700000, tzinfo=UTC)
+    for text in ("2026-01-02T03:05:06Z", "2026-01-02T03:05:06.000007+00:00", "2026-02-30T03:05:06.000007Z"):
+        with pytest.raises(ValueError):
+            ev.parse_ts(text)
 
 
 def test_canonical_json_sorts_keys_without_spaces_and_keeps_unicode() -> None:
