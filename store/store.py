@@ -12,7 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, delete, exc, inspect, select, text
+from sqlalchemy import Connection, Engine, bindparam, delete, exc, inspect, select, text
 
 from store import approving, audit, confirming, recording, revoking
 from store.db import READ_ONLY, create_store_engine
@@ -39,6 +39,11 @@ from store.views import approval_view, call_view, load_approval, load_call
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 T = TypeVar("T")
+
+# Read before every call's policy check; built once, as SQLAlchemy caches the compiled form by its key.
+_RUN_CALL_COUNT = select(runs.c.call_count).where(
+    runs.c.run_id == bindparam("b_run_id"), runs.c.tenant == bindparam("b_tenant")
+)
 
 
 @contextmanager
@@ -375,9 +380,9 @@ class Store(Settlement, Queues):
 
     def run_call_count(self, run_id: str, tenant: str) -> int:
         """Calls recorded in the run so far (0 for an unknown run or another tenant's run)."""
-        query = select(runs.c.call_count).where(runs.c.run_id == run_id, runs.c.tenant == tenant)
+        params = {"b_run_id": run_id, "b_tenant": tenant}
         with self._read() as conn:
-            return conn.execute(query).scalar_one_or_none() or 0
+            return conn.execute(_RUN_CALL_COUNT, params).scalar_one_or_none() or 0
 
     def list_calls(
         self, *, tenant: str | None = None, status: str | None = None, limit: int = 100
