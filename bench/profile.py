@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--tree", help="run the gateway from this source tree")
-    parser.add_argument("--json-response", action="store_true")
+    parser.add_argument("--sse", action="store_true", help="json_response: false (SSE answers)")
     parser.add_argument("--out", default=None, help="directory for the raw profile (default: a temp dir)")
     args = parser.parse_args()
     if args.tree:
@@ -63,10 +63,11 @@ def main() -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="writ-profile-"))
     out.mkdir(parents=True, exist_ok=True)
     raw = out / f"{args.op}-{args.store}.txt"
+    json_response = False if args.sse else None
     with (
         processes.backend(out / "backend") as backend,
         processes.store_url(args.store, out) as url,
-        processes.gateway(out / "gateway", backend.url, url, json_response=args.json_response) as gateway,
+        processes.gateway(out / "gateway", backend.url, url, json_response=json_response) as gateway,
     ):
         session = load.through_writ(gateway.mcp_url, gateway.token(), args.op, "2026-07-28")
 

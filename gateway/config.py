@@ -33,7 +33,10 @@ class ServerConfig(_Section):
     allowed_hosts: list[str] | None = None
     """Host headers accepted on /mcp (DNS-rebinding protection); defaults to localhost when bound there."""
     stateless_http: bool = False
-    json_response: bool = False
+    json_response: bool = True
+    """Answer each POST with one JSON body. Writ sends nothing mid-call, so an SSE stream per request
+    would only add framing; `false` restores the SDK's SSE answers (and cancels a call's handler when
+    its client disconnects, which Writ does not need: an outcome is recorded either way)."""
 
     @property
     def base_url(self) -> str:
