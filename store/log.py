@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, Connection, Row, select, update
 
 from store import events as ev
 from store.model import StoredEvent, StoreError
-from store.projector import apply
+from store.projector import Pending, apply
 from store.schema import events, log_head
 
 PAGE_SIZE = 1000
@@ -37,22 +37,28 @@ class Append:
         self._seq: int = head.last_seq
         self._hash: str = head.last_hash
         self._rows: list[dict[str, Any]] = []
+        self._pending = Pending()
 
     def add(self, event: ev.Envelope) -> Any:
         """Seal `event` at the next seq, project it, and return the sealed copy."""
         sealed, envelope = event.sealed_with_envelope(self._seq + 1, self._hash)
-        apply(self._conn, sealed)
+        apply(self._conn, sealed, self._pending)
         self._rows.append(_row(envelope))
         self._seq, self._hash = sealed.seq, sealed.hash
         return sealed
 
     def flush(self) -> None:
-        """Write the sealed events and move the head; the caller's transaction commits both."""
+        """Write the held projection rows and the sealed events and move the head; the caller commits."""
+        self._pending.write(self._conn)
         if not self._rows:
             return
         self._conn.execute(_INSERT_EVENTS, self._rows)
         self._conn.execute(_MOVE_HEAD, {"last_seq": self._seq, "last_hash": self._hash})
         self._rows = []
+
+    def written_call(self, tool_call_id: str) -> Row[Any] | None:
+        """The call's row as this append's last write of it returned it (after `flush`), if it wrote it."""
+        return self._pending.written.get(tool_call_id)
 
 
 def row_of(event: ev.Envelope) -> dict[str, Any]:

@@ -5,22 +5,47 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from store import events as ev
 from store.model import KeyClaimLost
 from store.schema import approvals, effect_ledger, revocations, runs, tool_calls
 
 
-def apply(conn: Connection, event: ev.Event) -> None:
-    """Bring the projections up to date with one appended event.
+class Pending:
+    """The rows a live append's events insert, held until its flush, and the call rows it wrote.
+
+    A new call's events insert its row and then move it on (`tool_call.dispatching`, `denied`, ...), and
+    a new run's row is inserted and then counts the call. Held back, each such row takes the later
+    events' values and is written once, by `write`. The replay in `rebuild` holds nothing back and
+    writes event by event, to the same rows. Only inserts are held: no event of the same
+    transaction reads them before the flush.
+    """
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.calls: dict[str, dict[str, Any]] = {}
+        self.written: dict[str, Row[Any]] = {}
+        """Each call row this append wrote, as the database returned it: the caller's view needs no reload."""
+
+    def write(self, conn: Connection) -> None:
+        for run in self.runs.values():
+            conn.execute(_INSERT_RUN, run)
+        for tool_call_id, call in self.calls.items():
+            self.written[tool_call_id] = conn.execute(_INSERT_CALL_RETURNING, call).one()
+        self.runs.clear()
+        self.calls.clear()
+
+
+def apply(conn: Connection, event: ev.Event, pending: Pending | None = None) -> None:
+    """Bring the projections up to date with one appended event; with `pending`, hold its inserts there.
 
     Raises:
         KeyClaimLost: the event takes over a key that another call holds by now.
     """
     handler = _HANDLERS.get(event.type)
     if handler is not None:
-        handler(conn, event)
+        handler(conn, event, pending)
 
 
 # The statements every call runs, built once: SQLAlchemy caches the compiled form by the statement's
@@ -31,7 +56,9 @@ _COUNT_CALL = (
     update(runs).where(runs.c.run_id == bindparam("b_run_id")).values(call_count=runs.c.call_count + 1)
 )
 _INSERT_CALL = tool_calls.insert()
+_INSERT_CALL_RETURNING = _INSERT_CALL.returning(*tool_calls.c)
 _UPDATE_CALL = update(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
+_UPDATE_CALL_RETURNING = _UPDATE_CALL.returning(*tool_calls.c)
 _INSERT_APPROVAL = approvals.insert()
 _UPDATE_APPROVAL = update(approvals).where(approvals.c.approval_id == bindparam("b_approval_id"))
 _CLAIM_KEY = effect_ledger.insert()
@@ -46,72 +73,85 @@ def _json(value: Any) -> str | None:
     return None if value is None else ev.canonical_json(value)
 
 
-def _update_call(conn: Connection, event: ev.Envelope, **values: Any) -> None:
-    conn.execute(
-        _UPDATE_CALL,
-        {
-            "b_tool_call_id": event.tool_call_id,
-            "updated_at": ev.parse_ts(event.occurred_at),
-            "last_event_id": event.event_id,
-            **values,
-        },
-    )
+def _update_call(conn: Connection, pending: Pending | None, event: ev.Envelope, **values: Any) -> None:
+    values["updated_at"] = ev.parse_ts(event.occurred_at)
+    values["last_event_id"] = event.event_id
+    if pending is None:
+        conn.execute(_UPDATE_CALL, {"b_tool_call_id": event.tool_call_id, **values})
+        return
+    held = pending.calls.get(event.tool_call_id)
+    if held is not None:
+        held.update(values)
+        return
+    row = conn.execute(_UPDATE_CALL_RETURNING, {"b_tool_call_id": event.tool_call_id, **values}).one_or_none()
+    if row is not None:
+        pending.written[event.tool_call_id] = row
 
 
 def _update_approval(conn: Connection, event: ev.Envelope, **values: Any) -> None:
     conn.execute(_UPDATE_APPROVAL, {"b_approval_id": event.approval_id, **values})
 
 
-def _run_started(conn: Connection, event: ev.RunStartedEvent) -> None:
-    conn.execute(
-        _INSERT_RUN,
-        {
-            "run_id": event.run_id,
-            "tenant": event.payload.tenant,
-            "subject": event.payload.subject,
-            "started_at": ev.parse_ts(event.occurred_at),
-            "call_count": 0,
-        },
-    )
+def _insert(
+    conn: Connection, held: dict[str, dict[str, Any]] | None, key: str, statement: Any, row: Any
+) -> None:
+    # A key held already is inserted at once, so that the database refuses the duplicate as before.
+    if held is None or key in held:
+        conn.execute(statement, row)
+    else:
+        held[key] = row
 
 
-def _requested(conn: Connection, event: ev.ToolCallRequestedEvent) -> None:
+def _run_started(conn: Connection, event: ev.RunStartedEvent, pending: Pending | None) -> None:
+    run = {
+        "run_id": event.run_id,
+        "tenant": event.payload.tenant,
+        "subject": event.payload.subject,
+        "started_at": ev.parse_ts(event.occurred_at),
+        "call_count": 0,
+    }
+    _insert(conn, None if pending is None else pending.runs, event.run_id, _INSERT_RUN, run)
+
+
+def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pending | None) -> None:
     p = event.payload
     at = ev.parse_ts(event.occurred_at)
-    conn.execute(
-        _INSERT_CALL,
-        {
-            "tool_call_id": event.tool_call_id,
-            "run_id": event.run_id,
-            "tenant": event.tenant,
-            "subject": p.subject,
-            "principal": _json(p.principal),
-            "tool_name": p.tool_name,
-            "capability_id": event.capability_id or "",
-            "capability_version": event.capability_version or "",
-            "action_hash": p.action_hash,
-            "idempotency_key": p.idempotency_key,
-            "key_source": p.key_source,
-            "status": "requested",
-            "verification_status": "not_observed",
-            "decision_effect": str(p.decision.get("effect", "deny")),
-            "reason": p.decision.get("reason"),
-            "policy_version": event.policy_version or "",
-            "arguments": _json(p.arguments),
-            "summary": p.summary,
-            "effect_class": p.effect_class,
-            "external_request_id": p.external_request_id,
-            "attempts": 0,
-            "lease_token": 0,
-            "reconcile_attempts": 0,
-            "dedupe_window_s": p.dedupe_window_s,
-            "correlation_id": event.correlation_id,
-            "last_event_id": event.event_id,
-            "created_at": at,
-            "updated_at": at,
-        },
-    )
-    conn.execute(_COUNT_CALL, {"b_run_id": event.run_id})
+    call = {
+        "tool_call_id": event.tool_call_id,
+        "run_id": event.run_id,
+        "tenant": event.tenant,
+        "subject": p.subject,
+        "principal": _json(p.principal),
+        "tool_name": p.tool_name,
+        "capability_id": event.capability_id or "",
+        "capability_version": event.capability_version or "",
+        "action_hash": p.action_hash,
+        "idempotency_key": p.idempotency_key,
+        "key_source": p.key_source,
+        "status": "requested",
+        "verification_status": "not_observed",
+        "decision_effect": str(p.decision.get("effect", "deny")),
+        "reason": p.decision.get("reason"),
+        "policy_version": event.policy_version or "",
+        "arguments": _json(p.arguments),
+        "summary": p.summary,
+        "effect_class": p.effect_class,
+        "external_request_id": p.external_request_id,
+        "attempts": 0,
+        "lease_token": 0,
+        "reconcile_attempts": 0,
+        "dedupe_window_s": p.dedupe_window_s,
+        "correlation_id": event.correlation_id,
+        "last_event_id": event.event_id,
+        "created_at": at,
+        "updated_at": at,
+    }
+    _insert(conn, None if pending is None else pending.calls, event.tool_call_id, _INSERT_CALL, call)
+    run = pending.runs.get(event.run_id) if pending is not None else None
+    if run is not None:
+        run["call_count"] += 1
+    else:
+        conn.execute(_COUNT_CALL, {"b_run_id": event.run_id})
     if not p.claims_key:
         return
     claim = {
@@ -137,10 +177,11 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent) -> None:
         raise KeyClaimLost(f"key {p.idempotency_key!r} is no longer held by call {p.supersedes}")
 
 
-def _denied(conn: Connection, event: ev.ToolCallDeniedEvent) -> None:
+def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | None) -> None:
     p = event.payload
     _update_call(
         conn,
+        pending,
         event,
         status="denied",
         decision_effect="deny",
@@ -149,7 +190,7 @@ def _denied(conn: Connection, event: ev.ToolCallDeniedEvent) -> None:
     )
 
 
-def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent) -> None:
+def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent, pending: Pending | None) -> None:
     p = event.payload
     conn.execute(
         _INSERT_APPROVAL,
@@ -168,6 +209,7 @@ def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent) -> Non
     )
     _update_call(
         conn,
+        pending,
         event,
         status="approval_pending",
         approval_id=p.approval_id,
@@ -175,26 +217,31 @@ def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent) -> Non
     )
 
 
-def _approval_decided(status: str) -> Callable[[Connection, Any], None]:
-    def handle(conn: Connection, event: ev.ApprovalGrantedEvent | ev.ApprovalRejectedEvent) -> None:
+def _approval_decided(status: str) -> Callable[[Connection, Any, Pending | None], None]:
+    def handle(
+        conn: Connection, event: ev.ApprovalGrantedEvent | ev.ApprovalRejectedEvent, pending: Pending | None
+    ) -> None:
         at = ev.parse_ts(event.occurred_at)
         p = event.payload
         _update_approval(conn, event, status=status, decided_by=p.decided_by, decided_at=at, reason=p.reason)
-        _update_call(conn, event, status=status)
+        _update_call(conn, pending, event, status=status)
 
     return handle
 
 
-def _approval_expired(conn: Connection, event: ev.ApprovalExpiredEvent) -> None:
+def _approval_expired(conn: Connection, event: ev.ApprovalExpiredEvent, pending: Pending | None) -> None:
     at = ev.parse_ts(event.occurred_at)
     _update_approval(conn, event, status="expired", decided_at=at, reason=event.payload.reason)
-    _update_call(conn, event, status="expired")
+    _update_call(conn, pending, event, status="expired")
 
 
-def _confirmation_required(conn: Connection, event: ev.ConfirmationRequiredEvent) -> None:
+def _confirmation_required(
+    conn: Connection, event: ev.ConfirmationRequiredEvent, pending: Pending | None
+) -> None:
     p = event.payload
     _update_call(
         conn,
+        pending,
         event,
         status="awaiting_confirmation",
         confirmation_id=p.confirmation_id,
@@ -202,18 +249,22 @@ def _confirmation_required(conn: Connection, event: ev.ConfirmationRequiredEvent
     )
 
 
-def _confirmation_given(conn: Connection, event: ev.ConfirmationGivenEvent) -> None:
+def _confirmation_given(conn: Connection, event: ev.ConfirmationGivenEvent, pending: Pending | None) -> None:
     # The `tool_call.dispatching` appended with it moves the call on.
-    _update_call(conn, event)
+    _update_call(conn, pending, event)
 
 
-def _confirmation_declined(conn: Connection, event: ev.ConfirmationDeclinedEvent) -> None:
+def _confirmation_declined(
+    conn: Connection, event: ev.ConfirmationDeclinedEvent, pending: Pending | None
+) -> None:
     reason = "user_cancelled" if event.payload.action == "cancel" else "user_declined"
-    _update_call(conn, event, status="denied", reason=reason)
+    _update_call(conn, pending, event, status="denied", reason=reason)
 
 
-def _confirmation_expired(conn: Connection, event: ev.ConfirmationExpiredEvent) -> None:
-    _update_call(conn, event, status="expired", reason="confirmation_expired")
+def _confirmation_expired(
+    conn: Connection, event: ev.ConfirmationExpiredEvent, pending: Pending | None
+) -> None:
+    _update_call(conn, pending, event, status="expired", reason="confirmation_expired")
 
 
 def _ts(text: str | None) -> Any:
@@ -224,10 +275,11 @@ def _ts(text: str | None) -> Any:
 _NO_LEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
 
 
-def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent) -> None:
+def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent, pending: Pending | None) -> None:
     p = event.payload
     _update_call(
         conn,
+        pending,
         event,
         status="dispatching",
         attempts=p.attempt,
@@ -239,9 +291,10 @@ def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent) -> None:
     )
 
 
-def _completed(conn: Connection, event: ev.ToolCallCompletedEvent) -> None:
+def _completed(conn: Connection, event: ev.ToolCallCompletedEvent, pending: Pending | None) -> None:
     _update_call(
         conn,
+        pending,
         event,
         status="completed",
         verification_status="not_observed",
@@ -251,15 +304,16 @@ def _completed(conn: Connection, event: ev.ToolCallCompletedEvent) -> None:
     )
 
 
-def _failed(conn: Connection, event: ev.ToolCallFailedEvent) -> None:
+def _failed(conn: Connection, event: ev.ToolCallFailedEvent, pending: Pending | None) -> None:
     p = event.payload
-    _update_call(conn, event, status="failed", result=_json(p.result), error=p.error, **_NO_LEASE)
+    _update_call(conn, pending, event, status="failed", result=_json(p.result), error=p.error, **_NO_LEASE)
 
 
-def _result_unknown(conn: Connection, event: ev.ToolCallResultUnknownEvent) -> None:
+def _result_unknown(conn: Connection, event: ev.ToolCallResultUnknownEvent, pending: Pending | None) -> None:
     # Due for reconciliation at once.
     _update_call(
         conn,
+        pending,
         event,
         status="result_unknown",
         verification_status="pending",
@@ -269,10 +323,13 @@ def _result_unknown(conn: Connection, event: ev.ToolCallResultUnknownEvent) -> N
     )
 
 
-def _reconciliation_started(conn: Connection, event: ev.ReconciliationStartedEvent) -> None:
+def _reconciliation_started(
+    conn: Connection, event: ev.ReconciliationStartedEvent, pending: Pending | None
+) -> None:
     p = event.payload
     _update_call(
         conn,
+        pending,
         event,
         verification_status="pending",
         reconcile_attempts=p.attempt,
@@ -282,11 +339,17 @@ def _reconciliation_started(conn: Connection, event: ev.ReconciliationStartedEve
     )
 
 
-def _reconciliation_inconclusive(conn: Connection, event: ev.ReconciliationInconclusiveEvent) -> None:
-    _update_call(conn, event, next_reconcile_at=ev.parse_ts(event.payload.next_attempt_at), **_NO_LEASE)
+def _reconciliation_inconclusive(
+    conn: Connection, event: ev.ReconciliationInconclusiveEvent, pending: Pending | None
+) -> None:
+    _update_call(
+        conn, pending, event, next_reconcile_at=ev.parse_ts(event.payload.next_attempt_at), **_NO_LEASE
+    )
 
 
-def _reconciliation_resolved(conn: Connection, event: ev.ReconciliationResolvedEvent) -> None:
+def _reconciliation_resolved(
+    conn: Connection, event: ev.ReconciliationResolvedEvent, pending: Pending | None
+) -> None:
     p = event.payload
     values: dict[str, Any] = {
         "status": "completed" if p.verdict == "confirmed_success" else "failed",
@@ -297,15 +360,19 @@ def _reconciliation_resolved(conn: Connection, event: ev.ReconciliationResolvedE
     }
     if p.result is not None:
         values["result"] = _json(p.result)
-    _update_call(conn, event, **values)
+    _update_call(conn, pending, event, **values)
 
 
-def _reconciliation_escalated(conn: Connection, event: ev.ReconciliationEscalatedEvent) -> None:
-    _update_call(conn, event, verification_status="inconclusive", next_reconcile_at=None, **_NO_LEASE)
+def _reconciliation_escalated(
+    conn: Connection, event: ev.ReconciliationEscalatedEvent, pending: Pending | None
+) -> None:
+    _update_call(
+        conn, pending, event, verification_status="inconclusive", next_reconcile_at=None, **_NO_LEASE
+    )
 
 
 # budget.exceeded and loop.detected are judgment facts with no projection of their own.
-def _principal_revoked(conn: Connection, event: ev.PrincipalRevokedEvent) -> None:
+def _principal_revoked(conn: Connection, event: ev.PrincipalRevokedEvent, pending: Pending | None) -> None:
     # A second revocation of the same subject is recorded in the log; the first one stands here.
     exists = conn.execute(
         select(revocations.c.subject).where(
@@ -325,7 +392,7 @@ def _principal_revoked(conn: Connection, event: ev.PrincipalRevokedEvent) -> Non
         )
 
 
-_HANDLERS: dict[str, Callable[[Connection, Any], None]] = {
+_HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "run.started": _run_started,
     "tool_call.requested": _requested,
     "tool_call.denied": _denied,

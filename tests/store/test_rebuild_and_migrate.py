@@ -49,6 +49,29 @@ def test_rebuild_reproduces_the_projections_and_ledger_exactly(store: Store) -> 
     assert before["effect_ledger"] and before["approvals"] and before["runs"]
 
 
+def test_each_write_returns_the_call_exactly_as_a_later_read_finds_it(store: Store) -> None:
+    # A write's view is built from the row the write itself returned, not from a second read.
+    new_run = call_request(tool_call_id="a", idempotency_key="k1", run_id="run-new", run_is_new_hint=True)
+    writes = [
+        lambda: store.admit(new_run).call,
+        lambda: store.record_outcome(
+            "a", OutcomeRecord(kind="completed", result={"ok": 1}), token=1, now=NOW
+        ),
+        lambda: store.admit(call_request(tool_call_id="b", idempotency_key="k2", decision=DENY)).call,
+        lambda: (
+            store.admit(call_request(tool_call_id="c", idempotency_key="k3", decision=REQUIRE_APPROVAL)).call
+        ),
+        lambda: store.admit(call_request(tool_call_id="d", idempotency_key="k1", action_hash="other")).call,
+        lambda: store.refuse(refusal_request(tool_call_id="e", run_id="run-3", run_is_new_hint=True)),
+    ]
+    for write in writes:
+        call = write()
+        assert store.get_call(call.tool_call_id) == call
+
+    assert store.run_call_count("run-new", "acme") == 1
+    assert store.run_call_count("run-3", "acme") == 1
+
+
 def test_rebuild_restores_a_wiped_ledger_so_keys_stay_claimed(store: Store) -> None:
     record_a_varied_history(store)
     with store.engine.begin() as conn:
