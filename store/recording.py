@@ -9,7 +9,7 @@ from sqlalchemy import Connection, bindparam, select
 
 from store import events as ev
 from store import queues
-from store.leasing import call_envelope, fenced, grant
+from store.leasing import ENVELOPE_BY_ID, call_envelope, fenced, grant
 from store.log import Append
 from store.model import (
     IN_FLIGHT_STATUSES,
@@ -128,7 +128,7 @@ def record_outcome(
             longer owns it.
     """
     log = Append(conn)
-    row = fenced(conn, tool_call_id, token, "dispatching")
+    row = fenced(conn, tool_call_id, token, "dispatching", ENVELOPE_BY_ID)
     envelope = call_envelope(row, now, producer)
     result = dict(outcome.result) if outcome.result is not None else None
     event: ev.Envelope
