@@ -13,7 +13,7 @@ from store.leasing import grant
 from store.log import Append
 from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.schema import approvals, tool_calls
-from store.views import approval_view, load_approval, load_call
+from store.views import approval_view, load_approval
 
 
 def decide(
@@ -101,7 +101,7 @@ def dispatch(
         envelope["policy_version"] = policy_version
     log.add(ev.ToolCallDispatchingEvent(**envelope, payload=payload))
     log.flush()
-    return _reload_call(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def deny(
@@ -119,7 +119,7 @@ def deny(
     log.add(ev.ToolCallDeniedEvent(**_envelope(row, now, producer), payload=payload))
     queues.release(conn, row.approval_id)
     log.flush()
-    return _reload_call(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def _awaiting(conn: Connection, approval_id: str, tenant: str | None) -> tuple[ApprovalView, Row[Any]]:
@@ -162,10 +162,3 @@ def _envelope(row: Row[Any], now: datetime, producer: str) -> dict[str, Any]:
 def _reload_approval(conn: Connection, approval_id: str) -> ApprovalView:
     row = conn.execute(select(approvals).where(approvals.c.approval_id == approval_id)).one()
     return approval_view(row)
-
-
-def _reload_call(conn: Connection, tool_call_id: str) -> CallView:
-    call = load_call(conn, tool_call_id)
-    if call is None:
-        raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
-    return call

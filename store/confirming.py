@@ -17,9 +17,9 @@ from sqlalchemy import Connection, select
 from store import events as ev
 from store.leasing import call_envelope, call_row, grant
 from store.log import Append
-from store.model import CallView, ConfirmationMismatch, StaleLease, StoreError
+from store.model import CallView, ConfirmationMismatch, StaleLease
 from store.schema import tool_calls
-from store.views import call_view, load_call
+from store.views import call_view
 
 Answer = Literal["accept", "decline", "cancel"]
 
@@ -57,7 +57,7 @@ def answer(
     if action != "accept":
         log.add(ev.ConfirmationDeclinedEvent(**envelope, payload=payload))
         log.flush()
-        return _reload(conn, tool_call_id)
+        return log.call(tool_call_id)
     given = log.add(ev.ConfirmationGivenEvent(**envelope, payload=payload))
     dispatching = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
@@ -68,7 +68,7 @@ def answer(
     envelope["causation_id"] = given.event_id
     log.add(ev.ToolCallDispatchingEvent(**envelope, payload=dispatching))
     log.flush()
-    return _reload(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def expire_due(conn: Connection, *, now: datetime, producer: str, limit: int) -> list[CallView]:
@@ -92,10 +92,3 @@ def expire_due(conn: Connection, *, now: datetime, producer: str, limit: int) ->
     if not ids:
         return []
     return [call_view(r) for r in conn.execute(select(tool_calls).where(tool_calls.c.tool_call_id.in_(ids)))]
-
-
-def _reload(conn: Connection, tool_call_id: str) -> CallView:
-    call = load_call(conn, tool_call_id)
-    if call is None:
-        raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
-    return call

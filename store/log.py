@@ -9,9 +9,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, select, update
 
 from store import events as ev
-from store.model import StoredEvent, StoreError
+from store.model import CallView, StoredEvent, StoreError
 from store.projector import Pending, apply
 from store.schema import events, log_head
+from store.views import call_view, load_call
 
 PAGE_SIZE = 1000
 
@@ -56,9 +57,17 @@ class Append:
         self._conn.execute(_MOVE_HEAD, {"last_seq": self._seq, "last_hash": self._hash})
         self._rows = []
 
-    def written_call(self, tool_call_id: str) -> Row[Any] | None:
-        """The call's row as this append's last write of it returned it (after `flush`), if it wrote it."""
-        return self._pending.written.get(tool_call_id)
+    def call(self, tool_call_id: str) -> CallView:
+        """The call as it stands after `flush`, without reading it again if this append wrote it.
+
+        The row the last write of it returned is the row a read would find: nothing else in the
+        transaction writes to the call's row.
+        """
+        row = self._pending.written.get(tool_call_id)
+        call = call_view(row) if row is not None else load_call(self._conn, tool_call_id)
+        if call is None:
+            raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
+        return call
 
 
 def row_of(event: ev.Envelope) -> dict[str, Any]:

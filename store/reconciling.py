@@ -20,7 +20,7 @@ from store.leasing import call_envelope, call_row, fenced, grant
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease, StoreError
 from store.schema import tool_calls
-from store.views import call_view, load_call
+from store.views import call_view
 
 Verdict = Literal["confirmed_success", "confirmed_failure"]
 
@@ -70,7 +70,7 @@ def start(
     )
     log.add(ev.ReconciliationStartedEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()
-    return _reload(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def inconclusive(
@@ -95,7 +95,7 @@ def inconclusive(
     )
     log.add(ev.ReconciliationInconclusiveEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()
-    return _reload(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def resolve(
@@ -125,7 +125,7 @@ def resolve(
     )
     log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()
-    return _reload(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def escalate(
@@ -151,7 +151,7 @@ def escalate(
     )
     log.add(ev.ReconciliationEscalatedEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()
-    return _reload(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def redispatch(
@@ -180,7 +180,7 @@ def redispatch(
     )
     log.add(ev.ToolCallDispatchingEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()
-    return _reload(conn, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def resolve_by_human(
@@ -216,11 +216,4 @@ def resolve_by_human(
     )
     log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()
-    return _reload(conn, tool_call_id)
-
-
-def _reload(conn: Connection, tool_call_id: str) -> CallView:
-    call = load_call(conn, tool_call_id)
-    if call is None:
-        raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
-    return call
+    return log.call(tool_call_id)

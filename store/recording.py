@@ -21,7 +21,7 @@ from store.model import (
     StoreError,
 )
 from store.schema import effect_ledger, revocations, runs
-from store.views import call_view, load_call
+from store.views import load_call
 
 
 def _ledger(column: Any) -> Any:
@@ -79,7 +79,7 @@ def admit(conn: Connection, req: CallRequest) -> Admission:
     _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None)
     queues.on_admitted(conn, req)
     log.flush()
-    return Admission("new", call=_reload(conn, log, req.tool_call_id))
+    return Admission("new", call=log.call(req.tool_call_id))
 
 
 def refuse(conn: Connection, req: RefusalRequest) -> CallView:
@@ -114,7 +114,7 @@ def _record_refusal(conn: Connection, log: Append, req: RefusalRequest, run_tena
         )
     )
     log.flush()
-    return _reload(conn, log, req.tool_call_id)
+    return log.call(req.tool_call_id)
 
 
 def record_outcome(
@@ -147,7 +147,7 @@ def record_outcome(
         event = ev.ToolCallResultUnknownEvent(**envelope, payload=unknown)
     log.add(event)
     log.flush()
-    return _reload(conn, log, tool_call_id)
+    return log.call(tool_call_id)
 
 
 def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
@@ -303,13 +303,4 @@ def _record_conflict(
     )
     log.add(ev.ToolCallDeniedEvent(**call, causation_id=requested.event_id, payload=denied))
     log.flush()
-    return _reload(conn, log, req.tool_call_id)
-
-
-def _reload(conn: Connection, log: Append, tool_call_id: str) -> CallView:
-    # The row this transaction wrote last, as the database returned it, is the row a SELECT would read.
-    row = log.written_call(tool_call_id)
-    call = call_view(row) if row is not None else load_call(conn, tool_call_id)
-    if call is None:
-        raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
-    return call
+    return log.call(req.tool_call_id)
