@@ -7,6 +7,7 @@ Starts acme-payments (a separate process with its own SQLite file) and the gatew
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -117,9 +118,16 @@ class _AnnouncingServer(uvicorn.Server):
             print(self._message, flush=True)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
-    """Run until Ctrl-C."""
+    """Run until Ctrl-C or SIGTERM; either way the backend process stops with the gateway."""
     config = load_config(write_demo_config(port, backend_port))
+    # uvicorn shuts down on SIGTERM and then re-raises it with the handler it found: by default that
+    # kills the process on the spot and the `finally` below would never stop the backend.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     backend = start_backend(backend_port)
     try:
         runtime = build_runtime(config, environ=dict(os.environ))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -145,6 +146,10 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
     finally:
         stop(process)
         log.close()
+    # Stopped with SIGTERM (as a supervisor or `kill` does), the demo takes its backend down with it.
+    assert process.returncode != -signal.SIGKILL, "writ demo ignored SIGTERM"
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.get(f"http://127.0.0.1:{backend_port}/healthz", timeout=2)
 
 
 def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -> None:
