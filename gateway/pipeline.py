@@ -210,28 +210,28 @@ class CallPipeline:
         stored_arguments = self._redactor.redact(capability, arguments)
         policy = self._policy()
 
+        # What a refusal and an admission record alike: who asked for which action, under which key.
+        identity: dict[str, Any] = {
+            "tool_call_id": tool_call_id,
+            "run_id": run_id,
+            "run_is_new_hint": inp.run_id is None,
+            "tenant": principal.tenant,
+            "subject": principal.subject,
+            "principal": principal.to_json(),
+            "tool_name": capability.tool_name,
+            "capability_id": capability.id,
+            "capability_version": capability.version,
+            "arguments": stored_arguments,
+            "action_hash": action,
+            "idempotency_key": key,
+            "key_source": key_source,
+            "correlation_id": correlation_id,
+            "now": now,
+            "producer": self._producer,
+        }
+
         def refusal(reason: str, detail: str, policy_version: str) -> RefusalRequest:
-            return RefusalRequest(
-                tool_call_id=tool_call_id,
-                run_id=run_id,
-                run_is_new_hint=inp.run_id is None,
-                tenant=principal.tenant,
-                subject=principal.subject,
-                principal=principal.to_json(),
-                tool_name=capability.tool_name,
-                capability_id=capability.id,
-                capability_version=capability.version,
-                arguments=stored_arguments,
-                action_hash=action,
-                idempotency_key=key,
-                key_source=key_source,
-                reason=reason,
-                detail=detail,
-                policy_version=policy_version,
-                correlation_id=correlation_id,
-                now=now,
-                producer=self._producer,
-            )
+            return RefusalRequest(**identity, reason=reason, detail=detail, policy_version=policy_version)
 
         errors = self._schemas.errors(capability, arguments)
         if errors:
@@ -270,30 +270,15 @@ class CallPipeline:
         admission = await anyio.to_thread.run_sync(
             self._store.admit,
             CallRequest(
-                tool_call_id=tool_call_id,
-                run_id=run_id,
-                run_is_new_hint=inp.run_id is None,
-                tenant=principal.tenant,
-                subject=principal.subject,
-                principal=principal.to_json(),
-                tool_name=capability.tool_name,
-                capability_id=capability.id,
-                capability_version=capability.version,
-                arguments=stored_arguments,
-                action_hash=action,
-                idempotency_key=key,
-                key_source=key_source,
+                **identity,
                 dedupe_window_s=_dedupe_window(capability),
                 decision=decision.to_json(),
                 policy_version=decision.policy_version,
                 effect_class=capability.effect,
                 summary=capability.summarize(stored_arguments),
                 external_request_id=new_id("req"),
-                correlation_id=correlation_id,
-                now=now,
                 approval_id=approval_id,
                 approval_expires_at=expires_at,
-                producer=self._producer,
                 lease_owner=self._owner,
                 lease_s=self.lease_s(capability),
                 held_arguments=arguments if approval_id else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -151,27 +152,9 @@ def record_outcome(
 
 
 def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
-    return RefusalRequest(
-        tool_call_id=req.tool_call_id,
-        run_id=req.run_id,
-        run_is_new_hint=req.run_is_new_hint,
-        tenant=req.tenant,
-        subject=req.subject,
-        principal=req.principal,
-        tool_name=req.tool_name,
-        capability_id=req.capability_id,
-        capability_version=req.capability_version,
-        arguments=req.arguments,
-        action_hash=req.action_hash,
-        idempotency_key=req.idempotency_key,
-        key_source=req.key_source,
-        reason=reason,
-        detail=detail,
-        policy_version=req.policy_version,
-        correlation_id=req.correlation_id,
-        now=req.now,
-        producer=req.producer,
-    )
+    # A refusal records the same identity as the request it refuses: every field the two share.
+    shared = {f.name: getattr(req, f.name) for f in fields(RefusalRequest) if hasattr(req, f.name)}
+    return RefusalRequest(**{**shared, "reason": reason, "detail": detail})
 
 
 def _check_run_tenant(run_id: str, run_tenant: str | None, tenant: str) -> None:
