@@ -10,7 +10,7 @@ A second answer, a replayed one, or one for another action is refused and record
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import Connection, select
 
@@ -71,15 +71,22 @@ def answer(
     return log.call(tool_call_id)
 
 
+def _expired_confirmation(now: datetime) -> tuple[Any, ...]:
+    return (tool_calls.c.status == "awaiting_confirmation", tool_calls.c.confirmation_expires_at <= now)
+
+
+def any_due(conn: Connection, *, now: datetime) -> bool:
+    """Whether some confirmation is past its expiry: a look that takes no lock."""
+    query = select(tool_calls.c.tool_call_id).where(*_expired_confirmation(now)).exists()
+    return conn.execute(select(query)).scalar_one()
+
+
 def expire_due(conn: Connection, *, now: datetime, producer: str, limit: int) -> list[CallView]:
     """Expire every call still awaiting confirmation past its expiry; they will never run."""
     log = Append(conn)
     rows = conn.execute(
         select(tool_calls)
-        .where(
-            tool_calls.c.status == "awaiting_confirmation",
-            tool_calls.c.confirmation_expires_at <= now,
-        )
+        .where(*_expired_confirmation(now))
         .order_by(tool_calls.c.confirmation_expires_at)
         .limit(limit)
         .with_for_update(skip_locked=True)

@@ -95,6 +95,17 @@ def fenced(
     return row
 
 
+def _expired_dispatch(now: datetime) -> tuple[Any, ...]:
+    return (tool_calls.c.status == "dispatching", tool_calls.c.lease_expires_at < now)
+
+
+def any_expired(conn: Connection, *, now: datetime) -> bool:
+    """Whether some call is left dispatching past its lease: a look that takes no lock."""
+    return conn.execute(
+        select(select(tool_calls.c.tool_call_id).where(*_expired_dispatch(now)).exists())
+    ).scalar_one()
+
+
 def recover_expired(conn: Connection, *, now: datetime, producer: str, limit: int) -> list[CallView]:
     """Declare `result_unknown` every call left `dispatching` past its lease (never re-dispatch it).
 
@@ -107,7 +118,7 @@ def recover_expired(conn: Connection, *, now: datetime, producer: str, limit: in
     # writer at a time anyway).
     rows = conn.execute(
         select(tool_calls)
-        .where(tool_calls.c.status == "dispatching", tool_calls.c.lease_expires_at < now)
+        .where(*_expired_dispatch(now))
         .order_by(tool_calls.c.lease_expires_at)
         .limit(limit)
         .with_for_update(skip_locked=True)

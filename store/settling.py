@@ -28,6 +28,11 @@ class Settlement:
         self, *, now: datetime, producer: str = "writ-gateway", limit: int = 100
     ) -> list[CallView]:
         """Calls left `dispatching` past their lease become `result_unknown`, with the evidence known."""
+        # Every worker tick runs this. Looking first, without the log's head lock, means a replica paused
+        # in the middle of a tick with nothing to recover holds no lock every other writer waits on.
+        with self._read() as conn:
+            if not leasing.any_expired(conn, now=now):
+                return []
         return self._write(
             now, lambda conn: leasing.recover_expired(conn, now=now, producer=producer, limit=limit)
         )

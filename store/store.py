@@ -290,6 +290,9 @@ class Store(Settlement, Queues):
     ) -> list[CallView]:
         """Expire calls still awaiting confirmation past their expiry (`expired`, never dispatched)."""
         _aware(now)
+        with self._read() as conn:  # a look first, without the head lock, as in `recover_expired`
+            if not confirming.any_due(conn, now=now):
+                return []
         with _translated(), self._engine.begin() as conn:
             return confirming.expire_due(conn, now=now, producer=producer, limit=limit)
 

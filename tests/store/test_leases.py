@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 
 from store import OutcomeRecord, StaleLease, Store
+from store.schema import log_head
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 
 LEASE_S = 30.0
@@ -99,3 +102,23 @@ def test_rebuild_reproduces_leases_and_recovery(store: Store) -> None:
     store.rebuild()
 
     assert {c.tool_call_id: c for c in store.list_calls()} == before
+
+
+def test_sweeps_with_nothing_to_do_do_not_wait_for_the_log_head(store: Store) -> None:
+    # A replica paused mid-transaction holds the log head; another replica's idle worker tick must not
+    # queue behind it (it would stall every writer that then queues behind the tick).
+    store.admit(call_request(idempotency_key="k-live", now=NOW))  # dispatching, lease not expired
+    finished: list[object] = []
+    with store.engine.connect() as holder, holder.begin():
+        holder.execute(select(log_head).with_for_update())  # SQLite: BEGIN IMMEDIATE already holds it
+
+        def sweep() -> None:
+            finished.append(store.recover_expired(now=NOW))
+            finished.append(store.expire_confirmations(now=NOW))
+
+        worker = threading.Thread(target=sweep, daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert finished == [[], []], "an idle sweep waited for the head lock"
+    # With the head free again, an expired lease is still recovered.
+    assert [c.status for c in store.recover_expired(now=NOW + timedelta(hours=1))] == ["result_unknown"]
