@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import mcp_types
 
 from capabilities.config import McpBackend, McpReconcile, McpToolSettings
 from capabilities.contract import Capability, ConfigError, EffectClass
+
+_T = TypeVar("_T")
 
 
 def capabilities_from_tools(
@@ -63,35 +66,34 @@ def reconcile_setting(config: McpBackend, tool: str) -> McpReconcile | None:
 def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capability:
     override = config.overrides.get(tool.name, McpToolSettings())
     defaults = config.defaults
-
-    def pick(field: str, fallback: object) -> object:
-        for settings in (override, defaults):
-            value = getattr(settings, field)
-            if value is not None:
-                return value
-        return fallback
-
     annotations = tool.annotations
     effect = _effect(override, defaults, annotations)
     title = override.title or tool.title or (annotations.title if annotations else None) or defaults.title
     return Capability(
         id=f"{backend}.{tool.name}",
-        version=str(pick("version", "1")),
+        version=_first(override.version, defaults.version, "1"),
         tool_name=config.rename.get(tool.name, tool.name),
         backend=backend,
         input_schema=dict(tool.input_schema),
         effect=effect,
         description=override.description or tool.description or defaults.description or "",
         title=title,
-        dedupes_on_key=bool(pick("dedupes_on_key", False)),
-        dedupe_window_s=int(pick("dedupe_window_s", 600)),  # type: ignore[call-overload]
-        timeout_s=float(pick("timeout_s", config.timeout_s)),  # type: ignore[arg-type]
-        redact=tuple(pick("redact", ())),  # type: ignore[call-overload]
+        dedupes_on_key=_first(override.dedupes_on_key, defaults.dedupes_on_key, False),
+        dedupe_window_s=_first(override.dedupe_window_s, defaults.dedupe_window_s, 600),
+        timeout_s=_first(override.timeout_s, defaults.timeout_s, config.timeout_s),
+        redact=_first(override.redact, defaults.redact, ()),
         summary=override.summary or defaults.summary,
         # A read has no effect to learn about, so a backend-wide lookup leaves reads alone.
         reconcilable=effect != "read" and reconcile_setting(config, tool.name) is not None,
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
     )
+
+
+def _first(override: _T | None, default: _T | None, fallback: _T) -> _T:
+    """The tool's override of a setting, else the backend default's, else `fallback`."""
+    if override is not None:
+        return override
+    return default if default is not None else fallback
 
 
 def _effect(

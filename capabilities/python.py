@@ -11,7 +11,7 @@ import functools
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import anyio.to_thread
 from pydantic import PydanticUserError, TypeAdapter
@@ -45,7 +45,7 @@ def import_callable(ref: str, *, owner: str) -> Callable[..., Any]:
             raise ConfigError(f"{owner}: module {module_name!r} has no attribute {attr_path!r}") from None
     if not callable(target):
         raise ConfigError(f"{owner}: {ref!r} is not callable")
-    return target
+    return cast(Callable[..., Any], target)
 
 
 def schema_from_signature(func: Callable[..., Any], *, owner: str) -> dict[str, Any]:
@@ -55,7 +55,8 @@ def schema_from_signature(func: Callable[..., Any], *, owner: str) -> dict[str, 
         ConfigError: pydantic cannot build a schema from the annotations.
     """
     try:
-        schema = TypeAdapter(func).json_schema()
+        # pydantic builds the call schema of a function at runtime; its `TypeForm` annotation says types only.
+        schema = TypeAdapter(func).json_schema()  # type: ignore[arg-type]
     except (PydanticUserError, TypeError, ValueError) as exc:
         raise ConfigError(
             f"{owner}: cannot derive input_schema from the signature ({exc}); set input_schema"
