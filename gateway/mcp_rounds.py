@@ -19,6 +19,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from mcp_types import METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
@@ -59,6 +61,30 @@ def wants_tasks(ctx: Any) -> bool:
     capabilities = _client_capabilities(ctx)
     extensions = capabilities.extensions if capabilities else None
     return is_modern(ctx) and bool(extensions) and TASKS_EXTENSION in (extensions or {})
+
+
+def require_tasks(ctx: Any) -> None:
+    """`tasks/get`, `tasks/update` and `tasks/cancel` only for a request that declares the extension.
+
+    SEP-2663: without it the methods are refused with -32021 naming the extension (SEP-2575), never
+    answered (a task is never created for such a request either). A 2025-11-25 client is never offered
+    the extension, so for it the methods do not exist.
+
+    Raises:
+        MCPError: -32021 (2026-07-28 request without the extension) or -32601 (2025-11-25).
+    """
+    if wants_tasks(ctx):
+        return
+    if not is_modern(ctx):
+        raise MCPError(METHOD_NOT_FOUND, "Method not found")
+    required = types.MissingRequiredClientCapabilityErrorData(
+        required_capabilities=types.ClientCapabilities(extensions={TASKS_EXTENSION: {}})
+    )
+    raise MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"Client did not declare the {TASKS_EXTENSION!r} extension on this request",
+        data=required.model_dump(by_alias=True, mode="json", exclude_none=True),
+    )
 
 
 def ask_to_confirm(call: CallView, capability_ref: str) -> types.InputRequiredResult:

@@ -164,6 +164,7 @@ def build_mcp_server(
         return rounds.task_of(call, final, _status_text(status))
 
     async def tasks_get(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        rounds.require_tasks(ctx)
         who = caller()
         call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
         if call is None:
@@ -173,6 +174,7 @@ def build_mcp_server(
     async def tasks_ack(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
         # tasks/update: Writ's tasks never ask for input. tasks/cancel: cooperative, and an effect
         # waiting for a human is withdrawn by that human (reject), not by the agent; acknowledged only.
+        rounds.require_tasks(ctx)
         who = caller()
         call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
         if call is None:

@@ -10,6 +10,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.shared.exceptions import MCPError
 from pydantic import Field, TypeAdapter
 
 from tests.e2e.harness import Backend, Gateway
@@ -34,6 +35,16 @@ class TaskParams(types.RequestParams):
 
 class GetTaskRequest(types.Request[TaskParams, Literal["tasks/get"]]):
     method: Literal["tasks/get"] = "tasks/get"
+    params: TaskParams
+
+
+class UpdateTaskRequest(types.Request[TaskParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: TaskParams
+
+
+class CancelTaskRequest(types.Request[TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
     params: TaskParams
 
 
@@ -120,3 +131,30 @@ async def test_a_client_without_the_extension_gets_approval_pending_not_a_task(
     async with sqlite_gateway.client(sqlite_gateway.token("alice"), mode="2026-07-28") as client:
         result = await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": "task-3"})
     assert result.structured_content["status"] == "approval_pending"
+
+
+async def test_the_task_methods_refuse_a_request_without_the_extension(sqlite_gateway: Gateway) -> None:
+    # SEP-2663 (the conformance suite's tasks-capability-negotiation): -32021 naming the extension,
+    # even for a task that exists; a 2025-11-25 client is never offered tasks, so they do not exist.
+    tasks = Tasks(lambda created: None)
+    async with sqlite_gateway.client(
+        sqlite_gateway.token("alice"), mode="2026-07-28", extensions=[tasks]
+    ) as client:
+        with anyio.move_on_after(0.5):  # created as a task; nobody approves it here
+            await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": "task-4"})
+    [created] = tasks.created
+    params = TaskParams(taskId=created.task_id)
+    requests = [
+        GetTaskRequest(params=params),
+        UpdateTaskRequest(params=params),
+        CancelTaskRequest(params=params),
+    ]
+    for mode, code in (("2026-07-28", -32021), ("legacy", -32601)):
+        async with sqlite_gateway.client(sqlite_gateway.token("alice"), mode=mode) as client:
+            for request in requests:
+                with pytest.raises(MCPError) as refused:
+                    await client.session.send_request(request, TypeAdapter(dict[str, Any]))
+                assert refused.value.error.code == code, (mode, request.method)
+                if code == -32021:
+                    required = refused.value.error.data["requiredCapabilities"]
+                    assert required == {"extensions": {"io.modelcontextprotocol/tasks": {}}}
