@@ -110,7 +110,11 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
     Raises:
         ConfigurationError: the database holds an older schema (run `writ store migrate`).
     """
-    store = Store.open(config.store.url, durable=config.store.durable)
+    store = Store.open(
+        config.store.url,
+        durable=config.store.durable,
+        idle_transaction_timeout_s=config.store.idle_transaction_timeout_s,
+    )
     if not store.is_migrated():
         empty = store.is_empty()
         if migrate_empty and empty:

@@ -117,7 +117,11 @@ def store_migrate(config: ConfigOption = None) -> None:
     from store.store import Store
 
     cfg = _config(config)
-    store = Store.open(cfg.store.url, durable=cfg.store.durable)
+    store = Store.open(
+        cfg.store.url,
+        durable=cfg.store.durable,
+        idle_transaction_timeout_s=cfg.store.idle_transaction_timeout_s,
+    )
     try:
         store.migrate()
     finally:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gateway.approvals import ApprovalsConfig
 from gateway.errors import ConfigurationError
 from gateway.telemetry import TelemetryConfig
+from store.db import IDLE_TRANSACTION_TIMEOUT_S
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
@@ -51,6 +52,11 @@ class StoreConfig(_Section):
     url: str = f"sqlite:///{DEFAULT_STATE_DIR}/writ.db"
     durable: bool = True
     """SQLite only: fsync every commit (synchronous=FULL). PostgreSQL is always durable."""
+    idle_transaction_timeout_s: float = Field(default=IDLE_TRANSACTION_TIMEOUT_S, ge=0)
+    """PostgreSQL only: end a session left idle inside a transaction this long (0: the server's setting).
+
+    Every write holds the log head until it commits, so a replica frozen mid-write (SIGSTOP, a VM pause)
+    would stall the writers of every replica until it woke; this bounds the stall."""
 
 
 class WorkersConfig(_Section):

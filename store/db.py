@@ -31,12 +31,41 @@ def normalize_url(url: str) -> URL:
     raise StoreError(f"unsupported store URL scheme {parsed.drivername!r}: use sqlite:/// or postgresql://")
 
 
-def create_store_engine(url: str, *, durable: bool = True) -> Engine:
+IDLE_TRANSACTION_TIMEOUT_S = 15.0
+"""How long PostgreSQL lets a session sit idle inside a transaction before ending it (0: its own setting)."""
+
+
+def create_store_engine(
+    url: str, *, durable: bool = True, idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S
+) -> Engine:
     """An engine configured so that concurrent writers serialize instead of failing."""
     parsed = normalize_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, durable=durable)
-    return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    return _postgres_engine(parsed, idle_transaction_timeout_s=idle_transaction_timeout_s)
+
+
+def _postgres_engine(url: URL, *, idle_transaction_timeout_s: float) -> Engine:
+    engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    if idle_transaction_timeout_s <= 0:
+        return engine
+    timeout_ms = max(1, round(idle_transaction_timeout_s * 1000))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Every write holds the log head's row lock until it commits. A replica frozen inside one
+        # (SIGSTOP, a VM pause, a stuck thread) would hold it, and stall every writer of every replica,
+        # until it woke. PostgreSQL ends such a session after the timeout instead: the lock is freed, the
+        # frozen transaction is rolled back, and its writer finds its connection gone when it wakes.
+        # Writ's own transactions never wait on anything but the database: none is idle for long.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            dbapi_connection.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+        finally:
+            dbapi_connection.autocommit = autocommit
+
+    return engine
 
 
 def _sqlite_engine(url: URL, *, durable: bool) -> Engine:

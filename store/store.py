@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, bindparam, delete, exc, inspect, select, text
 
 from store import approving, audit, confirming, recording, revoking
-from store.db import READ_ONLY, create_store_engine
+from store.db import IDLE_TRANSACTION_TIMEOUT_S, READ_ONLY, create_store_engine
 from store.events import parse_event
 from store.log import PAGE_SIZE, Append, envelope_of, read_pages, stored_event
 from store.model import (
@@ -57,6 +57,10 @@ def _translated() -> Iterator[None]:
         raise StoreError(f"write refused by a database constraint: {error.orig}") from error
     except exc.OperationalError as error:
         raise Unavailable(f"database unavailable: {error.orig}") from error
+    except exc.DBAPIError as error:
+        if error.connection_invalidated:  # e.g. the server ended an idle session: the connection is gone
+            raise Unavailable(f"database connection lost: {error.orig}") from error
+        raise StoreError(f"database error: {error}") from error
     except exc.SQLAlchemyError as error:
         raise StoreError(f"database error: {error}") from error
 
@@ -73,9 +77,18 @@ class Store(Settlement, Queues):
         self._engine = engine
 
     @classmethod
-    def open(cls, url: str, *, durable: bool = True) -> Store:
-        """Connect lazily to `sqlite:///path` or `postgresql://...`; `durable=False` relaxes SQLite fsyncs."""
-        return cls(create_store_engine(url, durable=durable))
+    def open(
+        cls, url: str, *, durable: bool = True, idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S
+    ) -> Store:
+        """Connect lazily to `sqlite:///path` or `postgresql://...`.
+
+        `durable=False` relaxes SQLite's fsyncs. On PostgreSQL, a session idle inside a transaction for
+        `idle_transaction_timeout_s` is ended by the server, so a writer frozen mid-transaction holds the
+        log head at most that long (0 leaves the server's setting).
+        """
+        return cls(
+            create_store_engine(url, durable=durable, idle_transaction_timeout_s=idle_transaction_timeout_s)
+        )
 
     @property
     def engine(self) -> Engine:
