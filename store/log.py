@@ -40,7 +40,7 @@ class Append:
         self._rows: list[dict[str, Any]] = []
         self._pending = Pending()
 
-    def add(self, event: ev.Envelope) -> Any:
+    def add(self, event: ev.Event) -> ev.Event:
         """Seal `event` at the next seq, project it, and return the sealed copy."""
         sealed, envelope = event.sealed_with_envelope(self._seq + 1, self._hash)
         apply(self._conn, sealed, self._pending)

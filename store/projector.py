@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from store import events as ev
-from store.model import KeyClaimLost
+from store.model import KeyClaimLost, StoreError
 from store.schema import approvals, effect_ledger, revocations, runs, tool_calls
 
 
@@ -73,19 +73,27 @@ def _json(value: Any) -> str | None:
     return None if value is None else ev.canonical_json(value)
 
 
+def _named(event: ev.Envelope, field: str, value: str | None) -> str:
+    # Without the id its row is keyed by, an update would match no row and the event project nowhere.
+    if value is None:
+        raise StoreError(f"event {event.event_id} ({type(event).__name__}) has no {field}")
+    return value
+
+
 def _update_call(conn: Connection, pending: Pending | None, event: ev.Envelope, **values: Any) -> None:
+    tool_call_id = _named(event, "tool_call_id", event.tool_call_id)
     values["updated_at"] = ev.parse_ts(event.occurred_at)
     values["last_event_id"] = event.event_id
     if pending is None:
-        conn.execute(_UPDATE_CALL, {"b_tool_call_id": event.tool_call_id, **values})
+        conn.execute(_UPDATE_CALL, {"b_tool_call_id": tool_call_id, **values})
         return
-    held = pending.calls.get(event.tool_call_id)
+    held = pending.calls.get(tool_call_id)
     if held is not None:
         held.update(values)
         return
-    row = conn.execute(_UPDATE_CALL_RETURNING, {"b_tool_call_id": event.tool_call_id, **values}).one_or_none()
+    row = conn.execute(_UPDATE_CALL_RETURNING, {"b_tool_call_id": tool_call_id, **values}).one_or_none()
     if row is not None:
-        pending.written[event.tool_call_id] = row
+        pending.written[tool_call_id] = row
 
 
 def _update_approval(conn: Connection, event: ev.Envelope, **values: Any) -> None:
@@ -103,22 +111,25 @@ def _insert(
 
 
 def _run_started(conn: Connection, event: ev.RunStartedEvent, pending: Pending | None) -> None:
+    run_id = _named(event, "run_id", event.run_id)
     run = {
-        "run_id": event.run_id,
+        "run_id": run_id,
         "tenant": event.payload.tenant,
         "subject": event.payload.subject,
         "started_at": ev.parse_ts(event.occurred_at),
         "call_count": 0,
     }
-    _insert(conn, None if pending is None else pending.runs, event.run_id, _INSERT_RUN, run)
+    _insert(conn, None if pending is None else pending.runs, run_id, _INSERT_RUN, run)
 
 
 def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pending | None) -> None:
     p = event.payload
     at = ev.parse_ts(event.occurred_at)
+    tool_call_id = _named(event, "tool_call_id", event.tool_call_id)
+    run_id = _named(event, "run_id", event.run_id)
     call = {
-        "tool_call_id": event.tool_call_id,
-        "run_id": event.run_id,
+        "tool_call_id": tool_call_id,
+        "run_id": run_id,
         "tenant": event.tenant,
         "subject": p.subject,
         "principal": _json(p.principal),
@@ -146,16 +157,16 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         "created_at": at,
         "updated_at": at,
     }
-    _insert(conn, None if pending is None else pending.calls, event.tool_call_id, _INSERT_CALL, call)
-    run = pending.runs.get(event.run_id) if pending is not None else None
+    _insert(conn, None if pending is None else pending.calls, tool_call_id, _INSERT_CALL, call)
+    run = pending.runs.get(run_id) if pending is not None else None
     if run is not None:
         run["call_count"] += 1
     else:
-        conn.execute(_COUNT_CALL, {"b_run_id": event.run_id})
+        conn.execute(_COUNT_CALL, {"b_run_id": run_id})
     if not p.claims_key:
         return
     claim = {
-        "tool_call_id": event.tool_call_id,
+        "tool_call_id": tool_call_id,
         "action_hash": p.action_hash,
         "key_source": p.key_source,
         "claimed_at": at,

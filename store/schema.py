@@ -47,7 +47,8 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if isinstance(value, str):
             return parse_ts(value)
-        return value.astimezone(UTC)
+        moment: datetime = value  # PostgreSQL's timestamptz, which psycopg reads as an aware datetime
+        return moment.astimezone(UTC)
 
 
 metadata = MetaData()
