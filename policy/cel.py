@@ -21,7 +21,8 @@ from typing import Any
 import celpy
 import lark
 from celpy import celtypes
-from celpy.evaluation import base_functions
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError, base_functions
 
 from .model import PolicyError, PolicyInput
 
@@ -45,7 +46,7 @@ _FUNCTIONS = (
 # What cel-python raises for ordinary evaluation problems, plus the Python errors its built-ins let
 # escape on odd input. These are the runtime failures a rule fails closed on.
 _EVAL_ERRORS: tuple[type[BaseException], ...] = (
-    celpy.CELEvalError,
+    CELEvalError,
     TypeError,
     ValueError,
     KeyError,
@@ -100,7 +101,7 @@ class Condition:
             environment = _environment()
             ast = environment.compile(source)
             program = environment.program(ast)
-        except celpy.CELParseError as exc:
+        except CELParseError as exc:
             detail = " ".join(str(exc).split())
             raise PolicyError(f"rule {rule_id!r}: when: invalid CEL `{source}`: {detail}") from exc
         variables, functions = _unknown_names(ast)
@@ -125,7 +126,7 @@ class Condition:
             value = self._program.evaluate(activation)
         except _EVAL_ERRORS as exc:
             raise ExpressionError(self.rule_id, self.source, _problem(exc)) from exc
-        if isinstance(value, celpy.CELEvalError):
+        if isinstance(value, CELEvalError):
             raise ExpressionError(self.rule_id, self.source, _problem(value))
         if not isinstance(value, celtypes.BoolType):
             raise ExpressionError(self.rule_id, self.source, f"yielded {type(value).__name__}, not a bool")
@@ -179,7 +180,7 @@ def to_cel(value: Any) -> celtypes.Value:
             raise ValueError(f"{type(value).__name__} has no CEL equivalent")
 
 
-def _unknown_names(ast: lark.Tree) -> tuple[list[str], list[str]]:
+def _unknown_names(ast: lark.Tree[lark.Token]) -> tuple[list[str], list[str]]:
     """Variables the expression reads that neither Writ nor its own macros bind, and functions CEL lacks.
 
     Checked at load so a typo such as `arg.amount` or `args.name.startswith(...)` fails there
@@ -214,7 +215,7 @@ def _unknown_names(ast: lark.Tree) -> tuple[list[str], list[str]]:
 def _problem(exc: BaseException) -> str:
     """A short description of what went wrong, without echoing argument values."""
     cause: type[BaseException] | None = type(exc)
-    if isinstance(exc, celpy.CELEvalError):
+    if isinstance(exc, CELEvalError):
         cause = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], type) else None
         text = exc.args[0] if exc.args and isinstance(exc.args[0], str) else ""
         if cause is KeyError and text.startswith("no such member"):

@@ -10,7 +10,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from capabilities.contract import EffectClass
 
@@ -83,7 +91,7 @@ class Rule(_Strict):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _name_the_rule(cls, data: Any, handler: Any) -> Rule:
+    def _name_the_rule(cls, data: Any, handler: ModelWrapValidatorHandler[Rule]) -> Rule:
         # Pydantic reports `rules.3.approval.approver_role`; people think in rule ids, so say both.
         try:
             return handler(data)
