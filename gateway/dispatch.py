@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,10 +19,13 @@ import anyio.to_thread
 
 from capabilities.contract import Capability, Invocation, Outcome
 from gateway.faults import NO_FAULTS, FaultPoints
-from store.model import CallView, OutcomeRecord, StaleLease
+from store.model import CallView, OutcomeRecord, StaleLease, Unavailable
 from store.store import Store
 
 logger = logging.getLogger(__name__)
+
+OUTCOME_NOT_RECORDED = "outcome_not_recorded"
+"""The error of a call answered as unknown because its outcome could not be recorded (never stored)."""
 
 
 class Dispatcher:
@@ -113,6 +117,17 @@ class Dispatcher:
             logger.warning("outcome of %s not recorded (%s): %s", call.tool_call_id, outcome.kind, exc)
             latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
             return latest or call
+        except Unavailable as exc:
+            # The backend may have acted and the database is gone: what we saw cannot be made durable,
+            # so it must not be told. The call stays `dispatching` under our lease; once the lease
+            # expires, whichever replica reaches the database marks it unknown and reconciles it.
+            logger.error(
+                "outcome of %s (%s) not recorded, the store is unavailable; it will be reconciled: %s",
+                call.tool_call_id,
+                outcome.kind,
+                exc,
+            )
+            return replace(call, status="result_unknown", error=OUTCOME_NOT_RECORDED)
 
     async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
         executor = self._registry.executor(capability)

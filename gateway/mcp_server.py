@@ -13,7 +13,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from capabilities.contract import Capability
 from gateway import mcp_rounds as rounds
@@ -21,6 +21,7 @@ from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.results import shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
+from store.model import Unavailable
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 STATUS_TOOL = "writ_call_status"
 META_KEY = "writ/idempotencyKey"
 META_RUN = "writ/runId"
+STORE_UNAVAILABLE = (
+    "Writ's store is unavailable, so this call was not carried out: nothing was sent to the backend. "
+    "Retry later; a retry with the same writ/idempotencyKey cannot cause a second effect."
+)
 
 PrincipalProvider = Callable[[], Any]
 """Returns the current caller's `Principal`, or None when the request is unauthenticated."""
@@ -87,6 +92,15 @@ def build_mcp_server(
         return types.ListToolsResult(tools=[*map(_tool, visible), _STATUS_TOOL])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+        try:
+            return await _call_tool(ctx, params)
+        except Unavailable as exc:
+            # Raised before anything was sent: once a call is dispatched, a store that goes away
+            # makes its answer `result_unknown` instead (gateway.dispatch).
+            logger.error("tools/call %s: the store is unavailable: %s", params.name, exc)
+            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
+
+    async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         who = caller()
         if params.name == STATUS_TOOL:
             return await _call_status(who, params.arguments or {})

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from capabilities.contract import Capability
+from gateway.dispatch import OUTCOME_NOT_RECORDED
 from gateway.pipeline import CallReport
 from store.model import CallView
 
@@ -158,6 +159,8 @@ def _headline(call: CallView) -> str:
     match call.status:
         case "approval_pending":
             return f"Waiting for human approval: {summary}."
+        case "result_unknown" if call.error == OUTCOME_NOT_RECORDED:
+            return f"Outcome unknown: {summary} was sent, but its answer could not be recorded (store down)."
         case "result_unknown":
             return (
                 f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."

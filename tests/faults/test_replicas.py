@@ -10,45 +10,20 @@ import contextlib
 import os
 import signal
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import sqlalchemy as sa
 
 from gateway.dev_issuer import DevIssuer
 from gateway.faults import STOP_ENV
 from store import CallView, Store
-from tests.e2e.harness import WRIT, Backend, acme_backend, demo_config, free_port, mcp_client, stop, wait_http
+from tests.e2e.harness import WRIT, Backend, demo_config, free_port, mcp_client, stop, wait_http
 from tests.faults.campaign import ARGS, TIMEOUT_S, WORKERS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.postgres]
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    schema = f"writ_rep_{uuid.uuid4().hex[:10]}"
-    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    url = f"{postgres_url}?options=-csearch_path%3D{schema}"
-    with Store.open(url) as store:
-        store.migrate()  # once, before the replicas start
-    try:
-        yield url
-    finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
-
-
-@pytest.fixture
-def backend(tmp_path: Path) -> Iterator[Backend]:
-    with acme_backend(tmp_path) as b:
-        yield b
 
 
 class Replica:

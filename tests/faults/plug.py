@@ -1,0 +1,86 @@
+"""A TCP relay between Writ and PostgreSQL whose plug a test can pull: the database goes away for real.
+
+Pulling it resets every relayed connection and refuses new ones, which is what a replica sees when the
+database host dies or the network between them breaks; plugging it back in accepts connections again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+
+from tests.e2e.harness import free_port
+
+
+class Plug:
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        self.host, self.port, self._target = host, free_port(), (host, target_port)
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+
+    def plug_in(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                return
+            self._listener = socket.create_server((self.host, self.port))
+            threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def pull(self) -> None:
+        """Reset every relayed connection and refuse new ones until `plug_in`."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+            relayed, self._open = self._open, set()
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+            listener.close()
+        for sock in relayed:
+            with contextlib.suppress(OSError):
+                # SO_LINGER 0: close with a RST, as a dead peer's network would, not a polite FIN.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self._target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:  # pulled meanwhile
+                    client.close()
+                    server.close()
+                    return
+                self._open.update((client, server))
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def plugged(target_port: int) -> Iterator[Plug]:
+    plug = Plug(target_port)
+    plug.plug_in()
+    try:
+        yield plug
+    finally:
+        plug.pull()
