@@ -102,3 +102,50 @@ def test_the_calls_api_needs_a_token_and_hides_other_tenants(sqlite_gateway: Gat
         url, headers={"Authorization": f"Bearer {sqlite_gateway.token('eve', tenant='x')}"}, timeout=5
     )
     assert other.status_code == 404
+
+
+def post_2026(gateway: Gateway, name_header: str, method_header: str) -> tuple[int, dict]:
+    """A 2026-07-28 tools/call over http.client, which sends header values byte for byte."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "lookup_order", "arguments": {"order_id": "1001"}, "_meta": envelope},
+    }
+    url = urlsplit(gateway.mcp_url)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        connection.request(
+            "POST",
+            url.path,
+            body=json.dumps(body),
+            headers={
+                **MCP_HEADERS,
+                "Authorization": f"Bearer {gateway.token('alice')}",
+                "MCP-Protocol-Version": "2026-07-28 ",
+                "Mcp-Method": method_header,
+                "Mcp-Name": name_header,
+            },
+        )
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def test_whitespace_around_a_header_value_is_not_part_of_it(sqlite_gateway: Gateway) -> None:
+    # RFC 9110 §5.5; the conformance suite's http-header-validation (SEP-2243). uvicorn's parser kept
+    # trailing whitespace, so this request was refused with 400 / -32020 (header mismatch).
+    status, answer = post_2026(sqlite_gateway, "  lookup_order \t", "tools/call  ")
+    assert status == 200, answer
+    assert answer["result"]["_meta"]["writ/status"] == "completed"
+    status, answer = post_2026(sqlite_gateway, " refund_order ", "tools/call")
+    assert (status, answer["error"]["code"]) == (400, -32020)
