@@ -22,6 +22,7 @@ from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from gateway.results import status_document
 from policy.model import Principal
+from store.model import StoredEvent
 from store.store import Store
 
 OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
@@ -197,8 +198,9 @@ def api_routes(
     return routes
 
 
-def _run_subject(events: list[Any]) -> str | None:
+def _run_subject(events: list[StoredEvent]) -> str | None:
     for event in events:
         if event.type == "run.started":
-            return event.payload.get("subject")
+            subject = event.payload.get("subject")
+            return subject if isinstance(subject, str) else None
     return None

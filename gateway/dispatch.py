@@ -12,12 +12,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
 
-from capabilities.contract import Capability, Invocation, Outcome
+from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
 from gateway.faults import NO_FAULTS, FaultPoints
 from store.model import CallView, OutcomeRecord, StaleLease, Unavailable
 from store.store import Store
@@ -28,6 +28,12 @@ OUTCOME_NOT_RECORDED = "outcome_not_recorded"
 """The error of a call answered as unknown because its outcome could not be recorded (never stored)."""
 
 
+class Executors(Protocol):
+    """What dispatch needs of the registry: the executor that serves a capability."""
+
+    def executor(self, capability: Capability) -> Executor: ...
+
+
 class Dispatcher:
     """Runs executors under dispatch leases; one per process, shared by every path that dispatches."""
 
@@ -35,7 +41,7 @@ class Dispatcher:
         self,
         *,
         store: Store,
-        registry: Any,
+        registry: Executors,
         clock: Callable[[], datetime],
         producer: str,
         executor_grace_s: float = 5.0,
@@ -86,7 +92,9 @@ class Dispatcher:
                 )
             settled = await self._record(call, outcome)
             self._faults.reach("after_outcome_commit")
-            return settled
+        # Returned after the scope, not inside it: a cancel scope may swallow an exception (this
+        # unshared, deadline-free one never does), so a `return` inside leaves a path returning None.
+        return settled
 
     def _lease_covers_dispatch(self, capability: Capability, call: CallView) -> bool:
         # Checked locally right before sending: the whole dispatch must fit in what is left of the
@@ -141,5 +149,5 @@ class Dispatcher:
         except Exception as exc:  # an executor bug must still leave a recorded, honest outcome
             logger.exception("executor for %s raised", capability.ref)
             reason, detail = "executor_error", type(exc).__name__
-        kind = "failed" if capability.effect == "read" else "unknown"
+        kind: OutcomeKind = "failed" if capability.effect == "read" else "unknown"
         return Outcome(kind=kind, error=reason, detail=detail)

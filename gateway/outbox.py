@@ -47,7 +47,7 @@ def verify(secret: bytes, timestamp: str, body: bytes, signature: str) -> bool:
 
 def backoff(config: WebhookConfig, attempts: int) -> float:
     """Seconds before the next attempt after `attempts` failed ones: doubling, capped."""
-    return min(config.backoff_initial_s * 2 ** max(attempts - 1, 0), config.backoff_max_s)
+    return min(config.backoff_initial_s * 2.0 ** max(attempts - 1, 0), config.backoff_max_s)
 
 
 class Notifier:

@@ -111,16 +111,12 @@ class Resumer:
 
     async def resume(self, call: CallView) -> CallView | None:
         """Re-authorize one approved call, then dispatch it or refuse it; None if another worker did."""
-        approval = (
-            await anyio.to_thread.run_sync(lambda: self._store.get_approval(call.approval_id))
-            if call.approval_id
-            else None
-        )
-        held = (
-            await anyio.to_thread.run_sync(lambda: self._store.held_arguments(call.approval_id))
-            if call.approval_id
-            else None
-        )
+        approval: ApprovalView | None = None
+        held: Mapping[str, Any] | None = None
+        approval_id = call.approval_id
+        if approval_id:
+            approval = await anyio.to_thread.run_sync(lambda: self._store.get_approval(approval_id))
+            held = await anyio.to_thread.run_sync(lambda: self._store.held_arguments(approval_id))
         outcome = await anyio.to_thread.run_sync(lambda: self.reauthorize(call, approval, held))
         now = self._clock()
         try:
@@ -149,8 +145,7 @@ class Resumer:
         except (StaleLease, NotFound):
             return None  # another replica claimed or refused it first: the approval is used once
         settled = await self._pipeline.dispatch_claimed(outcome.capability, claimed, outcome.arguments)
-        if settled.status in TERMINAL_STATUSES and call.approval_id:
-            approval_id = call.approval_id
+        if settled.status in TERMINAL_STATUSES and approval_id:
             await anyio.to_thread.run_sync(
                 lambda: self._store.release_held_arguments(approval_id, now=self._clock())
             )
