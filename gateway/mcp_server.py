@@ -33,6 +33,7 @@ STORE_UNAVAILABLE = (
     "Writ's store is unavailable, so this call was not carried out: nothing was sent to the backend. "
     "Retry later; a retry with the same writ/idempotencyKey cannot cause a second effect."
 )
+STATUS_UNAVAILABLE = "Writ's store is unavailable, so the call's state cannot be read now. Ask again later."
 
 PrincipalProvider = Callable[[], Any]
 """Returns the current caller's `Principal`, or None when the request is unauthenticated."""
@@ -98,7 +99,8 @@ def build_mcp_server(
             # Raised before anything was sent: once a call is dispatched, a store that goes away
             # makes its answer `result_unknown` instead (gateway.dispatch).
             logger.error("tools/call %s: the store is unavailable: %s", params.name, exc)
-            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
+            message = STATUS_UNAVAILABLE if params.name == STATUS_TOOL else STORE_UNAVAILABLE
+            raise MCPError(INTERNAL_ERROR, message) from exc
 
     async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         who = caller()

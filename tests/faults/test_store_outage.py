@@ -53,8 +53,10 @@ async def test_with_the_database_gone_a_call_is_refused_clearly_and_nothing_is_s
         async with mcp_client(writ.url, writ.token, mode="2026-07-28") as client:
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "while-down"})
-        assert "store is unavailable" in refused.value.error.message
-        assert "nothing was sent" in refused.value.error.message
+            assert "store is unavailable" in refused.value.error.message
+            assert "nothing was sent" in refused.value.error.message
+            with pytest.raises(MCPError, match="state cannot be read now"):
+                await client.call_tool("writ_call_status", {"toolCallId": "tc-any"})
         assert backend.refunds("while-down") == []
 
         plug.plug_in()  # the same key again, once the database is back: one effect
