@@ -40,7 +40,8 @@ Clock = Callable[[], datetime]
 
 
 class PolicyLike(Protocol):
-    version: str
+    @property
+    def version(self) -> str: ...
 
     def evaluate(self, inp: PolicyInput) -> Decision: ...
 
