@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,7 +78,7 @@ class Runtime:
     """Lease recovery and reconciliation, run in the background while the runtime runs."""
     decisions: Decisions | None = None
     """Approval decisions (API, console); the resume worker in `background` executes approved calls."""
-    background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Further workers run while the runtime runs: approvals (resume, expiry), outbox delivery."""
 
     def principal_from_claims(self, claims: dict[str, Any]) -> Principal:

@@ -15,7 +15,7 @@ client that declares the extension on the request: the task id is the toolCallId
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
@@ -120,7 +120,7 @@ def read_state(text: str) -> tuple[str, str, str] | None:
     return tool_call_id, confirmation_id, action
 
 
-def answer_of(responses: types.InputResponses | None) -> str | None:
+def answer_of(responses: types.InputResponses | None) -> Literal["accept", "decline", "cancel"] | None:
     """The user's action (`accept`, `decline`, `cancel`) from the retry's responses, if it carries one."""
     response = (responses or {}).get(CONFIRM_KEY)
     return response.action if isinstance(response, types.ElicitResult) else None
