@@ -116,6 +116,8 @@ class HttpBackend(_Model):
     headers: dict[str, str] = Field(default_factory=dict)
     auth: AuthConfig | None = None
     max_connections: int = Field(default=100, ge=1)
+    max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    """A response body (decoded) longer than this is not read on: the call gets `response_too_large`."""
 
     _check_url = field_validator("base_url")(_no_userinfo)
 

@@ -3,6 +3,10 @@
 One persistent `httpx2.AsyncClient` per backend carries every call (connection reuse). What the
 executor reports follows one question: could the backend have acted? Nothing sent -> `failed`;
 sent and no usable answer -> `unknown` (for effects other than `read`). It never retries.
+
+A response is read as a stream and given up once its body passes the backend's `max_response_bytes`
+(`response_too_large`), and the whole exchange, body included, is bounded by the capability's
+timeout, so a backend that sends forever or trickles a byte at a time cannot hold a call or memory.
 """
 
 from __future__ import annotations
@@ -57,6 +61,23 @@ class HttpRoute:
     request: RequestSpec
     idempotency_header: str = "Idempotency-Key"
     reconcile: RequestSpec | None = None
+
+
+class ResponseTooLarge(Exception):
+    """The body of an answer passed the backend's `max_response_bytes`; the rest was not read."""
+
+    def __init__(self, status_code: int, limit: int) -> None:
+        super().__init__(f"answered {status_code} with a body over {limit} bytes (max_response_bytes)")
+        self.status_code = status_code
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """What came back: the status and the body as text (read whole, within the size limit)."""
+
+    status_code: int
+    text: str
+    location: str | None = None
 
 
 class TemplateError(KeyError):
@@ -181,9 +202,17 @@ class HttpExecutor:
         except _REFUSED_LOCALLY as exc:
             return failed_outcome(invocation, "request_error", self._describe(exc))
         except (TimeoutError, httpx2.TimeoutException) as exc:
-            return unanswered_outcome(invocation, read_only, "response_timeout", self._describe(exc))
+            detail = f"{self.name}: no complete answer within {capability.timeout_s:g}s"
+            if isinstance(exc, httpx2.TimeoutException):
+                detail += f" ({type(exc).__name__})"
+            return unanswered_outcome(invocation, read_only, "response_timeout", detail)
         except httpx2.TransportError as exc:
             return unanswered_outcome(invocation, read_only, "connection_lost", self._describe(exc))
+        except httpx2.DecodingError as exc:
+            # Answered, with a body its Content-Encoding cannot decode: no usable answer.
+            return unanswered_outcome(invocation, read_only, "undecodable_response", self._describe(exc))
+        except ResponseTooLarge as exc:
+            return self._too_large(invocation, exc, read_only)
         return self._outcome(invocation, response, read_only)
 
     async def reconcile(self, invocation: Invocation) -> ReconcileResult:
@@ -211,12 +240,13 @@ class HttpExecutor:
         headers = {"X-Request-Id": invocation.external_request_id}
         try:
             response = await self._send(route.reconcile.method, path, headers, capability.timeout_s)
-        except (TimeoutError, httpx2.HTTPError, BackendUnavailable) as exc:
+        except (TimeoutError, httpx2.HTTPError, BackendUnavailable, ResponseTooLarge) as exc:
             return ReconcileResult("inconclusive", evidence={"error": type(exc).__name__, "lookup": path})
         evidence: dict[str, Any] = {"lookup": path, "status_code": response.status_code}
         if response.status_code == 404:
             return ReconcileResult("not_found", evidence=evidence)
-        body = parse_json(self._credentials.scrub(response.text)) if response.is_success else None
+        success = 200 <= response.status_code < 300
+        body = parse_json(self._credentials.scrub(response.text)) if success else None
         body = _records(body)
         if isinstance(body, list) and not body:
             return ReconcileResult("not_found", evidence=evidence)
@@ -228,11 +258,13 @@ class HttpExecutor:
 
     async def _send(
         self, method: str, path: str, headers: Mapping[str, str], timeout_s: float, **kwargs: Any
-    ) -> httpx2.Response:
-        """One request; getting an access token first counts against the same timeout.
+    ) -> _Answer:
+        """One request and its whole answer; getting an access token first counts against the same
+        timeout, and so does reading the body.
 
         Raises:
             TokenUnavailable: no access token; nothing was sent.
+            ResponseTooLarge: the body passed `max_response_bytes`.
         """
         if self._client is None:
             raise CapabilityError(f"backend {self.name!r} is not started")
@@ -241,19 +273,37 @@ class HttpExecutor:
         remaining = timeout_s - (anyio.current_time() - started)
         if remaining <= 0:
             raise TokenUnavailable(f"{self.name}: getting an access token used up the {timeout_s:g}s timeout")
-        # httpx2's timeouts bound each phase; the deadline bounds the whole exchange.
+        # httpx2's timeouts bound each phase; the deadline bounds the whole exchange, body included.
         with anyio.fail_after(remaining):
-            response = await self._client.request(
+            async with self._client.stream(
                 method,
                 path,
                 headers={**headers, **authorization},
                 timeout=httpx2.Timeout(remaining),
                 **kwargs,
-            )
+            ) as response:
+                content = await self._read_body(response)
         tokens = self._credentials.tokens
         if response.status_code == 401 and tokens is not None:
             tokens.invalidate(authorization["Authorization"])
-        return response
+        text = content.decode(response.encoding or "utf-8", errors="replace")
+        return _Answer(response.status_code, text, response.headers.get("location"))
+
+    async def _read_body(self, response: httpx2.Response) -> bytes:
+        """The decoded body, read no further than `max_response_bytes`.
+
+        Raises:
+            ResponseTooLarge: the body is longer.
+        """
+        limit = self._config.max_response_bytes
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise ResponseTooLarge(response.status_code, limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def _authorization(self, timeout_s: float) -> dict[str, str]:
         """The per-request `Authorization` header of an OAuth backend; {} for static credentials.
@@ -270,7 +320,7 @@ class HttpExecutor:
         except TimeoutError:
             raise TokenUnavailable(f"{self.name}: no access token within {timeout_s:g}s") from None
 
-    def _outcome(self, invocation: Invocation, response: httpx2.Response, read_only: bool) -> Outcome:
+    def _outcome(self, invocation: Invocation, response: _Answer, read_only: bool) -> Outcome:
         status = response.status_code
         text = self._credentials.scrub(response.text)
         evidence = {"status_code": status}
@@ -290,15 +340,29 @@ class HttpExecutor:
                 external_request_id=invocation.external_request_id,
                 evidence=evidence,
             )
+        detail = f"{self.name} answered {status}: {text[:_DETAIL_CHARS]}"
+        shown = text or detail
+        if 300 <= status < 400:
+            # Never followed: the request carries the backend's credentials and the idempotency key.
+            where = self._credentials.scrub(response.location or "nowhere")[:_DETAIL_CHARS]
+            detail = shown = f"{self.name} answered {status}, a redirect to {where} (not followed)"
         # A 5xx (or an unexpected 1xx/3xx) may come after the backend committed the effect.
         return Outcome(
             "failed" if read_only else "unknown",
-            text_result(text, is_error=True) if read_only else None,
+            text_result(shown, is_error=True) if read_only else None,
             error=error,
-            detail=f"{self.name} answered {status}: {text[:_DETAIL_CHARS]}",
+            detail=detail,
             external_request_id=invocation.external_request_id,
             evidence=evidence,
         )
+
+    def _too_large(self, invocation: Invocation, exc: ResponseTooLarge, read_only: bool) -> Outcome:
+        status = exc.status_code
+        detail = f"{self.name} {exc}"
+        if 400 <= status < 500:
+            # The status alone says the backend refused; the body was only an explanation.
+            return failed_outcome(invocation, f"http_{status}", detail)
+        return unanswered_outcome(invocation, read_only, "response_too_large", detail)
 
     def _describe(self, exc: BaseException) -> str:
         message = str(exc) or "no message"

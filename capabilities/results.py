@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,11 +43,27 @@ def value_result(value: Any) -> ToolResult:
 
 
 def parse_json(text: str) -> Any:
-    """The JSON value in `text`, or `_NO_VALUE` when it is not JSON."""
+    """The JSON value in `text`, or `_NO_VALUE` when it is not JSON.
+
+    Strict RFC 8259: `NaN`, `Infinity` and numbers too large for a float are not JSON (Python's
+    parser takes them, and they would then be written out as invalid JSON), and nesting too deep
+    to parse is not a value either.
+    """
     try:
-        return json.loads(text)
-    except ValueError:
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+    except (ValueError, RecursionError):
         return _NO_VALUE
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a float")
+    return value
 
 
 def is_value(value: Any) -> bool:
