@@ -1,6 +1,8 @@
 """Executor for capabilities that are Python callables (`callable: "package.module:function"`).
 
 Sync callables run in a worker thread so they cannot stall the event loop; async ones are awaited.
+Either is bounded by the capability's timeout: a callable still running then is `unknown` (it may have
+acted; a read is `failed`), and a thread that cannot be stopped is left to finish on its own.
 Arguments are passed as keyword arguments. The input schema, when the config gives none, is derived
 from the signature with pydantic.
 """
@@ -13,6 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+import anyio
 import anyio.to_thread
 from pydantic import PydanticUserError, TypeAdapter
 
@@ -24,7 +27,7 @@ from capabilities.contract import (
     Outcome,
     ReconcileResult,
 )
-from capabilities.results import text_result, value_result
+from capabilities.results import text_result, unanswered_outcome, value_result
 
 
 def import_callable(ref: str, *, owner: str) -> Callable[..., Any]:
@@ -96,10 +99,17 @@ class PythonExecutor:
             )
         kwargs = dict(invocation.arguments)
         try:
-            if _is_async(func):
-                value = await func(**kwargs)
-            else:
-                value = await anyio.to_thread.run_sync(functools.partial(func, **kwargs))
+            with anyio.fail_after(capability.timeout_s):
+                if _is_async(func):
+                    value = await func(**kwargs)
+                else:
+                    # A thread cannot be cancelled; abandoning it is what lets the timeout end the call.
+                    value = await anyio.to_thread.run_sync(
+                        functools.partial(func, **kwargs), abandon_on_cancel=True
+                    )
+        except TimeoutError:
+            detail = f"{capability.ref} did not return within {capability.timeout_s:g}s"
+            return unanswered_outcome(invocation, capability.effect == "read", "timeout", detail)
         except Exception as exc:  # the callable's own failure is the outcome we report
             detail = f"{type(exc).__name__}: {exc}"
             return Outcome(

@@ -36,3 +36,19 @@ def explode(reason: str) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+RELEASE = threading.Event()
+"""Set by the tests to let `block` return; it gives up by itself after a few seconds in any case."""
+
+
+def block(seconds: float = 3.0) -> str:
+    """A synchronous tool that hangs (a stuck socket, a lock that is never released)."""
+    RELEASE.wait(seconds)
+    return "woke up"
+
+
+async def stall() -> str:
+    """An async tool that never returns."""
+    await anyio.sleep_forever()
+    return "unreachable"

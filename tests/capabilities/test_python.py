@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import anyio
 import pytest
 
 from capabilities.contract import CapabilityError, ConfigError, Outcome, ToolResult
@@ -113,3 +114,32 @@ async def test_python_capabilities_cannot_be_reconciled() -> None:
         assert cap is not None
         with pytest.raises(CapabilityError):
             await registry.executor(cap).reconcile(invocation(cap, {"a": 1}))
+
+
+@pytest.fixture
+def release_blocked() -> Any:
+    from tests.capabilities import sample_tools
+
+    sample_tools.RELEASE.clear()
+    yield
+    sample_tools.RELEASE.set()  # let the abandoned thread finish
+
+
+@pytest.mark.parametrize(("tool", "effect"), [("block", "write"), ("stall", "write"), ("block", "read")])
+async def test_a_callable_that_hangs_ends_at_the_capability_timeout(
+    release_blocked: Any, tool: str, effect: str
+) -> None:
+    registry = build({"id": tool, "callable": f"{MODULE}:{tool}", "effect": effect, "timeout_s": 0.3})
+    async with registry:
+        started = anyio.current_time()
+        with anyio.fail_after(5):  # without a timeout of its own, `stall` would hang the test
+            outcome = await run(registry, tool)
+        elapsed = anyio.current_time() - started
+
+    assert elapsed < 1.5  # `block` gives up by itself after 3s; the timeout must come first
+    assert outcome.error == "timeout"
+    assert outcome.detail == f"{tool}@1 did not return within 0.3s"
+    if effect == "write":
+        assert outcome.kind == "unknown" and outcome.result is None  # it may have acted meanwhile
+    else:
+        assert outcome.kind == "failed" and outcome.result is not None and outcome.result.is_error
