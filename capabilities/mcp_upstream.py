@@ -7,6 +7,7 @@ finely as over plain HTTP, so anything after the request may have left counts as
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -37,6 +38,18 @@ from capabilities.oauth_tokens import TokenSource
 from capabilities.results import failed_outcome, unanswered_outcome
 
 _DETAIL_CHARS = 300
+
+_ANSWERED_UNUSABLY = (
+    "Failed to parse JSON response",
+    "Failed to parse SSE message",
+    "Unexpected content type",
+    "server answered a request with 202 Accepted",
+    "Redirect to ",
+)
+"""How the SDK's HTTP transport words the errors it makes up when the upstream received the request and
+answered with something that is not a JSON-RPC response (not JSON, another content type, 202 Accepted,
+a redirect it did not follow). Their codes (-32700, -32600) also mean "the server refused the request",
+but here the upstream may have acted."""
 
 
 class McpExecutor:
@@ -144,6 +157,9 @@ class McpExecutor:
             structured=result.structured_content if isinstance(result.structured_content, dict) else None,
             is_error=result.is_error,
         )
+        if not _is_json(tool_result):
+            detail = f"{self.name}: the result holds NaN or Infinity, which JSON cannot carry"
+            return unanswered_outcome(invocation, read_only, "invalid_response", detail)
         if result.is_error:
             return Outcome(
                 "failed",
@@ -193,6 +209,8 @@ class McpExecutor:
             structured=result.structured_content if isinstance(result.structured_content, dict) else None,
             is_error=result.is_error,
         )
+        if not _is_json(found):
+            return ReconcileResult("inconclusive", evidence={**evidence, "error": "invalid_response"})
         return verdict(found, evidence)
 
     def _protocol_error(
@@ -200,6 +218,7 @@ class McpExecutor:
     ) -> Outcome:
         detail = self._describe(exc)
         if exc.code == mcp_types.REQUEST_TIMEOUT:
+            detail = f"{self.name}: no answer within {invocation.capability.timeout_s:g}s"
             return unanswered_outcome(invocation, read_only, "response_timeout", detail)
         if exc.code == mcp_types.CONNECTION_CLOSED:
             session.kill()
@@ -207,6 +226,8 @@ class McpExecutor:
         if exc.code == mcp_types.INTERNAL_ERROR:
             # Like an HTTP 500: the handler may have acted before it failed.
             return unanswered_outcome(invocation, read_only, "upstream_internal_error", detail)
+        if exc.message.startswith(_ANSWERED_UNUSABLY):
+            return unanswered_outcome(invocation, read_only, "invalid_response", detail)
         if exc.message == "Session terminated":
             session.kill()
         return failed_outcome(invocation, f"mcp_error_{abs(exc.code)}", detail)
@@ -272,6 +293,15 @@ class _TokenAuth(httpx2.Auth):
         response = yield request
         if response.status_code == 401:
             self._tokens.invalidate(authorization)
+
+
+def _is_json(result: ToolResult) -> bool:
+    """Whether the result can be written as JSON (the SDK parses NaN and Infinity, JSON has neither)."""
+    try:
+        json.dumps(result.to_json(), allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _first_text(result: ToolResult) -> str:
