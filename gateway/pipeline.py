@@ -21,7 +21,7 @@ from gateway.actions import Redactor, action_hash, derived_key, new_id
 from gateway.dispatch import Dispatcher
 from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.faults import NO_FAULTS, FaultPoints
-from gateway.validation import InputSchemas
+from gateway.validation import InputSchemas, unrecordable
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
@@ -197,7 +197,10 @@ class CallPipeline:
         if capability is None:
             raise UnknownTool(inp.tool_name)
         principal = inp.principal
-        arguments = dict(inp.arguments)
+        # Arguments that are not JSON (NaN, a lone surrogate, absurd nesting) cannot be hashed or stored:
+        # the refusal below records a copy with stand-ins for the offending values, and nothing runs.
+        unfit, recordable = unrecordable(inp.arguments)
+        arguments = recordable if unfit else dict(inp.arguments)
         now = self._clock()
         action = action_hash(capability, arguments, principal)
         key, key_source = (
@@ -234,7 +237,7 @@ class CallPipeline:
         def refusal(reason: str, detail: str, policy_version: str) -> RefusalRequest:
             return RefusalRequest(**identity, reason=reason, detail=detail, policy_version=policy_version)
 
-        errors = self._schemas.errors(capability, arguments)
+        errors = unfit or self._schemas.errors(capability, arguments)
         if errors:
             refused = await anyio.to_thread.run_sync(
                 self._store.refuse, refusal("invalid_arguments", "; ".join(errors), policy.version)
@@ -317,6 +320,9 @@ class CallPipeline:
         if capability is None:
             raise UnknownTool(inp.tool_name)
         principal, arguments = inp.principal, dict(inp.arguments)
+        unfit, _ = unrecordable(arguments)
+        if unfit:  # never the arguments the confirmation was asked for: those were recorded
+            raise ConfirmationRefused("invalid_arguments", "; ".join(unfit), inp.tool_call_id)
         action = action_hash(capability, arguments, principal)
         if inp.action == "accept":
             refusal = await self._still_allowed(capability, principal, arguments, inp.tool_call_id)

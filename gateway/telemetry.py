@@ -99,7 +99,7 @@ class Telemetry:
             attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name},
         ) as span:
             if self._include_arguments:
-                span.set_attribute("gen_ai.tool.call.arguments", canonical_json(arguments))
+                span.set_attribute("gen_ai.tool.call.arguments", _arguments_text(arguments))
             call_span = CallSpan(span)
             try:
                 yield call_span
@@ -144,3 +144,12 @@ def build_telemetry(config: TelemetryConfig) -> Telemetry:
     tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
     meter_provider = MeterProvider(resource=resource, metric_readers=[metric_reader])
     return Telemetry(tracer_provider, meter_provider, include_arguments=config.include_arguments)
+
+
+def _arguments_text(arguments: object) -> str:
+    # Arguments that are not JSON (NaN, a lone surrogate, absurd nesting) are refused by the pipeline;
+    # the span says so instead of failing the call before the refusal is recorded.
+    try:
+        return canonical_json(arguments).encode("utf-8").decode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+        return "<not JSON>"

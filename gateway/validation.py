@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,3 +41,62 @@ class InputSchemas:
         """Every way `arguments` break the schema (at most ten), as `path: message`; empty if valid."""
         found = sorted(self.check(capability).iter_errors(arguments), key=lambda e: list(e.path))
         return [f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in found[:MAX_ERRORS]]
+
+
+MAX_DEPTH = 64
+"""How deeply arguments may nest. Deeper documents are refused before anything hashes, stores or
+evaluates them (each of those walks them recursively, and the store's serializer stops near 250)."""
+
+_MAX_PATH = 8
+
+
+def unrecordable(arguments: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """Where `arguments` are not JSON that Writ can hash and record, and a copy that can be recorded.
+
+    Python's JSON parser (which the 2026-07-28 transport uses) accepts `NaN`, `Infinity` and
+    `-Infinity` (and reads `1e400` as infinity) and lone surrogate escapes such as `"\\ud800"`; none of
+    them is JSON (RFC 8259) or can be hashed or stored. Such arguments are refused as invalid, and the
+    refusal records the copy, where each offending value is replaced by a readable stand-in. Errors
+    come as `path: message`, like schema errors (at most ten); empty (and an unchanged copy) if fine.
+    """
+    errors: list[str] = []
+
+    def where(path: list[str]) -> str:
+        shown = [part if len(part) <= 64 else part[:61] + "..." for part in path[:_MAX_PATH]]
+        return "/".join(shown + ["..."] * (len(path) > _MAX_PATH)) or "(arguments)"
+
+    def text(value: str, path: list[str], what: str) -> str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            errors.append(f"{where(path)}: {what} holds a lone surrogate (U+D800 to U+DFFF), not Unicode")
+            return _escaped(value)
+        return value
+
+    def walk(value: Any, path: list[str]) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+            errors.append(f"{where(path)}: {name} is not a JSON number")
+            return f"<not JSON: {name}>"
+        if isinstance(value, str):
+            return text(value, path, "the string")
+        if isinstance(value, Mapping | list):
+            if len(path) >= MAX_DEPTH:
+                errors.append(f"{where(path)}: nested deeper than {MAX_DEPTH} levels")
+                return f"<nested deeper than {MAX_DEPTH} levels>"
+            if isinstance(value, list):
+                return [walk(item, [*path, str(i)]) for i, item in enumerate(value)]
+            copy: dict[str, Any] = {}
+            for key, item in value.items():
+                name = text(key, [*path, _escaped(key)], "the key") if isinstance(key, str) else str(key)
+                copy[name] = walk(item, [*path, name])
+            return copy
+        return value
+
+    copy = walk(dict(arguments), [])
+    return errors[:MAX_ERRORS], copy
+
+
+def _escaped(value: str) -> str:
+    """`value` with each lone surrogate spelled as its escape (`\\ud800`), so it can be encoded."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -79,6 +79,13 @@ def call(
     )
 
 
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def event_types(store: Store, tool_call_id: str) -> list[str]:
     return [e.type for e in store.events(tool_call_id=tool_call_id)]
 
@@ -126,6 +133,33 @@ async def test_invalid_arguments_are_recorded_as_a_refusal_and_not_dispatched(
     assert any("amount" in e for e in report.validation_errors)
     assert event_types(store, report.call.tool_call_id) == ["tool_call.requested", "tool_call.denied"]
     assert executor.invocations == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"order_id": "1001", "amount": float("nan")}, "amount: NaN is not a JSON number"),
+        ({"order_id": "1001", "amount": float("inf")}, "amount: Infinity is not a JSON number"),
+        ({"order_id": "1001", "amount": float("-inf")}, "amount: -Infinity is not a JSON number"),
+        ({"order_id": "10\ud8001", "amount": 5}, "order_id: the string holds a lone surrogate"),
+        ({"order_id": "1001", "amount": 5, "\udfff": 1}, "\\udfff: the key holds a lone surrogate"),
+        ({"order_id": "1001", "amount": 5, "x": nested(300)}, "nested deeper than 64 levels"),
+    ],
+    ids=["nan", "infinity", "minus-infinity", "surrogate", "surrogate-key", "deep"],
+)
+async def test_arguments_that_are_not_json_are_refused_recorded_and_not_dispatched(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor, arguments: dict, error: str
+) -> None:
+    # Python's JSON parser accepts NaN, Infinity and lone surrogate escapes; hashing and recording them
+    # raised (ValueError, UnicodeEncodeError, pydantic's depth limit), so the client got an internal error
+    # and the refusal was not recorded.
+    report = await pipeline.call(CallInput(principal=ALICE, tool_name="refund_order", arguments=arguments))
+    assert report.kind == "invalid_arguments" and report.call.status == "denied"
+    assert any(error in e for e in report.validation_errors), report.validation_errors
+    assert event_types(store, report.call.tool_call_id) == ["tool_call.requested", "tool_call.denied"]
+    assert report.call.arguments["order_id"]  # a recordable copy of what was sent is in the log
+    assert executor.invocations == []
+    assert store.verify().ok
 
 
 async def test_an_unknown_tool_raises_and_records_nothing(pipeline: CallPipeline, store: Store) -> None:

@@ -70,3 +70,17 @@ def test_telemetry_is_off_by_default_and_console_is_one_setting_away() -> None:
     build_telemetry(TelemetryConfig()).shutdown()
     console = build_telemetry(TelemetryConfig(exporter="console"))
     console.shutdown()
+
+
+def test_arguments_that_are_not_json_do_not_break_the_span_that_includes_arguments() -> None:
+    # With include_arguments, canonical JSON of NaN (or a lone surrogate) raised before the pipeline
+    # could refuse and record the call.
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry = Telemetry(tracer_provider, MeterProvider(), include_arguments=True)
+    for arguments in ({"amount": float("nan")}, {"reason": "\ud800"}, {"order_id": "1001"}):
+        with telemetry.tool_call("refund_order", arguments):
+            pass
+    shown = [dict(s.attributes)["gen_ai.tool.call.arguments"] for s in spans.get_finished_spans()]
+    assert shown == ["<not JSON>", "<not JSON>", '{"order_id":"1001"}']
