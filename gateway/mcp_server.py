@@ -6,8 +6,8 @@ Every tools/call goes through the one pipeline; this module only translates betw
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeGuard
 
 import anyio.to_thread
 import mcp_types as types
@@ -34,6 +34,9 @@ STORE_UNAVAILABLE = (
     "Retry later; a retry with the same writ/idempotencyKey cannot cause a second effect."
 )
 STATUS_UNAVAILABLE = "Writ's store is unavailable, so the call's state cannot be read now. Ask again later."
+INTERNAL = "Internal error in Writ (logged on the server)."
+MAX_ID = 255
+_UNKNOWN_ID = "with this toolCallId"
 
 PrincipalProvider = Callable[[], Any]
 """Returns the current caller's `Principal`, or None when the request is unauthenticated."""
@@ -101,6 +104,13 @@ def build_mcp_server(
             logger.error("tools/call %s: the store is unavailable: %s", params.name, exc)
             message = STATUS_UNAVAILABLE if params.name == STATUS_TOOL else STORE_UNAVAILABLE
             raise MCPError(INTERNAL_ERROR, message) from exc
+        except MCPError:
+            raise
+        except Exception as exc:
+            # The SDK answers a 2025-11-25 session with the exception's own text (code 0): say no more
+            # than that something failed, and keep the detail in the server's log.
+            logger.exception("tools/call %r failed", params.name)
+            raise MCPError(INTERNAL_ERROR, INTERNAL) from exc
 
     async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         who = caller()
@@ -109,16 +119,7 @@ def build_mcp_server(
         if params.request_state is not None:
             return await _confirmation_answer(who, params)
         meta = params.meta or {}
-        key = meta.get(META_KEY)
-        run = meta.get(META_RUN)
-        if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
-            raise MCPError(
-                INVALID_PARAMS, f"_meta[{META_KEY!r}] must be a non-empty string of at most 255 chars"
-            )
-        if run is not None and (not isinstance(run, str) or not run or len(run) > 255):
-            raise MCPError(
-                INVALID_PARAMS, f"_meta[{META_RUN!r}] must be a non-empty string of at most 255 chars"
-            )
+        key, run = _meta_identifier(meta, META_KEY), _meta_identifier(meta, META_RUN)
         with telemetry.tool_call(params.name, params.arguments or {}) as traced:
             try:
                 report = await pipeline.call(
@@ -182,6 +183,8 @@ def build_mcp_server(
     async def tasks_get(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
         rounds.require_tasks(ctx)
         who = caller()
+        if not _is_identifier(params.task_id):
+            raise MCPError(INVALID_PARAMS, "No task with this taskId is known to Writ.")
         call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
         if call is None:
             raise MCPError(INVALID_PARAMS, f"No task {params.task_id!r} is known to Writ.")
@@ -192,6 +195,8 @@ def build_mcp_server(
         # waiting for a human is withdrawn by that human (reject), not by the agent; acknowledged only.
         rounds.require_tasks(ctx)
         who = caller()
+        if not _is_identifier(params.task_id):
+            raise MCPError(INVALID_PARAMS, "No task with this taskId is known to Writ.")
         call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
         if call is None:
             raise MCPError(INVALID_PARAMS, f"No task {params.task_id!r} is known to Writ.")
@@ -203,6 +208,14 @@ def build_mcp_server(
             return types.CallToolResult.model_validate(
                 {
                     "content": [{"type": "text", "text": "writ_call_status needs a toolCallId (string)."}],
+                    "isError": True,
+                }
+            )
+        if not _is_identifier(tool_call_id):  # no call has such an id; it need not reach the store
+            return types.CallToolResult.model_validate(
+                {
+                    "content": [{"type": "text", "text": f"No tool call {_UNKNOWN_ID} is known to Writ."}],
+                    "structuredContent": {"status": "not_found"},
                     "isError": True,
                 }
             )
@@ -244,6 +257,36 @@ def build_mcp_server(
     server.add_request_handler("tasks/update", rounds.TaskParams, tasks_ack)
     server.add_request_handler("tasks/cancel", rounds.TaskParams, tasks_ack)
     return server
+
+
+def _meta_identifier(meta: Mapping[str, Any], name: str) -> str | None:
+    """`_meta[name]` if given. Keys travel in backends' HTTP headers and both are looked up in the
+    store, so both are plain printable ASCII: a control character, a lone surrogate or non-ASCII text
+    could be recorded (or not: PostgreSQL refuses NUL) and then never be sent.
+
+    Raises:
+        MCPError: it is given and is not such a string.
+    """
+    value = meta.get(name)
+    if value is None or _is_identifier(value):
+        return value
+    raise MCPError(
+        INVALID_PARAMS,
+        f"_meta[{name!r}] must be a string of 1 to {MAX_ID} printable ASCII characters "
+        "(no control characters, no surrounding spaces)",
+    )
+
+
+def _is_identifier(value: object) -> TypeGuard[str]:
+    """A client-chosen key or id Writ will store and send: 1 to 255 printable ASCII characters, no
+    surrounding spaces (a header value's surrounding whitespace is not part of it, RFC 9110 §5.5)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_ID
+        and value.isascii()
+        and value.isprintable()
+        and value == value.strip()
+    )
 
 
 def _status_text(status: dict[str, Any]) -> str:

@@ -149,3 +149,106 @@ def test_whitespace_around_a_header_value_is_not_part_of_it(sqlite_gateway: Gate
     assert answer["result"]["_meta"]["writ/status"] == "completed"
     status, answer = post_2026(sqlite_gateway, " refund_order ", "tools/call")
     assert (status, answer["error"]["code"]) == (400, -32020)
+
+
+ENVELOPE_2026 = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+def call_2026(gateway: Gateway, token: str, tool: str, arguments: str, meta: str = "{}") -> tuple[int, dict]:
+    """A 2026-07-28 tools/call whose `arguments` and `_meta` are sent as the raw JSON text given."""
+    import json
+
+    envelope = json.dumps({**ENVELOPE_2026, **json.loads(meta)})
+    body = (
+        f'{{"jsonrpc":"2.0","id":7,"method":"tools/call",'
+        f'"params":{{"name":{json.dumps(tool)},"arguments":{arguments},"_meta":{envelope}}}}}'
+    )
+    response = httpx2.post(
+        gateway.mcp_url,
+        content=body.encode(),
+        headers={
+            **MCP_HEADERS,
+            "Authorization": f"Bearer {token}",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": tool,
+        },
+        timeout=30,
+    )
+    return response.status_code, response.json()
+
+
+NOT_JSON = [
+    ("NaN", '"r"', "amount: NaN is not a JSON number"),
+    ("Infinity", '"r"', "amount: Infinity is not a JSON number"),
+    ("-Infinity", '"r"', "amount: -Infinity is not a JSON number"),
+    ("1e400", '"r"', "amount: Infinity is not a JSON number"),
+    ("20", '"\\ud800"', "reason: the string holds a lone surrogate"),
+    ("20", "[" * 200 + "]" * 200, "nested deeper than 64 levels"),
+]
+
+
+def test_arguments_that_are_not_json_are_refused_recorded_and_never_sent(
+    gateway: Gateway, backend: Backend
+) -> None:
+    # Python's json (the 2026-07-28 transport's parser) reads NaN, Infinity, 1e400 (as infinity) and lone
+    # surrogate escapes; canonical JSON, UTF-8 encoding and the store's serializer (at ~250 levels) then
+    # raised, and the client got -32603 "Internal server error" (or, on a 2025-11-25 session, code 0 with
+    # the exception's text) with nothing recorded.
+    token = gateway.token("alice")
+    for amount, reason, error in NOT_JSON:
+        arguments = f'{{"order_id":"1001","amount":{amount},"currency":"EUR","reason":{reason}}}'
+        status, answer = call_2026(gateway, token, "refund_order", arguments)
+        assert status == 200, (amount, answer)
+        result = answer["result"]
+        assert result["isError"] is True
+        assert result["structuredContent"]["reason"] == "invalid_arguments"
+        assert any(error in e for e in result["structuredContent"]["errors"]), result
+        shown = gateway.cli("calls", "show", result["_meta"]["writ/toolCallId"]).stdout
+        assert "tool_call.denied" in shown and "invalid_arguments" in shown
+    assert backend.refunds() == []
+    assert "hash chain intact" in gateway.cli("audit", "verify").stdout
+    # The server goes on serving.
+    status, answer = call_2026(gateway, token, "lookup_order", '{"order_id":"1001"}')
+    assert answer["result"]["_meta"]["writ/status"] == "completed"
+
+
+BAD_IDS = ["k\\u0000", "\\ud800", "caf\\u00e9", " padded ", "x" * 256, "", "\\n"]
+
+
+def test_a_key_or_run_id_that_cannot_be_stored_or_sent_is_refused_before_anything_runs(
+    gateway: Gateway, backend: Backend
+) -> None:
+    # A NUL in either was a -32603 on PostgreSQL (text cannot hold NUL), a lone surrogate one on both
+    # stores, and a key with a control character was recorded, dispatched and failed in the executor
+    # (an HTTP header cannot carry it).
+    token = gateway.token("alice")
+    arguments = '{"order_id":"1001","amount":20,"currency":"EUR","reason":"r"}'
+    for name in ("writ/idempotencyKey", "writ/runId"):
+        for value in BAD_IDS:
+            status, answer = call_2026(gateway, token, "refund_order", arguments, f'{{"{name}":"{value}"}}')
+            assert status == 400, (name, value, answer)
+            assert answer["error"]["code"] == -32602 and name in answer["error"]["message"]
+    assert backend.refunds() == []
+    assert "refund_order" not in gateway.cli("calls", "list").stdout
+
+
+def test_writ_call_status_with_an_odd_tool_call_id_says_not_found(gateway: Gateway) -> None:
+    # NUL was a -32603 on PostgreSQL, a lone surrogate on both; a huge id was echoed back whole.
+    token = gateway.token("alice")
+    for tool_call_id in ["tc_\\u0000", "tc_\\ud800", "t" * 100_000, "x' OR '1'='1", "tc_\\u00e9"]:
+        status, answer = call_2026(gateway, token, "writ_call_status", f'{{"toolCallId":"{tool_call_id}"}}')
+        assert status == 200, (tool_call_id[:20], answer)
+        result = answer["result"]
+        assert result["isError"] is True and result["structuredContent"]["status"] == "not_found"
+        assert len(str(result)) < 2000
+    # Another tenant's call is not found either.
+    status, answer = call_2026(gateway, token, "lookup_order", '{"order_id":"1001"}')
+    tool_call_id = answer["result"]["_meta"]["writ/toolCallId"]
+    eve = gateway.token("eve", tenant="other")
+    status, answer = call_2026(gateway, eve, "writ_call_status", f'{{"toolCallId":"{tool_call_id}"}}')
+    assert answer["result"]["structuredContent"]["status"] == "not_found"
+    assert "Ada" not in str(answer)

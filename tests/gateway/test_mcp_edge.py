@@ -1,0 +1,51 @@
+"""The MCP face in memory: what a client hears when something inside Writ fails unexpectedly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from capabilities.fake import FakeExecutor, completed, fake_capability
+from capabilities.registry import Registry
+from gateway.actions import Redactor
+from gateway.mcp_server import build_mcp_server
+from gateway.pipeline import CallInput, CallPipeline
+from policy.engine import Policy
+from policy.model import Principal
+from store.store import Store
+
+pytestmark = pytest.mark.anyio
+
+ALICE = Principal("alice", tenant="acme", roles=frozenset({"agent"}))
+
+
+class BrokenPipeline(CallPipeline):
+    async def call(self, inp: CallInput):  # type: ignore[override]
+        raise RuntimeError("secret detail: postgresql://writ:hunter2@db/writ")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_an_unexpected_error_is_an_internal_error_that_names_no_detail(
+    tmp_path: Path, mode: str
+) -> None:
+    # A 2025-11-25 session got the exception's own text back (error code 0) from the SDK.
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    registry = Registry(
+        {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
+    )
+    policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
+    pipeline = BrokenPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
+    server = build_mcp_server(pipeline, store, lambda: ALICE)
+    try:
+        async with Client(server, mode=mode) as client:
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool("refund_order", {"order_id": "1"})
+            assert (await client.call_tool("writ_call_status", {"toolCallId": "tc_x"})).is_error
+    finally:
+        store.close()
+    assert raised.value.error.code == -32603
+    assert "hunter2" not in str(raised.value) and "secret" not in str(raised.value)
