@@ -51,6 +51,9 @@ def principal_routes(
         except ValidationError as exc:
             return _error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
         subject = request.path_params["subject"]
+        if "\x00" in subject or "\x00" in (body.reason or ""):
+            # PostgreSQL's text cannot hold NUL: recording it failed with a database error (a 500).
+            return _error(400, "invalid_request", "the subject and reason must not contain NUL characters")
         revocation = await anyio.to_thread.run_sync(
             lambda: store.revoke_principal(
                 who.tenant, subject, revoked_by=who.subject, reason=body.reason, now=clock()

@@ -23,7 +23,9 @@ from store.store import Store
 
 logger = logging.getLogger(__name__)
 
-RefusalCode = Literal["not_found", "not_approver", "self_approval_forbidden", "already_decided", "expired"]
+RefusalCode = Literal[
+    "not_found", "not_approver", "self_approval_forbidden", "already_decided", "expired", "invalid_request"
+]
 
 HTTP_STATUS: dict[str, int] = {
     "not_found": 404,
@@ -31,6 +33,7 @@ HTTP_STATUS: dict[str, int] = {
     "self_approval_forbidden": 403,
     "already_decided": 409,
     "expired": 409,
+    "invalid_request": 400,
 }
 
 
@@ -115,6 +118,9 @@ class Decisions:
         Raises:
             DecisionRefused: as `decide`.
         """
+        if inp.reason is not None and "\x00" in inp.reason:
+            # PostgreSQL's text cannot hold NUL: recording it failed with a database error (a 500).
+            raise DecisionRefused("invalid_request", "the reason must not contain NUL characters")
         approval = self._store.get_approval(inp.approval_id, tenant=inp.tenant)
         if approval is None:
             raise DecisionRefused("not_found", f"no approval {inp.approval_id}")

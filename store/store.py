@@ -65,6 +65,24 @@ def _translated() -> Iterator[None]:
         raise StoreError(f"database error: {error}") from error
 
 
+def _unstorable(*keys: str | None) -> bool:
+    """Whether a lookup key is text no row can hold, so the lookup finds nothing without asking.
+
+    PostgreSQL's text cannot contain NUL (asking raised a DataError, a 500 at every edge, where
+    SQLite found nothing), and a lone surrogate cannot be encoded for either database.
+    """
+    for key in keys:
+        if key is None:
+            continue
+        if "\x00" in key:
+            return True
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
+
+
 def _aware(moment: datetime) -> None:
     if moment.tzinfo is None:
         raise ValueError("the store records timezone-aware datetimes only")
@@ -334,6 +352,8 @@ class Store(Settlement, Queues):
 
     def is_revoked(self, tenant: str, subject: str) -> bool:
         """Whether `subject` has been revoked in `tenant`."""
+        if _unstorable(tenant, subject):
+            return False
         with self._read() as conn:
             return revoking.get(conn, tenant, subject) is not None
 
@@ -380,6 +400,8 @@ class Store(Settlement, Queues):
 
     def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None:
         """The call's current state; with `tenant`, only if the call belongs to that tenant."""
+        if _unstorable(tool_call_id, tenant):
+            return None
         with self._read() as conn:
             return load_call(conn, tool_call_id, tenant)
 
@@ -390,6 +412,8 @@ class Store(Settlement, Queues):
             .join(effect_ledger, effect_ledger.c.tool_call_id == tool_calls.c.tool_call_id)
             .where(effect_ledger.c.tenant == tenant, effect_ledger.c.idempotency_key == idempotency_key)
         )
+        if _unstorable(tenant, idempotency_key):
+            return None
         with self._read() as conn:
             row = conn.execute(query).one_or_none()
             return None if row is None else call_view(row)
@@ -397,6 +421,8 @@ class Store(Settlement, Queues):
     def run_call_count(self, run_id: str, tenant: str) -> int:
         """Calls recorded in the run so far (0 for an unknown run or another tenant's run)."""
         params = {"b_run_id": run_id, "b_tenant": tenant}
+        if _unstorable(run_id, tenant):
+            return 0
         with self._read() as conn:
             return conn.execute(_RUN_CALL_COUNT, params).scalar_one_or_none() or 0
 
@@ -409,6 +435,8 @@ class Store(Settlement, Queues):
             query = query.where(tool_calls.c.tenant == tenant)
         if status is not None:
             query = query.where(tool_calls.c.status == status)
+        if _unstorable(tenant, status):
+            return []
         with self._read() as conn:
             return [call_view(row) for row in conn.execute(query.limit(limit))]
 
@@ -429,10 +457,14 @@ class Store(Settlement, Queues):
             filters.append(events.c.tool_call_id == tool_call_id)
         if tenant is not None:
             filters.append(events.c.tenant == tenant)
+        if _unstorable(run_id, tool_call_id, tenant):
+            return []
         with self._read() as conn:
             return [stored_event(row) for row in read_pages(conn, *filters, after_seq=after_seq, limit=limit)]
 
     def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None:
+        if _unstorable(approval_id, tenant):
+            return None
         with self._read() as conn:
             return load_approval(conn, approval_id, tenant)
 
@@ -443,6 +475,8 @@ class Store(Settlement, Queues):
             query = query.where(approvals.c.tenant == tenant)
         if status is not None:
             query = query.where(approvals.c.status == status)
+        if _unstorable(tenant, status):
+            return []
         with self._read() as conn:
             return [approval_view(row) for row in conn.execute(query)]
 

@@ -37,6 +37,7 @@ REFUSAL_TEXT = {
     "self_approval_forbidden": "You requested this call; the policy does not let you approve it yourself.",
     "already_decided": "This approval was already decided; nothing was changed.",
     "expired": "This approval expired before it was decided; nothing was changed.",
+    "invalid_request": "The reason cannot contain NUL characters; nothing was changed.",
 }
 
 

@@ -252,3 +252,33 @@ def test_writ_call_status_with_an_odd_tool_call_id_says_not_found(gateway: Gatew
     status, answer = call_2026(gateway, eve, "writ_call_status", f'{{"toolCallId":"{tool_call_id}"}}')
     assert answer["result"]["structuredContent"]["status"] == "not_found"
     assert "Ada" not in str(answer)
+
+
+def test_api_ids_and_texts_with_nul_get_clear_answers_on_both_stores(
+    gateway: Gateway, backend: Backend
+) -> None:
+    # PostgreSQL's text cannot hold NUL: each of these was a 500 there (a DataError), where SQLite
+    # answered; a decision's reason with NUL could not be recorded.
+    arguments = '{"order_id":"1001","amount":250,"currency":"EUR","reason":"r"}'
+    status, answer = call_2026(gateway, gateway.token("alice"), "refund_order", arguments)
+    approval_id = answer["result"]["structuredContent"]["approvalId"]
+    carol = {"Authorization": f"Bearer {gateway.token('carol', roles='approver,admin')}"}
+    for path in ("/api/calls/tc_%00", "/api/runs/r%00/events", "/api/approvals/ap_%00"):
+        assert httpx2.get(gateway.url + path, headers=carol, timeout=10).status_code == 404, path
+    listed = httpx2.get(f"{gateway.url}/api/approvals?status=%00", headers=carol, timeout=10)
+    assert listed.status_code == 200 and listed.json() == {"approvals": []}
+    decision = httpx2.post(
+        f"{gateway.url}/api/approvals/{approval_id}/decision",
+        json={"decision": "approve", "reason": "ok\u0000"},
+        headers=carol,
+        timeout=10,
+    )
+    assert decision.status_code == 400 and decision.json()["error"] == "invalid_request"
+    pending = httpx2.get(f"{gateway.url}/api/approvals/{approval_id}", headers=carol, timeout=10).json()
+    assert pending["status"] == "awaiting_approval"
+    revoked = httpx2.post(
+        f"{gateway.url}/api/principals/bob%00/revocation", json={}, headers=carol, timeout=10
+    )
+    assert revoked.status_code == 400
+    assert backend.refunds() == []
+    assert "hash chain intact" in gateway.cli("audit", "verify").stdout

@@ -93,3 +93,20 @@ def test_export_yields_every_envelope_in_seq_order(store: Store) -> None:
         "causation_id", "tenant", "payload", "prev_hash", "hash",
     }  # fmt: skip
     assert exported[0]["occurred_at"] == "2026-11-30T12:00:00.123456Z"
+
+
+def test_a_lookup_by_text_no_row_can_hold_finds_nothing_on_both_databases(store: Store) -> None:
+    # PostgreSQL's text cannot hold NUL: asking raised a DataError (a 500 at /api/calls/tc_%00, at
+    # writ_call_status, ...) where SQLite found nothing; a lone surrogate could not be encoded for either.
+    seed_two_tenants(store)
+    for odd in ("acme-1\x00", "\x00", "acme-\ud800"):
+        assert store.get_call(odd) is None
+        assert store.get_call("acme-1", tenant=odd) is None
+        assert store.find_call_by_key("acme", odd) is None
+        assert store.run_call_count(odd, "acme") == 0
+        assert store.list_calls(tenant="acme", status=odd) == []
+        assert store.events(run_id=odd) == [] and store.events(tool_call_id=odd) == []
+        assert store.get_approval(odd) is None
+        assert store.list_approvals(tenant=odd) == [] and store.list_approvals(status=odd) == []
+        assert store.is_revoked("acme", odd) is False
+    assert store.get_call("acme-1") is not None
