@@ -250,7 +250,9 @@ async def test_an_identical_read_after_a_completed_one_is_asked_again_not_answer
 async def test_a_redacted_field_named_in_the_summary_template_is_not_stored_in_clear(
     store: Store, executor: FakeExecutor
 ) -> None:
-    secret = fake_capability("pay", effect="write", redact=("card",), summary="charge card {card} for {amount}")
+    secret = fake_capability(
+        "pay", effect="write", redact=("card",), summary="charge card {card} for {amount}"
+    )
     registry = Registry({"fake": executor}, [secret])
     p = CallPipeline(store=store, registry=registry, policy=lambda: POLICY, redactor=Redactor(b"salt"))
     report = await p.call(CallInput(ALICE, "pay", {"card": "4111111111111111", "amount": 1}, "k"))
