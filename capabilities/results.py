@@ -32,14 +32,43 @@ def text_result(text: str, *, is_error: bool = False) -> ToolResult:
 
 
 def value_result(value: Any) -> ToolResult:
-    """What a Python callable returned, as a tool result (a ToolResult passes through unchanged)."""
+    """What a Python callable returned, as a tool result (a ToolResult passes through unchanged).
+
+    Python values JSON cannot hold (datetimes, Decimals, UUIDs, sets, NaN, ...) are given as their
+    `str()`, so the result can be recorded, hashed and sent like any other.
+    """
     if isinstance(value, ToolResult):
         return value
     if isinstance(value, str):
         return text_result(value)
-    if isinstance(value, Mapping):
-        return json_result(value)
-    return ToolResult(content=(text_block(compact_json(value)),))
+    plain = plain_json(value)
+    if isinstance(plain, Mapping):
+        return json_result(plain)
+    return ToolResult(content=(text_block(compact_json(plain)),))
+
+
+def plain_json(value: Any, depth: int = 0) -> Any:
+    """`value` as strict JSON data (RFC 8259): anything else becomes its `str()`.
+
+    Mapping keys become strings, tuples and sets lists (sets sorted by their text), non-finite
+    floats their name, and containers nested past `_MAX_PLAIN_DEPTH` their text.
+    """
+    match value:
+        case None | bool() | int() | str():
+            return value
+        case float():
+            return value if math.isfinite(value) else str(value)
+        case Mapping() if depth < _MAX_PLAIN_DEPTH:
+            return {str(key): plain_json(item, depth + 1) for key, item in value.items()}
+        case list() | tuple() if depth < _MAX_PLAIN_DEPTH:
+            return [plain_json(item, depth + 1) for item in value]
+        case set() | frozenset() if depth < _MAX_PLAIN_DEPTH:
+            return sorted((plain_json(item, depth + 1) for item in value), key=str)
+        case _:
+            return str(value)
+
+
+_MAX_PLAIN_DEPTH = 64
 
 
 def parse_json(text: str) -> Any:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
+from decimal import Decimal
+from uuid import UUID
 
 import anyio
 
@@ -52,3 +55,16 @@ async def stall() -> str:
     """An async tool that never returns."""
     await anyio.sleep_forever()
     return "unreachable"
+
+
+def ledger_entry() -> dict[str, object]:
+    """Values JSON cannot hold, as Python code returns them every day."""
+    return {
+        "at": datetime(2026, 11, 30, 12, 0, tzinfo=UTC),
+        "amount": Decimal("12.50"),
+        "id": UUID("12345678-1234-5678-1234-567812345678"),
+        "ratio": float("nan"),
+        "tags": {"b", "a"},
+        "pair": (1, 2),
+        3: "an int key",
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -59,6 +60,25 @@ async def test_other_values_become_json_text_and_a_tool_result_passes_through() 
 
     assert numbers.result == ToolResult(content=({"type": "text", "text": "[0,1,2]"},))
     assert rich.result == ToolResult(content=({"type": "text", "text": "as is"},), structured={"kept": True})
+
+
+async def test_values_json_cannot_hold_are_given_as_text_so_the_result_can_be_recorded() -> None:
+    # A datetime or Decimal in the result used to reach the store as is, which cannot serialize it,
+    # and NaN became invalid JSON.
+    async with build({"id": "ledger", "callable": f"{MODULE}:ledger_entry"}) as registry:
+        outcome = await run(registry, "ledger")
+
+    assert outcome.kind == "completed" and outcome.result is not None
+    assert outcome.result.structured == {
+        "at": "2026-11-30 12:00:00+00:00",
+        "amount": "12.50",
+        "id": "12345678-1234-5678-1234-567812345678",
+        "ratio": "nan",
+        "tags": ["a", "b"],
+        "pair": [1, 2],
+        "3": "an int key",
+    }
+    assert json.loads(json.dumps(outcome.result.to_json(), allow_nan=False)) == outcome.result.to_json()
 
 
 async def test_an_exception_is_failed_with_its_type_and_message() -> None:
