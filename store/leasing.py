@@ -12,33 +12,38 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, select
+from sqlalchemy import Connection, Row, bindparam, select
 
 from store import events as ev
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease
+from store.raw import Record, Statement
 from store.schema import tool_calls
 from store.views import CALL_BY_ID, call_view
 
 # What the fencing check and a new event's envelope read of the call (`call_envelope`), for writers that
 # need no more of it: a third of the row's columns, each of which PostgreSQL's client describes per result.
+# Both reads run on the raw cursor (store.raw).
 _c = tool_calls.c
-ENVELOPE_BY_ID = select(
-    _c.tool_call_id,
-    _c.run_id,
-    _c.approval_id,
-    _c.capability_id,
-    _c.capability_version,
-    _c.policy_version,
-    _c.correlation_id,
-    _c.last_event_id,
-    _c.tenant,
-    _c.status,
-    _c.lease_token,
-).where(_c.tool_call_id == bindparam("b_tool_call_id"))
+_CALL_BY_ID = Statement(CALL_BY_ID)
+ENVELOPE_BY_ID = Statement(
+    select(
+        _c.tool_call_id,
+        _c.run_id,
+        _c.approval_id,
+        _c.capability_id,
+        _c.capability_version,
+        _c.policy_version,
+        _c.correlation_id,
+        _c.last_event_id,
+        _c.tenant,
+        _c.status,
+        _c.lease_token,
+    ).where(_c.tool_call_id == bindparam("b_tool_call_id"))
+)
 
 
-def call_envelope(row: Row[Any], now: datetime, producer: str) -> dict[str, Any]:
+def call_envelope(row: Record, now: datetime, producer: str) -> dict[str, Any]:
     """The envelope fields of a new event about the call in `row`, caused by its last event."""
     return {
         "occurred_at": ev.format_ts(now),
@@ -64,17 +69,17 @@ def grant(owner: str, previous_token: int, now: datetime, lease_s: float) -> dic
     }
 
 
-def call_row(conn: Connection, tool_call_id: str, read: Select[Any] = CALL_BY_ID) -> Row[Any]:
+def call_row(conn: Connection, tool_call_id: str, read: Statement = _CALL_BY_ID) -> Record:
     """The call's row as `read` selects it by `b_tool_call_id`. Raises: NotFound."""
-    row = conn.execute(read, {"b_tool_call_id": tool_call_id}).one_or_none()
+    row = read.one_or_none(conn, {"b_tool_call_id": tool_call_id})
     if row is None:
         raise NotFound(f"no tool call {tool_call_id}")
     return row
 
 
 def fenced(
-    conn: Connection, tool_call_id: str, token: int, status: str, read: Select[Any] = CALL_BY_ID
-) -> Row[Any]:
+    conn: Connection, tool_call_id: str, token: int, status: str, read: Statement = _CALL_BY_ID
+) -> Record:
     """The call's row as `read` selects it, if it is in `status` and `token` is its current fencing token.
 
     An expired lease that nobody has taken over is still honoured: the holder's facts are the best

@@ -11,17 +11,20 @@ from sqlalchemy import ColumnElement, Connection, Row, select, update
 from store import events as ev
 from store.model import CallView, StoredEvent, StoreError
 from store.projector import Pending, apply
+from store.raw import Statement
 from store.schema import events, log_head
 from store.views import call_view, load_call
 
 PAGE_SIZE = 1000
 
-# Built once, not per transaction: SQLAlchemy caches the compiled form by the statement's key.
-# PostgreSQL: a row lock all writers queue on. SQLite: the IMMEDIATE transaction already holds the
-# database's write lock and FOR UPDATE is not rendered.
-_LOCK_HEAD = select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1).with_for_update()
-_MOVE_HEAD = update(log_head).where(log_head.c.id == 1)  # sets last_seq and last_hash from the parameters
-_INSERT_EVENTS = events.insert()
+# Run on the raw cursor (store.raw), compiled once per dialect. PostgreSQL: a row lock all writers
+# queue on. SQLite: the IMMEDIATE transaction already holds the database's write lock and FOR UPDATE is
+# not rendered.
+_LOCK_HEAD = Statement(
+    select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1).with_for_update()
+)
+_MOVE_HEAD = Statement(update(log_head).where(log_head.c.id == 1))  # sets last_seq and last_hash
+_INSERT_EVENTS = Statement(events.insert())
 
 
 class Append:
@@ -31,7 +34,7 @@ class Append:
     """
 
     def __init__(self, conn: Connection) -> None:
-        head = conn.execute(_LOCK_HEAD).one_or_none()
+        head = _LOCK_HEAD.one_or_none(conn, {})
         if head is None:
             raise StoreError("the store is not migrated: run `writ store migrate`")
         self._conn = conn
@@ -53,8 +56,8 @@ class Append:
         self._pending.write(self._conn)
         if not self._rows:
             return
-        self._conn.execute(_INSERT_EVENTS, self._rows)
-        self._conn.execute(_MOVE_HEAD, {"last_seq": self._seq, "last_hash": self._hash})
+        _INSERT_EVENTS.execute_many(self._conn, self._rows)
+        _MOVE_HEAD.execute(self._conn, {"last_seq": self._seq, "last_hash": self._hash})
         self._rows = []
 
     def call(self, tool_call_id: str) -> CallView:

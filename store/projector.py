@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 
 from store import events as ev
 from store.model import KeyClaimLost, StoreError
+from store.raw import Record, Statement
 from store.schema import approvals, effect_ledger, revocations, runs, tool_calls
 
 
@@ -25,14 +26,14 @@ class Pending:
     def __init__(self) -> None:
         self.runs: dict[str, dict[str, Any]] = {}
         self.calls: dict[str, dict[str, Any]] = {}
-        self.written: dict[str, Row[Any]] = {}
+        self.written: dict[str, Record] = {}
         """Each call row this append wrote, as the database returned it: the caller's view needs no reload."""
 
     def write(self, conn: Connection) -> None:
         for run in self.runs.values():
-            conn.execute(_INSERT_RUN, run)
+            _INSERT_RUN.execute(conn, run)
         for tool_call_id, call in self.calls.items():
-            self.written[tool_call_id] = conn.execute(_INSERT_CALL_RETURNING, call).one()
+            self.written[tool_call_id] = _INSERT_CALL_RETURNING.one(conn, call)
         self.runs.clear()
         self.calls.clear()
 
@@ -48,24 +49,31 @@ def apply(conn: Connection, event: ev.Event, pending: Pending | None = None) -> 
         handler(conn, event, pending)
 
 
-# The statements every call runs, built once: SQLAlchemy caches the compiled form by the statement's
-# key, so only the parameters change per event. An UPDATE without .values() sets the columns named by
-# its parameters; the WHERE binds are named b_* so they never collide with a column.
-_INSERT_RUN = runs.insert()
-_COUNT_CALL = (
+# The statements every call runs, built once and run on the raw cursor (store.raw): compiled once per
+# dialect and set of parameter names, so only the parameters change per event. An UPDATE without
+# .values() sets the columns named by its parameters; the WHERE binds are named b_* so they never
+# collide with a column.
+_INSERT_RUN = Statement(runs.insert())
+_COUNT_CALL = Statement(
     update(runs).where(runs.c.run_id == bindparam("b_run_id")).values(call_count=runs.c.call_count + 1)
 )
-_INSERT_CALL = tool_calls.insert()
-_INSERT_CALL_RETURNING = _INSERT_CALL.returning(*tool_calls.c)
-_UPDATE_CALL = update(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
-_UPDATE_CALL_RETURNING = _UPDATE_CALL.returning(*tool_calls.c)
-_INSERT_APPROVAL = approvals.insert()
-_UPDATE_APPROVAL = update(approvals).where(approvals.c.approval_id == bindparam("b_approval_id"))
-_CLAIM_KEY = effect_ledger.insert()
-_TAKE_OVER_KEY = update(effect_ledger).where(
-    effect_ledger.c.tenant == bindparam("b_tenant"),
-    effect_ledger.c.idempotency_key == bindparam("b_idempotency_key"),
-    effect_ledger.c.tool_call_id == bindparam("b_supersedes"),
+_INSERT_CALL = Statement(tool_calls.insert())
+_INSERT_CALL_RETURNING = Statement(tool_calls.insert().returning(*tool_calls.c))
+_UPDATE_CALL = Statement(update(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id")))
+_UPDATE_CALL_RETURNING = Statement(
+    update(tool_calls)
+    .where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
+    .returning(*tool_calls.c)
+)
+_INSERT_APPROVAL = Statement(approvals.insert())
+_UPDATE_APPROVAL = Statement(update(approvals).where(approvals.c.approval_id == bindparam("b_approval_id")))
+_CLAIM_KEY = Statement(effect_ledger.insert())
+_TAKE_OVER_KEY = Statement(
+    update(effect_ledger).where(
+        effect_ledger.c.tenant == bindparam("b_tenant"),
+        effect_ledger.c.idempotency_key == bindparam("b_idempotency_key"),
+        effect_ledger.c.tool_call_id == bindparam("b_supersedes"),
+    )
 )
 
 
@@ -85,27 +93,27 @@ def _update_call(conn: Connection, pending: Pending | None, event: ev.Envelope, 
     values["updated_at"] = ev.parse_ts(event.occurred_at)
     values["last_event_id"] = event.event_id
     if pending is None:
-        conn.execute(_UPDATE_CALL, {"b_tool_call_id": tool_call_id, **values})
+        _UPDATE_CALL.execute(conn, {"b_tool_call_id": tool_call_id, **values})
         return
     held = pending.calls.get(tool_call_id)
     if held is not None:
         held.update(values)
         return
-    row = conn.execute(_UPDATE_CALL_RETURNING, {"b_tool_call_id": tool_call_id, **values}).one_or_none()
+    row = _UPDATE_CALL_RETURNING.one_or_none(conn, {"b_tool_call_id": tool_call_id, **values})
     if row is not None:
         pending.written[tool_call_id] = row
 
 
 def _update_approval(conn: Connection, event: ev.Envelope, **values: Any) -> None:
-    conn.execute(_UPDATE_APPROVAL, {"b_approval_id": event.approval_id, **values})
+    _UPDATE_APPROVAL.execute(conn, {"b_approval_id": event.approval_id, **values})
 
 
 def _insert(
-    conn: Connection, held: dict[str, dict[str, Any]] | None, key: str, statement: Any, row: Any
+    conn: Connection, held: dict[str, dict[str, Any]] | None, key: str, statement: Statement, row: Any
 ) -> None:
     # A key held already is inserted at once, so that the database refuses the duplicate as before.
     if held is None or key in held:
-        conn.execute(statement, row)
+        statement.execute(conn, row)
     else:
         held[key] = row
 
@@ -162,7 +170,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
     if run is not None:
         run["call_count"] += 1
     else:
-        conn.execute(_COUNT_CALL, {"b_run_id": run_id})
+        _COUNT_CALL.execute(conn, {"b_run_id": run_id})
     if not p.claims_key:
         return
     claim = {
@@ -173,10 +181,10 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
     }
     if p.supersedes is None:
         # A second claimant fails here on the primary key: uniqueness lives in the database.
-        conn.execute(_CLAIM_KEY, {"tenant": event.tenant, "idempotency_key": p.idempotency_key, **claim})
+        _CLAIM_KEY.execute(conn, {"tenant": event.tenant, "idempotency_key": p.idempotency_key, **claim})
         return
-    taken = conn.execute(
-        _TAKE_OVER_KEY,
+    taken = _TAKE_OVER_KEY.execute(
+        conn,
         {
             "b_tenant": event.tenant,
             "b_idempotency_key": p.idempotency_key,
@@ -184,7 +192,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
             **claim,
         },
     )
-    if taken.rowcount != 1:
+    if taken != 1:
         raise KeyClaimLost(f"key {p.idempotency_key!r} is no longer held by call {p.supersedes}")
 
 
@@ -203,8 +211,8 @@ def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | 
 
 def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent, pending: Pending | None) -> None:
     p = event.payload
-    conn.execute(
-        _INSERT_APPROVAL,
+    _INSERT_APPROVAL.execute(
+        conn,
         {
             "approval_id": p.approval_id,
             "tool_call_id": event.tool_call_id,

@@ -21,6 +21,7 @@ from store.model import (
     RefusalRequest,
     StoreError,
 )
+from store.raw import Statement
 from store.schema import effect_ledger, revocations, runs
 from store.views import load_call
 
@@ -36,18 +37,23 @@ def _ledger(column: Any) -> Any:
     )
 
 
-# What admit needs to know before it records anything, in one round trip. Built once, not per call:
-# SQLAlchemy caches the compiled form by the statement's key.
-_ADMIT_LOOKUP = select(
-    select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id")).scalar_subquery().label("run_tenant"),
-    _ledger(effect_ledger.c.tool_call_id).label("holder"),
-    _ledger(effect_ledger.c.action_hash).label("holder_hash"),
-    select(revocations.c.subject)
-    .where(revocations.c.tenant == bindparam("b_tenant"), revocations.c.subject == bindparam("b_subject"))
-    .exists()
-    .label("revoked"),
+# What admit needs to know before it records anything, in one round trip. Built once, not per call,
+# and run on the raw cursor (store.raw).
+_ADMIT_LOOKUP = Statement(
+    select(
+        select(runs.c.tenant)
+        .where(runs.c.run_id == bindparam("b_run_id"))
+        .scalar_subquery()
+        .label("run_tenant"),
+        _ledger(effect_ledger.c.tool_call_id).label("holder"),
+        _ledger(effect_ledger.c.action_hash).label("holder_hash"),
+        select(revocations.c.subject)
+        .where(revocations.c.tenant == bindparam("b_tenant"), revocations.c.subject == bindparam("b_subject"))
+        .exists()
+        .label("revoked"),
+    )
 )
-_RUN_TENANT = select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id"))
+_RUN_TENANT = Statement(select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id")))
 
 
 def admit(conn: Connection, req: CallRequest) -> Admission:
@@ -60,7 +66,7 @@ def admit(conn: Connection, req: CallRequest) -> Admission:
         "b_idempotency_key": req.idempotency_key,
         "b_subject": req.subject,
     }
-    lookup = conn.execute(_ADMIT_LOOKUP, params).one()
+    lookup = _ADMIT_LOOKUP.one(conn, params)
     _check_run_tenant(req.run_id, lookup.run_tenant, req.tenant)
     if lookup.revoked:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
@@ -86,7 +92,8 @@ def admit(conn: Connection, req: CallRequest) -> Admission:
 def refuse(conn: Connection, req: RefusalRequest) -> CallView:
     """Record a call refused before it could claim a key: requested, then denied."""
     log = Append(conn)
-    run_tenant = conn.execute(_RUN_TENANT, {"b_run_id": req.run_id}).scalar_one_or_none()
+    found = _RUN_TENANT.one_or_none(conn, {"b_run_id": req.run_id})
+    run_tenant: str | None = None if found is None else found.tenant
     _check_run_tenant(req.run_id, run_tenant, req.tenant)
     return _record_refusal(conn, log, req, run_tenant)
 

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, select
 
 from store.model import ApprovalView, CallView
+from store.raw import Record
 from store.schema import approvals, tool_calls
 
 # Built once, not per read: SQLAlchemy caches the compiled form by the statement's key.
@@ -21,7 +22,7 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def call_view(row: Row[Any]) -> CallView:
+def call_view(row: Record) -> CallView:
     return CallView(
         tool_call_id=row.tool_call_id,
         run_id=row.run_id,
