@@ -3,6 +3,9 @@
 One persistent client session per backend (see `mcp_session`) serves all calls concurrently; a
 dead session is reopened on the next call. Over MCP "sent" cannot be told from "answered late" as
 finely as over plain HTTP, so anything after the request may have left counts as `unknown`.
+
+Over HTTP, an answer is read no further than the backend's `max_response_bytes` (a JSON body through
+`bounded_http`, each SSE event through the SDK's own limit): a longer one is `response_too_large`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 
+from capabilities.bounded_http import LIMIT_SETTING, bounded_responses
 from capabilities.config import McpBackend
 from capabilities.contract import (
     BackendUnavailable,
@@ -50,6 +54,11 @@ _ANSWERED_UNUSABLY = (
 answered with something that is not a JSON-RPC response (not JSON, another content type, 202 Accepted,
 a redirect it did not follow). Their codes (-32700, -32600) also mean "the server refused the request",
 but here the upstream may have acted."""
+
+_TOO_LARGE_JSON = "Failed to parse JSON response: "
+"""Followed by a `bounded_http.ResponseTooLarge` message when the JSON body passed the limit."""
+_TOO_LARGE_SSE = "SSE stream failed: Server-sent event exceeded the "
+"""How the SDK words an SSE event over its `max_sse_event_size` (set to `max_response_bytes`)."""
 
 
 class McpExecutor:
@@ -200,7 +209,8 @@ class McpExecutor:
                 setting.tool, arguments, read_timeout_seconds=capability.timeout_s
             )
         except (MCPError, RuntimeError, ValidationError) as exc:
-            return ReconcileResult("inconclusive", evidence={**evidence, "error": self._describe(exc)})
+            error = "response_too_large" if isinstance(exc, MCPError) and _too_large(exc) else None
+            return ReconcileResult("inconclusive", evidence={**evidence, "error": error or self._describe(exc)})
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             session.kill()
             return ReconcileResult("inconclusive", evidence={**evidence, "error": self._describe(exc)})
@@ -220,6 +230,13 @@ class McpExecutor:
         if exc.code == mcp_types.REQUEST_TIMEOUT:
             detail = f"{self.name}: no answer within {invocation.capability.timeout_s:g}s"
             return unanswered_outcome(invocation, read_only, "response_timeout", detail)
+        if _too_large(exc):
+            # The answer came and was given up unread: the session itself is fine.
+            detail = (
+                f"{self.name}: answered with more than {self._config.max_response_bytes} bytes "
+                f"({LIMIT_SETTING})"
+            )
+            return unanswered_outcome(invocation, read_only, "response_too_large", detail)
         if exc.code == mcp_types.CONNECTION_CLOSED:
             session.kill()
             return unanswered_outcome(invocation, read_only, "connection_lost", detail)
@@ -258,9 +275,13 @@ class McpExecutor:
                 headers={**config.headers, **self._credentials.headers},
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 auth=_TokenAuth(tokens) if tokens is not None else None,
+                event_hooks={"response": [bounded_responses(config.max_response_bytes)]},
             )
             stack.push_async_callback(http.aclose)
-            return Client(streamable_http_client(config.url, http_client=http), mode=config.mode)
+            transport = streamable_http_client(
+                config.url, http_client=http, max_sse_event_size=config.max_response_bytes
+            )
+            return Client(transport, mode=config.mode)
         assert config.command is not None
         cwd = Path(config.cwd) if config.cwd else None
         if cwd is not None and not cwd.is_absolute() and self._base_dir is not None:
@@ -293,6 +314,13 @@ class _TokenAuth(httpx2.Auth):
         response = yield request
         if response.status_code == 401:
             self._tokens.invalidate(authorization)
+
+
+def _too_large(exc: MCPError) -> bool:
+    """Whether the SDK failed the request because its answer passed `max_response_bytes`."""
+    if exc.code == mcp_types.PARSE_ERROR and exc.message.startswith(_TOO_LARGE_JSON):
+        return f"({LIMIT_SETTING})" in exc.message
+    return exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_TOO_LARGE_SSE)
 
 
 def _is_json(result: ToolResult) -> bool:

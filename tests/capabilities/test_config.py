@@ -184,3 +184,10 @@ def test_stdio_upstreams_take_secrets_from_env_from_and_refuse_http_auth() -> No
         Registry.from_config({"up": stdio}, [], environ={})
     with pytest.raises(ConfigError, match="auth and headers apply to HTTP"):
         parse_config({"up": {**stdio, "auth": {"type": "bearer", "token_env": "X"}}}, [])
+
+
+def test_max_response_bytes_applies_to_http_upstreams_only() -> None:
+    parsed = parse_config({"up": {"type": "mcp", "url": "https://files.internal/mcp"}}, [])
+    assert parsed.backends["up"].max_response_bytes == 4 * 1024 * 1024  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="max_response_bytes applies to HTTP"):
+        parse_config({"up": {"type": "mcp", "command": ["srv"], "max_response_bytes": 1024}}, [])
