@@ -210,7 +210,9 @@ class McpExecutor:
             )
         except (MCPError, RuntimeError, ValidationError) as exc:
             error = "response_too_large" if isinstance(exc, MCPError) and _too_large(exc) else None
-            return ReconcileResult("inconclusive", evidence={**evidence, "error": error or self._describe(exc)})
+            return ReconcileResult(
+                "inconclusive", evidence={**evidence, "error": error or self._describe(exc)}
+            )
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             session.kill()
             return ReconcileResult("inconclusive", evidence={**evidence, "error": self._describe(exc)})
