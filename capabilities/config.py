@@ -195,6 +195,9 @@ class McpBackend(_Model):
 
 class PythonBackend(_Model):
     type: Literal["python"]
+    max_threads: int = Field(default=8, ge=1)
+    """Threads the backend's sync callables run on; callables that hang hold them (they cannot be
+    stopped), so this bounds what they can hold. A call finding all busy waits within its timeout."""
 
 
 BackendConfig = Annotated[HttpBackend | McpBackend | PythonBackend, Field(discriminator="type")]

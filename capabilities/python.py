@@ -3,20 +3,30 @@
 Sync callables run in a worker thread so they cannot stall the event loop; async ones are awaited.
 Either is bounded by the capability's timeout: a callable still running then is `unknown` (it may have
 acted; a read is `failed`), and a thread that cannot be stopped is left to finish on its own.
+
+Each backend runs its sync callables on a pool of its own of at most `max_threads` threads, so
+callables that always hang hold at most that many threads, instead of one more per call. A call that
+finds them all busy waits in line within its own timeout; if none frees in time it never starts and
+is `failed` with `threads_busy` (nothing ran, so even a write is not `unknown`). A pool rather than
+anyio's worker threads behind a `CapacityLimiter`: anyio gives the limiter's token back when it
+abandons a thread, so a limiter alone would not count the threads that hung callables still hold.
+
 Arguments are passed as keyword arguments. The input schema, when the config gives none, is derived
 from the signature with pydantic.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 import anyio
-import anyio.to_thread
 from pydantic import PydanticUserError, TypeAdapter
 
 from capabilities.contract import (
@@ -27,7 +37,9 @@ from capabilities.contract import (
     Outcome,
     ReconcileResult,
 )
-from capabilities.results import text_result, unanswered_outcome, value_result
+from capabilities.results import failed_outcome, text_result, unanswered_outcome, value_result
+
+DEFAULT_MAX_THREADS = 8
 
 
 def import_callable(ref: str, *, owner: str) -> Callable[..., Any]:
@@ -72,9 +84,18 @@ def schema_from_signature(func: Callable[..., Any], *, owner: str) -> dict[str, 
 class PythonExecutor:
     """Calls in-process functions; one instance serves every capability of a `python` backend."""
 
-    def __init__(self, name: str, functions: Mapping[str, Callable[..., Any]] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        functions: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        max_threads: int = DEFAULT_MAX_THREADS,
+    ) -> None:
         self.name = name
         self._functions: dict[str, Callable[..., Any]] = dict(functions or {})
+        self._max_threads = max_threads
+        self._threads: ThreadPoolExecutor | None = None
+        """Made on first use; its threads are the only ones this backend's callables run on."""
 
     def register(self, capability_id: str, func: Callable[..., Any]) -> None:
         self._functions[capability_id] = func
@@ -83,7 +104,10 @@ class PythonExecutor:
         return None
 
     async def close(self) -> None:
-        return None
+        """Drop calls still waiting for a thread; threads held by hung callables end when they return."""
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
 
     async def discover(self) -> Sequence[Capability]:
         return ()
@@ -98,16 +122,25 @@ class PythonExecutor:
                 "failed", text_result(detail, is_error=True), error="unknown_capability", detail=detail
             )
         kwargs = dict(invocation.arguments)
+        queued: Future[Any] | None = None
         try:
             with anyio.fail_after(capability.timeout_s):
                 if _is_async(func):
                     value = await func(**kwargs)
                 else:
                     # A thread cannot be cancelled; abandoning it is what lets the timeout end the call.
-                    value = await anyio.to_thread.run_sync(
-                        functools.partial(func, **kwargs), abandon_on_cancel=True
-                    )
+                    context = contextvars.copy_context()
+                    queued = self._pool().submit(context.run, functools.partial(func, **kwargs))
+                    value = await asyncio.wrap_future(queued)
         except TimeoutError:
+            if queued is not None and queued.cancel():
+                # Still in line for a thread, so it never ran and now never will.
+                detail = (
+                    f"{capability.ref} did not start within {capability.timeout_s:g}s: all "
+                    f"{self._max_threads} threads of python backend {self.name!r} (max_threads) are held "
+                    "by calls that have not returned; nothing ran"
+                )
+                return failed_outcome(invocation, "threads_busy", detail)
             detail = f"{capability.ref} did not return within {capability.timeout_s:g}s"
             return unanswered_outcome(invocation, capability.effect == "read", "timeout", detail)
         except Exception as exc:  # the callable's own failure is the outcome we report
@@ -120,6 +153,13 @@ class PythonExecutor:
                 external_request_id=invocation.external_request_id,
             )
         return Outcome("completed", value_result(value), external_request_id=invocation.external_request_id)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                self._max_threads, thread_name_prefix=f"writ-python-{self.name}"
+            )
+        return self._threads
 
     async def reconcile(self, invocation: Invocation) -> ReconcileResult:
         """In-process calls leave nothing to look up.

@@ -95,7 +95,7 @@ class Registry:
                 )
             else:
                 assert isinstance(backend, PythonBackend)
-                executors[name] = PythonExecutor(name)
+                executors[name] = PythonExecutor(name, max_threads=backend.max_threads)
         static: list[Capability] = []
         for cap in config.capabilities:
             backend = config.backends[cap.backend]

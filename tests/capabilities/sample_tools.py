@@ -51,6 +51,17 @@ def block(seconds: float = 3.0) -> str:
     return "woke up"
 
 
+HELD: list[str] = []
+"""The threads `hold` ran on, one entry per call that started."""
+
+
+def hold(seconds: float = 10.0) -> str:
+    """Like `block`, recording that it started: a call that never gets a thread never appears."""
+    HELD.append(threading.current_thread().name)
+    RELEASE.wait(seconds)
+    return "released"
+
+
 async def stall() -> str:
     """An async tool that never returns."""
     await anyio.sleep_forever()

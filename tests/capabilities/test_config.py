@@ -191,3 +191,9 @@ def test_max_response_bytes_applies_to_http_upstreams_only() -> None:
     assert parsed.backends["up"].max_response_bytes == 4 * 1024 * 1024  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="max_response_bytes applies to HTTP"):
         parse_config({"up": {"type": "mcp", "command": ["srv"], "max_response_bytes": 1024}}, [])
+
+
+def test_a_python_backend_runs_callables_on_at_most_max_threads() -> None:
+    assert parse_config({"local": {"type": "python"}}, []).backends["local"].max_threads == 8  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="max_threads"):
+        parse_config({"local": {"type": "python", "max_threads": 0}}, [])

@@ -163,3 +163,88 @@ async def test_a_callable_that_hangs_ends_at_the_capability_timeout(
         assert outcome.kind == "unknown" and outcome.result is None  # it may have acted meanwhile
     else:
         assert outcome.kind == "failed" and outcome.result is not None and outcome.result.is_error
+
+
+def backend_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("writ-python-capped")]
+
+
+@pytest.fixture
+def capped(release_blocked: Any) -> Registry:
+    from tests.capabilities import sample_tools
+
+    sample_tools.HELD.clear()
+    capabilities = [
+        {"id": "hold", "callable": f"{MODULE}:hold", "effect": "write", "timeout_s": 0.5},
+        {"id": "add", "callable": f"{MODULE}:add", "effect": "read", "timeout_s": 2},
+    ]
+    return Registry.from_config(
+        {"capped": {"type": "python", "max_threads": 2}},
+        [{"backend": "capped", **c} for c in capabilities],
+        environ={},
+    )
+
+
+async def test_hung_callables_hold_at_most_max_threads_and_a_call_with_none_free_never_starts(
+    capped: Registry,
+) -> None:
+    from tests.capabilities import sample_tools
+
+    outcomes: dict[int, Outcome] = {}
+
+    async def call(n: int) -> None:
+        outcomes[n] = await run(capped, "hold")
+
+    async with capped:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tasks:
+                for n in (1, 2):
+                    tasks.start_soon(call, n)
+                while len(sample_tools.HELD) < 2:  # both threads are taken before the third call
+                    await anyio.sleep(0.01)
+                tasks.start_soon(call, 3)
+
+        for n in (1, 2):
+            assert (outcomes[n].kind, outcomes[n].error) == ("unknown", "timeout")
+        third = outcomes[3]
+        assert (third.kind, third.error) == ("failed", "threads_busy")  # a write, yet nothing ran
+        assert third.detail == (
+            "hold@1 did not start within 0.5s: all 2 threads of python backend 'capped' (max_threads) "
+            "are held by calls that have not returned; nothing ran"
+        )
+        assert third.result is not None and third.result.is_error
+        assert len(sample_tools.HELD) == 2
+        assert len(backend_threads()) == 2  # not one abandoned thread per call
+
+        sample_tools.RELEASE.set()  # the hung callables return, and their threads serve calls again
+        with anyio.fail_after(5):
+            added = await run(capped, "add", {"a": 1, "b": 2})
+        assert added.kind == "completed"
+        assert len(sample_tools.HELD) == 2  # the third never started, not even late
+        assert len(backend_threads()) <= 2
+
+
+async def test_a_call_waiting_for_a_thread_runs_once_one_frees_within_its_timeout(capped: Registry) -> None:
+    from tests.capabilities import sample_tools
+
+    async with capped:
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tasks:
+                for _ in range(2):
+                    tasks.start_soon(run, capped, "hold")
+                while len(sample_tools.HELD) < 2:
+                    await anyio.sleep(0.01)
+                tasks.start_soon(release_after, 0.3)
+                started = anyio.current_time()
+                added = await run(capped, "add", {"a": 1, "b": 2})  # in line until a thread frees
+                waited = anyio.current_time() - started
+
+    assert added.kind == "completed"
+    assert waited >= 0.25
+
+
+async def release_after(seconds: float) -> None:
+    from tests.capabilities import sample_tools
+
+    await anyio.sleep(seconds)
+    sample_tools.RELEASE.set()
