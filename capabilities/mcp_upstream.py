@@ -10,7 +10,6 @@ Over HTTP, an answer is read no further than the backend's `max_response_bytes` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -39,7 +38,7 @@ from capabilities.mcp_reconcile import MissingField, lookup_arguments, verdict
 from capabilities.mcp_session import Session, SessionKeeper
 from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting
 from capabilities.oauth_tokens import TokenSource
-from capabilities.results import failed_outcome, unanswered_outcome
+from capabilities.results import failed_outcome, is_json, unanswered_outcome
 
 _DETAIL_CHARS = 300
 
@@ -166,7 +165,7 @@ class McpExecutor:
             structured=result.structured_content if isinstance(result.structured_content, dict) else None,
             is_error=result.is_error,
         )
-        if not _is_json(tool_result):
+        if not is_json(tool_result.to_json()):  # the SDK parses NaN and Infinity
             detail = f"{self.name}: the result holds NaN or Infinity, which JSON cannot carry"
             return unanswered_outcome(invocation, read_only, "invalid_response", detail)
         if result.is_error:
@@ -221,7 +220,7 @@ class McpExecutor:
             structured=result.structured_content if isinstance(result.structured_content, dict) else None,
             is_error=result.is_error,
         )
-        if not _is_json(found):
+        if not is_json(found.to_json()):
             return ReconcileResult("inconclusive", evidence={**evidence, "error": "invalid_response"})
         return verdict(found, evidence)
 
@@ -323,15 +322,6 @@ def _too_large(exc: MCPError) -> bool:
     if exc.code == mcp_types.PARSE_ERROR and exc.message.startswith(_TOO_LARGE_JSON):
         return f"({LIMIT_SETTING})" in exc.message
     return exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_TOO_LARGE_SSE)
-
-
-def _is_json(result: ToolResult) -> bool:
-    """Whether the result can be written as JSON (the SDK parses NaN and Infinity, JSON has neither)."""
-    try:
-        json.dumps(result.to_json(), allow_nan=False)
-    except ValueError:
-        return False
-    return True
 
 
 def _first_text(result: ToolResult) -> str:

@@ -47,6 +47,15 @@ def value_result(value: Any) -> ToolResult:
     return ToolResult(content=(text_block(compact_json(plain)),))
 
 
+def is_json(value: Any) -> bool:
+    """Whether `value` can be written as strict JSON (RFC 8259 has no NaN or Infinity)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
 def plain_json(value: Any, depth: int = 0) -> Any:
     """`value` as strict JSON data (RFC 8259): anything else becomes its `str()`.
 

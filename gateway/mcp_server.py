@@ -21,7 +21,7 @@ from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.results import shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
-from store.model import Unavailable
+from store.model import CallView, Unavailable
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ STORE_UNAVAILABLE = (
 STATUS_UNAVAILABLE = "Writ's store is unavailable, so the call's state cannot be read now. Ask again later."
 INTERNAL = "Internal error in Writ (logged on the server)."
 MAX_ID = 255
-_UNKNOWN_ID = "with this toolCallId"
 
 PrincipalProvider = Callable[[], Any]
 """Returns the current caller's `Principal`, or None when the request is unauthenticated."""
@@ -180,26 +179,30 @@ def build_mcp_server(
         status = status_document(call)
         return rounds.task_of(call, final, _status_text(status))
 
-    async def tasks_get(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+    async def _own_call(who: Any, call_id: object) -> CallView | None:
+        """The caller's tenant's call with this id, or None (an id no call can have is not looked up)."""
+        if not _is_identifier(call_id):
+            return None
+        return await anyio.to_thread.run_sync(lambda: store.get_call(call_id, tenant=who.tenant))
+
+    async def _task_call(ctx: Any, params: rounds.TaskParams) -> CallView:
         rounds.require_tasks(ctx)
-        who = caller()
-        if not _is_identifier(params.task_id):
-            raise MCPError(INVALID_PARAMS, "No task with this taskId is known to Writ.")
-        call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
+        try:
+            call = await _own_call(caller(), params.task_id)
+        except Unavailable as exc:
+            logger.error("tasks: the store is unavailable: %s", exc)
+            raise MCPError(INTERNAL_ERROR, STATUS_UNAVAILABLE) from exc
         if call is None:
-            raise MCPError(INVALID_PARAMS, f"No task {params.task_id!r} is known to Writ.")
-        return {"resultType": "complete", **_task(call)}
+            raise MCPError(INVALID_PARAMS, f"No task {_shown(params.task_id, 'taskId')} is known to Writ.")
+        return call
+
+    async def tasks_get(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        return {"resultType": "complete", **_task(await _task_call(ctx, params))}
 
     async def tasks_ack(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
         # tasks/update: Writ's tasks never ask for input. tasks/cancel: cooperative, and an effect
         # waiting for a human is withdrawn by that human (reject), not by the agent; acknowledged only.
-        rounds.require_tasks(ctx)
-        who = caller()
-        if not _is_identifier(params.task_id):
-            raise MCPError(INVALID_PARAMS, "No task with this taskId is known to Writ.")
-        call = await anyio.to_thread.run_sync(lambda: store.get_call(params.task_id, tenant=who.tenant))
-        if call is None:
-            raise MCPError(INVALID_PARAMS, f"No task {params.task_id!r} is known to Writ.")
+        await _task_call(ctx, params)
         return {"resultType": "complete"}
 
     async def _call_status(who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -211,20 +214,21 @@ def build_mcp_server(
                     "isError": True,
                 }
             )
-        if not _is_identifier(tool_call_id):  # no call has such an id; it need not reach the store
-            return types.CallToolResult.model_validate(
-                {
-                    "content": [{"type": "text", "text": f"No tool call {_UNKNOWN_ID} is known to Writ."}],
-                    "structuredContent": {"status": "not_found"},
-                    "isError": True,
-                }
-            )
-        call = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
+        call = await _own_call(who, tool_call_id)
         if call is None:
+            quotable = _is_identifier(tool_call_id)
             return types.CallToolResult.model_validate(
                 {
-                    "content": [{"type": "text", "text": f"No tool call {tool_call_id!r} is known to Writ."}],
-                    "structuredContent": {"status": "not_found", "toolCallId": tool_call_id},
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": f"No tool call {_shown(tool_call_id, 'toolCallId')} is known to Writ.",
+                        }
+                    ],
+                    "structuredContent": {
+                        "status": "not_found",
+                        **({"toolCallId": tool_call_id} if quotable else {}),
+                    },
                     "isError": True,
                 }
             )
@@ -287,6 +291,11 @@ def _is_identifier(value: object) -> TypeGuard[str]:
         and value.isprintable()
         and value == value.strip()
     )
+
+
+def _shown(call_id: object, name: str) -> str:
+    """An id as an answer may quote it: only one that could be an id (never 1 MB of anything)."""
+    return repr(call_id) if _is_identifier(call_id) else f"with this {name}"
 
 
 def _status_text(status: dict[str, Any]) -> str:
