@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
 from gateway.faults import NO_FAULTS, FaultPoints
-from store.model import CallView, OutcomeRecord, StaleLease, Unavailable
+from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -125,15 +125,17 @@ class Dispatcher:
             logger.warning("outcome of %s not recorded (%s): %s", call.tool_call_id, outcome.kind, exc)
             latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
             return latest or call
-        except Unavailable as exc:
-            # The backend may have acted and the database is gone: what we saw cannot be made durable,
-            # so it must not be told. The call stays `dispatching` under our lease; once the lease
-            # expires, whichever replica reaches the database marks it unknown and reconciles it.
+        except StoreError as exc:
+            # The backend may have acted and its outcome could not be written (the database is gone,
+            # or refused the write): what we saw is not durable, so it must not be told. The call stays
+            # `dispatching` under our lease; once the lease expires, whichever replica reaches the
+            # database marks it unknown and reconciles it.
             logger.error(
-                "outcome of %s (%s) not recorded, the store is unavailable; it will be reconciled: %s",
+                "outcome of %s (%s) not recorded; it will be reconciled: %s",
                 call.tool_call_id,
                 outcome.kind,
                 exc,
+                exc_info=not isinstance(exc, Unavailable),
             )
             return replace(call, status="result_unknown", error=OUTCOME_NOT_RECORDED)
 
