@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 
 from store.model import StoreError
 
 _HOLDS_WRITER = "writ_holds_writer_lock"
+_IDLE_SINCE = "writ_idle_since"
 
 READ_ONLY = "writ_read_only"
 """Execution option: the transaction only reads, so SQLite may begin it deferred, beside the writer."""
@@ -35,18 +37,29 @@ IDLE_TRANSACTION_TIMEOUT_S = 15.0
 """How long PostgreSQL lets a session sit idle inside a transaction before ending it (0: its own setting)."""
 
 
+PING_AFTER_IDLE_S = 1.0
+"""A pooled PostgreSQL connection idle for longer than this is pinged before it is used again."""
+
+
 def create_store_engine(
-    url: str, *, durable: bool = True, idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S
+    url: str,
+    *,
+    durable: bool = True,
+    idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S,
+    ping_after_idle_s: float = PING_AFTER_IDLE_S,
 ) -> Engine:
     """An engine configured so that concurrent writers serialize instead of failing."""
     parsed = normalize_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, durable=durable)
-    return _postgres_engine(parsed, idle_transaction_timeout_s=idle_transaction_timeout_s)
+    return _postgres_engine(
+        parsed, idle_transaction_timeout_s=idle_transaction_timeout_s, ping_after_idle_s=ping_after_idle_s
+    )
 
 
-def _postgres_engine(url: URL, *, idle_transaction_timeout_s: float) -> Engine:
-    engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+def _postgres_engine(url: URL, *, idle_transaction_timeout_s: float, ping_after_idle_s: float) -> Engine:
+    engine = create_engine(url, pool_size=10, max_overflow=10)
+    _ping_after_idle(engine, ping_after_idle_s)
     if idle_transaction_timeout_s <= 0:
         return engine
     timeout_ms = max(1, round(idle_transaction_timeout_s * 1000))
@@ -66,6 +79,36 @@ def _postgres_engine(url: URL, *, idle_transaction_timeout_s: float) -> Engine:
             dbapi_connection.autocommit = autocommit
 
     return engine
+
+
+def _ping_after_idle(engine: Engine, idle_s: float) -> None:
+    """SQLAlchemy's pre-ping, for connections that sat in the pool longer than `idle_s` only.
+
+    A connection dies while it sits unused: the server restarted, or something on the way ended an idle
+    session. Pinging on every checkout (`pool_pre_ping`) finds that out at the cost of a round trip for
+    each of a call's two transactions, a quarter of what the store adds to a call. A connection that was
+    in use a moment ago is very likely alive (the bypass window connection pools such as HikariCP use);
+    if it is not, its first statement fails as a lost connection, which invalidates the whole pool and
+    is reported as `Unavailable`, exactly as when the server goes away in the middle of a transaction.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get(_IDLE_SINCE)
+        if idle_since is None or time.monotonic() - idle_since <= idle_s:
+            return  # just connected, or in use a moment ago
+        dialect = engine.dialect
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as error:
+            if dialect.is_disconnect(error, dbapi_connection, None):
+                # The pool drops every connection older than this one and checks out a new one.
+                raise exc.InvalidatePoolError(f"pooled connection found dead: {error}") from error
+            raise
 
 
 def _sqlite_engine(url: URL, *, durable: bool) -> Engine:

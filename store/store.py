@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, bindparam, delete, exc, inspect, select, text
 
 from store import approving, audit, confirming, recording, revoking
-from store.db import IDLE_TRANSACTION_TIMEOUT_S, READ_ONLY, create_store_engine
+from store.db import IDLE_TRANSACTION_TIMEOUT_S, PING_AFTER_IDLE_S, READ_ONLY, create_store_engine
 from store.events import parse_event
 from store.log import PAGE_SIZE, Append, envelope_of, read_pages, stored_event
 from store.model import (
@@ -96,16 +96,27 @@ class Store(Settlement, Queues):
 
     @classmethod
     def open(
-        cls, url: str, *, durable: bool = True, idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S
+        cls,
+        url: str,
+        *,
+        durable: bool = True,
+        idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S,
+        ping_after_idle_s: float = PING_AFTER_IDLE_S,
     ) -> Store:
         """Connect lazily to `sqlite:///path` or `postgresql://...`.
 
         `durable=False` relaxes SQLite's fsyncs. On PostgreSQL, a session idle inside a transaction for
         `idle_transaction_timeout_s` is ended by the server, so a writer frozen mid-transaction holds the
-        log head at most that long (0 leaves the server's setting).
+        log head at most that long (0 leaves the server's setting); a pooled connection unused for longer
+        than `ping_after_idle_s` is checked before it is used again.
         """
         return cls(
-            create_store_engine(url, durable=durable, idle_transaction_timeout_s=idle_transaction_timeout_s)
+            create_store_engine(
+                url,
+                durable=durable,
+                idle_transaction_timeout_s=idle_transaction_timeout_s,
+                ping_after_idle_s=ping_after_idle_s,
+            )
         )
 
     @property
