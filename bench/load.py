@@ -53,6 +53,9 @@ class Measurement:
         ordered = sorted(self.latencies_s)
         return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] * 1000
 
+    def client_cpu_ms_per_call(self) -> float:
+        return self.client_cpu_s / self.calls * 1000
+
     def server_cpu_ms_per_call(self) -> float | None:
         return None if self.server_cpu_s is None else self.server_cpu_s / self.calls * 1000
 
