@@ -1,0 +1,153 @@
+"""The Store's reads: calls, approvals, runs and events from the projections and the log, and the audit.
+
+Each read is one short transaction (`Store._read`: deferred on SQLite, one snapshot on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, select
+
+from store import audit, revoking
+from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
+from store.model import ApprovalView, AuditReport, CallView, StoredEvent
+from store.schema import approvals, effect_ledger, events, runs, tool_calls
+from store.views import approval_view, call_view, load_approval, load_call
+
+# Read before every call's policy check; built once, as SQLAlchemy caches the compiled form by its key.
+_RUN_CALL_COUNT = select(runs.c.call_count).where(
+    runs.c.run_id == bindparam("b_run_id"), runs.c.tenant == bindparam("b_tenant")
+)
+
+
+def _unstorable(*keys: str | None) -> bool:
+    """Whether a lookup key is text no row can hold, so the lookup finds nothing without asking.
+
+    PostgreSQL's text cannot contain NUL (asking raised a DataError, a 500 at every edge, where
+    SQLite found nothing), and a lone surrogate cannot be encoded for either database.
+    """
+    for key in keys:
+        if key is None:
+            continue
+        if "\x00" in key:
+            return True
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+    return False
+
+
+class Reads:
+    """Mixed into `Store`, which provides `_read` (one read transaction)."""
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def is_revoked(self, tenant: str, subject: str) -> bool:
+        """Whether `subject` has been revoked in `tenant`."""
+        if _unstorable(tenant, subject):
+            return False
+        with self._read() as conn:
+            return revoking.get(conn, tenant, subject) is not None
+
+    def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None:
+        """The call's current state; with `tenant`, only if the call belongs to that tenant."""
+        if _unstorable(tool_call_id, tenant):
+            return None
+        with self._read() as conn:
+            return load_call(conn, tool_call_id, tenant)
+
+    def find_call_by_key(self, tenant: str, idempotency_key: str) -> CallView | None:
+        """The call that currently holds `idempotency_key` in `tenant`."""
+        query = (
+            select(tool_calls)
+            .join(effect_ledger, effect_ledger.c.tool_call_id == tool_calls.c.tool_call_id)
+            .where(effect_ledger.c.tenant == tenant, effect_ledger.c.idempotency_key == idempotency_key)
+        )
+        if _unstorable(tenant, idempotency_key):
+            return None
+        with self._read() as conn:
+            row = conn.execute(query).one_or_none()
+            return None if row is None else call_view(row)
+
+    def run_call_count(self, run_id: str, tenant: str) -> int:
+        """Calls recorded in the run so far (0 for an unknown run or another tenant's run)."""
+        params = {"b_run_id": run_id, "b_tenant": tenant}
+        if _unstorable(run_id, tenant):
+            return 0
+        with self._read() as conn:
+            return conn.execute(_RUN_CALL_COUNT, params).scalar_one_or_none() or 0
+
+    def list_calls(
+        self, *, tenant: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[CallView]:
+        """The newest calls first, optionally of one tenant and/or one status."""
+        query = select(tool_calls).order_by(tool_calls.c.created_at.desc(), tool_calls.c.tool_call_id)
+        if tenant is not None:
+            query = query.where(tool_calls.c.tenant == tenant)
+        if status is not None:
+            query = query.where(tool_calls.c.status == status)
+        if _unstorable(tenant, status):
+            return []
+        with self._read() as conn:
+            return [call_view(row) for row in conn.execute(query.limit(limit))]
+
+    def events(
+        self,
+        *,
+        run_id: str | None = None,
+        tool_call_id: str | None = None,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[StoredEvent]:
+        """Events in seq order, filtered by run, call and/or tenant."""
+        filters: list[Any] = []
+        if run_id is not None:
+            filters.append(events.c.run_id == run_id)
+        if tool_call_id is not None:
+            filters.append(events.c.tool_call_id == tool_call_id)
+        if tenant is not None:
+            filters.append(events.c.tenant == tenant)
+        if _unstorable(run_id, tool_call_id, tenant):
+            return []
+        with self._read() as conn:
+            return [stored_event(row) for row in read_pages(conn, *filters, after_seq=after_seq, limit=limit)]
+
+    def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None:
+        if _unstorable(approval_id, tenant):
+            return None
+        with self._read() as conn:
+            return load_approval(conn, approval_id, tenant)
+
+    def list_approvals(self, *, tenant: str | None = None, status: str | None = None) -> list[ApprovalView]:
+        """Approvals oldest first, optionally of one tenant and/or one status."""
+        query = select(approvals).order_by(approvals.c.created_at, approvals.c.approval_id)
+        if tenant is not None:
+            query = query.where(approvals.c.tenant == tenant)
+        if status is not None:
+            query = query.where(approvals.c.status == status)
+        if _unstorable(tenant, status):
+            return []
+        with self._read() as conn:
+            return [approval_view(row) for row in conn.execute(query)]
+
+    def verify(self) -> AuditReport:
+        """Check the hash chain end to end against the head; names the first bad seq."""
+        with self._read() as conn:
+            return audit.verify(conn)
+
+    def export(self) -> Iterator[dict[str, Any]]:
+        """Every event as its envelope dict, in seq order, one short read per page."""
+        after_seq = 0
+        while True:
+            with self._read() as conn:
+                page = list(read_pages(conn, after_seq=after_seq, limit=PAGE_SIZE))
+            yield from (envelope_of(row) for row in page)
+            if len(page) < PAGE_SIZE:
+                return
+            after_seq = page[-1].seq
