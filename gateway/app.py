@@ -20,6 +20,7 @@ import anyio.to_thread
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.request_state import RequestStateSecurity
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
@@ -34,6 +35,7 @@ from starlette.routing import BaseRoute, Route
 
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
+from gateway import mcp_rounds
 from gateway.actions import Redactor
 from gateway.api import api_routes
 from gateway.api_principals import principal_routes
@@ -74,6 +76,8 @@ class Runtime:
     verifier: JwtVerifier
     dev_issuer: DevIssuer | None
     telemetry: Telemetry
+    sealing: RequestStateSecurity | None = None
+    """How confirmation rounds' `requestState` is sealed (shared keys, or this process's own)."""
     workers: Workers | None = None
     """Lease recovery and reconciliation, run in the background while the runtime runs."""
     decisions: Decisions | None = None
@@ -173,14 +177,38 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         lease_margin_s=timing.lease_margin_s,
         faults=FaultPoints.from_env(environ or os.environ),
         notify_approvals=config.approvals.webhook is not None,
+        confirmation_ttl_s=config.confirmations.ttl_s,
     )
     runtime = Runtime(
-        config, store, registry, policy, pipeline, verifier, dev_issuer, build_telemetry(config.telemetry)
+        config,
+        store,
+        registry,
+        policy,
+        pipeline,
+        verifier,
+        dev_issuer,
+        build_telemetry(config.telemetry),
+        sealing=_sealing(config, base_dir),
     )
     if timing.enabled:
         runtime.workers = _workers(runtime, owner)
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     return runtime
+
+
+def _sealing(config: WritConfig, base_dir: Path) -> RequestStateSecurity:
+    """Confirmation rounds sealed under the configured key file (relative to the config), if any.
+
+    Raises:
+        ConfigurationError: the key file cannot be read or holds an unfit key.
+    """
+    confirmations = config.confirmations
+    if confirmations.key_file is None:
+        return mcp_rounds.sealing(confirmations.ttl_s)
+    path = Path(confirmations.key_file).expanduser()
+    return mcp_rounds.sealing(
+        confirmations.ttl_s, mcp_rounds.read_keys(path if path.is_absolute() else base_dir / path)
+    )
 
 
 def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> None:
@@ -240,7 +268,11 @@ def build_app(runtime: Runtime) -> Starlette:
         return runtime.principal_from_claims(token.claims or {}) if token is not None else None
 
     mcp_server = build_mcp_server(
-        runtime.pipeline, runtime.store, current_principal, telemetry=runtime.telemetry
+        runtime.pipeline,
+        runtime.store,
+        current_principal,
+        telemetry=runtime.telemetry,
+        sealing=runtime.sealing,
     )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,

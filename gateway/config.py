@@ -74,6 +74,18 @@ class WorkersConfig(_Section):
     reconcile_backoff_max_s: float = Field(default=300.0, ge=0)
 
 
+class ConfirmationsConfig(_Section):
+    """Confirmation rounds of `confirm` capabilities (MCP 2026-07-28 input-required)."""
+
+    ttl_s: float = Field(default=600.0, gt=0)
+    """How long the user has to answer; the round's sealed state and the call's confirmation expire."""
+    key_file: str | None = None
+    """Secrets that seal each round's `requestState`, one per line, each at least 32 bytes: the first
+    seals, every line unseals (add a new first line to rotate, drop the old one after `ttl_s`). Give
+    every replica behind one URL the same file. Without one, each process makes its own key at start,
+    so a round begun before a restart or at another replica is refused and nothing runs."""
+
+
 class ClaimMapping(_Section):
     subject: str = "sub"
     tenant: str = "tenant"
@@ -159,6 +171,7 @@ class WritConfig(_Section):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    confirmations: ConfirmationsConfig = Field(default_factory=ConfirmationsConfig)
     backends: dict[str, Any] = Field(default_factory=dict)
     capabilities: list[dict[str, Any]] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=lambda: {"rules": []})

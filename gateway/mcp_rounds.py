@@ -2,10 +2,10 @@
 
 A call of a `confirm` capability asks the user in the client (SEP-2322 input-required): an elicitation
 form with the exact effect, and a `requestState` naming the call, its confirmation and its action hash.
-The SDK's `RequestStateBoundary` seals that state under a key this process generated at start
-(AES-GCM, bound to the tool, the arguments' digest, the caller and a TTL), so state from before a
-restart or from another process is refused before Writ reads it; the store consumes the confirmation
-once, so a replayed answer runs nothing.
+The SDK's `RequestStateBoundary` seals that state (AES-GCM, bound to the tool, the arguments' digest,
+the caller and a TTL) under the configured keys, which every replica shares, or else under a key this
+process generated at start, so that state from before a restart or from another process is refused
+before Writ reads it; the store consumes the confirmation once, so a replayed answer runs nothing.
 
 A call that waits for an approver may be a task (SEP-2663, `io.modelcontextprotocol/tasks`) for a
 client that declares the extension on the request: the task id is the toolCallId, `tasks/get` reports
@@ -15,6 +15,8 @@ client that declares the extension on the request: the task id is the toolCallId
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import mcp_types as types
@@ -24,6 +26,7 @@ from mcp_types import METHOD_NOT_FOUND, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
+from gateway.errors import ConfigurationError
 from store.model import TERMINAL_STATUSES, CallView
 
 CONFIRM_KEY = "writ/confirm"
@@ -33,9 +36,52 @@ TASK_POLL_MS = 1000
 _STATE_VERSION = 1
 
 
-def request_state_boundary(ttl_s: float, audience: str) -> RequestStateBoundary:
-    """Seals and verifies `requestState` under a process-local random key (lost on restart, by design)."""
-    return RequestStateBoundary(RequestStateSecurity.ephemeral(ttl=ttl_s), default_audience=audience)
+_MIN_KEY_BYTES = 32
+
+
+def sealing(ttl_s: float, keys: Sequence[bytes] = ()) -> RequestStateSecurity:
+    """How `requestState` is sealed: under shared `keys` (the first seals), or a key made now if none.
+
+    Raises:
+        ConfigurationError: a key is too short, or two keys are the same.
+    """
+    if not keys:
+        return RequestStateSecurity.ephemeral(ttl=ttl_s)
+    try:
+        return RequestStateSecurity(keys=list(keys), ttl=ttl_s)
+    except ValueError as exc:
+        raise ConfigurationError(f"confirmations.key_file: {exc}") from exc
+
+
+def read_keys(path: Path) -> tuple[bytes, ...]:
+    """The sealing keys in a key file: one per non-empty line, surrounding whitespace not included.
+
+    Raises:
+        ConfigurationError: the file cannot be read, holds no key, or a line is under 32 bytes.
+    """
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ConfigurationError(f"confirmations.key_file: cannot read {path}: {exc.strerror}") from exc
+    keys = []
+    for number, line in enumerate(lines, start=1):
+        key = line.strip()
+        if not key:
+            continue
+        if len(key) < _MIN_KEY_BYTES:  # the length only: never a key's text in a message
+            raise ConfigurationError(
+                f"confirmations.key_file: line {number} of {path} has {len(key)} bytes; a key needs "
+                f"at least {_MIN_KEY_BYTES} of secret randomness (e.g. `openssl rand -base64 48`)"
+            )
+        keys.append(key)
+    if not keys:
+        raise ConfigurationError(f"confirmations.key_file: {path} holds no key")
+    return tuple(keys)
+
+
+def request_state_boundary(security: RequestStateSecurity, audience: str) -> RequestStateBoundary:
+    """Seals and verifies `requestState` for this server (`audience`) as `security` says."""
+    return RequestStateBoundary(security, default_audience=audience)
 
 
 def is_modern(ctx: Any) -> bool:

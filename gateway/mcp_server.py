@@ -12,6 +12,7 @@ from typing import Any, TypeGuard
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
+from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
@@ -79,9 +80,10 @@ def build_mcp_server(
     principal: PrincipalProvider,
     *,
     telemetry: Telemetry | None = None,
+    sealing: RequestStateSecurity | None = None,
     name: str = "writ",
 ) -> Server[Any]:
-    """The low-level MCP server for this gateway."""
+    """The low-level MCP server for this gateway; `sealing` protects confirmation rounds' state."""
     telemetry = telemetry or Telemetry()
 
     def caller() -> Any:
@@ -255,7 +257,8 @@ def build_mcp_server(
             else (dict(c.input_schema) if (c := pipeline.capability(tool)) else None)
         ),
     )
-    server.middleware.append(rounds.request_state_boundary(pipeline.confirmation_ttl_s, name))
+    sealing = sealing or rounds.sealing(pipeline.confirmation_ttl_s)
+    server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}
     server.add_request_handler("tasks/get", rounds.TaskParams, tasks_get)
     server.add_request_handler("tasks/update", rounds.TaskParams, tasks_ack)

@@ -39,6 +39,7 @@ def serve_stdio(config: WritConfig) -> None:
         runtime.store,
         lambda: principal if time.time() < expires_at else None,
         telemetry=runtime.telemetry,
+        sealing=runtime.sealing,
     )
 
     async def main() -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
 
-from tests.e2e.harness import REPO, Backend, Gateway, writ_gateway
+from tests.e2e.harness import REPO, Backend, Gateway, demo_config, free_port, writ, writ_gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -37,6 +37,18 @@ def confirm_overrides() -> dict[str, Any]:
     return {
         "capabilities": [*demo["capabilities"], refund_now],
         "policy": {**demo["policy"], "rules": [*demo["policy"]["rules"], rule]},
+    }
+
+
+def replica_settings(root: Path, key_file: Path | None) -> dict[str, Any]:
+    """What replicas behind one URL share: the public URL, the issuer's key and, maybe, the sealing keys."""
+    overrides = confirm_overrides()
+    if key_file is not None:
+        overrides["confirmations"] = {"key_file": str(key_file)}
+    return {
+        "server": {"public_url": "http://writ.example"},
+        "auth": {"dev_issuer": {"enabled": True, "key_file": str(root / "shared-dev-issuer.jwk")}},
+        "overrides": overrides,
     }
 
 
@@ -168,14 +180,15 @@ async def test_a_confirmation_from_before_a_restart_is_refused_and_runs_nothing(
     tmp_path: Path, backend: Backend
 ) -> None:
     store_url = f"sqlite:///{tmp_path / 'writ.db'}"
-    with writ_gateway(tmp_path, backend, store_url, overrides=confirm_overrides()) as before:
+    settings = replica_settings(tmp_path, None)  # same URL and issuer: only the sealing key is new
+    with writ_gateway(tmp_path, backend, store_url, **settings) as before:
         async with before.client(
             before.token("alice"), mode=MODERN, elicitation_callback=User("accept")
         ) as client:
             first = await first_round(client, "now-5")
             tool_call_id = (first.meta or {})["writ/toolCallId"]
 
-    with writ_gateway(tmp_path, backend, store_url, overrides=confirm_overrides()) as after:
+    with writ_gateway(tmp_path, backend, store_url, **settings) as after:
         async with after.client(
             after.token("alice"), mode=MODERN, elicitation_callback=User("accept")
         ) as client:
@@ -202,3 +215,120 @@ async def test_a_client_that_cannot_be_asked_is_refused_and_nothing_is_sent(
             result = await client.call_tool("refund_now", args(), meta={"writ/idempotencyKey": f"now-{mode}"})
         assert result.structured_content["reason"] == "confirmation_unavailable", (mode, result)
     assert backend.refunds() == []
+
+
+async def answer_elsewhere(
+    begin_at: Gateway, answer_at: Gateway, key: str
+) -> tuple[types.InputRequiredResult, Any]:
+    """Begin a confirmation round at one replica and send the user's answer to another.
+
+    Returns the first round and the answer's result, or the `MCPError` it was refused with.
+    """
+    token, user = begin_at.token("alice"), User("accept")
+    async with begin_at.client(token, mode=MODERN, elicitation_callback=user) as client:
+        first = await first_round(client, key)
+    async with answer_at.client(token, mode=MODERN, elicitation_callback=user) as client:
+        try:
+            answered = await client.session.call_tool(
+                "refund_now",
+                args(),
+                meta={"writ/idempotencyKey": key},
+                input_responses=ACCEPT,
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+        except MCPError as refused:
+            return first, refused
+    return first, answered
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_replicas_sharing_a_key_file_take_a_confirmation_begun_at_another(
+    tmp_path: Path, backend: Backend, store_url: str
+) -> None:
+    key_file = tmp_path / "confirm.key"
+    key_file.write_text("k" * 40 + "\n")
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    settings = replica_settings(tmp_path, key_file)
+    with (
+        writ_gateway(tmp_path / "a", backend, store_url, **settings) as a,
+        writ_gateway(tmp_path / "b", backend, store_url, **settings) as b,
+    ):
+        first, answered = await answer_elsewhere(a, b, "now-replicas")
+        assert answered.meta["writ/status"] == "completed", answered
+        tool_call_id = (first.meta or {})["writ/toolCallId"]
+        assert events(b, tool_call_id).count("confirmation.given") == 1
+    assert len(backend.refunds("now-replicas")) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_replicas_without_a_shared_key_refuse_a_confirmation_begun_at_another(
+    tmp_path: Path, backend: Backend, store_url: str
+) -> None:
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    settings = replica_settings(tmp_path, None)
+    with (
+        writ_gateway(tmp_path / "a", backend, store_url, **settings) as a,
+        writ_gateway(tmp_path / "b", backend, store_url, **settings) as b,
+    ):
+        first, refused = await answer_elsewhere(a, b, "now-own-keys")
+        assert isinstance(refused, MCPError) and refused.message == "Invalid or expired requestState"
+        status = await _status(b, (first.meta or {})["writ/toolCallId"])
+    assert status == "awaiting_confirmation"
+    assert backend.refunds("now-own-keys") == []
+
+
+async def _status(gateway: Gateway, tool_call_id: str) -> str:
+    async with gateway.client(gateway.token("alice"), mode=MODERN) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
+    return str(status.structured_content["status"])
+
+
+async def test_a_confirmation_from_before_a_restart_is_taken_when_the_key_file_stays(
+    tmp_path: Path, backend: Backend
+) -> None:
+    key_file = tmp_path / "confirm.key"
+    key_file.write_text("n" * 48 + "\n" + "o" * 48 + "\n")
+    store_url = f"sqlite:///{tmp_path / 'writ.db'}"
+    settings = replica_settings(tmp_path, key_file)  # the same URL and issuer before and after
+    with writ_gateway(tmp_path, backend, store_url, **settings) as before:
+        token = before.token("alice")
+        async with before.client(token, mode=MODERN, elicitation_callback=User("accept")) as client:
+            first = await first_round(client, "now-6")
+
+    key_file.write_text("r" * 48 + "\n" + "n" * 48 + "\n")  # rotated: a new first key, the old one kept
+    with writ_gateway(tmp_path, backend, store_url, **settings) as after:
+        async with after.client(token, mode=MODERN, elicitation_callback=User("accept")) as client:
+            answered = await client.session.call_tool(
+                "refund_now",
+                args(),
+                meta={"writ/idempotencyKey": "now-6"},
+                input_responses=ACCEPT,
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+    assert answered.meta["writ/status"] == "completed", answered
+    assert len(backend.refunds("now-6")) == 1
+
+
+def test_a_key_file_with_a_short_key_stops_writ_serve_with_a_clear_error(
+    tmp_path: Path, backend: Backend
+) -> None:
+    key_file = tmp_path / "confirm.key"
+    key_file.write_text("s" * 48 + "\n\nshort-secret\n")
+    overrides = {**confirm_overrides(), "confirmations": {"key_file": str(key_file)}}
+    config = demo_config(
+        tmp_path,
+        gateway_port=free_port(),
+        backend_url=backend.url,
+        store_url=f"sqlite:///{tmp_path / 'writ.db'}",
+        overrides=overrides,
+    )
+
+    failed = writ("serve", "-c", str(config), cwd=tmp_path, check=False)
+
+    assert failed.returncode != 0
+    assert f"line 3 of {key_file} has 12 bytes" in failed.stderr
+    assert "short-secret" not in failed.stderr + failed.stdout
