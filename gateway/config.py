@@ -45,6 +45,9 @@ class ServerConfig(_Section):
     """A client must complete a request's headers this soon after connecting, or after the previous
     response on a kept-alive connection; else the connection is closed (with 408 if it had begun one).
     uvicorn itself has no such bound: a client sending a header byte every few seconds is never cut."""
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    """The whole request body must arrive this soon after the headers; else 408 and nothing runs.
+    30 s carries the largest body /mcp accepts (4 MiB) over a link of about 1 Mbit/s."""
     keep_alive_timeout_s: int = Field(default=5, ge=1)
     """An idle kept-alive connection is closed after this long without a byte (uvicorn's default)."""
     limit_concurrency: int | None = Field(default=None, ge=1)

@@ -53,6 +53,7 @@ def test_the_demo_config_is_valid_once_its_ports_are_filled_in(tmp_path: Path) -
         ("server: {port: eighty}", "port"),
         ("surprise: true", "surprise"),
         ("server: {header_timeout_s: 0}", "header_timeout_s"),
+        ("server: {body_timeout_s: -1}", "body_timeout_s"),
         ("server: {http_parser: picohttp}", "http_parser"),
     ],
 )

@@ -22,7 +22,7 @@ def test_the_server_section_sets_uvicorns_timeouts_and_concurrency_cap() -> None
 
 def test_by_default_there_is_no_concurrency_cap_and_uvicorns_keep_alive_timeout() -> None:
     server = ServerConfig()
-    assert server.header_timeout_s == 10.0
+    assert (server.header_timeout_s, server.body_timeout_s) == (10.0, 30.0)
     config = uvicorn_config(Starlette(), server)
     assert (config.timeout_keep_alive, config.limit_concurrency) == (5, None)
 
