@@ -123,12 +123,13 @@ def demo_config(
     store_url: str,
     timeout_s: float = 2.0,
     auth: dict[str, Any] | None = None,
+    server: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Path:
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick.
 
-    `auth` entries are merged over the demo's `auth:` section (e.g. extra issuers, required scopes);
-    `overrides` replace whole top-level sections (e.g. `policy_file`).
+    `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
+    required scopes; timeouts); `overrides` replace whole top-level sections (e.g. `policy_file`).
     """
     template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
@@ -139,6 +140,7 @@ def demo_config(
     config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
     config["privacy"]["salt_file"] = str(workdir / "redaction.salt")
     config["auth"].update(auth or {})
+    config["server"].update(server or {})
     config.update(overrides or {})
     config["backends"]["acme"]["timeout_s"] = timeout_s
     for capability in config["capabilities"]:
