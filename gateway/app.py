@@ -41,6 +41,7 @@ from gateway.api import api_routes
 from gateway.api_principals import principal_routes
 from gateway.approvals import Decisions
 from gateway.auth import JwtVerifier, principal_from_claims
+from gateway.body_deadline import BodyDeadline
 from gateway.config import WritConfig
 from gateway.console import console_routes
 from gateway.dev_issuer import DevIssuer
@@ -343,6 +344,7 @@ def build_app(runtime: Runtime) -> Starlette:
     return Starlette(
         routes=routes,
         middleware=[
+            Middleware(BodyDeadline, timeout_s=server_config.body_timeout_s),
             Middleware(TrimHeaderValues),
             Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(runtime.verifier)),
             Middleware(AuthContextMiddleware),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -38,6 +38,25 @@ class ServerConfig(_Section):
     """Answer each POST with one JSON body. Writ sends nothing mid-call, so an SSE stream per request
     would only add framing; `false` restores the SDK's SSE answers (and cancels a call's handler when
     its client disconnects, which Writ does not need: an outcome is recorded either way)."""
+
+    http_parser: Literal["auto", "httptools", "h11"] = "auto"
+    """uvicorn's HTTP/1.1 implementation: httptools when installed (`auto`), else h11."""
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """A client must complete a request's headers this soon after connecting, or after the previous
+    response on a kept-alive connection; else the connection is closed (with 408 if it had begun one).
+    uvicorn itself has no such bound: a client sending a header byte every few seconds is never cut."""
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    """The whole request body must arrive this soon after the headers; else 408 and nothing runs.
+    30 s carries the largest body /mcp accepts (4 MiB) over a link of about 1 Mbit/s."""
+    keep_alive_timeout_s: int = Field(default=5, ge=1)
+    """An idle kept-alive connection is closed after this long without a byte (uvicorn's default)."""
+    limit_concurrency: int | None = Field(default=None, ge=1)
+    """Answer 503 to requests while this many connections or requests are open (default: no cap).
+
+    No default: the cap counts connections still sending their headers, so with one a few hundred
+    stalled clients would turn every honest request away with 503 until the header timeout cut them;
+    without one they are cut all the same and honest requests go on being served. Set it to bound the
+    work one process takes on (memory per request) when a load balancer can retry elsewhere."""
 
     @property
     def base_url(self) -> str:

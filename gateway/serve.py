@@ -1,19 +1,40 @@
-"""`writ serve`: the gateway under uvicorn."""
+"""`writ serve`: the gateway under uvicorn, with bounds on how long a client may take to send a request."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import uvicorn
+from starlette.types import ASGIApp
 
 from gateway.app import build_app, build_runtime
-from gateway.config import WritConfig
+from gateway.config import ServerConfig, WritConfig
+from gateway.header_deadline import protocol_class
+
+STARTUP_FAILURE = 3
+"""The exit status `uvicorn.run` uses when the server did not start."""
+
+
+def uvicorn_config(app: ASGIApp, server: ServerConfig) -> uvicorn.Config:
+    """uvicorn's settings for the `server:` section (the body's deadline is in the app itself)."""
+    return uvicorn.Config(
+        app,
+        host=server.host,
+        port=server.port,
+        http=protocol_class(server.http_parser, server.header_timeout_s),
+        ws="none",  # Writ serves no WebSockets; without them no upgrade path can skip the deadline
+        timeout_keep_alive=server.keep_alive_timeout_s,
+        limit_concurrency=server.limit_concurrency,
+        log_level="warning",
+        access_log=False,
+    )
 
 
 def serve_http(config: WritConfig) -> None:
     runtime = build_runtime(config)
-    uvicorn.run(
-        build_app(runtime),
-        host=config.server.host,
-        port=config.server.port,
-        log_level="warning",
-        access_log=False,
-    )
+    server = uvicorn.Server(uvicorn_config(build_app(runtime), config.server))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:  # as `uvicorn.run` does: the port was taken, or the lifespan failed
+        sys.exit(STARTUP_FAILURE)

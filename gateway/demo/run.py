@@ -21,6 +21,7 @@ import uvicorn
 from gateway.app import build_app, build_runtime
 from gateway.config import DEFAULT_STATE_DIR, DEMO_CONFIG, load_config
 from gateway.errors import ConfigurationError
+from gateway.serve import uvicorn_config
 
 AGENT = ("demo-agent", "agent")
 APPROVER = ("demo-approver", "approver")
@@ -140,9 +141,7 @@ def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
         )
         message = banner(audience, f"http://127.0.0.1:{backend_port}", agent, approver)
         server = _AnnouncingServer(
-            uvicorn.Config(
-                build_app(runtime), host="127.0.0.1", port=port, log_level="warning", access_log=False
-            ),
+            uvicorn_config(build_app(runtime), config.server),
             message,
         )
         server.run()

@@ -128,8 +128,8 @@ def demo_config(
 ) -> Path:
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick.
 
-    `auth` and `server` entries are merged over the demo's sections (e.g. extra issuers, required
-    scopes, a public URL); `overrides` replace whole top-level sections (e.g. `policy_file`).
+    `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
+    required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g. `policy_file`).
     """
     template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]

@@ -52,6 +52,9 @@ def test_the_demo_config_is_valid_once_its_ports_are_filled_in(tmp_path: Path) -
         ("- just\n- a list\n", "top level must be a mapping"),
         ("server: {port: eighty}", "port"),
         ("surprise: true", "surprise"),
+        ("server: {header_timeout_s: 0}", "header_timeout_s"),
+        ("server: {body_timeout_s: -1}", "body_timeout_s"),
+        ("server: {http_parser: picohttp}", "http_parser"),
     ],
 )
 def test_a_bad_config_file_is_refused_with_a_message_that_names_the_problem(
