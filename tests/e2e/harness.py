@@ -129,7 +129,8 @@ def demo_config(
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick.
 
     `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
-    required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g. `policy_file`).
+    required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g.
+    `policy_file`).
     """
     template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
