@@ -34,6 +34,7 @@ TOOLS = [
     "wrong_content_type",
     "accepted_202",
     "pid",
+    "answer_then_exit",
     "exact",
     "stderr_noise",
     "big",
@@ -100,6 +101,8 @@ def answer(message: dict[str, Any]) -> list[str] | None:
         return [json.dumps({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "db down"}})]
     if name == "exit":
         return None
+    if name == "answer_then_exit":
+        return [_result(id, text), ""]  # "" exits once the answer is out
     if name == "pid":
         return [_result(id, {"content": [{"type": "text", "text": str(os.getpid())}]})]
     if name == "exact":
@@ -155,6 +158,9 @@ def main() -> None:
         if lines is None:
             os._exit(3)
         for out in lines:
+            if not out:
+                sys.stdout.flush()
+                os._exit(0)
             sys.stdout.write(out + "\n")
         sys.stdout.flush()
 
