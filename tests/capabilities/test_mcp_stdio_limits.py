@@ -16,6 +16,7 @@ import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from capabilities.contract import Outcome
@@ -107,6 +108,24 @@ async def test_an_answer_over_the_limit_is_given_up_and_the_same_server_serves_t
     assert_too_large(read, "failed")
     assert peak < BIG  # never held whole
     assert (await pid(registry), await pid(registry, "read_pid")) == before  # skipped, not restarted
+
+
+async def test_a_call_in_flight_beside_an_answer_over_the_limit_gets_its_own_answer(
+    registry: Registry,
+) -> None:
+    before = await pid(registry)
+    outcomes: dict[str, Outcome] = {}
+
+    async def run(tool: str) -> None:
+        outcomes[tool], _ = await call(registry, tool)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, "big")
+        group.start_soon(run, "pid")
+
+    assert_too_large(outcomes["big"], "unknown")
+    assert outcomes["pid"].kind == "completed" and outcomes["pid"].result is not None
+    assert outcomes["pid"].result.content[0]["text"] == before
 
 
 async def test_a_long_message_no_call_waits_for_is_skipped_and_the_answer_after_it_is_read(
