@@ -171,8 +171,9 @@ class McpBackend(_Model):
     """How the MCP client negotiates: `auto`, `legacy`, or a modern protocol version."""
     timeout_s: float = Field(default=30.0, gt=0)
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
-    """For a `url:` upstream, the longest answer read: a JSON body (decoded) or one SSE event; a
-    longer one is not read on and the call gets `response_too_large`."""
+    """The longest answer read: for a `url:` upstream a JSON body (decoded) or one SSE event, for a
+    `command:` one a line of stdout (one message); a longer one is not held and the call gets
+    `response_too_large`. A line going on past 16 times this also restarts a `command:` upstream."""
     tools: Literal["*"] | list[str] = "*"
     rename: dict[str, str] = Field(default_factory=dict)
     defaults: McpToolSettings = Field(default_factory=McpToolSettings)
@@ -188,8 +189,6 @@ class McpBackend(_Model):
                 raise ValueError("env, env_from and cwd apply to stdio (command) upstreams only")
         elif self.auth is not None or self.headers:
             raise ValueError("auth and headers apply to HTTP (url) upstreams; pass secrets via env_from")
-        elif "max_response_bytes" in self.model_fields_set:
-            raise ValueError("max_response_bytes applies to HTTP (url) upstreams only")
         return self
 
 

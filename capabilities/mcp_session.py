@@ -19,8 +19,10 @@ from capabilities.contract import BackendUnavailable
 
 _CLOSE_GRACE_S = 5.0
 
-ClientFactory = Callable[[AsyncExitStack], AbstractAsyncContextManager[Client]]
-"""Builds an un-entered client; may push cleanups (an HTTP client to close) onto the stack."""
+ClientFactory = Callable[[AsyncExitStack, Callable[[], None]], AbstractAsyncContextManager[Client]]
+"""Builds an un-entered client; may push cleanups (an HTTP client to close) onto the stack. The
+callable is for a transport that learns its connection has ended on its own (a stdio server closed
+its stdout): the session is then given up, and the next call opens a new one instead of failing."""
 
 
 class Session:
@@ -119,7 +121,7 @@ class SessionKeeper:
     async def _hold(self, session: Session) -> None:
         try:
             async with AsyncExitStack() as stack:
-                session.client = await stack.enter_async_context(self._factory(stack))
+                session.client = await stack.enter_async_context(self._factory(stack, session.kill))
                 session.alive = True
                 session.ready.set()
                 await session.stop.wait()

@@ -4,13 +4,14 @@ One persistent client session per backend (see `mcp_session`) serves all calls c
 dead session is reopened on the next call. Over MCP "sent" cannot be told from "answered late" as
 finely as over plain HTTP, so anything after the request may have left counts as `unknown`.
 
-Over HTTP, an answer is read no further than the backend's `max_response_bytes` (a JSON body through
-`bounded_http`, each SSE event through the SDK's own limit): a longer one is `response_too_large`.
+An answer is read no further than the backend's `max_response_bytes`: over HTTP a JSON body (through
+`bounded_http`) or an SSE event (the SDK's own limit), over stdio a line (`bounded_stdio`). A longer
+one is `response_too_large`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 
 from capabilities.bounded_http import LIMIT_SETTING, bounded_responses
+from capabilities.bounded_stdio import bounded_stdio_client
 from capabilities.config import McpBackend
 from capabilities.contract import (
     BackendUnavailable,
@@ -39,6 +41,7 @@ from capabilities.mcp_session import Session, SessionKeeper
 from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting
 from capabilities.oauth_tokens import TokenSource
 from capabilities.results import failed_outcome, is_json, unanswered_outcome
+from capabilities.stdio_framing import too_large_message
 
 _DETAIL_CHARS = 300
 
@@ -57,7 +60,8 @@ but here the upstream may have acted."""
 _TOO_LARGE_JSON = "Failed to parse JSON response: "
 """Followed by a `bounded_http.ResponseTooLarge` message when the JSON body passed the limit."""
 _TOO_LARGE_SSE = "SSE stream failed: Server-sent event exceeded the "
-"""How the SDK words an SSE event over its `max_sse_event_size` (set to `max_response_bytes`)."""
+"""How the SDK words an SSE event over its `max_sse_event_size` (set to `max_response_bytes`). Over
+stdio, `bounded_stdio` answers the request itself, with `stdio_framing.too_large_message`."""
 
 
 class McpExecutor:
@@ -208,7 +212,8 @@ class McpExecutor:
                 setting.tool, arguments, read_timeout_seconds=capability.timeout_s
             )
         except (MCPError, RuntimeError, ValidationError) as exc:
-            error = "response_too_large" if isinstance(exc, MCPError) and _too_large(exc) else None
+            too_large = isinstance(exc, MCPError) and self._too_large(exc)
+            error = "response_too_large" if too_large else None
             return ReconcileResult(
                 "inconclusive", evidence={**evidence, "error": error or self._describe(exc)}
             )
@@ -231,8 +236,9 @@ class McpExecutor:
         if exc.code == mcp_types.REQUEST_TIMEOUT:
             detail = f"{self.name}: no answer within {invocation.capability.timeout_s:g}s"
             return unanswered_outcome(invocation, read_only, "response_timeout", detail)
-        if _too_large(exc):
-            # The answer came and was given up unread: the session itself is fine.
+        if self._too_large(exc):
+            # The answer came and was given up unread: the session itself is fine (or, if the stdio
+            # reader gave its stream up, already reopened for the next call).
             detail = (
                 f"{self.name}: answered with more than {self._config.max_response_bytes} bytes "
                 f"({LIMIT_SETTING})"
@@ -268,7 +274,7 @@ class McpExecutor:
 
     # --- the client ------------------------------------------------------------------------------
 
-    def _client(self, stack: AsyncExitStack) -> Client:
+    def _client(self, stack: AsyncExitStack, ended: Callable[[], None]) -> Client:
         config = self._config
         if config.url is not None:
             tokens = self._credentials.tokens
@@ -290,9 +296,17 @@ class McpExecutor:
         params = StdioServerParameters(
             command=config.command[0], args=config.command[1:], env=self._child_env or None, cwd=cwd
         )
-        return Client(params, mode=config.mode)
+        return Client(bounded_stdio_client(params, config.max_response_bytes, ended), mode=config.mode)
 
     # --- outcomes --------------------------------------------------------------------------------------
+
+    def _too_large(self, exc: MCPError) -> bool:
+        """Whether the transport failed the request because its answer passed `max_response_bytes`."""
+        if exc.code == mcp_types.PARSE_ERROR:
+            if exc.message.startswith(_TOO_LARGE_JSON):
+                return f"({LIMIT_SETTING})" in exc.message
+            return exc.message == too_large_message(self._config.max_response_bytes)
+        return exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_TOO_LARGE_SSE)
 
     def _describe(self, exc: BaseException) -> str:
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -315,13 +329,6 @@ class _TokenAuth(httpx2.Auth):
         response = yield request
         if response.status_code == 401:
             self._tokens.invalidate(authorization)
-
-
-def _too_large(exc: MCPError) -> bool:
-    """Whether the SDK failed the request because its answer passed `max_response_bytes`."""
-    if exc.code == mcp_types.PARSE_ERROR and exc.message.startswith(_TOO_LARGE_JSON):
-        return f"({LIMIT_SETTING})" in exc.message
-    return exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_TOO_LARGE_SSE)
 
 
 def _first_text(result: ToolResult) -> str:

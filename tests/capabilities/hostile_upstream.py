@@ -2,6 +2,10 @@
 
 Run as a stdio subprocess (`python hostile_upstream.py`), or served over streamable HTTP with
 `http_app()`. It completes the handshake properly; each tool then misbehaves in its own way.
+
+The `big*` and `flood*` tools (stdio only) write answers longer than Writ reads, of BIG_BYTES and
+FLOOD_BYTES from the environment (`exact` answers with a line of EXACT_BYTES); `pid` says which
+process answered, so a test can tell a restart.
 """
 
 from __future__ import annotations
@@ -29,8 +33,17 @@ TOOLS = [
     "hang",
     "wrong_content_type",
     "accepted_202",
+    "pid",
+    "answer_then_exit",
+    "exact",
+    "stderr_noise",
+    "big",
+    "big_then_answer",
+    "flood",
+    "flood_no_newline",
 ]
-"""The last two misbehave over HTTP only (over stdio they never answer)."""
+"""`wrong_content_type` and `accepted_202` misbehave over HTTP only (over stdio they never answer); the
+rest, from `pid` on, are for stdio only."""
 
 
 def _tool(name: str) -> dict[str, Any]:
@@ -88,9 +101,47 @@ def answer(message: dict[str, Any]) -> list[str] | None:
         return [json.dumps({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "db down"}})]
     if name == "exit":
         return None
+    if name == "answer_then_exit":
+        return [_result(id, text), ""]  # "" exits once the answer is out
+    if name == "pid":
+        return [_result(id, {"content": [{"type": "text", "text": str(os.getpid())}]})]
+    if name == "exact":
+        empty = _result(id, {"content": [{"type": "text", "text": ""}]})
+        padding = "x" * (int(os.environ.get("EXACT_BYTES", len(empty))) - len(empty))
+        return [_result(id, {"content": [{"type": "text", "text": padding}]})]
+    if name == "stderr_noise":  # far more than a pipe holds: a child whose stderr nobody reads blocks
+        for _ in range(16 * 1024):
+            sys.stderr.write("noise on stderr " * 4 + "\n")
+        sys.stderr.flush()
+        return [_result(id, text)]
     if name == "hang":
         time.sleep(3600)
     return []
+
+
+def flood(name: str, id: Any) -> None:
+    """Write `name`'s oversized answer straight to stdout, a megabyte at a time."""
+    out = sys.stdout.buffer
+    size = int(os.environ.get("BIG_BYTES" if name.startswith("big") else "FLOOD_BYTES", 64 * 1024 * 1024))
+    text = b'{"type": "text", "text": "'
+    if name == "big":  # a whole answer, ordered as the TypeScript SDK writes it: the id comes last
+        out.write(b'{"result": {"content": [' + text)
+        end = b'"}]}, "jsonrpc": "2.0", "id": %s}\n' % json.dumps(id).encode()
+    elif name == "big_then_answer":  # a log message no call waits for, then the answer
+        out.write(
+            b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "'
+        )
+        end = b'"}}\n' + _result(id, {"content": [{"type": "text", "text": "done"}]}).encode() + b"\n"
+    else:  # the id first, as Writ's own SDK writes it; `flood_no_newline` never ends the line
+        out.write(b'{"jsonrpc": "2.0", "id": %s, "result": {"content": [' % json.dumps(id).encode() + text)
+        end = b'"}]}}\n' if name == "flood" else b""
+    chunk = b"a" * (1024 * 1024)
+    for _ in range(size // len(chunk)):
+        out.write(chunk)
+    out.write(end)
+    out.flush()
+    if name == "flood_no_newline":
+        time.sleep(3600)  # alive, the line still open
 
 
 def main() -> None:
@@ -99,10 +150,17 @@ def main() -> None:
             message = json.loads(line)
         except ValueError:
             continue
+        name = message.get("params", {}).get("name", "") if message.get("method") == "tools/call" else ""
+        if name.startswith(("big", "flood")):
+            flood(name, message["id"])
+            continue
         lines = answer(message)
         if lines is None:
             os._exit(3)
         for out in lines:
+            if not out:
+                sys.stdout.flush()
+                os._exit(0)
             sys.stdout.write(out + "\n")
         sys.stdout.flush()
 

@@ -186,11 +186,13 @@ def test_stdio_upstreams_take_secrets_from_env_from_and_refuse_http_auth() -> No
         parse_config({"up": {**stdio, "auth": {"type": "bearer", "token_env": "X"}}}, [])
 
 
-def test_max_response_bytes_applies_to_http_upstreams_only() -> None:
+def test_max_response_bytes_bounds_http_and_stdio_upstreams_alike() -> None:
     parsed = parse_config({"up": {"type": "mcp", "url": "https://files.internal/mcp"}}, [])
     assert parsed.backends["up"].max_response_bytes == 4 * 1024 * 1024  # type: ignore[union-attr]
-    with pytest.raises(ConfigError, match="max_response_bytes applies to HTTP"):
-        parse_config({"up": {"type": "mcp", "command": ["srv"], "max_response_bytes": 1024}}, [])
+    parsed = parse_config({"up": {"type": "mcp", "command": ["srv"], "max_response_bytes": 1024}}, [])
+    assert parsed.backends["up"].max_response_bytes == 1024  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="max_response_bytes"):
+        parse_config({"up": {"type": "mcp", "command": ["srv"], "max_response_bytes": 0}}, [])
 
 
 def test_a_python_backend_runs_callables_on_at_most_max_threads() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from capabilities.registry import Registry
@@ -90,3 +91,24 @@ async def test_every_lie_ends_in_an_honest_outcome_within_the_timeout(
                 assert outcome.detail == "h: the result holds NaN or Infinity, which JSON cannot carry"
 
     assert seen == expected
+
+
+async def test_a_stdio_server_that_exits_between_calls_is_started_again_for_the_next_one(
+    http_url: str,
+) -> None:
+    async with Registry.from_config({"h": backend("stdio", http_url, "write")}, [], environ={}) as registry:
+        cap, pid = registry.get("answer_then_exit"), registry.get("pid")
+        assert cap is not None and pid is not None
+        executor = registry.executor(cap)
+        first = await executor.execute(invocation(pid, {}))
+        done = await executor.execute(invocation(cap, {}))
+        session = executor._sessions._current  # the session the exit should end
+        assert session is not None
+        with anyio.fail_after(5):
+            await session.finished.wait()
+        again = await executor.execute(invocation(pid, {}))
+
+    assert done.kind == "completed"
+    assert again.kind == "completed"  # was connection_lost: an unknown write that was never sent
+    assert again.result is not None and first.result is not None
+    assert again.result.content != first.result.content
