@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -89,8 +89,14 @@ class HeaderDeadline:
         self._transport.close()
 
 
-class H11WithHeaderDeadline(H11Protocol):
-    """uvicorn's h11 protocol, with a deadline for each request's headers."""
+if TYPE_CHECKING:  # both protocol classes have what the mixin uses; h11's is always installed
+    _Protocol = H11Protocol
+else:
+    _Protocol = object
+
+
+class _WithHeaderDeadline(_Protocol):
+    """Mixed in before one of uvicorn's protocols: a deadline for each request's headers."""
 
     header_timeout_s: ClassVar[float] = 10.0
 
@@ -119,40 +125,18 @@ class H11WithHeaderDeadline(H11Protocol):
         return cycle is None or cycle.response_complete
 
 
+class H11WithHeaderDeadline(_WithHeaderDeadline, H11Protocol):
+    """uvicorn's h11 protocol, with a deadline for each request's headers."""
+
+
 def _httptools_class() -> type[asyncio.Protocol] | None:
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # httptools is optional; h11 always comes with uvicorn
         return None
 
-    class HttpToolsWithHeaderDeadline(HttpToolsProtocol):
+    class HttpToolsWithHeaderDeadline(_WithHeaderDeadline, HttpToolsProtocol):  # type: ignore[misc]
         """uvicorn's httptools protocol, with a deadline for each request's headers."""
-
-        header_timeout_s: ClassVar[float] = 10.0
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self.header_deadline = HeaderDeadline(
-                self.header_timeout_s, self.loop, transport, self.awaiting_headers
-            )
-            self.header_deadline.arm()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            self.header_deadline.received()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self.header_deadline.arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self.header_deadline.disarm()
-            super().connection_lost(exc)
-
-        def awaiting_headers(self) -> bool:
-            """No request is in progress: the next one's headers have not been parsed yet."""
-            cycle = self.cycle
-            return cycle is None or cycle.response_complete
 
     return HttpToolsWithHeaderDeadline
 
