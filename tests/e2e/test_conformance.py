@@ -1,0 +1,98 @@
+"""The official MCP conformance suite against a real `writ serve` with the demo config, both protocols.
+
+Every check either passes or is listed, with its reason, in conformance/expected-failures.yaml.
+The suite comes from npm: `npm ci --prefix conformance` (which .ci/run does).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conformance_suite import (
+    EXPECTED_FAILURES,
+    Check,
+    Suite,
+    SuiteNotInstalled,
+    load_expected_failures,
+    passed,
+    problems,
+)
+from tests.e2e.harness import Gateway
+
+VERSIONS = ("2025-11-25", "2026-07-28")
+# The checks that pass today, so a run that silently checks less (a scenario that crashed before its
+# checks, a suite that ran nothing) fails even though nothing in it failed. Raise it as checks are fixed.
+MIN_PASSED = {"2025-11-25": 40, "2026-07-28": 99}
+
+
+@pytest.mark.e2e
+def test_every_conformance_check_passes_on_both_protocols_except_the_listed_expected_failures(
+    sqlite_gateway: Gateway, tmp_path: Path
+) -> None:
+    try:
+        suite = Suite.installed()
+    except SuiteNotInstalled as exc:
+        pytest.fail(str(exc))
+    token = sqlite_gateway.token("conformance-agent")
+    expected = load_expected_failures()
+
+    checks: list[Check] = []
+    counts = {}
+    for version in VERSIONS:
+        started = time.monotonic()
+        ran = suite.run(sqlite_gateway.mcp_url, token, version, tmp_path / f"out-{version}")
+        counts[version] = (passed(ran), len(ran), time.monotonic() - started)
+        checks += ran
+
+    summary = ", ".join(f"{v}: {p} of {n} checks passed in {s:.1f}s" for v, (p, n, s) in counts.items())
+    found = problems(checks, expected)
+    assert not found, f"{summary}; not as in {EXPECTED_FAILURES.name}:\n" + "\n".join(found)
+    for version, (n_passed, _, _) in counts.items():
+        assert n_passed >= MIN_PASSED[version], f"{summary}; fewer than {MIN_PASSED[version]} on {version}"
+
+
+def check(
+    status: str, scenario: str = "tools-list", id: str = "tools-list", version: str = "2026-07-28"
+) -> Check:
+    return Check(version, scenario, id, status, "a message")
+
+
+def test_a_passing_check_that_is_not_listed_is_no_problem() -> None:
+    assert problems([check("SUCCESS")], {}) == []
+
+
+@pytest.mark.parametrize("status", ["FAILURE", "WARNING", "SKIPPED", "INFO"])
+def test_a_check_that_does_not_pass_and_is_not_listed_is_a_problem(status: str) -> None:
+    assert problems([check(status)], {}) == [f"2026-07-28 tools-list/tools-list {status}: a message"]
+
+
+@pytest.mark.parametrize("status", ["FAILURE", "WARNING", "SKIPPED", "INFO"])
+def test_a_listed_check_that_does_not_pass_is_no_problem(status: str) -> None:
+    assert problems([check(status)], {("tools-list", "tools-list"): "why"}) == []
+
+
+def test_a_listed_check_that_passes_is_a_problem_that_says_to_remove_it() -> None:
+    found = problems([check("SUCCESS")], {("tools-list", "tools-list"): "why"})
+    assert found == [
+        "2026-07-28 tools-list/tools-list now passes: remove it from conformance/expected-failures.yaml"
+    ]
+
+
+def test_a_check_run_several_times_passes_only_if_every_run_passed() -> None:
+    assert problems([check("SUCCESS"), check("FAILURE"), check("SUCCESS")], {}) == [
+        "2026-07-28 tools-list/tools-list FAILURE: a message"
+    ]
+
+
+def test_a_listed_check_the_suite_did_not_run_is_a_problem() -> None:
+    found = problems([check("SUCCESS")], {("ping", "ping"): "why"})
+    assert found == ["ping/ping did not run: remove it from conformance/expected-failures.yaml"]
+
+
+def test_a_status_the_suite_did_not_have_before_is_a_problem() -> None:
+    assert problems([check("ERROR")], {("tools-list", "tools-list"): "why"}) == [
+        "2026-07-28 tools-list/tools-list: unknown status ERROR"
+    ]
