@@ -1,12 +1,16 @@
-"""The official MCP conformance suite against a real `writ serve` with the demo config, both protocols.
+"""The official MCP conformance suite against a real `writ serve`, for both protocol versions.
 
-Every check either passes or is listed, with its reason, in conformance/expected-failures.yaml.
-The suite comes from npm: `npm ci --prefix conformance` (which .ci/run does).
+The gateway has the demo config plus an upstream MCP server with the suite's content fixtures
+(tests/e2e/conformance_upstream.py), so the suite sees both Writ's own tools and relayed ones. Every
+check either passes or is listed, with its reason, in conformance/expected-failures.yaml. The suite
+comes from npm: `npm ci --prefix conformance` (which .ci/run does).
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,30 +24,50 @@ from tests.e2e.conformance_suite import (
     passed,
     problems,
 )
-from tests.e2e.harness import Gateway
+from tests.e2e.conformance_upstream import TOOLS
+from tests.e2e.harness import Backend, Gateway, writ_gateway
 
 VERSIONS = ("2025-11-25", "2026-07-28")
 # The checks that pass today, so a run that silently checks less (a scenario that crashed before its
 # checks, a suite that ran nothing) fails even though nothing in it failed. Raise it as checks are fixed.
-MIN_PASSED = {"2025-11-25": 40, "2026-07-28": 99}
+MIN_PASSED = {"2025-11-25": 53, "2026-07-28": 124}
+UPSTREAM = Path(__file__).with_name("conformance_upstream.py")
+
+
+@pytest.fixture
+def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
+    """The demo on SQLite (the store plays no part in what the suite checks) and the fixture upstream."""
+    fixtures = {"type": "mcp", "command": [sys.executable, str(UPSTREAM)]}
+    rule = {
+        "id": "agents-call-fixtures",
+        "tools": [t.name for t in TOOLS],
+        "roles": ["agent"],
+        "decision": "allow",
+    }
+    store = f"sqlite:///{tmp_path / 'writ.db'}"
+    with writ_gateway(
+        tmp_path, backend, store, extra_backends={"fixtures": fixtures}, extra_rules=[rule]
+    ) as g:
+        yield g
 
 
 @pytest.mark.e2e
 def test_every_conformance_check_passes_on_both_protocols_except_the_listed_expected_failures(
-    sqlite_gateway: Gateway, tmp_path: Path
+    conformance_gateway: Gateway, tmp_path: Path
 ) -> None:
+    gateway = conformance_gateway
     try:
         suite = Suite.installed()
     except SuiteNotInstalled as exc:
         pytest.fail(str(exc))
-    token = sqlite_gateway.token("conformance-agent")
+    token = gateway.token("conformance-agent")
     expected = load_expected_failures()
 
     checks: list[Check] = []
-    counts = {}
+    counts: dict[str, tuple[int, int, float]] = {}
     for version in VERSIONS:
         started = time.monotonic()
-        ran = suite.run(sqlite_gateway.mcp_url, token, version, tmp_path / f"out-{version}")
+        ran = suite.run(gateway.mcp_url, token, version, tmp_path / f"out-{version}")
         counts[version] = (passed(ran), len(ran), time.monotonic() - started)
         checks += ran
 
@@ -54,10 +78,8 @@ def test_every_conformance_check_passes_on_both_protocols_except_the_listed_expe
         assert n_passed >= MIN_PASSED[version], f"{summary}; fewer than {MIN_PASSED[version]} on {version}"
 
 
-def check(
-    status: str, scenario: str = "tools-list", id: str = "tools-list", version: str = "2026-07-28"
-) -> Check:
-    return Check(version, scenario, id, status, "a message")
+def check(status: str, scenario: str = "tools-list", check_id: str = "tools-list") -> Check:
+    return Check("2026-07-28", scenario, check_id, status, "a message")
 
 
 def test_a_passing_check_that_is_not_listed_is_no_problem() -> None:
