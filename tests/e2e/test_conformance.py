@@ -35,6 +35,15 @@ UPSTREAM = Path(__file__).with_name("conformance_upstream.py")
 
 
 @pytest.fixture
+def suite() -> Suite:
+    """The installed suite; checked before any process starts."""
+    try:
+        return Suite.installed()
+    except SuiteNotInstalled as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture
 def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
     """The demo on SQLite (the store plays no part in what the suite checks) and the fixture upstream."""
     fixtures = {"type": "mcp", "command": [sys.executable, str(UPSTREAM)]}
@@ -53,13 +62,9 @@ def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
 
 @pytest.mark.e2e
 def test_every_conformance_check_passes_on_both_protocols_except_the_listed_expected_failures(
-    conformance_gateway: Gateway, tmp_path: Path
+    suite: Suite, conformance_gateway: Gateway, tmp_path: Path
 ) -> None:
     gateway = conformance_gateway
-    try:
-        suite = Suite.installed()
-    except SuiteNotInstalled as exc:
-        pytest.fail(str(exc))
     token = gateway.token("conformance-agent")
     expected = load_expected_failures()
 
