@@ -125,12 +125,14 @@ def demo_config(
     auth: dict[str, Any] | None = None,
     server: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    extra_backends: dict[str, Any] | None = None,
+    extra_rules: list[dict[str, Any]] | None = None,
 ) -> Path:
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick.
 
     `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
     required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g.
-    `policy_file`).
+    `policy_file`); `extra_backends` and `extra_rules` are added to the demo's backends and policy rules.
     """
     template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
@@ -143,6 +145,9 @@ def demo_config(
     config["auth"].update(auth or {})
     config["server"].update(server or {})
     config.update(overrides or {})
+    config["backends"].update(extra_backends or {})
+    if extra_rules:
+        config["policy"]["rules"] += extra_rules
     config["backends"]["acme"]["timeout_s"] = timeout_s
     for capability in config["capabilities"]:
         capability["timeout_s"] = timeout_s
