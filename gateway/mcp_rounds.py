@@ -198,15 +198,19 @@ class TaskParams(types.RequestParams):
     task_id: str = Field(alias="taskId")
 
 
-def task_of(call: CallView, final_result: dict[str, Any] | None, status_message: str) -> dict[str, Any]:
+def task_of(
+    call: CallView, final_result: dict[str, Any] | None, status_message: str, *, withdrawn: bool = False
+) -> dict[str, Any]:
     """The SEP-2663 `Task` for a call: `working` until it settles, then `completed` with its result.
 
     `failed` is reserved by SEP-2663 for JSON-RPC errors; a backend failure or a refusal is a tool
     result (`isError` or a status) and so a `completed` task, as the synchronous call would return it.
+    A call its requester withdrew (`tasks/cancel` while it waited for an approver) is `cancelled`.
     """
+    settled = "cancelled" if withdrawn else "completed"
     task: dict[str, Any] = {
         "taskId": call.tool_call_id,
-        "status": "completed" if call.status in TERMINAL_STATUSES else "working",
+        "status": settled if call.status in TERMINAL_STATUSES else "working",
         "statusMessage": status_message,
         "createdAt": call.created_at.isoformat(),
         "lastUpdatedAt": call.updated_at.isoformat(),

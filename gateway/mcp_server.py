@@ -22,7 +22,7 @@ from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.results import shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
-from store.model import CallView, Unavailable
+from store.model import CallView, NotFound, StaleLease, Unavailable
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,8 @@ STORE_UNAVAILABLE = (
     "Writ's store is unavailable, so this call was not carried out: nothing was sent to the backend. "
     "Retry later; a retry with the same writ/idempotencyKey cannot cause a second effect."
 )
+WITHDRAWN = "withdrawn by the requester (tasks/cancel)"
+NOT_CANCELLED = "Writ's store is unavailable, so the task was not cancelled. Try again later."
 STATUS_UNAVAILABLE = "Writ's store is unavailable, so the call's state cannot be read now. Ask again later."
 INTERNAL = "Internal error in Writ (logged on the server)."
 MAX_ID = 255
@@ -140,7 +142,7 @@ def build_mcp_server(
         if report.call.status == "awaiting_confirmation":
             return rounds.ask_to_confirm(report.call, report.capability.ref)
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
-            return {"resultType": "task", **_task(report.call)}
+            return {"resultType": "task", **(await _task(report.call))}
         return types.CallToolResult.model_validate(shape_report(report))
 
     async def _confirmation_answer(who: Any, params: types.CallToolRequestParams) -> Any:
@@ -176,10 +178,18 @@ def build_mcp_server(
             return rounds.refusal(exc.reason, str(exc), exc.tool_call_id)
         return types.CallToolResult.model_validate(shape_report(report))
 
-    def _task(call: Any) -> dict[str, Any]:
+    async def _task(call: CallView) -> dict[str, Any]:
         final = shape_call(call, pipeline.capability(call.tool_name))
         status = status_document(call)
-        return rounds.task_of(call, final, _status_text(status))
+        return rounds.task_of(call, final, _status_text(status), withdrawn=await _withdrawn(call))
+
+    async def _withdrawn(call: CallView) -> bool:
+        """Whether the call's approval was rejected by its own requester: the task was cancelled."""
+        if call.status != "rejected" or call.approval_id is None:
+            return False
+        approval_id = call.approval_id
+        approval = await anyio.to_thread.run_sync(lambda: store.get_approval(approval_id, tenant=call.tenant))
+        return approval is not None and approval.decided_by == approval.requester
 
     async def _own_call(who: Any, call_id: object) -> CallView | None:
         """The caller's tenant's call with this id, or None (an id no call can have is not looked up)."""
@@ -199,12 +209,47 @@ def build_mcp_server(
         return call
 
     async def tasks_get(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
-        return {"resultType": "complete", **_task(await _task_call(ctx, params))}
+        call = await _task_call(ctx, params)
+        try:
+            task = await _task(call)
+        except Unavailable as exc:
+            logger.error("tasks/get: the store is unavailable: %s", exc)
+            raise MCPError(INTERNAL_ERROR, STATUS_UNAVAILABLE) from exc
+        return {"resultType": "complete", **task}
 
-    async def tasks_ack(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
-        # tasks/update: Writ's tasks never ask for input. tasks/cancel: cooperative, and an effect
-        # waiting for a human is withdrawn by that human (reject), not by the agent; acknowledged only.
-        await _task_call(ctx, params)
+    async def tasks_update(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        await _task_call(ctx, params)  # Writ's tasks never ask for input: nothing to update
+        return {"resultType": "complete"}
+
+    async def tasks_cancel(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        """The requester withdraws a call still waiting for an approver: it is rejected, by them.
+
+        Cancellation is cooperative (SEP-2663): a call already approved, sent or settled is not undone,
+        and only its requester withdraws it (an approver rejects it in the console instead); either way
+        the request is acknowledged, and `tasks/get` tells what became of the task.
+        """
+        who, call = caller(), await _task_call(ctx, params)
+        approval_id = call.approval_id
+        if call.status != "approval_pending" or approval_id is None or call.subject != who.subject:
+            return {"resultType": "complete"}
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: store.decide_approval(
+                    approval_id,
+                    approve=False,
+                    decided_by=who.subject,
+                    reason=WITHDRAWN,
+                    now=pipeline.now(),
+                    tenant=who.tenant,
+                )
+            )
+        except (StaleLease, NotFound):
+            pass  # decided or expired meanwhile: nothing left to withdraw
+        except Unavailable as exc:
+            logger.error("tasks/cancel: the store is unavailable: %s", exc)
+            raise MCPError(
+                INTERNAL_ERROR, "Writ's store is unavailable: the task was not cancelled."
+            ) from exc
         return {"resultType": "complete"}
 
     async def _call_status(who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -261,8 +306,8 @@ def build_mcp_server(
     server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}
     server.add_request_handler("tasks/get", rounds.TaskParams, tasks_get)
-    server.add_request_handler("tasks/update", rounds.TaskParams, tasks_ack)
-    server.add_request_handler("tasks/cancel", rounds.TaskParams, tasks_ack)
+    server.add_request_handler("tasks/update", rounds.TaskParams, tasks_update)
+    server.add_request_handler("tasks/cancel", rounds.TaskParams, tasks_cancel)
     return server
 
 

@@ -170,6 +170,10 @@ class CallPipeline:
         """This process's name in dispatch leases."""
         return self._owner
 
+    def now(self) -> datetime:
+        """The pipeline's clock, for what the edges record beside its calls."""
+        return self._clock()
+
     def current_policy(self) -> PolicyLike:
         """The policy in force now; re-read on every use, so a reload takes effect at once."""
         return self._policy()

@@ -158,3 +158,75 @@ async def test_the_task_methods_refuse_a_request_without_the_extension(sqlite_ga
                 if code == -32021:
                     required = refused.value.error.data["requiredCapabilities"]
                     assert required == {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+async def _task_created_and_left(gateway: Gateway, key: str) -> CreateTaskResult:
+    """Alice's refund of 250 becomes a task waiting for an approver; her client stops polling it."""
+    tasks = Tasks(lambda created: None)
+    async with gateway.client(gateway.token("alice"), mode="2026-07-28", extensions=[tasks]) as client:
+        with anyio.move_on_after(0.5):
+            await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": key})
+    [created] = tasks.created
+    return created
+
+
+async def _send(gateway: Gateway, sub: str, request: Any, roles: str = "agent") -> dict[str, Any]:
+    extension = Tasks(lambda created: None)
+    async with gateway.client(
+        gateway.token(sub, roles=roles), mode="2026-07-28", extensions=[extension]
+    ) as c:
+        return await c.session.send_request(request, TypeAdapter(dict[str, Any]))
+
+
+def _approval_of(gateway: Gateway, task_id: str) -> Callable[[], dict[str, Any]]:
+    """Reads the approval of a call waiting for one, now and later (an approver's view)."""
+    headers = {"Authorization": f"Bearer {gateway.token('bob', roles='approver')}"}
+    call = httpx2.get(f"{gateway.url}/api/calls/{task_id}", headers=headers, timeout=10).json()
+    url = f"{gateway.url}/api/approvals/{call['approvalId']}"
+    return lambda: httpx2.get(url, headers=headers, timeout=10).json()
+
+
+async def test_the_requester_cancels_a_task_waiting_for_approval_and_it_can_no_longer_be_approved(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
+    created = await _task_created_and_left(sqlite_gateway, "task-5")
+    params, approval_now = TaskParams(taskId=created.task_id), _approval_of(sqlite_gateway, created.task_id)
+
+    answer = await _send(sqlite_gateway, "alice", CancelTaskRequest(params=params))
+    task = await _send(sqlite_gateway, "alice", GetTaskRequest(params=params))
+
+    assert answer["resultType"] == "complete"
+    assert task["status"] == "cancelled" and "result" not in task
+    approval = approval_now()
+    assert (approval["status"], approval["decided_by"]) == ("rejected", "alice"), approval
+    assert "tasks/cancel" in approval["reason"]
+    headers = {"Authorization": f"Bearer {sqlite_gateway.token('bob', roles='approver')}"}
+    late = httpx2.post(
+        f"{sqlite_gateway.url}/api/approvals/{approval['approval_id']}/decision",
+        json={"decision": "approve", "reason": "looks fine"},
+        headers=headers,
+        timeout=10,
+    )
+    assert late.status_code == 409, late.text
+    assert backend.refunds("task-5") == []
+
+
+async def test_cancelling_an_approved_task_does_not_undo_it_and_only_the_requester_can_withdraw_one(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
+    approved = await _task_created_and_left(sqlite_gateway, "task-6")
+    approve(sqlite_gateway)(approved)
+    await _send(sqlite_gateway, "alice", CancelTaskRequest(params=TaskParams(taskId=approved.task_id)))
+
+    pending = await _task_created_and_left(sqlite_gateway, "task-7")
+    answer = await _send(
+        sqlite_gateway, "bob", CancelTaskRequest(params=TaskParams(taskId=pending.task_id)), roles="approver"
+    )
+
+    assert answer["resultType"] == "complete"
+    assert _approval_of(sqlite_gateway, pending.task_id)()["status"] == "awaiting_approval"
+    with anyio.fail_after(20):
+        while not backend.refunds("task-6"):
+            await anyio.sleep(0.1)
+    task = await _send(sqlite_gateway, "alice", GetTaskRequest(params=TaskParams(taskId=approved.task_id)))
+    assert task["status"] in ("working", "completed") and len(backend.refunds("task-6")) == 1
