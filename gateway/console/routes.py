@@ -18,6 +18,7 @@ from starlette.templating import Jinja2Templates
 
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.console.views import approval_card, timeline, unresolved_card
+from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
@@ -26,7 +27,6 @@ from store.store import Store
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
 CSRF_COOKIE = "writ_csrf"
-OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
 
 TokenVerifier = Callable[[str], Awaitable[Principal | None]]
 """A bearer token to its principal, or None when it does not verify (the same check as /mcp)."""
@@ -137,7 +137,7 @@ def console_routes(
         status_code: int = 200,
     ) -> Response:
         found = await anyio.to_thread.run_sync(lambda: store.get_approval(approval_id, tenant=who.tenant))
-        if found is None or not (who.roles & OVERSEER_ROLES or found.requester == who.subject):
+        if found is None or not may_read(who, found.requester):
             return render(request, "message.html", 404, who=who, message="No such approval.")
         card = await anyio.to_thread.run_sync(lambda: approval_card(store, found, who, datetime.now(UTC)))
         return render(request, "approval.html", status_code, who=who, card=card, error=error)
@@ -247,7 +247,7 @@ def console_routes(
             return to_login()
         tool_call_id = request.path_params["tool_call_id"]
         found = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
-        if found is None or not (who.roles & OVERSEER_ROLES or found.subject == who.subject):
+        if found is None or not may_read(who, found.subject):
             return render(request, "message.html", 404, who=who, message="No such call.")
         events = await anyio.to_thread.run_sync(lambda: store.events(tool_call_id=tool_call_id))
         settled = found.status in TERMINAL_STATUSES or found.escalated

@@ -207,3 +207,19 @@ async def test_call_status_of_another_tenants_call_is_not_found(gateway: Gateway
         status = await client.call_tool("writ_call_status", {"toolCallId": done.meta["writ/toolCallId"]})
     assert status.is_error is True
     assert status.structured_content["status"] == "not_found"
+
+
+async def test_call_status_of_someone_elses_call_in_the_tenant_is_not_found_unless_overseeing(
+    gateway: Gateway,
+) -> None:
+    # The same rule as /api/calls: an agent reads its own calls; an approver or auditor the tenant's.
+    async with gateway.client(gateway.token("alice")) as client:
+        done = await client.call_tool("lookup_order", {"order_id": "1001"})
+    call_id = done.meta["writ/toolCallId"]
+    async with gateway.client(gateway.token("bob")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": call_id})
+    assert status.is_error is True
+    assert status.structured_content == {"status": "not_found", "toolCallId": call_id}
+    async with gateway.client(gateway.token("carol", roles="agent,auditor")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": call_id})
+    assert status.structured_content["status"] == "completed"
