@@ -160,6 +160,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         audience=config.server.resource_url,
         algorithms=config.auth.algorithms,
         leeway_s=config.auth.leeway_s,
+        claims=config.auth.claims,
     )
     store = open_store(config)
     owner, timing = worker_id(), config.workers
