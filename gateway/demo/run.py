@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,6 +38,27 @@ def write_demo_config(gateway_port: int, backend_port: int) -> Path:
         )
     )
     return DEMO_CONFIG
+
+
+def require_free_port(port: int, option: str, suspect: str) -> None:
+    """Refuse to start on a port something already listens on.
+
+    Otherwise the backend's health check would be answered by whatever holds the port (an
+    acme-payments left behind by a demo that was killed, someone else's server) and the demo would
+    say it is running against it.
+
+    Raises:
+        ConfigurationError: the port is taken.
+    """
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"port {port} is in use ({exc.strerror}): stop what listens there ({suspect}?) "
+                f"or pick another with {option}"
+            ) from exc
 
 
 def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]:
@@ -128,6 +150,8 @@ def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
     # uvicorn shuts down on SIGTERM and then re-raises it with the handler it found: by default that
     # kills the process on the spot and the `finally` below would never stop the backend.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    require_free_port(port, "--port", "another writ demo or writ serve")
+    require_free_port(backend_port, "--backend-port", "an acme-payments left by a demo that was killed")
     backend = start_backend(backend_port)
     try:
         runtime = build_runtime(config, environ=dict(os.environ))

@@ -15,7 +15,17 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.harness import WRIT, Backend, Gateway, free_port, mcp_client, stop, wait_http, writ
+from tests.e2e.harness import (
+    WRIT,
+    Backend,
+    Gateway,
+    acme_backend,
+    free_port,
+    mcp_client,
+    stop,
+    wait_http,
+    writ,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -156,3 +166,20 @@ def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -
     result = writ("calls", "show", "tc_nothing", cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert "nothing is recorded" in result.stderr and "writ demo" in result.stderr
+
+
+def test_writ_demo_refuses_a_backend_port_something_else_listens_on(tmp_path: Path) -> None:
+    # An acme-payments left behind (its demo was killed) answered the new demo's health check, so the
+    # demo said it was running, against a backend it did not start, while its own one failed to bind.
+    with acme_backend(tmp_path) as leftover:
+        taken = leftover.url.rsplit(":", 1)[1]
+        demo = subprocess.run(
+            [*WRIT, "demo", "--port", str(free_port()), "--backend-port", taken],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert demo.returncode == 2
+    assert f"port {taken} is in use" in demo.stderr and "--backend-port" in demo.stderr
+    assert "Writ demo is running" not in demo.stdout
