@@ -146,12 +146,13 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
     """Run until Ctrl-C or SIGTERM; either way the backend process stops with the gateway."""
+    # Before ./.writ/demo.yaml is rewritten: a running demo's CLI commands and tokens read it.
+    require_free_port(port, "--port", "another writ demo or writ serve")
+    require_free_port(backend_port, "--backend-port", "an acme-payments left by a demo that was killed")
     config = load_config(write_demo_config(port, backend_port))
     # uvicorn shuts down on SIGTERM and then re-raises it with the handler it found: by default that
     # kills the process on the spot and the `finally` below would never stop the backend.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    require_free_port(port, "--port", "another writ demo or writ serve")
-    require_free_port(backend_port, "--backend-port", "an acme-payments left by a demo that was killed")
     backend = start_backend(backend_port)
     try:
         runtime = build_runtime(config, environ=dict(os.environ))

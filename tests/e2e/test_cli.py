@@ -171,6 +171,9 @@ def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -
 def test_writ_demo_refuses_a_backend_port_something_else_listens_on(tmp_path: Path) -> None:
     # An acme-payments left behind (its demo was killed) answered the new demo's health check, so the
     # demo said it was running, against a backend it did not start, while its own one failed to bind.
+    # Nor may the refusal rewrite ./.writ/demo.yaml, which a running demo's CLI and tokens read.
+    (tmp_path / ".writ").mkdir()
+    (tmp_path / ".writ" / "demo.yaml").write_text("# the running demo's\n")
     with acme_backend(tmp_path) as leftover:
         taken = leftover.url.rsplit(":", 1)[1]
         demo = subprocess.run(
@@ -183,3 +186,4 @@ def test_writ_demo_refuses_a_backend_port_something_else_listens_on(tmp_path: Pa
     assert demo.returncode == 2
     assert f"port {taken} is in use" in demo.stderr and "--backend-port" in demo.stderr
     assert "Writ demo is running" not in demo.stdout
+    assert (tmp_path / ".writ" / "demo.yaml").read_text() == "# the running demo's\n"
