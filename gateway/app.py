@@ -44,6 +44,7 @@ from gateway.console import console_routes
 from gateway.dev_issuer import DevIssuer
 from gateway.errors import ConfigurationError
 from gateway.faults import FaultPoints
+from gateway.http_bodies import BodyLimit
 from gateway.http_headers import TrimHeaderValues
 from gateway.mcp_server import build_mcp_server
 from gateway.outbox import Notifier
@@ -312,6 +313,7 @@ def build_app(runtime: Runtime) -> Starlette:
     return Starlette(
         routes=routes,
         middleware=[
+            Middleware(BodyLimit),
             Middleware(TrimHeaderValues),
             Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(runtime.verifier)),
             Middleware(AuthContextMiddleware),
