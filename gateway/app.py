@@ -52,6 +52,7 @@ from gateway.pipeline import CallPipeline
 from gateway.policy_source import policy_provider
 from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.resume import Resumer
+from gateway.startup_errors import StartupErrors
 from gateway.telemetry import Telemetry, build_telemetry
 from gateway.trust import trusted_issuers
 from gateway.workers import Workers, worker_id
@@ -313,6 +314,7 @@ def build_app(runtime: Runtime) -> Starlette:
     return Starlette(
         routes=routes,
         middleware=[
+            Middleware(StartupErrors),
             Middleware(BodyLimit),
             Middleware(TrimHeaderValues),
             Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(runtime.verifier)),

@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+import yaml
 from mcp import Client, StdioServerParameters
 
 from tests.e2e.harness import (
@@ -20,6 +21,7 @@ from tests.e2e.harness import (
     Backend,
     Gateway,
     acme_backend,
+    demo_config,
     free_port,
     mcp_client,
     stop,
@@ -187,3 +189,22 @@ def test_writ_demo_refuses_a_backend_port_something_else_listens_on(tmp_path: Pa
     assert f"port {taken} is in use" in demo.stderr and "--backend-port" in demo.stderr
     assert "Writ demo is running" not in demo.stdout
     assert (tmp_path / ".writ" / "demo.yaml").read_text() == "# the running demo's\n"
+
+
+def test_writ_serve_with_an_upstream_it_cannot_reach_says_why_in_one_line(tmp_path: Path) -> None:
+    # The upstream is asked for its tools at startup; failing, uvicorn printed ~120 lines of nested
+    # tracebacks with the reason at the bottom.
+    nowhere = free_port()
+    path = demo_config(
+        tmp_path,
+        gateway_port=free_port(),
+        backend_url=f"http://127.0.0.1:{free_port()}",
+        store_url=f"sqlite:///{tmp_path / 'writ.db'}",
+    )
+    config = yaml.safe_load(path.read_text())
+    config["backends"]["files"] = {"type": "mcp", "url": f"http://127.0.0.1:{nowhere}/mcp", "tools": "*"}
+    path.write_text(yaml.safe_dump(config))
+    result = writ("serve", "-c", str(path), cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "writ cannot start: mcp backend 'files': cannot connect" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
