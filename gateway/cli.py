@@ -13,6 +13,7 @@ import typer
 from gateway.cli_identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.errors import GatewayError
+from store.model import StoreError
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
 store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
@@ -371,3 +372,6 @@ def main() -> None:
     except GatewayError as exc:
         typer.echo(f"writ: {exc}", err=True)
         sys.exit(2)
+    except StoreError as exc:  # e.g. the database is down: its reason, not 500 lines of traceback
+        typer.echo(f"writ: the store: {exc}", err=True)
+        sys.exit(1)

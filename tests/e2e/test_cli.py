@@ -208,3 +208,17 @@ def test_writ_serve_with_an_upstream_it_cannot_reach_says_why_in_one_line(tmp_pa
     assert result.returncode != 0
     assert "writ cannot start: mcp backend 'files': cannot connect" in result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_command_whose_database_is_down_says_so_in_one_line(tmp_path: Path) -> None:
+    path = demo_config(
+        tmp_path,
+        gateway_port=free_port(),
+        backend_url=f"http://127.0.0.1:{free_port()}",
+        store_url=f"postgresql://writ@127.0.0.1:{free_port()}/writ",
+    )
+    for command in (["calls", "list"], ["serve"]):
+        result = writ(*command, "-c", str(path), cwd=tmp_path, check=False)
+        assert result.returncode == 1
+        assert result.stderr.startswith("writ: the store: database unavailable"), result.stderr
+        assert "Traceback" not in result.stderr
