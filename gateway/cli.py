@@ -249,15 +249,17 @@ def approvals_list(
     status: Annotated[str | None, typer.Option(help="Filter: awaiting_approval, approved, ...")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """List approvals, newest first."""
+    """List approvals, oldest first (the order they wait in), each with the effect it would have."""
     with _store(config) as store:
         approvals = store.list_approvals(status=status)
+        calls = {a.tool_call_id: store.get_call(a.tool_call_id) for a in approvals}
     if not approvals:
         typer.echo("no approvals")
     for a in approvals:
+        call = calls[a.tool_call_id]
         typer.echo(
             f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={a.requester} "
-            f"role={a.approver_role} expires={a.expires_at.isoformat()}"
+            f"role={a.approver_role} expires={a.expires_at.isoformat()}  {call.summary if call else ''}"
         )
 
 

@@ -146,6 +146,7 @@ async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(
     assert backend.refunds() == []
     approvals = gateway.cli("approvals", "list").stdout
     assert body["approvalId"] in approvals and "awaiting_approval" in approvals
+    assert "refund 250 EUR to order 1002" in approvals  # what the approver is asked to let happen
 
 
 async def test_a_refund_over_the_limit_is_denied_with_a_reason_and_never_dispatched(
