@@ -12,6 +12,7 @@ import typer
 
 from gateway.cli_identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
+from gateway.display import visible
 from gateway.errors import GatewayError
 from store.model import StoreError
 
@@ -203,7 +204,7 @@ def calls_list(
         waiting = "  ESCALATED: needs `writ calls resolve`" if c.escalated else ""
         typer.echo(
             f"{c.tool_call_id}  {c.status:<16} verification={c.verification_status:<17} "
-            f"tenant={c.tenant} {c.summary}{waiting}"
+            f"tenant={c.tenant} {visible(c.summary)}{waiting}"
         )
 
 
@@ -257,9 +258,10 @@ def approvals_list(
         typer.echo("no approvals")
     for a in approvals:
         call = calls[a.tool_call_id]
+        effect = visible(call.summary) if call else ""
         typer.echo(
             f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={a.requester} "
-            f"role={a.approver_role} expires={a.expires_at.isoformat()}  {call.summary if call else ''}"
+            f"role={a.approver_role} expires={a.expires_at.isoformat()}  {effect}"
         )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -18,6 +19,7 @@ from starlette.templating import Jinja2Templates
 
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.console.views import approval_card, timeline, unresolved_card
+from gateway.display import visible
 from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from policy.model import Principal
@@ -45,6 +47,8 @@ def console_routes(
     *, store: Store, decisions: Decisions, verify: TokenVerifier, secure_cookies: bool = False
 ) -> list[BaseRoute]:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
+    # Every value a page prints, argument or summary or name, shows hidden characters as code points.
+    templates.env.finalize = _shown
 
     def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
@@ -266,3 +270,7 @@ def console_routes(
         Route("/console/calls/{tool_call_id}/resolution", resolve, methods=["POST"]),
         Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
     ]
+
+
+def _shown(value: Any) -> Any:
+    return value if isinstance(value, Markup) else visible(value)
