@@ -88,12 +88,18 @@ def token(
     roles: Annotated[str, typer.Option(help="Comma-separated roles, e.g. agent,approver.")] = "",
     tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
     scopes: Annotated[str, typer.Option(help="Comma-separated OAuth scopes.")] = "",
-    ttl: Annotated[int | None, typer.Option(help="Lifetime in seconds (default from config).")] = None,
+    ttl: Annotated[int | None, typer.Option(min=1, help="Lifetime in seconds (default from config).")] = None,
     config: ConfigOption = None,
 ) -> None:
     """Mint a bearer token from the built-in development issuer; the token is the last line."""
     from gateway.app import dev_issuer_for
 
+    # A token the gateway would refuse (no subject) or that names a role " approver" is never wanted.
+    sub = sub.strip()
+    if not sub:
+        _fail("--sub must name someone (it is the token's subject)")
+    role_names = [r.strip() for r in roles.split(",") if r.strip()]
+    scope_names = [s.strip() for s in scopes.split(",") if s.strip()]
     cfg = _config(config)
     issuer = dev_issuer_for(cfg)
     if issuer is None:
@@ -103,12 +109,14 @@ def token(
         subject=sub,
         audience=cfg.server.resource_url,
         tenant=tenant,
-        roles=[r for r in roles.split(",") if r],
-        scopes=[s for s in scopes.split(",") if s],
+        roles=role_names,
+        scopes=scope_names,
         ttl_s=ttl or cfg.auth.dev_issuer.token_ttl_s,
     )
     typer.echo(
-        f"# token for sub={sub} tenant={tenant} roles={roles or '-'} aud={cfg.server.resource_url}", err=True
+        f"# token for sub={sub} tenant={tenant} roles={','.join(role_names) or '-'} "
+        f"aud={cfg.server.resource_url}",
+        err=True,
     )
     typer.echo(minted)
 
