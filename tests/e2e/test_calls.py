@@ -89,6 +89,24 @@ async def test_without_a_key_an_identical_call_joins_the_earlier_one_instead_of_
     assert len(backend.refunds()) == 1
 
 
+async def test_an_amount_resent_as_a_float_is_the_same_call_not_a_second_refund(
+    gateway: Gateway, backend: Backend
+) -> None:
+    # 13 and 13.0 are one JSON number: the resend hashed differently, so it got a new derived key and
+    # a second refund (or, under the client's own key, idempotency_conflict).
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", refund_args(13))
+        again = await client.call_tool("refund_order", refund_args(13.0))
+        keyed = await client.call_tool("refund_order", refund_args(14), meta={"writ/idempotencyKey": "k14"})
+        rekeyed = await client.call_tool(
+            "refund_order", refund_args(14.0), meta={"writ/idempotencyKey": "k14"}
+        )
+    assert first.meta["writ/toolCallId"] == again.meta["writ/toolCallId"]
+    assert keyed.meta["writ/toolCallId"] == rekeyed.meta["writ/toolCallId"]
+    assert rekeyed.meta["writ/status"] == "completed"
+    assert len(backend.refunds()) == 2
+
+
 async def test_twenty_concurrent_calls_with_one_key_dispatch_exactly_once(
     gateway: Gateway, backend: Backend
 ) -> None:
