@@ -6,12 +6,14 @@ Starts acme-payments (a separate process with its own SQLite file) and the gatew
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -61,6 +63,25 @@ def require_free_port(port: int, option: str, suspect: str) -> None:
             ) from exc
 
 
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """In the child before exec: on Linux, have the kernel SIGTERM it when the demo dies.
+
+    A demo killed with SIGKILL runs no `finally`, so its acme-payments lived on, held the port, and
+    the next `writ demo` could not start its own.
+    """
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the demo died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]:
     """Start acme-payments and wait until it answers /healthz.
 
@@ -78,6 +99,7 @@ def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]
             str(DEFAULT_STATE_DIR / "acme-payments.db"),
         ],
         stdout=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent(os.getpid()) if sys.platform == "linux" else None,
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -8,6 +8,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import anyio
@@ -222,3 +223,30 @@ def test_a_command_whose_database_is_down_says_so_in_one_line(tmp_path: Path) ->
         assert result.returncode == 1
         assert result.stderr.startswith("writ: the store: database unavailable"), result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_demo_killed_with_sigkill_takes_its_backend_down_with_it(tmp_path: Path) -> None:
+    # No `finally` runs on SIGKILL: acme-payments lived on holding its port, and the next demo could
+    # not start (or, before it checked the port, talked to the leftover).
+    port, backend_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        process.kill()
+        process.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                httpx2.get(f"http://127.0.0.1:{backend_port}/healthz", timeout=1)
+            except httpx2.TransportError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("acme-payments still answers after its demo was killed")
+    finally:
+        stop(process)
