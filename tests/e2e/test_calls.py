@@ -217,6 +217,8 @@ async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatc
         and "tool_call.denied" in shown
         and "tool_call.dispatching" not in shown
     )
+    # The refused call is listed with the effect it asked for (the line was blank).
+    assert "refund -5 euro to order 1001" in gateway.cli("calls", "list").stdout
 
 
 async def test_call_status_of_another_tenants_call_is_not_found(gateway: Gateway) -> None:
