@@ -80,6 +80,11 @@ def console_routes(
         return render(request, "login.html")
 
     async def login(request: Request) -> Response:
+        # The login form has no CSRF token (there is no session yet): another site could post its own
+        # token here and have the approver's browser work, unknowingly, in that session. Browsers say
+        # where a request comes from; one from another site is refused.
+        if request.headers.get("sec-fetch-site") == "cross-site":
+            return render(request, "login.html", 403, error="Log in from this page, not from another site.")
         form = await request.form()
         token = str(form.get("token", "")).strip()
         if token.lower().startswith("bearer "):
