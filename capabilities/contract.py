@@ -100,14 +100,27 @@ class Capability:
         return f"{self.id}@{self.version}"
 
     def summarize(self, arguments: Mapping[str, Any]) -> str:
-        """A one-line description of the concrete effect; falls back to the tool name and arguments."""
+        """A one-line description of the concrete effect, at most `MAX_SUMMARY` characters; falls back
+        to the tool name and arguments."""
         if self.summary:
             try:
-                return self.summary.format_map(_Missing(arguments))
+                return _clipped(self.summary.format_map(_Missing(arguments)))
             except (ValueError, IndexError):
                 pass
         shown = ", ".join(f"{k}={'***' if k in self.redact else v!r}" for k, v in sorted(arguments.items()))
-        return f"{self.tool_name}({shown})"
+        return _clipped(f"{self.tool_name}({shown})")
+
+
+MAX_SUMMARY = 300
+"""The summary is a line: it is stored with the call, shown to approvers and told to the model. Built
+from arguments as they came, it was as long as they were (a 4 MB argument, a 4 MB summary)."""
+
+
+def _clipped(summary: str) -> str:
+    if len(summary) <= MAX_SUMMARY:
+        return summary
+    tail = f"... ({len(summary)} characters in all)"
+    return summary[: MAX_SUMMARY - len(tail)] + tail
 
 
 class _Missing(dict):  # type: ignore[type-arg]

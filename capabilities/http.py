@@ -84,23 +84,62 @@ class TemplateError(KeyError):
     """A path template names a value the call did not provide."""
 
 
+class PathSegmentError(ValueError):
+    """A value would make a whole path segment empty, `.` or `..`, so the URL would name another resource."""
+
+
+_NOT_A_SEGMENT = frozenset({"", ".", ".."})
+
+
 def fill_template(template: str, values: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The template with its fields URL-quoted from `values`, and the values it did not use.
 
     Raises:
         TemplateError: a field has no value.
+        PathSegmentError: a value would turn its path segment into `""`, `.` or `..`.
     """
     used: set[str] = set()
-    out: list[str] = []
+    pieces: list[tuple[str, str | None]] = []
     for literal, name, _, _ in string.Formatter().parse(template):
-        out.append(literal)
+        pieces.append((literal, None))
         if name is None:
             continue
         if name not in values or values[name] is None:
             raise TemplateError(name)
         used.add(name)
-        out.append(quote(_as_text(values[name]), safe=""))
-    return "".join(out), {k: v for k, v in values.items() if k not in used}
+        pieces.append((quote(_as_text(values[name]), safe=""), name))
+    _check_segments(pieces)
+    return "".join(text for text, _ in pieces), {k: v for k, v in values.items() if k not in used}
+
+
+def _check_segments(pieces: list[tuple[str, str | None]]) -> None:
+    # quote() leaves "." alone, and an HTTP client resolves dot segments before sending (RFC 3986
+    # 5.2.4): `/orders/{id}/cancel` with id ".." is `POST /cancel`, and an empty id names the
+    # collection. Policy judged the arguments, so the request must stay on the resource they name.
+    segment, names = "", set[str]()
+
+    def close() -> None:
+        if names and segment in _NOT_A_SEGMENT:
+            shown = ", ".join(repr(n) for n in sorted(names))
+            raise PathSegmentError(
+                f"argument {shown} cannot be {segment!r} in the path: it would name another resource"
+            )
+
+    for text, name in pieces:
+        if name is not None:
+            segment += text
+            names.add(name)
+            continue
+        path, query, _ = text.partition("?")
+        *ended, last = path.split("/")
+        for part in ended:
+            segment += part
+            close()
+            segment, names = "", set()
+        segment += last
+        if query:
+            break
+    close()
 
 
 def _as_text(value: Any) -> str:
@@ -186,6 +225,8 @@ class HttpExecutor:
             return failed_outcome(
                 invocation, "invalid_arguments", f"argument {missing.args[0]!r} is required"
             )
+        except PathSegmentError as exc:
+            return failed_outcome(invocation, "invalid_arguments", str(exc))
         method = route.request.method
         body = {"json": rest} if method in _BODY_METHODS else {"params": _query(rest)}
         headers = {
@@ -237,6 +278,8 @@ class HttpExecutor:
             return ReconcileResult(
                 "inconclusive", evidence={"error": "invalid_lookup", "missing": missing.args[0]}
             )
+        except PathSegmentError as exc:
+            return ReconcileResult("inconclusive", evidence={"error": "invalid_lookup", "detail": str(exc)})
         headers = {"X-Request-Id": invocation.external_request_id}
         try:
             response = await self._send(route.reconcile.method, path, headers, capability.timeout_s)

@@ -31,12 +31,25 @@ def action_hash(capability: Capability, arguments: Mapping[str, Any], principal:
         {
             "capability": capability.id,
             "version": capability.version,
-            "arguments": arguments,
+            "arguments": _numbers_by_value(arguments),
             "tenant": principal.tenant,
             "requester": principal.subject,
         }
     )
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def _numbers_by_value(value: Any) -> Any:
+    # 20 and 20.0 are one JSON number (and one amount to the backend); a client that re-sends a call
+    # serialized the other way must join the first one, not get a second effect under a new derived
+    # key (or idempotency_conflict under its own). Integral floats hash as the integer they equal.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: _numbers_by_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_numbers_by_value(item) for item in value]
+    return value
 
 
 def derived_key(principal: Principal, action: str, run_id: str | None) -> str:

@@ -19,13 +19,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from gateway.results import status_document
 from policy.model import Principal
 from store.model import StoredEvent
 from store.store import Store
-
-OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
 
 PrincipalOf = Callable[[AuthenticatedUser], Principal]
 
@@ -91,14 +90,11 @@ def api_routes(
 
         return endpoint
 
-    def may_oversee(who: Principal, subject: str) -> bool:
-        return who.subject == subject or bool(who.roles & OVERSEER_ROLES)
-
     async def get_call(request: Request, who: Principal) -> Response:
         call = await anyio.to_thread.run_sync(
             lambda: store.get_call(request.path_params["tool_call_id"], tenant=who.tenant)
         )
-        if call is None or not may_oversee(who, call.subject):
+        if call is None or not may_read(who, call.subject):
             return _error(404, "not_found", "No such tool call")
         body = status_document(call, include_result=True)
         body.update(
@@ -117,7 +113,7 @@ def api_routes(
     async def run_events(request: Request, who: Principal) -> Response:
         run_id = request.path_params["run_id"]
         events = await anyio.to_thread.run_sync(lambda: store.events(run_id=run_id, tenant=who.tenant))
-        if not events or not (who.roles & OVERSEER_ROLES or _run_subject(events) == who.subject):
+        if not events or not may_read(who, _run_subject(events)):
             return _error(404, "not_found", "No such run")
         return JSONResponse({"runId": run_id, "events": [_json(asdict(e)) for e in events]})
 
@@ -136,7 +132,7 @@ def api_routes(
         approval = await anyio.to_thread.run_sync(
             lambda: store.get_approval(request.path_params["approval_id"], tenant=who.tenant)
         )
-        if approval is None or not (who.roles & OVERSEER_ROLES or approval.requester == who.subject):
+        if approval is None or not may_read(who, approval.requester):
             return _error(404, "not_found", "No such approval")
         return JSONResponse(_json(asdict(approval)))
 

@@ -47,6 +47,7 @@ from gateway.console import console_routes
 from gateway.dev_issuer import DevIssuer
 from gateway.errors import ConfigurationError
 from gateway.faults import FaultPoints
+from gateway.http_bodies import BodyLimit
 from gateway.http_headers import TrimHeaderValues
 from gateway.mcp_server import build_mcp_server
 from gateway.outbox import Notifier
@@ -54,6 +55,7 @@ from gateway.pipeline import CallPipeline
 from gateway.policy_source import policy_provider
 from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.resume import Resumer
+from gateway.startup_errors import StartupErrors
 from gateway.telemetry import Telemetry, build_telemetry
 from gateway.trust import trusted_issuers
 from gateway.workers import Workers, worker_id
@@ -165,6 +167,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         audience=config.server.resource_url,
         algorithms=config.auth.algorithms,
         leeway_s=config.auth.leeway_s,
+        claims=config.auth.claims,
     )
     store = open_store(config)
     owner, timing = worker_id(), config.workers
@@ -344,7 +347,9 @@ def build_app(runtime: Runtime) -> Starlette:
     return Starlette(
         routes=routes,
         middleware=[
+            Middleware(StartupErrors),
             Middleware(BodyDeadline, timeout_s=server_config.body_timeout_s),
+            Middleware(BodyLimit),
             Middleware(TrimHeaderValues),
             Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(runtime.verifier)),
             Middleware(AuthContextMiddleware),

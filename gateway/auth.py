@@ -48,8 +48,10 @@ class JwtVerifier:
         audience: str,
         algorithms: Sequence[str],
         leeway_s: int = 30,
+        claims: ClaimMapping | None = None,
     ) -> None:
         self._issuers = {i.issuer: i for i in issuers}
+        self._claims = claims or ClaimMapping()
         self._audience = audience
         self._algorithms = _allowed(algorithms)
         self._leeway = leeway_s
@@ -133,8 +135,16 @@ class JwtVerifier:
         raise TokenRejected("inactive opaque token")
 
     def _access_token(self, token: str, claims: Mapping[str, Any]) -> AccessToken:
+        # A principal must come out of every accepted token: a claim of the wrong shape (roles: 5,
+        # tenant: [...]) is refused here, with 401, not met later by each request as a crash.
+        principal_from_claims(claims, self._claims)
         scope = claims.get("scope") or claims.get("scp") or ""
-        scopes = scope.split() if isinstance(scope, str) else [str(s) for s in scope]
+        if isinstance(scope, str):
+            scopes = scope.split()
+        elif isinstance(scope, list) and all(isinstance(s, str) for s in scope):
+            scopes = list(scope)
+        else:
+            raise TokenRejected("claim 'scope' is not a string or a list of strings")
         return AccessToken(
             token=token,
             client_id=str(claims.get("client_id") or claims.get("azp") or ""),
@@ -165,20 +175,40 @@ def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
 
 
 def principal_from_claims(claims: Mapping[str, Any], mapping: ClaimMapping) -> Principal:
-    """Build the Principal a verified token speaks for, through the configured claim names."""
+    """Build the Principal a verified token speaks for, through the configured claim names.
 
-    def strings(value: Any) -> frozenset[str]:
-        if value is None:
-            return frozenset()
-        if isinstance(value, str):
-            return frozenset(value.replace(",", " ").split())
-        return frozenset(str(v) for v in value)
-
+    Raises:
+        TokenRejected: a claim it needs is missing or of the wrong shape.
+    """
+    subject = claims.get(mapping.subject)
+    if not isinstance(subject, str) or not subject:
+        raise TokenRejected(f"claim {mapping.subject!r} (the subject) is missing or not a string")
+    tenant = claims.get(mapping.tenant)
+    if tenant is not None and not isinstance(tenant, str):
+        raise TokenRejected(f"claim {mapping.tenant!r} (the tenant) is not a string")
+    client_id = claims.get(mapping.client_id) or claims.get("azp")
+    if client_id is not None and not isinstance(client_id, str):
+        raise TokenRejected(f"claim {mapping.client_id!r} (the client id) is not a string")
     return Principal(
-        subject=str(claims[mapping.subject]),
-        tenant=str(claims.get(mapping.tenant) or mapping.default_tenant),
-        roles=strings(claims.get(mapping.roles)),
-        groups=strings(claims.get(mapping.groups)),
-        scopes=strings(claims.get(mapping.scopes) or claims.get("scp")),
-        client_id=(str(claims[mapping.client_id]) if claims.get(mapping.client_id) else claims.get("azp")),
+        subject=subject,
+        tenant=tenant or mapping.default_tenant,
+        roles=_strings(claims.get(mapping.roles), mapping.roles),
+        groups=_strings(claims.get(mapping.groups), mapping.groups),
+        scopes=_strings(claims.get(mapping.scopes) or claims.get("scp"), mapping.scopes),
+        client_id=client_id or None,
     )
+
+
+def _strings(value: Any, claim: str) -> frozenset[str]:
+    """A claim holding names: a space- or comma-separated string, or a list of strings.
+
+    Raises:
+        TokenRejected: anything else (a number, an object, a list holding other things).
+    """
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset(value.replace(",", " ").split())
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return frozenset(value)
+    raise TokenRejected(f"claim {claim!r} is not a string or a list of strings")

@@ -12,7 +12,9 @@ import typer
 
 from gateway.cli_identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
+from gateway.display import visible
 from gateway.errors import GatewayError
+from store.model import StoreError
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
 store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
@@ -86,12 +88,18 @@ def token(
     roles: Annotated[str, typer.Option(help="Comma-separated roles, e.g. agent,approver.")] = "",
     tenant: Annotated[str, typer.Option(help="Tenant.")] = "default",
     scopes: Annotated[str, typer.Option(help="Comma-separated OAuth scopes.")] = "",
-    ttl: Annotated[int | None, typer.Option(help="Lifetime in seconds (default from config).")] = None,
+    ttl: Annotated[int | None, typer.Option(min=1, help="Lifetime in seconds (default from config).")] = None,
     config: ConfigOption = None,
 ) -> None:
     """Mint a bearer token from the built-in development issuer; the token is the last line."""
     from gateway.app import dev_issuer_for
 
+    # A token the gateway would refuse (no subject) or that names a role " approver" is never wanted.
+    sub = sub.strip()
+    if not sub:
+        _fail("--sub must name someone (it is the token's subject)")
+    role_names = [r.strip() for r in roles.split(",") if r.strip()]
+    scope_names = [s.strip() for s in scopes.split(",") if s.strip()]
     cfg = _config(config)
     issuer = dev_issuer_for(cfg)
     if issuer is None:
@@ -101,12 +109,14 @@ def token(
         subject=sub,
         audience=cfg.server.resource_url,
         tenant=tenant,
-        roles=[r for r in roles.split(",") if r],
-        scopes=[s for s in scopes.split(",") if s],
+        roles=role_names,
+        scopes=scope_names,
         ttl_s=ttl or cfg.auth.dev_issuer.token_ttl_s,
     )
     typer.echo(
-        f"# token for sub={sub} tenant={tenant} roles={roles or '-'} aud={cfg.server.resource_url}", err=True
+        f"# token for sub={sub} tenant={tenant} roles={','.join(role_names) or '-'} "
+        f"aud={cfg.server.resource_url}",
+        err=True,
     )
     typer.echo(minted)
 
@@ -202,7 +212,7 @@ def calls_list(
         waiting = "  ESCALATED: needs `writ calls resolve`" if c.escalated else ""
         typer.echo(
             f"{c.tool_call_id}  {c.status:<16} verification={c.verification_status:<17} "
-            f"tenant={c.tenant} {c.summary}{waiting}"
+            f"tenant={c.tenant} {visible(c.summary)}{waiting}"
         )
 
 
@@ -248,15 +258,18 @@ def approvals_list(
     status: Annotated[str | None, typer.Option(help="Filter: awaiting_approval, approved, ...")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """List approvals, newest first."""
+    """List approvals, oldest first (the order they wait in), each with the effect it would have."""
     with _store(config) as store:
         approvals = store.list_approvals(status=status)
+        calls = {a.tool_call_id: store.get_call(a.tool_call_id) for a in approvals}
     if not approvals:
         typer.echo("no approvals")
     for a in approvals:
+        call = calls[a.tool_call_id]
+        effect = visible(call.summary) if call else ""
         typer.echo(
             f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={a.requester} "
-            f"role={a.approver_role} expires={a.expires_at.isoformat()}"
+            f"role={a.approver_role} expires={a.expires_at.isoformat()}  {effect}"
         )
 
 
@@ -371,3 +384,6 @@ def main() -> None:
     except GatewayError as exc:
         typer.echo(f"writ: {exc}", err=True)
         sys.exit(2)
+    except StoreError as exc:  # e.g. the database is down: its reason, not 500 lines of traceback
+        typer.echo(f"writ: the store: {exc}", err=True)
+        sys.exit(1)

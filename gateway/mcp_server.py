@@ -19,6 +19,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from capabilities.contract import Capability
 from gateway import mcp_rounds as rounds
 from gateway.errors import ConfirmationRefused, UnknownTool
+from gateway.oversight import may_read
 from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.results import shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
@@ -192,10 +193,12 @@ def build_mcp_server(
         return approval is not None and approval.decided_by == approval.requester
 
     async def _own_call(who: Any, call_id: object) -> CallView | None:
-        """The caller's tenant's call with this id, or None (an id no call can have is not looked up)."""
+        """The call with this id if the caller may read it (their own, or their tenant's as an
+        overseer), else None, exactly as for an unknown id (one no call can have is not looked up)."""
         if not _is_identifier(call_id):
             return None
-        return await anyio.to_thread.run_sync(lambda: store.get_call(call_id, tenant=who.tenant))
+        call = await anyio.to_thread.run_sync(lambda: store.get_call(call_id, tenant=who.tenant))
+        return call if call is not None and may_read(who, call.subject) else None
 
     async def _task_call(ctx: Any, params: rounds.TaskParams) -> CallView:
         rounds.require_tasks(ctx)

@@ -239,7 +239,13 @@ class CallPipeline:
         }
 
         def refusal(reason: str, detail: str, policy_version: str) -> RefusalRequest:
-            return RefusalRequest(**identity, reason=reason, detail=detail, policy_version=policy_version)
+            return RefusalRequest(
+                **identity,
+                reason=reason,
+                detail=detail,
+                policy_version=policy_version,
+                summary=capability.summarize(stored_arguments),
+            )
 
         errors = unfit or self._schemas.errors(capability, arguments)
         if errors:

@@ -13,6 +13,9 @@ from capabilities.contract import Capability
 from gateway.errors import ConfigurationError
 
 MAX_ERRORS = 10
+MAX_ERROR_CHARS = 300
+"""How long one error may be. jsonschema quotes the offending value (`'xxx…' is too long`) or every
+unexpected key: a 4 MB argument came back to the client twice and was recorded again in the refusal."""
 
 
 class InputSchemas:
@@ -40,7 +43,15 @@ class InputSchemas:
     def errors(self, capability: Capability, arguments: Mapping[str, Any]) -> list[str]:
         """Every way `arguments` break the schema (at most ten), as `path: message`; empty if valid."""
         found = sorted(self.check(capability).iter_errors(arguments), key=lambda e: list(e.path))
-        return [f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in found[:MAX_ERRORS]]
+        shown = (f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in found[:MAX_ERRORS])
+        return [_clipped(error) for error in shown]
+
+
+def _clipped(error: str) -> str:
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    tail = f"... ({len(error)} characters in all)"
+    return error[: MAX_ERROR_CHARS - len(tail)] + tail
 
 
 MAX_DEPTH = 64

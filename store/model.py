@@ -219,6 +219,7 @@ class RefusalRequest:
     correlation_id: str
     now: datetime
     producer: str = "writ-gateway"
+    summary: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,9 @@ def _record_refusal(conn: Connection, log: Append, req: RefusalRequest, run_tena
     }
     requested = log.add(
         ev.ToolCallRequestedEvent(
-            **base, tool_call_id=req.tool_call_id, payload=_requested(req, decision, claims_key=False)
+            **base,
+            tool_call_id=req.tool_call_id,
+            payload=_requested(req, decision, claims_key=False, summary=req.summary),
         )
     )
     denied = ev.ToolCallDenied(reason=req.reason, detail=req.detail)

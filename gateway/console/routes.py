@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -18,6 +19,8 @@ from starlette.templating import Jinja2Templates
 
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.console.views import approval_card, timeline, unresolved_card
+from gateway.display import visible
+from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
@@ -26,7 +29,6 @@ from store.store import Store
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
 CSRF_COOKIE = "writ_csrf"
-OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
 
 TokenVerifier = Callable[[str], Awaitable[Principal | None]]
 """A bearer token to its principal, or None when it does not verify (the same check as /mcp)."""
@@ -45,6 +47,8 @@ def console_routes(
     *, store: Store, decisions: Decisions, verify: TokenVerifier, secure_cookies: bool = False
 ) -> list[BaseRoute]:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
+    # Every value a page prints, argument or summary or name, shows hidden characters as code points.
+    templates.env.finalize = _shown
 
     def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
@@ -76,6 +80,11 @@ def console_routes(
         return render(request, "login.html")
 
     async def login(request: Request) -> Response:
+        # The login form has no CSRF token (there is no session yet): another site could post its own
+        # token here and have the approver's browser work, unknowingly, in that session. Browsers say
+        # where a request comes from; one from another site is refused.
+        if request.headers.get("sec-fetch-site") == "cross-site":
+            return render(request, "login.html", 403, error="Log in from this page, not from another site.")
         form = await request.form()
         token = str(form.get("token", "")).strip()
         if token.lower().startswith("bearer "):
@@ -137,7 +146,7 @@ def console_routes(
         status_code: int = 200,
     ) -> Response:
         found = await anyio.to_thread.run_sync(lambda: store.get_approval(approval_id, tenant=who.tenant))
-        if found is None or not (who.roles & OVERSEER_ROLES or found.requester == who.subject):
+        if found is None or not may_read(who, found.requester):
             return render(request, "message.html", 404, who=who, message="No such approval.")
         card = await anyio.to_thread.run_sync(lambda: approval_card(store, found, who, datetime.now(UTC)))
         return render(request, "approval.html", status_code, who=who, card=card, error=error)
@@ -247,7 +256,7 @@ def console_routes(
             return to_login()
         tool_call_id = request.path_params["tool_call_id"]
         found = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
-        if found is None or not (who.roles & OVERSEER_ROLES or found.subject == who.subject):
+        if found is None or not may_read(who, found.subject):
             return render(request, "message.html", 404, who=who, message="No such call.")
         events = await anyio.to_thread.run_sync(lambda: store.events(tool_call_id=tool_call_id))
         settled = found.status in TERMINAL_STATUSES or found.escalated
@@ -266,3 +275,7 @@ def console_routes(
         Route("/console/calls/{tool_call_id}/resolution", resolve, methods=["POST"]),
         Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
     ]
+
+
+def _shown(value: Any) -> Any:
+    return value if isinstance(value, Markup) else visible(value)

@@ -6,11 +6,14 @@ Starts acme-payments (a separate process with its own SQLite file) and the gatew
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -40,6 +43,46 @@ def write_demo_config(gateway_port: int, backend_port: int) -> Path:
     return DEMO_CONFIG
 
 
+def require_free_port(port: int, option: str, suspect: str) -> None:
+    """Refuse to start on a port something already listens on.
+
+    Otherwise the backend's health check would be answered by whatever holds the port (an
+    acme-payments left behind by a demo that was killed, someone else's server) and the demo would
+    say it is running against it.
+
+    Raises:
+        ConfigurationError: the port is taken.
+    """
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigurationError(
+                f"port {port} is in use ({exc.strerror}): stop what listens there ({suspect}?) "
+                f"or pick another with {option}"
+            ) from exc
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """In the child before exec: on Linux, have the kernel SIGTERM it when the demo dies.
+
+    A demo killed with SIGKILL runs no `finally`, so its acme-payments lived on, held the port, and
+    the next `writ demo` could not start its own.
+    """
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the demo died before the signal was armed
+            os._exit(1)
+
+    return arm
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]:
     """Start acme-payments and wait until it answers /healthz.
 
@@ -57,6 +100,7 @@ def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]
             str(DEFAULT_STATE_DIR / "acme-payments.db"),
         ],
         stdout=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent(os.getpid()) if sys.platform == "linux" else None,
     )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -125,6 +169,9 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
     """Run until Ctrl-C or SIGTERM; either way the backend process stops with the gateway."""
+    # Before ./.writ/demo.yaml is rewritten: a running demo's CLI commands and tokens read it.
+    require_free_port(port, "--port", "another writ demo or writ serve")
+    require_free_port(backend_port, "--backend-port", "an acme-payments left by a demo that was killed")
     config = load_config(write_demo_config(port, backend_port))
     # uvicorn shuts down on SIGTERM and then re-raises it with the handler it found: by default that
     # kills the process on the spot and the `finally` below would never stop the backend.

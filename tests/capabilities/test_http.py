@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from capabilities.http import PathSegmentError, fill_template
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
 from tests.capabilities.servers import TOKEN, ServerState, free_port
@@ -201,6 +202,28 @@ async def test_a_missing_path_argument_fails_before_anything_is_sent(
 
     assert (outcome.kind, outcome.error) == ("failed", "invalid_arguments")
     assert backend_state.hits["orders"] == 0
+
+
+@pytest.mark.parametrize("order_id", ["..", ".", ""])
+async def test_a_path_argument_that_is_no_path_segment_fails_before_anything_is_sent(
+    acme: Registry, backend_state: ServerState, order_id: str
+) -> None:
+    # `/orders/..` is `GET /` once the client resolves dot segments: another resource than policy saw.
+    outcome = await call(acme, "get_order", {"order_id": order_id})
+
+    assert (outcome.kind, outcome.error) == ("failed", "invalid_arguments")
+    assert "order_id" in (outcome.detail or "")
+    assert backend_state.headers == []
+
+
+def test_a_value_inside_a_segment_or_in_the_query_may_be_dots_or_empty() -> None:
+    assert fill_template("/files/{name}.json", {"name": ".."}) == ("/files/...json", {})
+    assert fill_template("/a/{x}{y}/b", {"x": ".", "y": "x"}) == ("/a/.x/b", {})
+    assert fill_template("/refunds?key={k}&o={o}", {"k": "", "o": ".."}) == ("/refunds?key=&o=..", {})
+    with pytest.raises(PathSegmentError):
+        fill_template("/a/{x}{y}/b", {"x": ".", "y": "."})
+    with pytest.raises(PathSegmentError):
+        fill_template("/orders/{id}/cancel", {"id": ".."})
 
 
 async def test_one_client_connection_is_reused_across_calls(

@@ -89,6 +89,24 @@ async def test_without_a_key_an_identical_call_joins_the_earlier_one_instead_of_
     assert len(backend.refunds()) == 1
 
 
+async def test_an_amount_resent_as_a_float_is_the_same_call_not_a_second_refund(
+    gateway: Gateway, backend: Backend
+) -> None:
+    # 13 and 13.0 are one JSON number: the resend hashed differently, so it got a new derived key and
+    # a second refund (or, under the client's own key, idempotency_conflict).
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", refund_args(13))
+        again = await client.call_tool("refund_order", refund_args(13.0))
+        keyed = await client.call_tool("refund_order", refund_args(14), meta={"writ/idempotencyKey": "k14"})
+        rekeyed = await client.call_tool(
+            "refund_order", refund_args(14.0), meta={"writ/idempotencyKey": "k14"}
+        )
+    assert first.meta["writ/toolCallId"] == again.meta["writ/toolCallId"]
+    assert keyed.meta["writ/toolCallId"] == rekeyed.meta["writ/toolCallId"]
+    assert rekeyed.meta["writ/status"] == "completed"
+    assert len(backend.refunds()) == 2
+
+
 async def test_twenty_concurrent_calls_with_one_key_dispatch_exactly_once(
     gateway: Gateway, backend: Backend
 ) -> None:
@@ -146,6 +164,7 @@ async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(
     assert backend.refunds() == []
     approvals = gateway.cli("approvals", "list").stdout
     assert body["approvalId"] in approvals and "awaiting_approval" in approvals
+    assert "refund 250 EUR to order 1002" in approvals  # what the approver is asked to let happen
 
 
 async def test_a_refund_over_the_limit_is_denied_with_a_reason_and_never_dispatched(
@@ -198,6 +217,8 @@ async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatc
         and "tool_call.denied" in shown
         and "tool_call.dispatching" not in shown
     )
+    # The refused call is listed with the effect it asked for (the line was blank).
+    assert "refund -5 euro to order 1001" in gateway.cli("calls", "list").stdout
 
 
 async def test_call_status_of_another_tenants_call_is_not_found(gateway: Gateway) -> None:
@@ -207,3 +228,19 @@ async def test_call_status_of_another_tenants_call_is_not_found(gateway: Gateway
         status = await client.call_tool("writ_call_status", {"toolCallId": done.meta["writ/toolCallId"]})
     assert status.is_error is True
     assert status.structured_content["status"] == "not_found"
+
+
+async def test_call_status_of_someone_elses_call_in_the_tenant_is_not_found_unless_overseeing(
+    gateway: Gateway,
+) -> None:
+    # The same rule as /api/calls: an agent reads its own calls; an approver or auditor the tenant's.
+    async with gateway.client(gateway.token("alice")) as client:
+        done = await client.call_tool("lookup_order", {"order_id": "1001"})
+    call_id = done.meta["writ/toolCallId"]
+    async with gateway.client(gateway.token("bob")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": call_id})
+    assert status.is_error is True
+    assert status.structured_content == {"status": "not_found", "toolCallId": call_id}
+    async with gateway.client(gateway.token("carol", roles="agent,auditor")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": call_id})
+    assert status.structured_content["status"] == "completed"

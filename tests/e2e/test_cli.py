@@ -8,14 +8,27 @@ import re
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import anyio
 import httpx2
 import pytest
+import yaml
 from mcp import Client, StdioServerParameters
 
-from tests.e2e.harness import WRIT, Backend, Gateway, free_port, mcp_client, stop, wait_http, writ
+from tests.e2e.harness import (
+    WRIT,
+    Backend,
+    Gateway,
+    acme_backend,
+    demo_config,
+    free_port,
+    mcp_client,
+    stop,
+    wait_http,
+    writ,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -156,3 +169,84 @@ def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -
     result = writ("calls", "show", "tc_nothing", cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert "nothing is recorded" in result.stderr and "writ demo" in result.stderr
+
+
+def test_writ_demo_refuses_a_backend_port_something_else_listens_on(tmp_path: Path) -> None:
+    # An acme-payments left behind (its demo was killed) answered the new demo's health check, so the
+    # demo said it was running, against a backend it did not start, while its own one failed to bind.
+    # Nor may the refusal rewrite ./.writ/demo.yaml, which a running demo's CLI and tokens read.
+    (tmp_path / ".writ").mkdir()
+    (tmp_path / ".writ" / "demo.yaml").write_text("# the running demo's\n")
+    with acme_backend(tmp_path) as leftover:
+        taken = leftover.url.rsplit(":", 1)[1]
+        demo = subprocess.run(
+            [*WRIT, "demo", "--port", str(free_port()), "--backend-port", taken],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert demo.returncode == 2
+    assert f"port {taken} is in use" in demo.stderr and "--backend-port" in demo.stderr
+    assert "Writ demo is running" not in demo.stdout
+    assert (tmp_path / ".writ" / "demo.yaml").read_text() == "# the running demo's\n"
+
+
+def test_writ_serve_with_an_upstream_it_cannot_reach_says_why_in_one_line(tmp_path: Path) -> None:
+    # The upstream is asked for its tools at startup; failing, uvicorn printed ~120 lines of nested
+    # tracebacks with the reason at the bottom.
+    nowhere = free_port()
+    path = demo_config(
+        tmp_path,
+        gateway_port=free_port(),
+        backend_url=f"http://127.0.0.1:{free_port()}",
+        store_url=f"sqlite:///{tmp_path / 'writ.db'}",
+    )
+    config = yaml.safe_load(path.read_text())
+    config["backends"]["files"] = {"type": "mcp", "url": f"http://127.0.0.1:{nowhere}/mcp", "tools": "*"}
+    path.write_text(yaml.safe_dump(config))
+    result = writ("serve", "-c", str(path), cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "writ cannot start: mcp backend 'files': cannot connect" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_command_whose_database_is_down_says_so_in_one_line(tmp_path: Path) -> None:
+    path = demo_config(
+        tmp_path,
+        gateway_port=free_port(),
+        backend_url=f"http://127.0.0.1:{free_port()}",
+        store_url=f"postgresql://writ@127.0.0.1:{free_port()}/writ",
+    )
+    for command in (["calls", "list"], ["serve"]):
+        result = writ(*command, "-c", str(path), cwd=tmp_path, check=False)
+        assert result.returncode == 1
+        assert result.stderr.startswith("writ: the store: database unavailable"), result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_demo_killed_with_sigkill_takes_its_backend_down_with_it(tmp_path: Path) -> None:
+    # No `finally` runs on SIGKILL: acme-payments lived on holding its port, and the next demo could
+    # not start (or, before it checked the port, talked to the leftover).
+    port, backend_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        process.kill()
+        process.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                httpx2.get(f"http://127.0.0.1:{backend_port}/healthz", timeout=1)
+            except httpx2.TransportError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("acme-payments still answers after its demo was killed")
+    finally:
+        stop(process)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx2
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
@@ -125,3 +126,36 @@ async def test_a_bad_token_does_not_log_in(sqlite_gateway: Gateway, browser: Bro
     await expect(page.locator(".error")).to_contain_text("did not verify")
     await page.goto(f"{sqlite_gateway.url}/console/inbox")
     await expect(page).to_have_url(f"{sqlite_gateway.url}/console/login")
+
+
+async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
+    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+) -> None:
+    # U+202E made the approver read order "1002" and reason "live" where "\u202e2001" and "\u202eevil"
+    # would be sent; U+200B is not seen at all.
+    gateway = sqlite_gateway
+    arguments = {"order_id": "\u202e2001", "amount": 250, "currency": "EUR", "reason": "\u202eevil\u200b"}
+    async with gateway.client(gateway.token("alice")) as client:
+        result = await client.call_tool("refund_order", arguments)
+    pending = result.structured_content
+    assert pending["status"] == "approval_pending", pending
+    page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
+    await page.goto(f"{gateway.url}/console/approvals/{pending['approvalId']}")
+
+    card = page.locator(f"article#{pending['approvalId']}")
+    await expect(card.locator("tr[data-name=order_id] td")).to_have_text("<U+202E>2001")
+    await expect(card.locator("tr[data-name=reason] td")).to_have_text("<U+202E>evil<U+200B>")
+    await expect(card.locator("h2.summary")).to_contain_text("to order <U+202E>2001")
+    assert "<U+202E>2001" in gateway.cli("approvals", "list").stdout
+
+
+def test_a_login_posted_from_another_site_is_refused(sqlite_gateway: Gateway) -> None:
+    # Login CSRF: a page elsewhere posts the attacker's token, and the approver's browser is then
+    # logged in as the attacker. The browser's Sec-Fetch-Site says the form came from another site.
+    gateway = sqlite_gateway
+    form = {"token": gateway.token("mallory", roles="approver")}
+    url = f"{gateway.url}/console/login"
+    forged = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "cross-site"}, timeout=10)
+    assert forged.status_code == 403 and "writ_session" not in forged.headers.get("set-cookie", "")
+    own = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "same-origin"}, timeout=10)
+    assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"]

@@ -282,3 +282,23 @@ def test_api_ids_and_texts_with_nul_get_clear_answers_on_both_stores(
     assert revoked.status_code == 400
     assert backend.refunds() == []
     assert "hash chain intact" in gateway.cli("audit", "verify").stdout
+
+
+def test_an_api_body_over_the_limit_is_refused_with_413_without_being_read(sqlite_gateway: Gateway) -> None:
+    # Any agent's token could POST a 300 MB "decision": read whole, then parsed, it took the gateway
+    # to about 1 GB before the reason's length check refused it.
+    headers = {"Authorization": f"Bearer {sqlite_gateway.token('alice')}", "Content-Type": "application/json"}
+    url = f"{sqlite_gateway.url}/api/approvals/ap_x/decision"
+    huge = b'{"decision": "approve", "reason": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+
+    def chunked():  # no Content-Length: counted as it arrives
+        yield huge[: 1024 * 1024]
+        yield huge[1024 * 1024 :]
+
+    for content in (huge, chunked()):
+        response = httpx2.post(url, content=content, headers=headers, timeout=30)
+        assert response.status_code == 413, response.text
+        assert response.json()["error"] == "request_too_large"
+    # An ordinary body still reaches the handler.
+    response = httpx2.post(url, json={"decision": "approve"}, headers=headers, timeout=10)
+    assert response.status_code == 404, response.text

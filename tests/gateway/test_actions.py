@@ -34,6 +34,24 @@ def test_different_arguments_give_different_action_hashes(a: dict, b: dict) -> N
         assert action_hash(CAP, a, ALICE) != action_hash(CAP, b, ALICE)
 
 
+def floats_for_ints(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53:
+        return float(value)
+    if isinstance(value, dict):
+        return {k: floats_for_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [floats_for_ints(v) for v in value]
+    return value
+
+
+@given(arguments)
+def test_a_number_written_as_an_integer_or_as_a_float_is_the_same_action(args: dict) -> None:
+    # A client re-sending `"amount": 20.0` for `20` joins the first call instead of refunding twice.
+    assert action_hash(CAP, args, ALICE) == action_hash(CAP, floats_for_ints(args), ALICE)
+    assert action_hash(CAP, {"amount": 20.5}, ALICE) != action_hash(CAP, {"amount": 20}, ALICE)
+    assert action_hash(CAP, {"flag": True}, ALICE) != action_hash(CAP, {"flag": 1}, ALICE)
+
+
 def test_the_action_hash_covers_capability_version_tenant_and_requester() -> None:
     args = {"order_id": "1001", "amount": 20}
     base = action_hash(CAP, args, ALICE)

@@ -14,6 +14,7 @@ from joserfc.jwk import ECKey, OctKey
 from gateway.auth import JwtVerifier, principal_from_claims
 from gateway.config import ClaimMapping
 from gateway.dev_issuer import DevIssuer
+from gateway.errors import AuthenticationError
 from gateway.issuers import StaticKeys, TrustedIssuer
 
 pytestmark = pytest.mark.anyio
@@ -137,6 +138,42 @@ def test_claim_mapping_follows_configured_claim_names() -> None:
     )
     assert principal.tenant == "o1" and principal.roles == {"a", "b"} and principal.client_id == "cli"
     assert principal_from_claims({"sub": "x"}, mapping).tenant == "none"
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"roles": 5},
+        {"roles": {"agent": True}},
+        {"roles": [["agent"]]},
+        {"groups": [1, 2]},
+        {"scope": 5},
+        {"scope": ["tools", {"x": 1}]},
+        {"tenant": ["acme", "globex"]},
+        {"tenant": 7},
+        {"client_id": {"a": 1}},
+    ],
+    ids=repr,
+)
+async def test_a_signed_token_whose_claims_have_the_wrong_shape_is_refused(
+    issuer: DevIssuer, verifier: JwtVerifier, claims: dict[str, object]
+) -> None:
+    # The issuer's signature is good: only the shapes are wrong. Such a token used to become a 500
+    # (scope) or a -32603 on every request (roles), or a tenant named "['acme', 'globex']".
+    now = int(time.time())
+    payload = {"iss": ISS, "aud": AUD, "sub": "alice", "exp": now + 60, "roles": ["agent"], **claims}
+    token = jwt.encode({"alg": "ES256", "kid": issuer.public_keys.keys[0].kid}, payload, issuer._key)
+    assert await verifier.verify_token(token) is None
+
+
+def test_a_principal_is_built_only_from_claims_of_the_right_shape() -> None:
+    mapping = ClaimMapping(subject="email")
+    with pytest.raises(AuthenticationError, match="'email'"):
+        principal_from_claims({"sub": "bob"}, mapping)
+    with pytest.raises(AuthenticationError, match="'roles'"):
+        principal_from_claims({"email": "bob@x", "roles": 5}, mapping)
+    principal = principal_from_claims({"email": "bob@x", "roles": ["a"], "tenant": ""}, mapping)
+    assert (principal.subject, principal.tenant, principal.roles) == ("bob@x", "default", {"a"})
 
 
 class _CountingDecode:
