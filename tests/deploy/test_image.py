@@ -241,7 +241,10 @@ async def test_the_image_installs_from_its_context_and_serves_compose_config_on_
         started(image, command, cwd=workdir, log=tmp_path / "writ.log", HOME=str(home), **password) as server,
     ):
         wait_http(f"http://127.0.0.1:{backend_port}/healthz", backend)
-        wait_http(f"{base}/readyz", server)
+        try:
+            wait_http(f"{base}/readyz", server)
+        except (RuntimeError, TimeoutError) as exc:
+            raise AssertionError(f"{exc}:\n{(tmp_path / 'writ.log').read_text()[-3000:]}") from exc
         healthcheck = files.exec_form(runtime.last("HEALTHCHECK").split(" CMD ", 1)[1].strip())
         healthcheck[-1] = healthcheck[-1].replace("127.0.0.1:8080", f"127.0.0.1:{port}")
         assert image.run(healthcheck, cwd=workdir).returncode == 0, "the image's HEALTHCHECK"
