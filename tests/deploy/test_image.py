@@ -2,9 +2,9 @@
 
 The build context is copied through .dockerignore; the build stage's COPY, WORKDIR and RUN lines run
 as written, with the image's absolute paths moved under a temporary root; then the runtime stage's
-command starts `writ serve` with compose's writ.yaml (a PostgreSQL schema of its own and free ports
-instead of the compose network), its secrets made by compose's own `secrets` script, and the demo
-backend started as compose starts it. What differs from Docker: the interpreter is this machine's
+command starts two replicas of `writ serve` with compose's writ.yaml (a PostgreSQL schema of its own
+and free ports instead of the compose network), its secrets made by compose's own `secrets` script,
+and the demo backend started as compose starts it. What differs from Docker: the interpreter is this machine's
 Python 3.11, not the python:3.11-slim image's; pip keeps its cache (the Dockerfile's PIP_NO_CACHE_DIR
 is dropped so a run takes seconds); nothing runs as uid 10001 or on a read-only root filesystem.
 """
@@ -18,13 +18,15 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
 import sqlalchemy as sa
 import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.deploy import files
 from tests.e2e.harness import free_port, mcp_client, stop, wait_http
@@ -173,6 +175,16 @@ def started(
             stop(process)
 
 
+@contextlib.asynccontextmanager
+async def balanced_client(url: str, token: str, headers: dict[str, str]) -> AsyncIterator[Client]:
+    """An MCP client at one replica with the headers a balancer in front would pass on (Host)."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}", **headers}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
 def _snapshot(*roots: Path) -> dict[str, float]:
     return {str(p): p.stat().st_mtime for root in roots for p in root.rglob("*")}
 
@@ -235,36 +247,56 @@ async def test_the_image_installs_from_its_context_and_serves_compose_config_on_
     before = _snapshot(image.path("/etc/writ"), secret_dir, workdir, home)
     runtime = files.dockerfile()[-1]
     command = [*files.exec_form(runtime.last("ENTRYPOINT")), *files.exec_form(runtime.last("CMD"))]
-    base = f"http://127.0.0.1:{port}"
-    with (
-        started(image, acme_args, cwd=acme_dir, log=tmp_path / "acme.log") as backend,
-        started(image, command, cwd=workdir, log=tmp_path / "writ.log", HOME=str(home), **password) as server,
-    ):
+    # Two replicas of one config, as writ-1 and writ-2; on one host the second needs another port.
+    ports = [port, free_port()]
+    with contextlib.ExitStack() as stack:
+        backend = stack.enter_context(started(image, acme_args, cwd=acme_dir, log=tmp_path / "acme.log"))
+        servers = [
+            stack.enter_context(
+                started(
+                    image,
+                    command if n == 0 else [*command, "--port", str(p)],
+                    cwd=workdir,
+                    log=tmp_path / f"writ-{n + 1}.log",
+                    HOME=str(home),
+                    **password,
+                )
+            )
+            for n, p in enumerate(ports)
+        ]
         wait_http(f"http://127.0.0.1:{backend_port}/healthz", backend)
-        try:
-            wait_http(f"{base}/readyz", server)
-        except (RuntimeError, TimeoutError) as exc:
-            raise AssertionError(f"{exc}:\n{(tmp_path / 'writ.log').read_text()[-3000:]}") from exc
         healthcheck = files.exec_form(runtime.last("HEALTHCHECK").split(" CMD ", 1)[1].strip())
-        healthcheck[-1] = healthcheck[-1].replace("127.0.0.1:8080", f"127.0.0.1:{port}")
-        assert image.run(healthcheck, cwd=workdir).returncode == 0, "the image's HEALTHCHECK"
+        for n, (p, server) in enumerate(zip(ports, servers, strict=True)):
+            try:
+                wait_http(f"http://127.0.0.1:{p}/readyz", server)
+            except (RuntimeError, TimeoutError) as exc:
+                log = (tmp_path / f"writ-{n + 1}.log").read_text()[-3000:]
+                raise AssertionError(f"{exc}:\n{log}") from exc
+            check = [*healthcheck[:-1], healthcheck[-1].replace("127.0.0.1:8080", f"127.0.0.1:{p}")]
+            assert image.run(check, cwd=workdir).returncode == 0, "the image's HEALTHCHECK"
 
         minted = image.run(
             [*writ, "token", "--sub", "alice", "--roles", "agent", "--tenant", "acme"], cwd=workdir
         )
         assert minted.returncode == 0, minted.stderr
         token = minted.stdout.strip().splitlines()[-1]
-        for mode in ("legacy", "2026-07-28"):  # 2025-11-25 (legacy) too: stateless_http, no session
-            async with mcp_client(f"http://localhost:{port}/mcp", token, mode=mode) as client:
-                result = await client.call_tool(
-                    "refund_order", {"order_id": "1001", "amount": 5, "currency": "EUR", "reason": mode}
-                )
-                assert result.meta and result.meta["writ/status"] == "completed", result
+        refund = {"order_id": "1001", "amount": 5, "currency": "EUR"}
+        # A 2025-11-25 client at writ-1 (stateless_http: no session to lose to the other replica).
+        async with mcp_client(f"http://localhost:{port}/mcp", token, mode="legacy") as client:
+            first = await client.call_tool("refund_order", {**refund, "reason": "at writ-1"})
+            assert first.meta and first.meta["writ/status"] == "completed", first
+        # A 2026-07-28 client at writ-2, reached as through the balancer: the Host is public_url's.
+        public_host = {"Host": f"localhost:{port}"}
+        async with balanced_client(f"http://127.0.0.1:{ports[1]}/mcp", token, public_host) as client:
+            second = await client.call_tool("refund_order", {**refund, "reason": "at writ-2"})
+            assert second.meta and second.meta["writ/status"] == "completed", second
+            status = await client.call_tool("writ_call_status", {"toolCallId": first.meta["writ/toolCallId"]})
+            assert status.structured_content and status.structured_content["status"] == "completed", status
         refunds = httpx2.get(f"http://127.0.0.1:{backend_port}/refunds", timeout=5).json()["refunds"]
         assert len(refunds) == 2, refunds  # one refund per call, at the backend itself
         rebinding = httpx2.post(
-            f"{base}/mcp",
-            headers={"Host": "evil.example:80", "Authorization": f"Bearer {token}"},
+            f"http://127.0.0.1:{ports[1]}/mcp",
+            headers={"Host": f"127.0.0.1:{ports[1]}", "Authorization": f"Bearer {token}"},
             json={},
             timeout=5,
         )
