@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from psycopg import pq
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
@@ -20,6 +21,7 @@ from capabilities.config import parse_config
 from gateway.cli import app
 from gateway.config import WritConfig, load_config
 from policy.engine import Policy
+from store.db import create_store_engine
 from tests.deploy import files
 
 WRIT_SERVICES = ("writ-1", "writ-2")
@@ -219,3 +221,19 @@ def test_kubectl_kustomize_renders_the_manifests_as_they_were_read_here() -> Non
     ours = {(d["kind"], d["metadata"]["name"]): d for d in files.manifests()}
     assert by_kind.keys() == ours.keys() and ("PodDisruptionBudget", "writ") in ours
     assert by_kind[("Deployment", "writ")]["spec"] == ours[("Deployment", "writ")]["spec"]
+
+
+@pytest.mark.parametrize("where", ["compose", "configmap"])
+def test_the_store_url_leaves_the_password_to_libpq_which_reads_pgpassword(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = files.compose_content("writ.yaml") if where == "compose" else files.configmap_config()
+    engine = create_store_engine(_config(text, tmp_path).store.url)
+    try:
+        _, connect = engine.dialect.create_connect_args(engine.url)
+    finally:
+        engine.dispose()
+    assert "password" not in connect, "a password in the connect arguments would override PGPASSWORD"
+    monkeypatch.setenv("PGPASSWORD", "from-the-secret")
+    defaults = {option.keyword: option.val for option in pq.Conninfo.get_defaults()}
+    assert defaults[b"password"] == b"from-the-secret"
