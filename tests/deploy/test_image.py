@@ -214,6 +214,13 @@ async def test_the_image_installs_from_its_context_and_serves_compose_config_on_
     writ = [str(image.path("/opt/writ/bin/writ"))]
     helped = image.run([*writ, "--help"], cwd=tmp_path)
     assert helped.returncode == 0 and "serve" in helped.stdout, helped.stderr
+    frozen = image.run(
+        [str(image.path("/opt/writ/bin/pip")), "freeze", "--exclude", "writ-gateway"], cwd=tmp_path
+    )
+    pinned = [line for line in (files.DEPLOY / "constraints.txt").read_text().splitlines() if "==" in line]
+    assert sorted(frozen.stdout.lower().split()) == sorted(p.lower() for p in pinned), (
+        "every dependency pinned"
+    )
 
     services = files.compose()["services"]
     secret_dir = image.path("/run/secrets/writ")
