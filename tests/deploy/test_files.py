@@ -1,0 +1,239 @@
+"""The files in deploy/ agree with Writ and with each other: configs, commands, ports, probes, secrets."""
+
+from __future__ import annotations
+
+import importlib.util
+import posixpath
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from psycopg import pq
+from sqlalchemy.engine import make_url
+from typer.testing import CliRunner
+
+from capabilities.config import parse_config
+from gateway.cli import app
+from gateway.config import WritConfig, load_config
+from policy.engine import Policy
+from store.db import create_store_engine
+from tests.deploy import files
+
+WRIT_SERVICES = ("writ-1", "writ-2")
+
+
+def _config(text: str, tmp_path: Path) -> WritConfig:
+    path = tmp_path / "writ.yaml"
+    path.write_text(text)
+    config = load_config(path)
+    parse_config(config.backends, config.capabilities)
+    Policy.from_mapping(config.policy)
+    return config
+
+
+@pytest.mark.parametrize("path", files.yaml_files(), ids=lambda p: str(p.relative_to(files.REPO)))
+def test_every_yaml_file_in_deploy_parses(path: Path) -> None:
+    assert [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+@pytest.mark.parametrize("where", ["compose", "configmap"])
+def test_the_embedded_writ_yaml_is_a_shared_postgres_config_behind_a_public_url(
+    where: str, tmp_path: Path
+) -> None:
+    text = files.compose_content("writ.yaml") if where == "compose" else files.configmap_config()
+    config = _config(text, tmp_path)
+    server = config.server
+    assert make_url(config.store.url).get_backend_name() == "postgresql"
+    assert make_url(config.store.url).password is None, "the password belongs in $PGPASSWORD"
+    assert server.public_url and server.host == "0.0.0.0" and server.port == 8080
+    assert urlsplit(server.public_url).netloc in (server.allowed_hosts or []), "DNS-rebinding protection"
+    assert server.stateless_http, "replicas behind a balancer without sticky sessions"
+    for shared in (config.privacy.salt_file, config.confirmations.key_file):
+        assert shared and shared.startswith("/run/secrets/writ/"), shared
+    if where == "configmap":
+        assert not config.auth.dev_issuer.enabled and config.auth.issuers
+    else:
+        assert config.auth.dev_issuer.key_file.startswith("/run/secrets/writ/")
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, str]:
+    """target -> source of a Compose service's volumes (short syntax)."""
+    return {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", [])}
+
+
+def test_every_compose_replica_shares_the_config_the_secrets_and_the_database(tmp_path: Path) -> None:
+    compose = files.compose()
+    config = _config(files.compose_content("writ.yaml"), tmp_path)
+    secret_dir = posixpath.dirname(config.privacy.salt_file)
+    services = compose["services"]
+    secrets_volume = _mounts(services["secrets"])[secret_dir]
+    for name in (*WRIT_SERVICES, "migrate"):
+        service = services[name]
+        assert service["configs"] == [{"source": "writ.yaml", "target": files.CONFIG_PATH}], name
+        assert (
+            service["environment"]["PGPASSWORD"] == services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+        )
+        assert service.get("read_only") is True, f"{name}: Writ writes nothing on PostgreSQL"
+    for name in WRIT_SERVICES:
+        assert _mounts(services[name])[secret_dir] == secrets_volume, name
+        assert services[name]["volumes"] == [f"{secrets_volume}:{secret_dir}:ro"]
+        depends = services[name]["depends_on"]
+        assert (
+            depends["migrate"]["condition"]
+            == depends["secrets"]["condition"]
+            == "service_completed_successfully"
+        )
+    url = make_url(config.store.url)
+    assert url.host == "postgres" and url.username == services["postgres"]["environment"]["POSTGRES_USER"]
+    assert url.database == services["postgres"]["environment"]["POSTGRES_DB"]
+    assert config.backends["acme"]["base_url"].endswith(":8081")
+    assert "8081" in services["acme-payments"]["command"]
+
+
+def test_the_compose_balancer_fronts_both_replicas_at_the_public_url(tmp_path: Path) -> None:
+    compose = files.compose()
+    config = _config(files.compose_content("writ.yaml"), tmp_path)
+    nginx = files.compose_content("nginx.conf")
+    upstreams = re.findall(r"^\s*server\s+([\w.-]+:\d+);", nginx, re.MULTILINE)
+    assert upstreams == [f"{name}:{config.server.port}" for name in WRIT_SERVICES]
+    assert "proxy_set_header Host $http_host;" in nginx, "allowed_hosts sees the client's Host"
+    public = urlsplit(config.server.public_url or "")
+    listen = re.search(r"listen\s+(\d+);", nginx)
+    assert listen and compose["services"]["lb"]["ports"] == [f"127.0.0.1:{public.port}:{listen.group(1)}"]
+
+
+def test_the_deployment_mounts_the_configmap_and_the_secrets_where_the_config_names_them(
+    tmp_path: Path,
+) -> None:
+    config = _config(files.configmap_config(), tmp_path)
+    pod = files.manifest("Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    shared = [config.privacy.salt_file, config.confirmations.key_file]
+    for container in (*pod["initContainers"], *pod["containers"]):
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        config_volume = volumes[mounts[posixpath.dirname(files.CONFIG_PATH)]]["configMap"]
+        assert config_volume["name"] == "writ-config"
+        assert config_volume["items"] == [{"key": "writ.yaml", "path": posixpath.basename(files.CONFIG_PATH)}]
+        secret = volumes[mounts[posixpath.dirname(shared[0])]]["secret"]
+        assert {i["path"] for i in secret["items"]} == {posixpath.basename(p) for p in shared if p}
+        (password,) = [e for e in container["env"] if e["name"] == "PGPASSWORD"]
+        assert password["valueFrom"]["secretKeyRef"]["name"] == "writ-database"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert files.manifest("Deployment")["spec"]["replicas"] == 2
+
+
+def test_probes_ports_and_the_image_agree_with_what_the_config_serves(tmp_path: Path) -> None:
+    config = _config(files.configmap_config(), tmp_path)
+    (writ,) = files.manifest("Deployment")["spec"]["template"]["spec"]["containers"]
+    (port,) = writ["ports"]
+    assert port == {"name": "http", "containerPort": config.server.port}
+    # Liveness must not depend on the database, or an outage restarts every replica at once.
+    assert writ["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert writ["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert writ["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    (service_port,) = files.manifest("Service")["spec"]["ports"]
+    assert service_port["targetPort"] == "http"
+
+    runtime = files.dockerfile()[-1]
+    assert runtime.all("EXPOSE") == [str(config.server.port)]
+    healthcheck = files.exec_form(runtime.last("HEALTHCHECK").split(" CMD ", 1)[1].strip())
+    assert f"http://127.0.0.1:{config.server.port}/healthz" in healthcheck[-1]
+    assert healthcheck[0] == "python", "slim has no curl"
+    user = runtime.last("USER").split(":")
+    assert user[0].isdigit() and int(user[0]) != 0, "numeric, so runAsNonRoot can check it"
+    pod_security = files.manifest("Deployment")["spec"]["template"]["spec"]["securityContext"]
+    assert pod_security["runAsUser"] == int(user[0])
+
+
+def _image_commands() -> list[tuple[str, list[str]]]:
+    """Every `writ` command line the deploy files run, with where it comes from."""
+    runtime = files.dockerfile()[-1]
+    assert files.exec_form(runtime.last("ENTRYPOINT")) == ["writ"]
+    found = [("Dockerfile CMD", files.exec_form(runtime.last("CMD")))]
+    for name, service in files.compose()["services"].items():
+        if service["image"].startswith("writ:") and "entrypoint" not in service:
+            found.append((f"compose {name}", service.get("command", found[0][1])))
+    pod = files.manifest("Deployment")["spec"]["template"]["spec"]
+    for container in (*pod["initContainers"], *pod["containers"]):
+        found.append((f"kubernetes {container['name']}", container["args"]))
+    readme = "\n".join(
+        re.findall(r"^```\w*\n(.*?)^```", (files.DEPLOY / "README.md").read_text(), re.M | re.S)
+    )
+    comments = "\n".join(re.findall(r"^\s*#.*$", (files.DEPLOY / "compose.yaml").read_text(), re.M))
+    for where, text in (("deploy/README.md", readme), ("compose.yaml comments", comments)):
+        for words in re.findall(r"\bwrit((?: [a-z][a-z-]*)+)", text):
+            found.append((where, words.split()))
+    return found
+
+
+def test_every_writ_command_the_deploy_files_run_exists() -> None:
+    commands = _image_commands()
+    assert ["serve", "-c", files.CONFIG_PATH] in [argv for _, argv in commands]
+    assert ["store", "migrate", "-c", files.CONFIG_PATH] in [argv for _, argv in commands]
+    runner = CliRunner()
+    for where, argv in commands:
+        result = runner.invoke(app, [*argv, "--help"])
+        assert result.exit_code == 0, f"{where}: writ {' '.join(argv)}: {result.output}"
+
+
+def test_the_compose_services_that_run_python_run_modules_the_image_has() -> None:
+    for name, service in files.compose()["services"].items():
+        entrypoint = service.get("entrypoint")
+        if entrypoint and entrypoint[:2] == ["python", "-m"]:
+            assert importlib.util.find_spec(entrypoint[2]) is not None, name
+
+
+def test_the_image_copies_only_project_files_and_bakes_in_no_secret() -> None:
+    patterns = files.dockerignore()
+    for required in (".git", ".venv", ".writ", "**/node_modules", "**/__pycache__", ".pytest_cache"):
+        assert required in patterns
+    for stage in files.dockerfile():
+        for args in stage.all("COPY"):
+            if args.startswith("--from="):
+                continue
+            for source in args.split()[:-1]:
+                assert (files.REPO / source).exists() and not files.ignored(source, patterns), source
+        for keyword in ("ENV", "ARG"):
+            for args in stage.all(keyword):
+                assert not re.search(r"(PASSWORD|SECRET|TOKEN|_KEY)\w*=", args, re.IGNORECASE), args
+    runtime = files.dockerfile()[-1]
+    assert files.exec_form(runtime.last("CMD")) == ["serve", "-c", files.CONFIG_PATH]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_kustomize_renders_the_manifests_as_they_were_read_here() -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(files.KUBERNETES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    by_kind = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered)}
+    ours = {(d["kind"], d["metadata"]["name"]): d for d in files.manifests()}
+    assert by_kind.keys() == ours.keys() and ("PodDisruptionBudget", "writ") in ours
+    assert by_kind[("Deployment", "writ")]["spec"] == ours[("Deployment", "writ")]["spec"]
+
+
+@pytest.mark.parametrize("where", ["compose", "configmap"])
+def test_the_store_url_leaves_the_password_to_libpq_which_reads_pgpassword(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = files.compose_content("writ.yaml") if where == "compose" else files.configmap_config()
+    engine = create_store_engine(_config(text, tmp_path).store.url)
+    try:
+        _, connect = engine.dialect.create_connect_args(engine.url)
+    finally:
+        engine.dispose()
+    assert "password" not in connect, "a password in the connect arguments would override PGPASSWORD"
+    monkeypatch.setenv("PGPASSWORD", "from-the-secret")
+    defaults = {option.keyword: option.val for option in pq.Conninfo.get_defaults()}
+    assert defaults[b"password"] == b"from-the-secret"
