@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from capabilities.contract import Capability
+from gateway.errors import ConfigurationError
+from gateway.secret_files import create_once
 from policy.model import Principal
 
 
@@ -63,6 +64,9 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(8)}"
 
 
+MIN_SALT_BYTES = 16
+
+
 class Redactor:
     """Replaces the values of a capability's `redact` fields by salted hashes before they are stored."""
 
@@ -71,18 +75,25 @@ class Redactor:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Redactor:
-        """Load the salt, creating a random one (mode 0600) on first use."""
+        """Load the salt (hex), creating a random one (mode 0600) on first use.
+
+        Raises:
+            ConfigurationError: the file holds no salt: not hex, or under 16 bytes.
+        """
         path = Path(path)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(secrets.token_hex(32))
-        return cls(bytes.fromhex(path.read_text().strip()))
+            create_once(path, secrets.token_hex(32))
+        text = path.read_text().strip()
+        try:
+            salt = bytes.fromhex(text)
+        except ValueError:
+            salt = b""
+        if len(salt) < MIN_SALT_BYTES:
+            raise ConfigurationError(
+                f"privacy.salt_file {path} holds no salt: it needs at least {MIN_SALT_BYTES} bytes as hex "
+                "(e.g. `openssl rand -hex 32`); every replica must share the same file"
+            )
+        return cls(salt)
 
     def redact(self, capability: Capability, arguments: Mapping[str, Any]) -> dict[str, Any]:
         if not capability.redact:

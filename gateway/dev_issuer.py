@@ -7,7 +7,6 @@ deployments configure their own issuers; the verifier treats this one like any o
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterable
@@ -16,6 +15,8 @@ from typing import Any
 
 from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet
+
+from gateway.secret_files import create_once
 
 ALGORITHM = "ES256"
 
@@ -31,15 +32,10 @@ class DevIssuer:
     def load_or_create(cls, key_file: str | Path, issuer: str) -> DevIssuer:
         """Load the private key, creating it (mode 0600) on first use."""
         path = Path(key_file)
-        if path.exists():
-            key = ECKey.import_key(json.loads(path.read_text()))
-        else:
-            key = ECKey.generate_key("P-256", auto_kid=True)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                json.dump(key.as_dict(private=True), fh)
-        return cls(key, issuer)
+        if not path.exists():
+            created = ECKey.generate_key("P-256", auto_kid=True)
+            create_once(path, json.dumps(created.as_dict(private=True)))  # or another process's wins
+        return cls(ECKey.import_key(json.loads(path.read_text())), issuer)
 
     @property
     def public_keys(self) -> KeySet:

@@ -1,0 +1,38 @@
+"""Secrets Writ makes for itself on first use (the redaction salt, the dev issuer's key), made atomically.
+
+Several processes may start at once on one shared volume (replicas, `writ serve` beside `writ token`).
+The file is written whole under a temporary name and then linked into place, which fails if another
+process got there first: a reader sees no file or a complete one, never a half-written one, and every
+process ends up with the one secret that won.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+
+def create_once(path: Path, content: str) -> bool:
+    """Create `path` (mode 0600) holding `content` unless it exists; True if this call created it.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(content)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)

@@ -1,0 +1,66 @@
+"""Secrets Writ makes on first use: one wins when processes race, and none is ever read half-written."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.actions import Redactor
+from gateway.dev_issuer import DevIssuer
+from gateway.errors import ConfigurationError
+from gateway.secret_files import create_once
+
+RACERS = 8
+ROUNDS = 6
+
+
+def test_the_first_creation_wins_and_later_ones_leave_the_file_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "secret"
+
+    assert create_once(path, "first") is True
+    assert create_once(path, "second") is False
+
+    assert path.read_text() == "first"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["secret"]  # no temporary file is left
+
+
+def _salted(path: str, start: Any) -> str:
+    start.wait(10)
+    return Redactor.from_file(path).digest("4111 1111 1111 1111")
+
+
+def _kid(path: str, start: Any) -> str:
+    start.wait(10)
+    return str(DevIssuer.load_or_create(path, "http://127.0.0.1/dev-issuer").jwks()["keys"][0]["kid"])
+
+
+@pytest.mark.parametrize("load", [_salted, _kid], ids=["redaction salt", "dev issuer key"])
+def test_processes_starting_at_once_on_a_new_volume_all_get_the_one_secret_that_won(
+    tmp_path: Path, load: Callable[[str, Any], str]
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, context.Pool(RACERS) as pool:
+        for round_ in range(ROUNDS):  # a race is lost only sometimes: run it a few times
+            start, path = manager.Event(), str(tmp_path / f"secret-{round_}")
+            pending = [pool.apply_async(load, (path, start)) for _ in range(RACERS)]
+            start.set()
+            results = {p.get(timeout=60) for p in pending}
+            assert len(results) == 1, f"round {round_}: {len(results)} different secrets"
+
+
+@pytest.mark.parametrize(
+    "content", ["", "\n", "not hex at all", "abcd"], ids=["empty", "blank", "text", "short"]
+)
+def test_a_salt_file_without_a_usable_salt_is_refused_instead_of_salting_with_nothing(
+    tmp_path: Path, content: str
+) -> None:
+    path = tmp_path / "salt"
+    path.write_text(content)
+
+    with pytest.raises(ConfigurationError, match=r"holds no salt.*every replica must share"):
+        Redactor.from_file(path)
