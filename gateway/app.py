@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
@@ -122,6 +123,8 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
         config.store.url,
         durable=config.store.durable,
         idle_transaction_timeout_s=config.store.idle_transaction_timeout_s,
+        pool_size=config.store.pool_size,
+        max_overflow=config.store.max_overflow,
     )
     if not store.is_migrated():
         empty = store.is_empty()
@@ -377,8 +380,12 @@ def _principal_of_user(runtime: Runtime) -> Any:
 def _transport_security(config: WritConfig) -> TransportSecuritySettings | None:
     server = config.server
     if server.allowed_hosts is not None:
+        origins = server.allowed_origins
+        if origins is None:
+            public = urlsplit(server.base_url)
+            origins = [f"{public.scheme}://{public.netloc}"] if server.public_url else []
         return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=server.allowed_hosts
+            enable_dns_rebinding_protection=True, allowed_hosts=server.allowed_hosts, allowed_origins=origins
         )
     if server.host in ("127.0.0.1", "localhost", "::1"):
         return TransportSecuritySettings(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gateway.approvals import ApprovalsConfig
 from gateway.errors import ConfigurationError
 from gateway.telemetry import TelemetryConfig
-from store.db import IDLE_TRANSACTION_TIMEOUT_S
+from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
@@ -33,6 +33,9 @@ class ServerConfig(_Section):
     """The URL clients use to reach Writ (the OAuth resource is `{public_url}/mcp`)."""
     allowed_hosts: list[str] | None = None
     """Host headers accepted on /mcp (DNS-rebinding protection); defaults to localhost when bound there."""
+    allowed_origins: list[str] | None = None
+    """Origin headers accepted on /mcp with `allowed_hosts` (browser-based clients send one); default:
+    the origin of `public_url`. A request without an Origin (not from a browser) is not affected."""
     stateless_http: bool = False
     json_response: bool = True
     """Answer each POST with one JSON body. Writ sends nothing mid-call, so an SSE stream per request
@@ -76,6 +79,10 @@ class StoreConfig(_Section):
 
     Every write holds the log head until it commits, so a replica frozen mid-write (SIGSTOP, a VM pause)
     would stall the writers of every replica until it woke; this bounds the stall."""
+    pool_size: int = Field(default=POOL_SIZE, ge=1)
+    """PostgreSQL only: connections each process keeps open to the database."""
+    max_overflow: int = Field(default=MAX_OVERFLOW, ge=0)
+    """PostgreSQL only: connections opened beyond `pool_size` under load, closed when returned."""
 
 
 class WorkersConfig(_Section):

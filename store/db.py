@@ -39,6 +39,8 @@ IDLE_TRANSACTION_TIMEOUT_S = 15.0
 
 PING_AFTER_IDLE_S = 1.0
 """A pooled PostgreSQL connection idle for longer than this is pinged before it is used again."""
+POOL_SIZE, MAX_OVERFLOW = 10, 10
+"""PostgreSQL connections a process keeps open, and may open beyond those under load."""
 
 
 def create_store_engine(
@@ -47,18 +49,22 @@ def create_store_engine(
     durable: bool = True,
     idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S,
     ping_after_idle_s: float = PING_AFTER_IDLE_S,
+    pool_size: int = POOL_SIZE,
+    max_overflow: int = MAX_OVERFLOW,
 ) -> Engine:
     """An engine configured so that concurrent writers serialize instead of failing."""
     parsed = normalize_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, durable=durable)
+    engine = create_engine(parsed, pool_size=pool_size, max_overflow=max_overflow)
     return _postgres_engine(
-        parsed, idle_transaction_timeout_s=idle_transaction_timeout_s, ping_after_idle_s=ping_after_idle_s
+        engine, idle_transaction_timeout_s=idle_transaction_timeout_s, ping_after_idle_s=ping_after_idle_s
     )
 
 
-def _postgres_engine(url: URL, *, idle_transaction_timeout_s: float, ping_after_idle_s: float) -> Engine:
-    engine = create_engine(url, pool_size=10, max_overflow=10)
+def _postgres_engine(
+    engine: Engine, *, idle_transaction_timeout_s: float, ping_after_idle_s: float
+) -> Engine:
     _ping_after_idle(engine, ping_after_idle_s)
     if idle_transaction_timeout_s <= 0:
         return engine

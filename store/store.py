@@ -15,7 +15,14 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, recording, revoking
-from store.db import IDLE_TRANSACTION_TIMEOUT_S, PING_AFTER_IDLE_S, READ_ONLY, create_store_engine
+from store.db import (
+    IDLE_TRANSACTION_TIMEOUT_S,
+    MAX_OVERFLOW,
+    PING_AFTER_IDLE_S,
+    POOL_SIZE,
+    READ_ONLY,
+    create_store_engine,
+)
 from store.events import parse_event
 from store.log import Append, envelope_of, read_pages
 from store.model import (
@@ -77,13 +84,16 @@ class Store(Settlement, Queues, Reads):
         durable: bool = True,
         idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S,
         ping_after_idle_s: float = PING_AFTER_IDLE_S,
+        pool_size: int = POOL_SIZE,
+        max_overflow: int = MAX_OVERFLOW,
     ) -> Store:
         """Connect lazily to `sqlite:///path` or `postgresql://...`.
 
         `durable=False` relaxes SQLite's fsyncs. On PostgreSQL, a session idle inside a transaction for
         `idle_transaction_timeout_s` is ended by the server, so a writer frozen mid-transaction holds the
         log head at most that long (0 leaves the server's setting); a pooled connection unused for longer
-        than `ping_after_idle_s` is checked before it is used again.
+        than `ping_after_idle_s` is checked before it is used again; a process keeps `pool_size`
+        connections and opens at most `max_overflow` more.
         """
         return cls(
             create_store_engine(
@@ -91,6 +101,8 @@ class Store(Settlement, Queues, Reads):
                 durable=durable,
                 idle_transaction_timeout_s=idle_transaction_timeout_s,
                 ping_after_idle_s=ping_after_idle_s,
+                pool_size=pool_size,
+                max_overflow=max_overflow,
             )
         )
 

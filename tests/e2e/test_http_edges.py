@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import httpx2
 import pytest
 
-from tests.e2e.harness import Backend, Gateway
+from tests.e2e.harness import Backend, Gateway, writ_gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -302,3 +304,33 @@ def test_an_api_body_over_the_limit_is_refused_with_413_without_being_read(sqlit
     # An ordinary body still reaches the handler.
     response = httpx2.post(url, json={"decision": "approve"}, headers=headers, timeout=10)
     assert response.status_code == 404, response.text
+
+
+def test_with_allowed_hosts_a_browser_client_from_the_public_origin_is_served_and_others_get_403(
+    tmp_path: Path, backend: Backend
+) -> None:
+    server = {"public_url": "http://writ.example", "allowed_hosts": ["127.0.0.1:*"]}
+    with writ_gateway(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", server=server) as gateway:
+        token = gateway.token("alice")
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "browser", "version": "1"},
+                },
+            }
+        )
+
+        def from_origin(origin: str | None) -> httpx2.Response:
+            headers = {"Authorization": f"Bearer {token}", **MCP_HEADERS} | (
+                {"Origin": origin} if origin else {}
+            )
+            return httpx2.post(gateway.mcp_url, content=body, headers=headers, timeout=10)
+
+        assert from_origin(None).status_code == 200
+        assert from_origin("http://writ.example").status_code == 200
+        assert from_origin("http://evil.example").status_code == 403

@@ -53,3 +53,10 @@ def test_a_connection_used_a_moment_ago_is_not_pinged_and_a_dead_one_costs_one_u
 
         admission = store.admit(call_request(tool_call_id="tc-2"))
         assert admission.owns_dispatch
+
+
+def test_the_pool_keeps_at_most_the_configured_connections_and_overflow(pg_schema_url: str) -> None:
+    with Store.open(pg_schema_url, pool_size=1, max_overflow=1) as store:
+        store.migrate()
+        pool = store.engine.pool
+        assert (pool.size(), pool._max_overflow) == (1, 1)
