@@ -41,6 +41,10 @@ class Plug:
             with contextlib.suppress(OSError):
                 # SO_LINGER 0: close with a RST, as a dead peer's network would, not a polite FIN.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                # A pump thread is blocked in recv on this socket, and the kernel closes a socket only
+                # once no call is using it: without this, close() sends nothing and PostgreSQL keeps the
+                # session (and any lock it holds) until its own timeouts end it.
+                sock.shutdown(socket.SHUT_RD)
             sock.close()
 
     def _accept(self, listener: socket.socket) -> None:
