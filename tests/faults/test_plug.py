@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.faults.plug import plugged
+from tests.faults.plug import plugged, through
 
 pytestmark = [pytest.mark.postgres]
 
@@ -17,7 +17,7 @@ def test_pulling_the_plug_ends_the_relayed_session_and_frees_the_locks_it_held(p
     key = secrets.randbits(62)
     port = make_url(postgres_url).port or 5432
     with plugged(port) as plug:
-        relayed = psycopg.connect(postgres_url.replace(f":{port}/", f":{plug.port}/", 1))
+        relayed = psycopg.connect(through(plug, postgres_url))
         relayed.execute("SELECT pg_advisory_xact_lock(%s)", (key,))  # held until the transaction ends
         plug.pull()
         with psycopg.connect(postgres_url, autocommit=True) as direct:
