@@ -249,7 +249,8 @@ class Campaign:
 def format_table(table: dict[str, dict[str, int]]) -> str:
     columns = ("trials", "effects", "duplicates", "lost", "unresolved", "wrong")
     lines = [f"{'fault':<32}" + "".join(f"{c:>12}" for c in columns)]
-    for name, row in table.items():
+    order = [*POINTS, *BACKEND_FAULTS, *STORE_FAULTS]  # the crashes first, then the faults in between
+    for name, row in sorted(table.items(), key=lambda item: order.index(item[0])):
         lines.append(f"{name:<32}" + "".join(f"{row[c]:>12}" for c in columns))
     totals = {c: sum(row[c] for row in table.values()) for c in columns}
     lines.append(f"{'total':<32}" + "".join(f"{totals[c]:>12}" for c in columns))

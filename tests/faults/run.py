@@ -2,7 +2,8 @@
 
 `--store` picks the store it runs on: sqlite, postgres (a fresh schema on WRIT_TEST_POSTGRES_URL's
 server, dropped after) or both (the default), one after the other. Prints each store's table (fault, trials,
-effects, duplicates, lost, unresolved, wrong); exits non-zero if any invariant broke.
+effects, duplicates, lost, unresolved, wrong); exits non-zero if any invariant broke. Other arguments
+go to pytest.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200, help="trials per store (default: 200)")
     parser.add_argument("--store", choices=list(STORES), default="both")
-    args = parser.parse_args()
+    args, pytest_args = parser.parse_known_args()  # the rest goes to pytest, e.g. --basetemp=DIR
     os.environ["WRIT_FAULT_TRIALS"] = str(args.trials)
     os.chdir(REPO)
     sys.path.insert(0, str(REPO))
     test = "tests/faults/test_crash_safety.py"
-    return int(pytest.main(["-q", "-x", test, "-k", STORES[args.store]]))
+    return int(pytest.main(["-q", "-x", test, "-k", STORES[args.store], *pytest_args]))
 
 
 if __name__ == "__main__":
