@@ -18,13 +18,15 @@ def test_pulling_the_plug_ends_the_relayed_session_and_frees_the_locks_it_held(p
     port = make_url(postgres_url).port or 5432
     with plugged(port) as plug:
         relayed = psycopg.connect(through(plug, postgres_url))
-        relayed.execute("SELECT pg_advisory_xact_lock(%s)", (key,))  # held until the transaction ends
-        plug.pull()
-        with psycopg.connect(postgres_url, autocommit=True) as direct:
-            # Well inside any server-side timeout: only a session the server saw end lets go this soon.
-            direct.execute("SET lock_timeout = '5s'")
-            direct.execute("SELECT pg_advisory_lock(%s)", (key,))
-            direct.execute("SELECT pg_advisory_unlock(%s)", (key,))
-        with pytest.raises(psycopg.OperationalError):
-            relayed.execute("SELECT 1")
-        relayed.close()
+        try:
+            relayed.execute("SELECT pg_advisory_xact_lock(%s)", (key,))  # held until the transaction ends
+            plug.pull()
+            with psycopg.connect(postgres_url, autocommit=True) as direct:
+                # Well inside any server-side timeout: only a session the server saw end lets go this soon.
+                direct.execute("SET lock_timeout = '5s'")
+                direct.execute("SELECT pg_advisory_lock(%s)", (key,))
+                direct.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            with pytest.raises(psycopg.OperationalError):
+                relayed.execute("SELECT 1")
+        finally:
+            relayed.close()
