@@ -11,12 +11,14 @@ import socket
 import threading
 from collections.abc import Iterator
 
+from sqlalchemy.engine import make_url
+
 from tests.e2e.harness import free_port
 
 
 class Plug:
     def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
-        self.host, self.port, self._target = host, free_port(), (host, target_port)
+        self.host, self.port, self.target_port = host, free_port(), target_port
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
@@ -41,6 +43,10 @@ class Plug:
             with contextlib.suppress(OSError):
                 # SO_LINGER 0: close with a RST, as a dead peer's network would, not a polite FIN.
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                # A pump thread is blocked in recv on this socket, and the kernel closes a socket only
+                # once no call is using it: without this, close() sends nothing and PostgreSQL keeps the
+                # session (and any lock it holds) until its own timeouts end it.
+                sock.shutdown(socket.SHUT_RD)
             sock.close()
 
     def _accept(self, listener: socket.socket) -> None:
@@ -50,7 +56,7 @@ class Plug:
             except OSError:
                 return
             try:
-                server = socket.create_connection(self._target, timeout=5)
+                server = socket.create_connection((self.host, self.target_port), timeout=5)
             except OSError:
                 client.close()
                 continue
@@ -84,3 +90,10 @@ def plugged(target_port: int) -> Iterator[Plug]:
         yield plug
     finally:
         plug.pull()
+
+
+def through(plug: Plug, url: str) -> str:
+    """The store URL, with the database reached through the plug."""
+    parsed = make_url(url)
+    assert parsed.port in (None, plug.target_port)
+    return parsed.set(host=plug.host, port=plug.port).render_as_string(hide_password=False)

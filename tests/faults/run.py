@@ -1,7 +1,9 @@
 """Run the fault campaign with more trials than CI does: `python tests/faults/run.py --trials 2000`.
 
-Prints the table (fault, trials, duplicates, lost, unresolved, wrong); exits non-zero if any invariant
-broke.
+`--store` picks the store it runs on: sqlite, postgres (a fresh schema on WRIT_TEST_POSTGRES_URL's
+server, dropped after) or both (the default), one after the other. Prints each store's table (fault, trials,
+effects, duplicates, lost, unresolved, wrong); exits non-zero if any invariant broke. Other arguments
+go to pytest.
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+STORES = {"sqlite": "sqlite", "postgres": "postgres", "both": "sqlite or postgres"}
+"""The test's parameter ids each choice selects (by `pytest -k`)."""
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=200)
-    args = parser.parse_args()
+    parser.add_argument("--trials", type=int, default=200, help="trials per store (default: 200)")
+    parser.add_argument("--store", choices=list(STORES), default="both")
+    args, pytest_args = parser.parse_known_args()  # the rest goes to pytest, e.g. --basetemp=DIR
     os.environ["WRIT_FAULT_TRIALS"] = str(args.trials)
     os.chdir(REPO)
     sys.path.insert(0, str(REPO))
-    return int(pytest.main(["-q", "-x", "tests/faults/test_crash_safety.py"]))
+    test = "tests/faults/test_crash_safety.py"
+    return int(pytest.main(["-q", "-x", test, "-k", STORES[args.store], *pytest_args]))
 
 
 if __name__ == "__main__":

@@ -15,32 +15,20 @@ from typing import Any
 import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
-from sqlalchemy.engine import make_url
 
 from gateway.faults import STOP_ENV
 from store import Store
 from tests.e2e.harness import Backend, mcp_client
-from tests.faults.campaign import ARGS
-from tests.faults.plug import Plug, plugged
+from tests.faults.campaign import ARGS, stopped
+from tests.faults.plug import plugged, through
 from tests.faults.test_replicas import Replica, replica, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.postgres]
 
 
-def through(plug: Plug, url: str) -> str:
-    """The store URL, with the database reached through the plug."""
-    parsed = make_url(url)
-    assert parsed.port in (None, 5432)
-    return parsed.set(host=plug.host, port=plug.port).render_as_string(hide_password=False)
-
-
 async def refund(writ: Replica, key: str) -> Any:
     async with mcp_client(writ.url, writ.token, mode="2026-07-28") as client:
         return await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": key})
-
-
-def stopped(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
 async def test_with_the_database_gone_a_call_is_refused_clearly_and_nothing_is_sent(
