@@ -52,7 +52,12 @@ class StaleLease(StoreError):
 
 
 class Unavailable(StoreError):
-    """The database could not be reached or stayed locked past the timeout; the write did not happen."""
+    """The database could not be reached or stayed locked past the timeout, or the connection was lost.
+
+    The write did not happen, except when the connection was lost while its COMMIT was on the way: then
+    it may have. Callers treat the write as in doubt (a call admitted that way is never dispatched by
+    this process; its lease runs out and reconciliation settles it).
+    """
 
     retryable = True
 
