@@ -33,9 +33,9 @@ META_KEY = "writ/idempotencyKey"
 META_RUN = "writ/runId"
 STORE_UNAVAILABLE = (
     "Writ's store is unavailable, so this call was not carried out: nothing was sent to the backend. "
-    "Retry later with the same writ/idempotencyKey: it cannot cause a second effect, and if the call "
-    "was recorded after all, the retry reports that call's state (it is then never sent, and settles "
-    "as failed: use a new key for the effect)."
+    "Retry later with the same writ/idempotencyKey: it cannot cause a second effect. If the call was "
+    "recorded after all, the retry reports that call's state instead: it was never sent, and once Writ "
+    "has settled it as failed, a new key carries the effect."
 )
 WITHDRAWN = "withdrawn by the requester (tasks/cancel)"
 NOT_CANCELLED = "Writ's store is unavailable, so the task was not cancelled. Try again later."
