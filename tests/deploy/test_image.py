@@ -17,19 +17,18 @@ import re
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx2
 import pytest
-import sqlalchemy as sa
 import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.deploy import files
 from tests.e2e.harness import free_port, mcp_client, stop, wait_http
+from tests.postgres import fresh_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.postgres]
 
@@ -144,16 +143,8 @@ def _runtime_run(image: Image, args: str) -> None:
 
 @pytest.fixture
 def pg_schema_url(postgres_url: str) -> Iterator[str]:
-    schema = f"writ_deploy_{uuid.uuid4().hex[:10]}"
-    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{postgres_url}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
+    with fresh_schema(postgres_url, "writ_deploy") as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from tests.e2e.harness import Backend, Gateway, acme_backend, writ_gateway
+from tests.postgres import fresh_schema
 
 
 @pytest.fixture
@@ -24,16 +23,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str)
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'writ.db'}"
         return
-    schema = f"writ_e2e_{uuid.uuid4().hex[:10]}"
-    engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://", 1))
-    with engine.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{postgres_url}?options=-csearch_path%3D{schema}"
-    finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        engine.dispose()
+    with fresh_schema(postgres_url, "writ_e2e") as url:
+        yield url
 
 
 @pytest.fixture

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from store import Store
+from tests.postgres import fresh_schema
 
 
 @pytest.fixture
 def pg_schema_url(postgres_url: str) -> Iterator[str]:
     """A URL whose search_path is a fresh schema, dropped afterwards; fails if PostgreSQL is down."""
-    schema = f"writ_t_{secrets.token_hex(6)}"
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f'CREATE SCHEMA "{schema}"')
-    separator = "&" if "?" in postgres_url else "?"
-    try:
-        yield f"{postgres_url}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    with fresh_schema(postgres_url) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
