@@ -201,12 +201,15 @@ def test_a_client_slow_with_its_body_gets_a_json_rpc_408_and_nothing_is_recorded
     assert closed is not None, "the connection is still open"
     assert time.monotonic() - start <= LIMIT_S + SLACK_S
     received = closed[0]
-    assert received.startswith(b"HTTP/1.1 408 "), received
-    assert b"connection: close" in received.lower()
-    answer = json.loads(received.partition(b"\r\n\r\n")[2])
-    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
-    assert answer["error"]["code"] == -32600
-    assert answer["error"]["message"] == "request body not received within 1 s"
+    # A client still sending when the server closes gets a TCP reset, which may discard the 408 before
+    # the client reads it (seen once with h11 on a loaded machine): then only the cut is observable.
+    if received or how == "stalls":
+        assert received.startswith(b"HTTP/1.1 408 "), received
+        assert b"connection: close" in received.lower()
+        answer = json.loads(received.partition(b"\r\n\r\n")[2])
+        assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+        assert answer["error"]["code"] == -32600
+        assert answer["error"]["message"] == "request body not received within 1 s"
     assert backend.refunds() == []
     assert "refund_order" not in slow_gateway.cli("calls", "list").stdout
     assert "Traceback" not in (slow_gateway.workdir / "writ.log").read_text()
