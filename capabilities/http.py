@@ -161,11 +161,27 @@ def _records(body: Any) -> Any:
     return body
 
 
-def _query(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        key: value if isinstance(value, str | int | float | bool) or value is None else compact_json(value)
-        for key, value in values.items()
-    }
+def _with_query(path: str, values: Mapping[str, Any]) -> str:
+    """The path with `values` added to the query it already has.
+
+    httpx2's `params=` replaces a URL's query instead of extending it, even when empty, so a template
+    such as `/search?kind=open&q={q}` would lose `kind` (and `q`) on every GET or DELETE.
+    """
+    if not values:
+        return path
+    query = str(
+        httpx2.QueryParams(
+            {
+                key: value
+                if isinstance(value, str | int | float | bool) or value is None
+                else compact_json(value)
+                for key, value in values.items()
+            }
+        )
+    )
+    if "?" not in path:
+        return f"{path}?{query}"
+    return path + query if path.endswith(("?", "&")) else f"{path}&{query}"
 
 
 class HttpExecutor:
@@ -228,7 +244,10 @@ class HttpExecutor:
         except PathSegmentError as exc:
             return failed_outcome(invocation, "invalid_arguments", str(exc))
         method = route.request.method
-        body = {"json": rest} if method in _BODY_METHODS else {"params": _query(rest)}
+        if method in _BODY_METHODS:
+            body: dict[str, Any] = {"json": rest}
+        else:
+            path, body = _with_query(path, rest), {}
         headers = {
             route.idempotency_header: invocation.idempotency_key,
             "X-Request-Id": invocation.external_request_id,

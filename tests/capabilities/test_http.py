@@ -38,6 +38,7 @@ CAPABILITIES = [
         reconcile={"method": "GET", "path": "/refunds?idempotency_key={idempotency_key}"},
     ),
     capability("get-order", "GET", "/orders/{order_id}", effect="read", tool="get_order"),
+    capability("get-order-view", "GET", "/orders/{order_id}?view=full&by={who}", effect="read"),
     capability("reject", "POST", "/reject"),
     capability("commit-then-500", "POST", "/commit-then-500"),
     capability("read-500", "GET", "/commit-then-500", effect="read"),
@@ -116,6 +117,16 @@ async def test_path_arguments_are_url_quoted_and_the_rest_become_query_parameter
 
     assert outcome.kind == "completed"
     assert outcome.result.structured == {"order_id": "a b?c#d", "query": {"expand": "lines"}}
+
+
+async def test_a_query_in_the_path_template_is_kept_and_the_other_arguments_are_added_to_it(
+    acme: Registry,
+) -> None:
+    alone = await call(acme, "get-order-view", {"order_id": "1", "who": "a&b=c"})
+    more = await call(acme, "get-order-view", {"order_id": "1", "who": "ü", "expand": "lines", "n": 2})
+
+    assert alone.result.structured["query"] == {"view": "full", "by": "a&b=c"}
+    assert more.result.structured["query"] == {"view": "full", "by": "ü", "expand": "lines", "n": "2"}
 
 
 async def test_a_text_body_becomes_one_text_block_and_a_json_list_is_wrapped_as_result(
