@@ -177,6 +177,25 @@ def test_duplicate_tool_names_are_a_config_error() -> None:
         Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
 
 
+def test_a_redact_field_missing_from_the_input_schema_is_a_config_error() -> None:
+    # A misspelt name redacted nothing: the card number it meant was stored and shown in clear.
+    data = example()
+    data["capabilities"][0]["redact"] = ["card_last_4"]
+
+    with pytest.raises(ConfigError, match="capability 'refund-order': redact names card_last_4"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_a_tool_name_the_gateway_reserves_is_a_config_error() -> None:
+    data = example()
+    data["capabilities"][0]["tool"] = "writ_call_status"
+
+    with pytest.raises(ConfigError, match="'writ_call_status' is Writ's own tool"):
+        Registry.from_config(
+            data["backends"], data["capabilities"], environ=ENV, reserved=frozenset({"writ_call_status"})
+        )
+
+
 def test_stdio_upstreams_take_secrets_from_env_from_and_refuse_http_auth() -> None:
     stdio = {"type": "mcp", "command": ["srv"], "env_from": {"TOKEN": "HOST_TOKEN"}}
 
