@@ -66,6 +66,19 @@ def test_a_bad_config_file_is_refused_with_a_message_that_names_the_problem(
         load_config(path)
 
 
+def test_a_bad_config_file_gets_one_line_per_problem_without_pydantic_links(tmp_path: Path) -> None:
+    path = tmp_path / "writ.yaml"
+    path.write_text("server: {port: http}\npolcy: {rules: []}\n")
+    with pytest.raises(ConfigurationError) as refused:
+        load_config(path)
+
+    assert str(refused.value) == (
+        f"{path}: invalid config:\n"
+        "  server.port: Input should be a valid integer, unable to parse string as an integer\n"
+        "  polcy: Extra inputs are not permitted"
+    )
+
+
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not found"):
         load_config(tmp_path / "nope.yaml")
