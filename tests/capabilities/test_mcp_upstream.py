@@ -148,6 +148,16 @@ async def test_discovery_refuses_config_that_names_unknown_upstream_tools(upstre
         await registry.start()
 
 
+async def test_discovery_refuses_an_override_redacting_a_field_the_upstream_tool_lacks(
+    upstream_url: str,
+) -> None:
+    # `redact: [pth]` redacted nothing: the path was stored and shown in clear.
+    registry = build(files_backend(upstream_url, overrides={"read_file": {"redact": ["pth"]}}))
+
+    with pytest.raises(ConfigError, match=r"overrides.read_file.redact names pth"):
+        await registry.start()
+
+
 async def test_two_upstream_tools_exposed_under_one_name_are_refused(upstream_url: str) -> None:
     registry = build(files_backend(upstream_url, rename={"fail": "read_file"}))
 
