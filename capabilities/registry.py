@@ -130,6 +130,7 @@ class Registry:
                 http.add_route(cap.id, HttpRoute(cap.request, cap.idempotency_header, cap.reconcile))
             _check_schema(schema, owner)
             _check_redact_fields(cap.redact, schema, owner)
+            _check_lookup_fields(cap, owner)
             timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
             static.append(_capability(cap, schema, timeout))
         return cls(executors, static, reserved=reserved)
@@ -256,6 +257,18 @@ def _check_redact_fields(redact: Sequence[str], schema: Mapping[str, Any], owner
     unknown = [name for name in redact if name not in properties]
     if unknown:
         raise ConfigError(f"{owner}: redact names {', '.join(unknown)}, not in input_schema.properties")
+
+
+def _check_lookup_fields(cap: CapabilityConfig, owner: str) -> None:
+    # The reconciler has the arguments as stored: a redacted one only as its hash, which it would
+    # send to the backend as if it were the value, and find nothing.
+    if cap.reconcile is None:
+        return
+    redacted = [name for name in template_fields(cap.reconcile.path) if name in cap.redact]
+    if redacted:
+        raise ConfigError(
+            f"{owner}: reconcile.path uses {', '.join(redacted)}, which is redacted (only its hash is kept)"
+        )
 
 
 def _check_path_fields(cap: CapabilityConfig, schema: Mapping[str, Any], owner: str) -> None:

@@ -186,6 +186,16 @@ def test_a_redact_field_missing_from_the_input_schema_is_a_config_error() -> Non
         Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
 
 
+def test_a_reconcile_lookup_naming_a_redacted_field_is_a_config_error() -> None:
+    # The reconciler has only the field's hash, and sent it to the backend as the value.
+    data = example()
+    data["capabilities"][0]["redact"] = ["order_id"]
+    data["capabilities"][0]["reconcile"]["path"] = "/refunds?order_id={order_id}"
+
+    with pytest.raises(ConfigError, match="reconcile.path uses order_id, which is redacted"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
 def test_a_tool_name_the_gateway_reserves_is_a_config_error() -> None:
     data = example()
     data["capabilities"][0]["tool"] = "writ_call_status"
