@@ -288,5 +288,6 @@ class AuditReport:
     events_checked: int
     first_bad_seq: int | None = None
     problem: str | None = None
-    """`edited`, `deleted`, `inserted`, `reordered`, `truncated` or `broken_chain`, with detail."""
+    """`edited`, `deleted`, `inserted`, `reordered`, `truncated`, `broken_chain` or `head_missing`,
+    with detail."""
     detail: str | None = None
