@@ -8,7 +8,7 @@ from sqlalchemy import Connection, Row, func, select
 
 from store import events as ev
 from store.log import envelope_of, read_pages
-from store.model import AuditReport
+from store.model import AuditReport, CorruptEvent
 from store.schema import events, log_head
 
 Finding = tuple[str, int, str]
@@ -57,7 +57,7 @@ def _check(row: Row[Any], following: Row[Any] | None, expected: int, prev_hash: 
         return ("deleted", expected, f"seq {expected} is missing; the next event has seq {row.seq}")
     try:
         envelope = envelope_of(row)
-    except (ValueError, TypeError):  # json.loads of a payload that is not JSON text (or not text)
+    except CorruptEvent:
         return ("edited", row.seq, f"event {row.seq}'s payload is not JSON")
     if ev.compute_hash(envelope) != row.hash:
         return _explain_mismatch(row, following, envelope)

@@ -61,6 +61,15 @@ class ConfirmationMismatch(StoreError):
     """A confirmation answer names another confirmation or another action than the call awaits."""
 
 
+class CorruptEvent(StoreError):
+    """A stored event cannot be read back as an event (its payload is not JSON, or not of its type's
+    shape): the log was altered behind the store's back."""
+
+    def __init__(self, seq: Any, what: str) -> None:
+        super().__init__(f"event {seq} {what}: the log was altered (writ audit verify names the damage)")
+        self.seq = seq
+
+
 class KeyClaimLost(StoreError):
     """Another call took the idempotency key between reading and claiming it."""
 
