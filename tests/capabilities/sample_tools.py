@@ -79,3 +79,11 @@ def ledger_entry() -> dict[str, object]:
         "pair": (1, 2),
         3: "an int key",
     }
+
+
+def unstorable() -> dict[str, object]:
+    """Strings with no UTF-8 form and nesting too deep to print, as a buggy callable returns them."""
+    deep: dict[str, object] = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    return {"name": "\ud800", "\udcff": 1, "deep": deep}
