@@ -311,6 +311,26 @@ async def test_a_stdio_upstream_is_called_with_secrets_passed_through_its_enviro
     assert outcome.result.structured["key"] == "k-7"
 
 
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"command": ["/nonexistent/server"]}, "command '/nonexistent/server' cannot be started"),
+        (
+            {"command": [sys.executable, "-c", "pass"], "cwd": "/nonexistent"},
+            "cwd '/nonexistent' is not a dir",
+        ),
+    ],
+)
+async def test_a_stdio_upstream_that_cannot_be_spawned_names_the_command_or_the_cwd(
+    settings: dict[str, Any], named: str
+) -> None:
+    # Both were "cannot connect: FileNotFoundError: [Errno 2] No such file or directory".
+    registry = Registry.from_config({"local": {"type": "mcp", **settings}}, [])
+
+    with pytest.raises(BackendUnavailable, match=named):
+        await registry.start()
+
+
 async def test_a_dead_stdio_session_is_reopened_on_the_next_call(gate: Path) -> None:
     async with stdio_registry(gate) as registry:
         first = await call(registry, "whoami")
