@@ -118,6 +118,25 @@ def test_the_registry_builds_static_capabilities_from_the_example() -> None:
             ),
             "plain argument name",
         ),
+        # Header names and values httpx2 refuses only when a request is sent: every call failed.
+        (
+            lambda d: d["capabilities"][0].update(idempotency_header="Idempotency Key"),
+            "capability 'refund-order': idempotency_header: 'Idempotency Key' is not an HTTP header name",
+        ),
+        (
+            lambda d: d["backends"]["acme"].update(
+                auth={"type": "header", "header": "X-Key:", "token_env": "K"}
+            ),
+            "backend 'acme': auth.header: 'X-Key:' is not an HTTP header name",
+        ),
+        (
+            lambda d: d["backends"]["acme"].update(headers={"X-Api-Version": "2\r\nX-Injected: 1"}),
+            "backend 'acme': headers: the value of 'X-Api-Version' holds a line break",
+        ),
+        (
+            lambda d: d["backends"]["files"].update(headers={"Bad Name": "1"}),
+            "backend 'files': headers: 'Bad Name' is not an HTTP header name",
+        ),
     ],
 )
 def test_invalid_config_is_a_config_error_naming_the_backend_or_capability(
