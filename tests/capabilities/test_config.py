@@ -10,6 +10,7 @@ import yaml
 
 from capabilities.config import HttpBackend, McpBackend, parse_config
 from capabilities.contract import ConfigError
+from capabilities.credentials import Credentials
 from capabilities.registry import Registry
 
 EXAMPLE = """
@@ -168,6 +169,30 @@ def test_a_missing_or_empty_secret_file_is_a_config_error(tmp_path: Path) -> Non
     (tmp_path / "acme.token").write_text("\n")
     with pytest.raises(ConfigError, match="empty"):
         Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("auth", [{"type": "bearer"}, {"type": "header", "header": "X-Key"}])
+def test_a_secret_of_more_than_one_line_is_a_config_error_that_does_not_show_it(
+    tmp_path: Path, auth: dict[str, Any]
+) -> None:
+    # httpx2 refused every request, and its error quoted the header, secret and all, into the
+    # call's result, its events and the log (scrubbing missed the escaped \n form).
+    data = example()
+    data["backends"]["acme"]["auth"] = {**auth, "token_file": "acme.token"}
+    (tmp_path / "acme.token").write_text("first-SECRET\nsecond-SECRET\n")
+
+    with pytest.raises(ConfigError, match="acme.token holds a line break") as refused:
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+    assert "SECRET" not in str(refused.value)
+
+
+def test_scrubbing_also_masks_a_secret_as_python_escapes_it() -> None:
+    credentials = Credentials(headers={}, secrets=("a\nb-SECRET",))
+
+    assert (
+        credentials.scrub("Illegal header value b'Bearer a\\nb-SECRET'")
+        == "Illegal header value b'Bearer ***'"
+    )
 
 
 def test_an_invalid_input_schema_is_a_config_error() -> None:
