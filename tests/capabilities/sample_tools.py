@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -87,3 +88,14 @@ def unstorable() -> dict[str, object]:
     for _ in range(5000):
         deep = {"a": deep}
     return {"name": "\ud800", "\udcff": 1, "deep": deep}
+
+
+def exits(how: str = "exit") -> None:
+    """A callable that ends the process the way scripts do, or thinks it was interrupted."""
+    if how == "exit":
+        sys.exit(3)
+    raise KeyboardInterrupt
+
+
+async def exits_async() -> None:
+    raise SystemExit(4)

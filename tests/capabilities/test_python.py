@@ -102,6 +102,22 @@ async def test_an_exception_is_failed_with_its_type_and_message() -> None:
     assert outcome.result is not None and outcome.result.is_error
 
 
+async def test_sys_exit_or_keyboard_interrupt_in_a_callable_is_failed_not_raised() -> None:
+    # They passed `except Exception`: a bare 500 to the client, and the call left dispatching.
+    capabilities = [
+        {"id": "exits", "callable": f"{MODULE}:exits"},
+        {"id": "exits-async", "callable": f"{MODULE}:exits_async"},
+    ]
+    async with build(*capabilities) as registry:
+        exited = await run(registry, "exits", {"how": "exit"})
+        interrupted = await run(registry, "exits", {"how": "interrupt"})
+        exited_async = await run(registry, "exits-async")
+
+    assert (exited.kind, exited.error, exited.detail) == ("failed", "exception", "SystemExit: 3")
+    assert (interrupted.kind, interrupted.detail) == ("failed", "KeyboardInterrupt: ")
+    assert (exited_async.kind, exited_async.detail) == ("failed", "SystemExit: 4")
+
+
 async def test_wrong_arguments_are_failed_not_raised() -> None:
     async with build({"id": "add", "callable": f"{MODULE}:add"}) as registry:
         outcome = await run(registry, "add", {"c": 1})
