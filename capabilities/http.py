@@ -309,6 +309,13 @@ class HttpExecutor:
             return ReconcileResult("not_found", evidence=evidence)
         success = 200 <= response.status_code < 300
         body = parse_json(self._credentials.scrub(response.text)) if success else None
+        if isinstance(body, dict) and isinstance(body.get("found"), bool):
+            # As for an MCP lookup: `{"found": false}` is a non-empty object, and was taken for the
+            # record of an effect the backend says it does not have (completed, confirmed_success).
+            if not body["found"]:
+                return ReconcileResult("not_found", evidence={**evidence, "found": False})
+            record = {k: v for k, v in body.items() if k != "found"}
+            return ReconcileResult("succeeded", json_result(record or body), {**evidence, "found": True})
         body = _records(body)
         if isinstance(body, list) and not body:
             return ReconcileResult("not_found", evidence=evidence)

@@ -38,6 +38,12 @@ CAPABILITIES = [
         reconcile={"method": "GET", "path": "/refunds?idempotency_key={idempotency_key}"},
     ),
     capability("get-order", "GET", "/orders/{order_id}", effect="read", tool="get_order"),
+    capability(
+        "refund-flagged",
+        "POST",
+        "/refunds",
+        reconcile={"method": "GET", "path": "/refunds/lookup?idempotency_key={idempotency_key}"},
+    ),
     capability("get-order-view", "GET", "/orders/{order_id}?view=full&by={who}", effect="read"),
     capability("reject", "POST", "/reject"),
     capability("commit-then-500", "POST", "/commit-then-500"),
@@ -316,6 +322,26 @@ async def test_reconcile_reports_not_found_when_the_backend_has_no_record(acme: 
     result = await acme.executor(cap).reconcile(invocation(cap, {"amount": 10}))
 
     assert result.verdict == "not_found"
+
+
+async def test_reconcile_honours_a_found_flag_as_mcp_lookups_do(acme: Registry) -> None:
+    # {"found": false, ...} is a non-empty object: it was the record of a success.
+    cap = acme.get("refund-flagged")
+    assert cap is not None
+    sent = invocation(cap, {"order_id": "1001", "amount": 10})
+    await acme.executor(cap).execute(sent)
+
+    missing = await acme.executor(cap).reconcile(invocation(cap, {"amount": 10}))
+    found = await acme.executor(cap).reconcile(sent)
+
+    assert (missing.verdict, missing.evidence["found"]) == ("not_found", False)
+    assert found.verdict == "succeeded" and found.result is not None
+    assert found.result.structured == {
+        "refund_id": "r1",
+        "idempotency_key": sent.idempotency_key,
+        "order_id": "1001",
+        "amount": 10,
+    }
 
 
 async def test_reconcile_is_inconclusive_when_the_backend_is_unreachable() -> None:
