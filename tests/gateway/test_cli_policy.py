@@ -8,6 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gateway.cli import app
+from gateway.errors import ConfigurationError
 
 RULES = [
     {"id": "agents-refund", "tools": ["refund"], "roles": ["approver"], "decision": "allow"},
@@ -83,3 +84,19 @@ def test_a_moment_without_an_offset_is_refused(tmp_path: Path) -> None:
         ],
     )
     assert out.exit_code == 2 and "needs an offset" in out.output
+
+
+def test_a_tool_only_an_mcp_upstream_would_list_is_said_to_be_untestable_here(tmp_path: Path) -> None:
+    # "Unknown tool: 'read_file'" for a tool the running gateway serves read as a typo.
+    path = Path(config(tmp_path))
+    data = yaml.safe_load(path.read_text())
+    data["backends"]["files"] = {"type": "mcp", "url": "http://127.0.0.1:9/mcp"}
+    path.write_text(yaml.safe_dump(data))
+
+    args = ["policy", "check", "--sub", "b", "--tool", "read_file", "-c", str(path)]
+    out = CliRunner().invoke(app, args)
+
+    assert isinstance(out.exception, ConfigurationError)  # `writ` prints it and exits 2
+    assert "tools of MCP backends (files) are listed by the upstream only once a gateway runs" in str(
+        out.exception
+    )
