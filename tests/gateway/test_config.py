@@ -55,6 +55,7 @@ def test_the_demo_config_is_valid_once_its_ports_are_filled_in(tmp_path: Path) -
         ("server: {header_timeout_s: 0}", "header_timeout_s"),
         ("server: {body_timeout_s: -1}", "body_timeout_s"),
         ("server: {http_parser: picohttp}", "http_parser"),
+        ("approvals: {webhook: {url: hooks.example.com/writ}}", "approvals.webhook.url: must be an absolute"),
     ],
 )
 def test_a_bad_config_file_is_refused_with_a_message_that_names_the_problem(
