@@ -248,10 +248,11 @@ class HttpExecutor:
             body: dict[str, Any] = {"json": rest}
         else:
             path, body = _with_query(path, rest), {}
-        headers = {
-            route.idempotency_header: invocation.idempotency_key,
-            "X-Request-Id": invocation.external_request_id,
-        }
+        headers = {route.idempotency_header: invocation.idempotency_key}
+        if route.idempotency_header.lower() != "x-request-id":
+            # A backend that dedupes on X-Request-Id gets the key there, once: this came second and
+            # replaced it (or, spelt x-request-id, went out as a second header beside it).
+            headers["X-Request-Id"] = invocation.external_request_id
         read_only = capability.effect == "read"
         try:
             response = await self._send(method, path, headers, capability.timeout_s, **body)

@@ -46,6 +46,7 @@ CAPABILITIES = [
     ),
     capability("get-order-view", "GET", "/orders/{order_id}?view=full&by={who}", effect="read"),
     capability("reject", "POST", "/reject"),
+    capability("refund-by-request-id", "POST", "/refunds", idempotency_header="X-Request-Id"),
     capability("commit-then-500", "POST", "/commit-then-500"),
     capability("read-500", "GET", "/commit-then-500", effect="read"),
     capability("hang", "POST", "/hang", timeout_s=0.5),
@@ -114,6 +115,17 @@ async def test_the_request_carries_the_idempotency_key_request_id_static_headers
     assert headers["x-api-version"] == "2"
     assert headers["authorization"] == f"Bearer {TOKEN}"
     assert outcome.external_request_id == "req-9"
+
+
+async def test_an_idempotency_header_named_x_request_id_carries_the_key(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    # Writ's own X-Request-Id was set after it and replaced the key: the backend deduped on nothing.
+    await call(
+        acme, "refund-by-request-id", {"amount": 1}, idempotency_key="k-3", external_request_id="req-3"
+    )
+
+    assert backend_state.headers[0]["x-request-id"] == "k-3"
 
 
 async def test_path_arguments_are_url_quoted_and_the_rest_become_query_parameters_for_get(
