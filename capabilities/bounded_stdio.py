@@ -18,6 +18,7 @@ import logging
 import sys
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TextIO
 
 import anyio
@@ -54,13 +55,18 @@ async def bounded_stdio_client(
         ValueError: the spawn parameters are invalid (embedded NUL bytes).
     """
     command = await _get_executable_command(server.command)
-    process = await _create_platform_compatible_process(
-        command=command,
-        args=server.args,
-        env=get_default_environment() | (server.env or {}),
-        errlog=errlog,
-        cwd=server.cwd,
-    )
+    try:
+        process = await _create_platform_compatible_process(
+            command=command,
+            args=server.args,
+            env=get_default_environment() | (server.env or {}),
+            errlog=errlog,
+            cwd=server.cwd,
+        )
+    except OSError as exc:
+        # The OS says "No such file or directory" for a missing command and a missing cwd alike,
+        # and names neither.
+        raise type(exc)(exc.errno, _spawn_problem(command, server.cwd, exc)) from exc
     # As in the SDK: no awaits from the spawn until the task group is entered, or a cancellation in
     # between would leak the live process.
     read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -130,3 +136,9 @@ async def bounded_stdio_client(
                 await shutdown()
             tg.cancel_scope.cancel()
     await anyio.lowlevel.cancel_shielded_checkpoint()
+
+
+def _spawn_problem(command: str, cwd: str | Path | None, exc: OSError) -> str:
+    if cwd is not None and not Path(cwd).is_dir():
+        return f"cwd {str(cwd)!r} is not a directory"
+    return f"command {command!r} cannot be started ({exc.strerror or exc})"

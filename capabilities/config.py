@@ -6,6 +6,7 @@ type); it resolves no credentials and imports no code. That happens when the reg
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -18,6 +19,25 @@ from capabilities.contract import ConfigError, EffectClass
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name (RFC 9110 token)."""
+
+
+def _header_name(name: str) -> str:
+    # httpx2 refuses it only when a request is sent: every call would fail as request_error.
+    if not _TOKEN.fullmatch(name):
+        raise ValueError(f"{name!r} is not an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)")
+    return name
+
+
+def _header_fields(headers: dict[str, str]) -> dict[str, str]:
+    for name, value in headers.items():
+        _header_name(name)
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(f"the value of {name!r} holds a line break or NUL")
+    return headers
 
 
 # --- backend credentials -------------------------------------------------------------------------
@@ -45,6 +65,8 @@ class HeaderAuth(_SecretSource):
 
     type: Literal["header"]
     header: str = Field(min_length=1)
+
+    _check_header = field_validator("header")(_header_name)
 
 
 class BasicAuth(_Model):
@@ -120,6 +142,7 @@ class HttpBackend(_Model):
     """A response body (decoded) longer than this is not read on: the call gets `response_too_large`."""
 
     _check_url = field_validator("base_url")(_no_userinfo)
+    _check_headers = field_validator("headers")(_header_fields)
 
 
 class McpReconcile(_Model):
@@ -178,6 +201,8 @@ class McpBackend(_Model):
     rename: dict[str, str] = Field(default_factory=dict)
     defaults: McpToolSettings = Field(default_factory=McpToolSettings)
     overrides: dict[str, McpToolSettings] = Field(default_factory=dict)
+
+    _check_headers = field_validator("headers")(_header_fields)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpBackend:
@@ -258,6 +283,8 @@ class CapabilityConfig(_Model):
     summary: str | None = None
     reconcile: RequestSpec | None = None
     callable: str | None = None
+
+    _check_idempotency_header = field_validator("idempotency_header")(_header_name)
 
     @field_validator("version", mode="before")
     @classmethod

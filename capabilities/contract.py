@@ -105,7 +105,9 @@ class Capability:
         if self.summary:
             try:
                 return _clipped(self.summary.format_map(_Missing(arguments)))
-            except (ValueError, IndexError):
+            except (ValueError, IndexError, KeyError, AttributeError, TypeError):
+                # `{order[id]}`, `{amount:.2f}` or `{id.name}` over arguments of another shape (the
+                # client chose it): the fallback, not an error before the call is even recorded.
                 pass
         shown = ", ".join(f"{k}={'***' if k in self.redact else v!r}" for k, v in sorted(arguments.items()))
         return _clipped(f"{self.tool_name}({shown})")

@@ -31,9 +31,10 @@ class Credentials:
     def scrub(self, text: str) -> str:
         """`text` with every secret value (and its base64 and header forms) replaced by ***."""
         secrets = self.secrets + (self.tokens.secrets if self.tokens is not None else ())
-        for secret in sorted(secrets, key=len, reverse=True):
-            if secret:
-                text = text.replace(secret, _MASK)
+        # Also as Python escapes it: an exception quoting a value prints `a\\nb` for `a<LF>b`.
+        forms = {form for secret in secrets if secret for form in (secret, repr(secret)[1:-1]) if form}
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, _MASK)
         return text
 
     @classmethod
@@ -108,6 +109,10 @@ def resolve_credentials(
         token = read_secret(
             env=auth.token_env, file=auth.token_file, owner=owner, environ=environ, base_dir=base_dir
         )
+        if any(c in token for c in "\r\n\0"):
+            # No header can carry it: httpx2 refused every request, quoting the value in its error.
+            where = f"environment variable {auth.token_env}" if auth.token_env else f"file {auth.token_file}"
+            raise ConfigError(f"{owner}: the secret in {where} holds a line break or NUL (one line expected)")
         if isinstance(auth, BearerAuth):
             return Credentials(headers={"Authorization": f"Bearer {token}"}, secrets=(token,))
         return Credentials(headers={auth.header: token}, secrets=(token,))

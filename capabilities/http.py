@@ -161,11 +161,27 @@ def _records(body: Any) -> Any:
     return body
 
 
-def _query(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        key: value if isinstance(value, str | int | float | bool) or value is None else compact_json(value)
-        for key, value in values.items()
-    }
+def _with_query(path: str, values: Mapping[str, Any]) -> str:
+    """The path with `values` added to the query it already has.
+
+    httpx2's `params=` replaces a URL's query instead of extending it, even when empty, so a template
+    such as `/search?kind=open&q={q}` would lose `kind` (and `q`) on every GET or DELETE.
+    """
+    if not values:
+        return path
+    query = str(
+        httpx2.QueryParams(
+            {
+                key: value
+                if isinstance(value, str | int | float | bool) or value is None
+                else compact_json(value)
+                for key, value in values.items()
+            }
+        )
+    )
+    if "?" not in path:
+        return f"{path}?{query}"
+    return path + query if path.endswith(("?", "&")) else f"{path}&{query}"
 
 
 class HttpExecutor:
@@ -228,11 +244,15 @@ class HttpExecutor:
         except PathSegmentError as exc:
             return failed_outcome(invocation, "invalid_arguments", str(exc))
         method = route.request.method
-        body = {"json": rest} if method in _BODY_METHODS else {"params": _query(rest)}
-        headers = {
-            route.idempotency_header: invocation.idempotency_key,
-            "X-Request-Id": invocation.external_request_id,
-        }
+        if method in _BODY_METHODS:
+            body: dict[str, Any] = {"json": rest}
+        else:
+            path, body = _with_query(path, rest), {}
+        headers = {route.idempotency_header: invocation.idempotency_key}
+        if route.idempotency_header.lower() != "x-request-id":
+            # A backend that dedupes on X-Request-Id gets the key there, once: this came second and
+            # replaced it (or, spelt x-request-id, went out as a second header beside it).
+            headers["X-Request-Id"] = invocation.external_request_id
         read_only = capability.effect == "read"
         try:
             response = await self._send(method, path, headers, capability.timeout_s, **body)
@@ -290,6 +310,13 @@ class HttpExecutor:
             return ReconcileResult("not_found", evidence=evidence)
         success = 200 <= response.status_code < 300
         body = parse_json(self._credentials.scrub(response.text)) if success else None
+        if isinstance(body, dict) and isinstance(body.get("found"), bool):
+            # As for an MCP lookup: `{"found": false}` is a non-empty object, and was taken for the
+            # record of an effect the backend says it does not have (completed, confirmed_success).
+            if not body["found"]:
+                return ReconcileResult("not_found", evidence={**evidence, "found": False})
+            record = {k: v for k, v in body.items() if k != "found"}
+            return ReconcileResult("succeeded", json_result(record or body), {**evidence, "found": True})
         body = _records(body)
         if isinstance(body, list) and not body:
             return ReconcileResult("not_found", evidence=evidence)

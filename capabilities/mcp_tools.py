@@ -65,6 +65,7 @@ def reconcile_setting(config: McpBackend, tool: str) -> McpReconcile | None:
 
 def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capability:
     override = config.overrides.get(tool.name, McpToolSettings())
+    _check_redact(backend, tool, override)
     defaults = config.defaults
     annotations = tool.annotations
     effect = _effect(override, defaults, annotations)
@@ -87,6 +88,20 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         reconcilable=effect != "read" and reconcile_setting(config, tool.name) is not None,
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
     )
+
+
+def _check_redact(backend: str, tool: mcp_types.Tool, override: McpToolSettings) -> None:
+    # A misspelt name redacts nothing: the value it meant would be stored, and shown, in clear.
+    # (`defaults.redact` is for every tool, so a tool without one of its fields is fine.)
+    properties = tool.input_schema.get("properties")
+    if not override.redact or not isinstance(properties, dict):
+        return
+    unknown = [name for name in override.redact if name not in properties]
+    if unknown:
+        raise ConfigError(
+            f"backend {backend!r}: overrides.{tool.name}.redact names {', '.join(unknown)}, "
+            "not in the upstream tool's input schema properties"
+        )
 
 
 def _first(override: _T | None, default: _T | None, fallback: _T) -> _T:

@@ -143,7 +143,10 @@ class PythonExecutor:
                 return failed_outcome(invocation, "threads_busy", detail)
             detail = f"{capability.ref} did not return within {capability.timeout_s:g}s"
             return unanswered_outcome(invocation, capability.effect == "read", "timeout", detail)
-        except Exception as exc:  # the callable's own failure is the outcome we report
+        except (Exception, SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+            # The callable's own failure is the outcome we report. `sys.exit()` in a callable (or
+            # KeyboardInterrupt, GeneratorExit) is raised from its thread or task, never from Writ:
+            # it went past this, failed the request with a bare 500 and left the call dispatching.
             detail = f"{type(exc).__name__}: {exc}"
             return Outcome(
                 "failed",

@@ -36,8 +36,15 @@ from capabilities.python import PythonExecutor, import_callable, schema_from_sig
 class Registry:
     """Capabilities by tool name and by id, and one executor per backend."""
 
-    def __init__(self, executors: Mapping[str, Executor], capabilities: Sequence[Capability] = ()) -> None:
+    def __init__(
+        self,
+        executors: Mapping[str, Executor],
+        capabilities: Sequence[Capability] = (),
+        *,
+        reserved: frozenset[str] = frozenset(),
+    ) -> None:
         self._executors = dict(executors)
+        self._reserved = reserved
         self._capabilities: list[Capability] = []
         self._by_tool: dict[str, Capability] = {}
         self._by_id: dict[str, Capability] = {}
@@ -53,14 +60,19 @@ class Registry:
         *,
         environ: Mapping[str, str] = os.environ,
         base_dir: Path | None = None,
+        reserved: frozenset[str] = frozenset(),
     ) -> Registry:
-        """Build executors and static capabilities from the two config sections.
+        """Build executors and static capabilities from the two config sections; `reserved` are tool
+        names the gateway serves itself, which no capability may take.
 
         Raises:
             ConfigError: invalid config, a missing credential, an unimportable callable, a bad schema.
         """
         return cls.from_section(
-            parse_config(backends, list(capabilities or [])), environ=environ, base_dir=base_dir
+            parse_config(backends, list(capabilities or [])),
+            environ=environ,
+            base_dir=base_dir,
+            reserved=reserved,
         )
 
     @classmethod
@@ -70,6 +82,7 @@ class Registry:
         *,
         environ: Mapping[str, str] = os.environ,
         base_dir: Path | None = None,
+        reserved: frozenset[str] = frozenset(),
     ) -> Registry:
         """Like `from_config`, from already parsed sections.
 
@@ -116,9 +129,11 @@ class Registry:
                 assert isinstance(http, HttpExecutor)
                 http.add_route(cap.id, HttpRoute(cap.request, cap.idempotency_header, cap.reconcile))
             _check_schema(schema, owner)
+            _check_redact_fields(cap.redact, schema, owner)
+            _check_lookup_fields(cap, owner)
             timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
             static.append(_capability(cap, schema, timeout))
-        return cls(executors, static)
+        return cls(executors, static, reserved=reserved)
 
     async def start(self) -> None:
         """Start every executor and add what upstreams contribute; runs discovery once.
@@ -188,6 +203,11 @@ class Registry:
         for capability in capabilities:
             if capability.backend not in self._executors:
                 raise ConfigError(f"capability {capability.id!r}: unknown backend {capability.backend!r}")
+            if capability.tool_name in self._reserved:
+                raise ConfigError(
+                    f"{capability.ref}: tool name {capability.tool_name!r} is Writ's own tool; "
+                    "rename it (rename: for MCP backends, tool: for others)"
+                )
             clash = self._by_tool.get(capability.tool_name)
             if clash is not None:
                 raise ConfigError(
@@ -227,6 +247,28 @@ def _check_schema(schema: Mapping[str, Any], owner: str) -> None:
         raise ConfigError(f"{owner}: input_schema is not a valid JSON Schema: {exc.message}") from None
     if schema.get("type") != "object":
         raise ConfigError(f"{owner}: input_schema must have type: object")
+
+
+def _check_redact_fields(redact: Sequence[str], schema: Mapping[str, Any], owner: str) -> None:
+    # A misspelt name redacts nothing: the value it meant would be stored, and shown, in clear.
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return
+    unknown = [name for name in redact if name not in properties]
+    if unknown:
+        raise ConfigError(f"{owner}: redact names {', '.join(unknown)}, not in input_schema.properties")
+
+
+def _check_lookup_fields(cap: CapabilityConfig, owner: str) -> None:
+    # The reconciler has the arguments as stored: a redacted one only as its hash, which it would
+    # send to the backend as if it were the value, and find nothing.
+    if cap.reconcile is None:
+        return
+    redacted = [name for name in template_fields(cap.reconcile.path) if name in cap.redact]
+    if redacted:
+        raise ConfigError(
+            f"{owner}: reconcile.path uses {', '.join(redacted)}, which is redacted (only its hash is kept)"
+        )
 
 
 def _check_path_fields(cap: CapabilityConfig, schema: Mapping[str, Any], owner: str) -> None:

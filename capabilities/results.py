@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,7 +41,7 @@ def value_result(value: Any) -> ToolResult:
     if isinstance(value, ToolResult):
         return value
     if isinstance(value, str):
-        return text_result(value)
+        return text_result(_well_formed(value))
     plain = plain_json(value)
     if isinstance(plain, Mapping):
         return json_result(plain)
@@ -48,12 +49,29 @@ def value_result(value: Any) -> ToolResult:
 
 
 def is_json(value: Any) -> bool:
-    """Whether `value` can be written as strict JSON (RFC 8259 has no NaN or Infinity)."""
+    """Whether `value` can be written as strict JSON in UTF-8 (RFC 8259 has no NaN or Infinity, and
+    a lone surrogate such as the one `"\\ud800"` parses to has no UTF-8 form, so it cannot be stored)."""
     try:
-        json.dumps(value, allow_nan=False)
-    except (ValueError, TypeError, RecursionError):
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, TypeError, RecursionError):  # UnicodeEncodeError is a ValueError
         return False
     return True
+
+
+def _well_formed(text: str) -> str:
+    """`text`, with each lone surrogate (no UTF-8 form: it cannot be hashed or stored) as `\\udXXX`."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _text_of(value: Any) -> str:
+    try:
+        return _well_formed(str(value))
+    except RecursionError:  # the repr of a structure nested thousands deep
+        return f"<{type(value).__name__} nested too deep to show>"
 
 
 def plain_json(value: Any, depth: int = 0) -> Any:
@@ -63,18 +81,20 @@ def plain_json(value: Any, depth: int = 0) -> Any:
     floats their name, and containers nested past `_MAX_PLAIN_DEPTH` their text.
     """
     match value:
-        case None | bool() | int() | str():
+        case None | bool() | int():
             return value
+        case str():
+            return _well_formed(value)
         case float():
             return value if math.isfinite(value) else str(value)
         case Mapping() if depth < _MAX_PLAIN_DEPTH:
-            return {str(key): plain_json(item, depth + 1) for key, item in value.items()}
+            return {_text_of(key): plain_json(item, depth + 1) for key, item in value.items()}
         case list() | tuple() if depth < _MAX_PLAIN_DEPTH:
             return [plain_json(item, depth + 1) for item in value]
         case set() | frozenset() if depth < _MAX_PLAIN_DEPTH:
             return sorted((plain_json(item, depth + 1) for item in value), key=str)
         case _:
-            return str(value)
+            return _text_of(value)
 
 
 _MAX_PLAIN_DEPTH = 64
@@ -85,12 +105,19 @@ def parse_json(text: str) -> Any:
 
     Strict RFC 8259: `NaN`, `Infinity` and numbers too large for a float are not JSON (Python's
     parser takes them, and they would then be written out as invalid JSON), and nesting too deep
-    to parse is not a value either.
+    to parse is not a value either; nor is a lone surrogate escape (`"\\ud800"`), which parses to a
+    string with no UTF-8 form.
     """
     try:
-        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
     except (ValueError, RecursionError):
         return _NO_VALUE
+    if _SURROGATE_ESCAPE.search(text) and not is_json(value):
+        return _NO_VALUE  # a lone surrogate escape: kept as the text it came as, which is well formed
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _not_json(name: str) -> Any:

@@ -50,7 +50,7 @@ from gateway.errors import ConfigurationError
 from gateway.faults import FaultPoints
 from gateway.http_bodies import BodyLimit
 from gateway.http_headers import TrimHeaderValues
-from gateway.mcp_server import build_mcp_server
+from gateway.mcp_server import STATUS_TOOL, build_mcp_server
 from gateway.outbox import Notifier
 from gateway.pipeline import CallPipeline
 from gateway.policy_source import policy_provider
@@ -157,7 +157,11 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     base_dir = Path(config.source).parent if config.source else Path.cwd()
     try:
         registry = Registry.from_config(
-            config.backends, config.capabilities, environ=environ or dict(os.environ), base_dir=base_dir
+            config.backends,
+            config.capabilities,
+            environ=environ or dict(os.environ),
+            base_dir=base_dir,
+            reserved=frozenset({STATUS_TOOL}),
         )
         policy_source = policy_provider(config.policy, config.policy_file, base_dir=base_dir)
         policy = policy_source()

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
+from urllib.parse import urlsplit
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.errors import GatewayError
 from store.model import ApprovalView, NotFound, StaleLease
@@ -44,6 +45,16 @@ class WebhookConfig(BaseModel):
 
     url: str
     secret_env: str = "WRIT_WEBHOOK_SECRET"
+
+    @field_validator("url")
+    @classmethod
+    def _absolute(cls, url: str) -> str:
+        # Checked at start: `hooks.example.com/writ` failed every delivery until each one was dead.
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an absolute http(s) URL, e.g. https://chat.example.com/hooks/writ")
+        return url
+
     """The environment variable holding the signing secret (never the secret itself in the file)."""
     timeout_s: float = Field(default=5.0, gt=0)
     max_attempts: int = Field(default=12, ge=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -32,6 +33,15 @@ def policy_check(
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant.")] = "default",
     scopes: Annotated[str, typer.Option("--scopes", help="Comma-separated OAuth scopes.")] = "",
     args: Annotated[str, typer.Option("--args", help="The call's arguments as a JSON object.")] = "{}",
+    run_call_count: Annotated[
+        int, typer.Option("--run-call-count", min=0, help="context.run_call_count: earlier calls in the run.")
+    ] = 0,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", help="context.now, ISO 8601 with an offset (default: now), e.g. 2026-12-01T03:00Z."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     config: _ConfigOption = None,
 ) -> None:
@@ -46,14 +56,27 @@ def policy_check(
     if not isinstance(arguments, dict):
         _fail("--args must be a JSON object")
         return
+    now = None
+    if at is not None:
+        try:
+            now = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        except ValueError:
+            _fail(f"--at is not an ISO 8601 time: {at!r}")
+            return
+        if now.tzinfo is None:
+            _fail("--at needs an offset (Z or +HH:MM): rules compare it with UTC times")
+            return
     result = check_policy(
         load_config(find_config_file(config)),
-        subject=sub,
-        roles=[r for r in roles.split(",") if r],
-        tenant=tenant,
-        scopes=[s for s in scopes.split(",") if s],
+        subject=sub.strip(),
+        # As `writ token` mints them: `--roles "agent, approver"` is the role `approver`, not ` approver`.
+        roles=[r.strip() for r in roles.split(",") if r.strip()],
+        tenant=tenant.strip(),
+        scopes=[s.strip() for s in scopes.split(",") if s.strip()],
         tool=tool,
         arguments=arguments,
+        run_call_count=run_call_count,
+        now=now,
     )
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
 

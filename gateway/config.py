@@ -245,5 +245,16 @@ def load_config(path: str | Path | None) -> WritConfig:
     try:
         config = WritConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigurationError(f"{path}: {exc}") from exc
+        raise ConfigurationError(f"{path}: invalid config:\n  " + "\n  ".join(_problems(exc))) from None
     return config.model_copy(update={"source": str(path)})
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """One line per problem, `section.field: message`, without pydantic's echo of the input and its
+    documentation links (the value may be long, and the message is what to fix)."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        lines.append(f"{where}: {message}" if where else message)
+    return lines

@@ -139,7 +139,7 @@ def build_mcp_server(
                     )
                 )
             except UnknownTool as exc:
-                traced.status = "unknown_tool"
+                traced.unknown_tool()
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
             traced.record(report)
         if report.call.status == "awaiting_confirmation":

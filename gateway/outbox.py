@@ -105,10 +105,18 @@ class Notifier:
             SIGNATURE_HEADER: sign(self._secret, timestamp, body),
         }
         error: str | None = None
+        timeout_s = self._webhook.timeout_s
         try:
-            response = await http.post(self._webhook.url, content=body, headers=headers)
-            if not 200 <= response.status_code < 300:
-                error = f"http {response.status_code}"
+            # httpx2's timeout bounds each read, so a receiver sending a byte a second never timed
+            # out and held every later notification behind it; the deadline bounds the whole
+            # exchange. Only the status matters: the body is never read.
+            with anyio.fail_after(timeout_s):
+                async with http.stream("POST", self._webhook.url, content=body, headers=headers) as response:
+                    status = response.status_code
+            if not 200 <= status < 300:
+                error = f"http {status}"
+        except TimeoutError:
+            error = f"no complete answer within {timeout_s:g}s (timeout_s)"
         except httpx2.HTTPError as exc:  # the receiver is down or slow: retried later
             error = f"{type(exc).__name__}: {exc}"[:500]
         now = self._clock()

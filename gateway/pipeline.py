@@ -8,6 +8,7 @@ ledger decides who may dispatch, so replicas and retries never cause a second ef
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,6 +38,9 @@ from store.store import Store
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+"""What MCP (2025-11-25, SEP-986) says a tool name should be."""
 
 
 class PolicyLike(Protocol):
@@ -143,6 +147,14 @@ class CallPipeline:
         """
         for capability in self._registry.capabilities():
             self._schemas.check(capability)
+            if not TOOL_NAME.fullmatch(capability.tool_name):
+                # Often an upstream's own name, passed through: clients may refuse the whole list.
+                logger.warning(
+                    "%s: tool name %r is not 1 to 128 of A-Z a-z 0-9 _ - . (MCP tool names); some "
+                    "clients refuse it: rename it (rename: for MCP backends, tool: for others)",
+                    capability.ref,
+                    capability.tool_name,
+                )
 
     def visible_capabilities(self, principal: Principal) -> list[Capability]:
         """The capabilities this principal could ever be allowed to call (others are not listed)."""

@@ -97,6 +97,16 @@ def check_policy(
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
     capability = registry.get(tool)
     if capability is None:
+        upstreams = sorted(
+            n for n, b in config.backends.items() if isinstance(b, dict) and b.get("type") == "mcp"
+        )
+        if upstreams:
+            # Said plainly: `Unknown tool` for a tool the running gateway serves reads as a typo.
+            raise ConfigurationError(
+                f"no configured capability is named {tool!r}; tools of MCP backends "
+                f"({', '.join(upstreams)}) are listed by the upstream only once a gateway runs, so "
+                "writ policy check cannot try them"
+            )
         raise UnknownTool(tool)
     principal = Principal(subject=subject, tenant=tenant, roles=frozenset(roles), scopes=frozenset(scopes))
     inp = PolicyInput(

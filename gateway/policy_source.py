@@ -24,7 +24,7 @@ PolicyProvider = Callable[[], Policy]
 
 
 class WatchedPolicyFile:
-    """The policy in a YAML file, reloaded when its mtime (or size) changes."""
+    """The policy in a YAML file, reloaded when it changes: edited in place, or replaced by a rename."""
 
     def __init__(
         self, path: str | Path, *, interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
@@ -78,12 +78,15 @@ class WatchedPolicyFile:
             logger.info("policy reloaded from %s: %s -> %s", self._path, self._policy.version, policy.version)
         self._policy = policy
 
-    def _stat(self) -> tuple[int, int] | None:
+    def _stat(self) -> tuple[int, ...] | None:
         try:
             stat = os.stat(self._path)
         except OSError as exc:
             raise PolicyError(f"cannot read policy file {self._path}: {exc.strerror}") from exc
-        return stat.st_mtime_ns, stat.st_size
+        # mtime and size alone missed a file of the same size renamed over it with its mtime kept
+        # (rsync -a, cp -p, a tarball): a new threshold, `> 100` to `> 500`, never took effect. A
+        # rename brings another inode and sets ctime, which no tool can set back.
+        return stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size
 
 
 def policy_provider(

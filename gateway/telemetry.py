@@ -2,7 +2,8 @@
 
 One `execute_tool {name}` span per tools/call carries `gen_ai.tool.name`, `gen_ai.tool.call.id` and
 Writ's own attributes (decision, status, capability, run). Argument values never enter a span unless
-`include_arguments` is set. Off by default; `console` or `otlp` by configuration.
+`include_arguments` is set, and then as the log holds them: a capability's `redact` fields as their
+salted hashes. Off by default; `console` or `otlp` by configuration.
 """
 
 from __future__ import annotations
@@ -43,10 +44,15 @@ class CallSpan:
 
     span: Span
     status: str = "error"
+    arguments: object = None
+    """The call's arguments as the client sent them, kept only with `include_arguments`."""
 
     def record(self, report: CallReport) -> None:
         call = report.call
         self.status = call.status
+        if self.arguments is not None:
+            # As stored: the client's copy has the clear value of every `redact` field.
+            self.span.set_attribute("gen_ai.tool.call.arguments", _arguments_text(call.arguments))
         self.span.set_attributes(
             {
                 "gen_ai.tool.call.id": call.tool_call_id,
@@ -64,6 +70,12 @@ class CallSpan:
             self.span.set_attribute("writ.reason", call.reason)
         if call.status in ("failed", "result_unknown"):
             self.span.set_status(Status(StatusCode.ERROR, call.error or call.status))
+
+    def unknown_tool(self) -> None:
+        """No such tool: nothing was recorded, and no capability has fields to redact."""
+        self.status = "unknown_tool"
+        if self.arguments is not None:
+            self.span.set_attribute("gen_ai.tool.call.arguments", _arguments_text(self.arguments))
 
 
 class Telemetry:
@@ -98,9 +110,7 @@ class Telemetry:
             kind=SpanKind.INTERNAL,
             attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name},
         ) as span:
-            if self._include_arguments:
-                span.set_attribute("gen_ai.tool.call.arguments", _arguments_text(arguments))
-            call_span = CallSpan(span)
+            call_span = CallSpan(span, arguments=arguments if self._include_arguments else None)
             try:
                 yield call_span
             finally:

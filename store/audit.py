@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, func, select
 
 from store import events as ev
 from store.log import envelope_of, read_pages
-from store.model import AuditReport
-from store.schema import log_head
+from store.model import AuditReport, CorruptEvent
+from store.schema import events, log_head
 
 Finding = tuple[str, int, str]
 """(problem, first bad seq, detail)."""
@@ -17,7 +17,17 @@ Finding = tuple[str, int, str]
 
 def verify(conn: Connection) -> AuditReport:
     """Walk the whole log in seq order, streaming, and report the first inconsistency."""
-    head = conn.execute(select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1)).one()
+    head = conn.execute(
+        select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1)
+    ).one_or_none()
+    if head is None:
+        detail = "the log head row (id 1) is missing: the log's length and last hash cannot be checked"
+        return AuditReport(False, 0, first_bad_seq=1, problem="head_missing", detail=detail)
+    # Every reader pages from seq 1 up (seq > 0), so a row at seq 0 or below would never be walked.
+    lowest = conn.execute(select(func.min(events.c.seq))).scalar()
+    if isinstance(lowest, int) and lowest < 1:
+        detail = f"an event at seq {lowest} lies before the log's first event (seq 1)"
+        return AuditReport(False, 0, first_bad_seq=lowest, problem="inserted", detail=detail)
     rows = read_pages(conn)
     expected, prev_hash, checked = 1, ev.GENESIS_HASH, 0
     current = next(rows, None)
@@ -45,7 +55,10 @@ def verify(conn: Connection) -> AuditReport:
 def _check(row: Row[Any], following: Row[Any] | None, expected: int, prev_hash: str) -> Finding | None:
     if row.seq != expected:
         return ("deleted", expected, f"seq {expected} is missing; the next event has seq {row.seq}")
-    envelope = envelope_of(row)
+    try:
+        envelope = envelope_of(row)
+    except CorruptEvent:
+        return ("edited", row.seq, f"event {row.seq}'s payload is not JSON")
     if ev.compute_hash(envelope) != row.hash:
         return _explain_mismatch(row, following, envelope)
     if row.prev_hash != prev_hash:

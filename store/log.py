@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, select, update
 
 from store import events as ev
-from store.model import CallView, StoredEvent, StoreError
+from store.model import CallView, CorruptEvent, StoredEvent, StoreError
 from store.projector import Pending, apply
 from store.raw import Statement
 from store.schema import events, log_head
@@ -84,9 +84,16 @@ def _row(envelope: dict[str, Any]) -> dict[str, Any]:
 
 
 def envelope_of(row: Row[Any]) -> dict[str, Any]:
-    """The envelope dict of a stored row, exactly as it was hashed."""
+    """The envelope dict of a stored row, exactly as it was hashed.
+
+    Raises:
+        CorruptEvent: the stored payload is not JSON text.
+    """
     mapping = dict(row._mapping)
-    mapping["payload"] = json.loads(mapping["payload"])
+    try:
+        mapping["payload"] = json.loads(mapping["payload"])
+    except (ValueError, TypeError):  # not JSON, or not text at all (SQLite stores whatever it is given)
+        raise CorruptEvent(mapping["seq"], "has a payload that is not JSON") from None
     return {name: mapping[name] for name in ev.ENVELOPE_FIELDS}
 
 

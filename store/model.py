@@ -66,6 +66,15 @@ class ConfirmationMismatch(StoreError):
     """A confirmation answer names another confirmation or another action than the call awaits."""
 
 
+class CorruptEvent(StoreError):
+    """A stored event cannot be read back as an event (its payload is not JSON, or not of its type's
+    shape): the log was altered behind the store's back."""
+
+    def __init__(self, seq: Any, what: str) -> None:
+        super().__init__(f"event {seq} {what}: the log was altered (writ audit verify names the damage)")
+        self.seq = seq
+
+
 class KeyClaimLost(StoreError):
     """Another call took the idempotency key between reading and claiming it."""
 
@@ -293,5 +302,6 @@ class AuditReport:
     events_checked: int
     first_bad_seq: int | None = None
     problem: str | None = None
-    """`edited`, `deleted`, `inserted`, `reordered`, `truncated` or `broken_chain`, with detail."""
+    """`edited`, `deleted`, `inserted`, `reordered`, `truncated`, `broken_chain` or `head_missing`,
+    with detail."""
     detail: str | None = None

@@ -12,6 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, recording, revoking
@@ -30,6 +31,7 @@ from store.model import (
     ApprovalView,
     CallRequest,
     CallView,
+    CorruptEvent,
     KeyClaimLost,
     OutcomeRecord,
     RefusalRequest,
@@ -356,7 +358,11 @@ class Store(Settlement, Queues, Reads):
                 conn.execute(delete(table))
             replayed = 0
             for row in read_pages(conn):
-                apply(conn, parse_event(envelope_of(row)))
+                try:
+                    event = parse_event(envelope_of(row))
+                except ValidationError as exc:
+                    raise CorruptEvent(row.seq, f"is not a valid {row.type} event") from exc
+                apply(conn, event)
                 replayed += 1
             return replayed
 

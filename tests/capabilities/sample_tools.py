@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -79,3 +80,22 @@ def ledger_entry() -> dict[str, object]:
         "pair": (1, 2),
         3: "an int key",
     }
+
+
+def unstorable() -> dict[str, object]:
+    """Strings with no UTF-8 form and nesting too deep to print, as a buggy callable returns them."""
+    deep: dict[str, object] = {}
+    for _ in range(5000):
+        deep = {"a": deep}
+    return {"name": "\ud800", "\udcff": 1, "deep": deep}
+
+
+def exits(how: str = "exit") -> None:
+    """A callable that ends the process the way scripts do, or thinks it was interrupted."""
+    if how == "exit":
+        sys.exit(3)
+    raise KeyboardInterrupt
+
+
+async def exits_async() -> None:
+    raise SystemExit(4)

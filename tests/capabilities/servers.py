@@ -107,6 +107,11 @@ def http_backend_app(state: ServerState) -> Starlette:
         key = request.query_params.get("idempotency_key")
         return JSONResponse([r for r in state.refunds.values() if r["idempotency_key"] == key])
 
+    async def find_flagged(request: Request) -> Response:
+        key = request.query_params.get("idempotency_key")
+        refund = state.refunds.get(key or "")
+        return JSONResponse({"found": True, **refund} if refund else {"found": False, "checked": key})
+
     async def get_order(request: Request) -> Response:
         order_id = request.path_params["order_id"]
         state.see("orders", request)
@@ -145,6 +150,7 @@ def http_backend_app(state: ServerState) -> Starlette:
     routes = [
         Route("/refunds", create_refund, methods=["POST"]),
         Route("/refunds", find_refunds, methods=["GET"]),
+        Route("/refunds/lookup", find_flagged, methods=["GET"]),
         Route("/orders/{order_id}", get_order, methods=["GET"]),
         Route("/reject", reject, methods=["POST"]),
         Route("/commit-then-500", commit_then_500, methods=["POST", "GET"]),

@@ -10,6 +10,7 @@ import yaml
 
 from capabilities.config import HttpBackend, McpBackend, parse_config
 from capabilities.contract import ConfigError
+from capabilities.credentials import Credentials
 from capabilities.registry import Registry
 
 EXAMPLE = """
@@ -118,6 +119,25 @@ def test_the_registry_builds_static_capabilities_from_the_example() -> None:
             ),
             "plain argument name",
         ),
+        # Header names and values httpx2 refuses only when a request is sent: every call failed.
+        (
+            lambda d: d["capabilities"][0].update(idempotency_header="Idempotency Key"),
+            "capability 'refund-order': idempotency_header: 'Idempotency Key' is not an HTTP header name",
+        ),
+        (
+            lambda d: d["backends"]["acme"].update(
+                auth={"type": "header", "header": "X-Key:", "token_env": "K"}
+            ),
+            "backend 'acme': auth.header: 'X-Key:' is not an HTTP header name",
+        ),
+        (
+            lambda d: d["backends"]["acme"].update(headers={"X-Api-Version": "2\r\nX-Injected: 1"}),
+            "backend 'acme': headers: the value of 'X-Api-Version' holds a line break",
+        ),
+        (
+            lambda d: d["backends"]["files"].update(headers={"Bad Name": "1"}),
+            "backend 'files': headers: 'Bad Name' is not an HTTP header name",
+        ),
     ],
 )
 def test_invalid_config_is_a_config_error_naming_the_backend_or_capability(
@@ -151,6 +171,30 @@ def test_a_missing_or_empty_secret_file_is_a_config_error(tmp_path: Path) -> Non
         Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
 
 
+@pytest.mark.parametrize("auth", [{"type": "bearer"}, {"type": "header", "header": "X-Key"}])
+def test_a_secret_of_more_than_one_line_is_a_config_error_that_does_not_show_it(
+    tmp_path: Path, auth: dict[str, Any]
+) -> None:
+    # httpx2 refused every request, and its error quoted the header, secret and all, into the
+    # call's result, its events and the log (scrubbing missed the escaped \n form).
+    data = example()
+    data["backends"]["acme"]["auth"] = {**auth, "token_file": "acme.token"}
+    (tmp_path / "acme.token").write_text("first-SECRET\nsecond-SECRET\n")
+
+    with pytest.raises(ConfigError, match="acme.token holds a line break") as refused:
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+    assert "SECRET" not in str(refused.value)
+
+
+def test_scrubbing_also_masks_a_secret_as_python_escapes_it() -> None:
+    credentials = Credentials(headers={}, secrets=("a\nb-SECRET",))
+
+    assert (
+        credentials.scrub("Illegal header value b'Bearer a\\nb-SECRET'")
+        == "Illegal header value b'Bearer ***'"
+    )
+
+
 def test_an_invalid_input_schema_is_a_config_error() -> None:
     data = example()
     data["capabilities"][0]["input_schema"] = {"type": "object", "properties": {"amount": {"type": "money"}}}
@@ -175,6 +219,35 @@ def test_duplicate_tool_names_are_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="refund_order"):
         Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_a_redact_field_missing_from_the_input_schema_is_a_config_error() -> None:
+    # A misspelt name redacted nothing: the card number it meant was stored and shown in clear.
+    data = example()
+    data["capabilities"][0]["redact"] = ["card_last_4"]
+
+    with pytest.raises(ConfigError, match="capability 'refund-order': redact names card_last_4"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_a_reconcile_lookup_naming_a_redacted_field_is_a_config_error() -> None:
+    # The reconciler has only the field's hash, and sent it to the backend as the value.
+    data = example()
+    data["capabilities"][0]["redact"] = ["order_id"]
+    data["capabilities"][0]["reconcile"]["path"] = "/refunds?order_id={order_id}"
+
+    with pytest.raises(ConfigError, match="reconcile.path uses order_id, which is redacted"):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_a_tool_name_the_gateway_reserves_is_a_config_error() -> None:
+    data = example()
+    data["capabilities"][0]["tool"] = "writ_call_status"
+
+    with pytest.raises(ConfigError, match="'writ_call_status' is Writ's own tool"):
+        Registry.from_config(
+            data["backends"], data["capabilities"], environ=ENV, reserved=frozenset({"writ_call_status"})
+        )
 
 
 def test_stdio_upstreams_take_secrets_from_env_from_and_refuse_http_auth() -> None:

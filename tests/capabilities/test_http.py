@@ -38,7 +38,15 @@ CAPABILITIES = [
         reconcile={"method": "GET", "path": "/refunds?idempotency_key={idempotency_key}"},
     ),
     capability("get-order", "GET", "/orders/{order_id}", effect="read", tool="get_order"),
+    capability(
+        "refund-flagged",
+        "POST",
+        "/refunds",
+        reconcile={"method": "GET", "path": "/refunds/lookup?idempotency_key={idempotency_key}"},
+    ),
+    capability("get-order-view", "GET", "/orders/{order_id}?view=full&by={who}", effect="read"),
     capability("reject", "POST", "/reject"),
+    capability("refund-by-request-id", "POST", "/refunds", idempotency_header="X-Request-Id"),
     capability("commit-then-500", "POST", "/commit-then-500"),
     capability("read-500", "GET", "/commit-then-500", effect="read"),
     capability("hang", "POST", "/hang", timeout_s=0.5),
@@ -109,6 +117,17 @@ async def test_the_request_carries_the_idempotency_key_request_id_static_headers
     assert outcome.external_request_id == "req-9"
 
 
+async def test_an_idempotency_header_named_x_request_id_carries_the_key(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    # Writ's own X-Request-Id was set after it and replaced the key: the backend deduped on nothing.
+    await call(
+        acme, "refund-by-request-id", {"amount": 1}, idempotency_key="k-3", external_request_id="req-3"
+    )
+
+    assert backend_state.headers[0]["x-request-id"] == "k-3"
+
+
 async def test_path_arguments_are_url_quoted_and_the_rest_become_query_parameters_for_get(
     acme: Registry, backend_state: ServerState
 ) -> None:
@@ -116,6 +135,16 @@ async def test_path_arguments_are_url_quoted_and_the_rest_become_query_parameter
 
     assert outcome.kind == "completed"
     assert outcome.result.structured == {"order_id": "a b?c#d", "query": {"expand": "lines"}}
+
+
+async def test_a_query_in_the_path_template_is_kept_and_the_other_arguments_are_added_to_it(
+    acme: Registry,
+) -> None:
+    alone = await call(acme, "get-order-view", {"order_id": "1", "who": "a&b=c"})
+    more = await call(acme, "get-order-view", {"order_id": "1", "who": "ü", "expand": "lines", "n": 2})
+
+    assert alone.result.structured["query"] == {"view": "full", "by": "a&b=c"}
+    assert more.result.structured["query"] == {"view": "full", "by": "ü", "expand": "lines", "n": "2"}
 
 
 async def test_a_text_body_becomes_one_text_block_and_a_json_list_is_wrapped_as_result(
@@ -305,6 +334,26 @@ async def test_reconcile_reports_not_found_when_the_backend_has_no_record(acme: 
     result = await acme.executor(cap).reconcile(invocation(cap, {"amount": 10}))
 
     assert result.verdict == "not_found"
+
+
+async def test_reconcile_honours_a_found_flag_as_mcp_lookups_do(acme: Registry) -> None:
+    # {"found": false, ...} is a non-empty object: it was the record of a success.
+    cap = acme.get("refund-flagged")
+    assert cap is not None
+    sent = invocation(cap, {"order_id": "1001", "amount": 10})
+    await acme.executor(cap).execute(sent)
+
+    missing = await acme.executor(cap).reconcile(invocation(cap, {"amount": 10}))
+    found = await acme.executor(cap).reconcile(sent)
+
+    assert (missing.verdict, missing.evidence["found"]) == ("not_found", False)
+    assert found.verdict == "succeeded" and found.result is not None
+    assert found.result.structured == {
+        "refund_id": "r1",
+        "idempotency_key": sent.idempotency_key,
+        "order_id": "1001",
+        "amount": 10,
+    }
 
 
 async def test_reconcile_is_inconclusive_when_the_backend_is_unreachable() -> None:

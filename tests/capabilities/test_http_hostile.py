@@ -161,6 +161,7 @@ ROUTES: dict[str, Route] = {
     "stolen": reply(b"200 OK", b'{"stolen": true}'),
     "nan": reply(b"200 OK", b'{"amount": NaN, "fee": Infinity, "tax": -Infinity, "big": 1e999}'),
     "deep": reply(b"200 OK", b"[" * 100_000 + b"]" * 100_000),
+    "surrogate": reply(b"200 OK", b'{"name": "\\ud800"}'),
     "html-as-json": reply(b"200 OK", b"<html>ok</html>", b"Content-Type: application/json\r\n"),
     "bad-gzip": reply(b"200 OK", b"this is not gzip", b"Content-Encoding: gzip\r\n"),
     "just-under": reply(b"200 OK", b'"' + b"x" * (LIMIT - 2) + b'"'),
@@ -338,6 +339,16 @@ async def test_nan_and_infinity_are_not_json_so_the_body_comes_back_as_text(regi
     assert outcome.result is not None and outcome.result.structured is None
     assert outcome.result.content[0]["text"].startswith('{"amount": NaN')
     json.dumps(outcome.result.to_json(), allow_nan=False)  # what the client receives is valid JSON
+
+
+async def test_a_lone_surrogate_escape_is_not_json_so_the_body_comes_back_as_text(registry: Registry) -> None:
+    # It parsed to a string with no UTF-8 form, which raised when the outcome was hashed and stored.
+    outcome, _ = await call(registry, "surrogate", "write")
+
+    assert outcome.kind == "completed"
+    assert outcome.result is not None and outcome.result.structured is None
+    assert outcome.result.content[0]["text"] == '{"name": "\\ud800"}'
+    json.dumps(outcome.result.to_json(), ensure_ascii=False).encode("utf-8")  # as the store writes it
 
 
 async def test_json_nested_too_deep_to_parse_comes_back_as_text_instead_of_raising(

@@ -148,6 +148,16 @@ async def test_discovery_refuses_config_that_names_unknown_upstream_tools(upstre
         await registry.start()
 
 
+async def test_discovery_refuses_an_override_redacting_a_field_the_upstream_tool_lacks(
+    upstream_url: str,
+) -> None:
+    # `redact: [pth]` redacted nothing: the path was stored and shown in clear.
+    registry = build(files_backend(upstream_url, overrides={"read_file": {"redact": ["pth"]}}))
+
+    with pytest.raises(ConfigError, match=r"overrides.read_file.redact names pth"):
+        await registry.start()
+
+
 async def test_two_upstream_tools_exposed_under_one_name_are_refused(upstream_url: str) -> None:
     registry = build(files_backend(upstream_url, rename={"fail": "read_file"}))
 
@@ -299,6 +309,26 @@ async def test_a_stdio_upstream_is_called_with_secrets_passed_through_its_enviro
     assert outcome.result.structured is not None
     assert outcome.result.structured["has_secret"] is True
     assert outcome.result.structured["key"] == "k-7"
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"command": ["/nonexistent/server"]}, "command '/nonexistent/server' cannot be started"),
+        (
+            {"command": [sys.executable, "-c", "pass"], "cwd": "/nonexistent"},
+            "cwd '/nonexistent' is not a dir",
+        ),
+    ],
+)
+async def test_a_stdio_upstream_that_cannot_be_spawned_names_the_command_or_the_cwd(
+    settings: dict[str, Any], named: str
+) -> None:
+    # Both were "cannot connect: FileNotFoundError: [Errno 2] No such file or directory".
+    registry = Registry.from_config({"local": {"type": "mcp", **settings}}, [])
+
+    with pytest.raises(BackendUnavailable, match=named):
+        await registry.start()
 
 
 async def test_a_dead_stdio_session_is_reopened_on_the_next_call(gate: Path) -> None:

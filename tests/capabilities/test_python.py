@@ -81,6 +81,18 @@ async def test_values_json_cannot_hold_are_given_as_text_so_the_result_can_be_re
     assert json.loads(json.dumps(outcome.result.to_json(), allow_nan=False)) == outcome.result.to_json()
 
 
+async def test_lone_surrogates_and_absurd_nesting_are_given_as_text_so_the_result_can_be_recorded() -> None:
+    # A lone surrogate raised when the outcome was hashed (an internal error, the effect done and
+    # unrecorded), and the repr of a structure 5000 deep raised RecursionError.
+    async with build({"id": "unstorable", "callable": f"{MODULE}:unstorable"}) as registry:
+        outcome = await run(registry, "unstorable")
+
+    assert outcome.kind == "completed" and outcome.result is not None
+    structured = outcome.result.structured
+    assert structured is not None and structured["name"] == "\\ud800" and structured["\\udcff"] == 1
+    json.dumps(outcome.result.to_json(), ensure_ascii=False).encode("utf-8")  # as the store writes it
+
+
 async def test_an_exception_is_failed_with_its_type_and_message() -> None:
     async with build({"id": "explode", "callable": f"{MODULE}:explode", "effect": "write"}) as registry:
         outcome = await run(registry, "explode", {"reason": "no"})
@@ -88,6 +100,22 @@ async def test_an_exception_is_failed_with_its_type_and_message() -> None:
     assert (outcome.kind, outcome.error) == ("failed", "exception")
     assert outcome.detail == "ValueError: cannot do that: no"
     assert outcome.result is not None and outcome.result.is_error
+
+
+async def test_sys_exit_or_keyboard_interrupt_in_a_callable_is_failed_not_raised() -> None:
+    # They passed `except Exception`: a bare 500 to the client, and the call left dispatching.
+    capabilities = [
+        {"id": "exits", "callable": f"{MODULE}:exits"},
+        {"id": "exits-async", "callable": f"{MODULE}:exits_async"},
+    ]
+    async with build(*capabilities) as registry:
+        exited = await run(registry, "exits", {"how": "exit"})
+        interrupted = await run(registry, "exits", {"how": "interrupt"})
+        exited_async = await run(registry, "exits-async")
+
+    assert (exited.kind, exited.error, exited.detail) == ("failed", "exception", "SystemExit: 3")
+    assert (interrupted.kind, interrupted.detail) == ("failed", "KeyboardInterrupt: ")
+    assert (exited_async.kind, exited_async.detail) == ("failed", "SystemExit: 4")
 
 
 async def test_wrong_arguments_are_failed_not_raised() -> None:

@@ -59,6 +59,15 @@ async def test_a_discovered_tool_name_clashing_with_a_static_one_fails_start_and
     assert shop.closed and files.closed
 
 
+async def test_a_discovered_tool_taking_a_reserved_name_fails_start() -> None:
+    files = FakeExecutor(capabilities=[fake_capability("writ_call_status", backend="files")])
+    registry = Registry({"files": files}, reserved=frozenset({"writ_call_status"}))
+
+    with pytest.raises(ConfigError, match="Writ's own tool"):
+        await registry.start()
+    assert files.closed
+
+
 async def test_a_backend_that_fails_to_start_closes_the_ones_already_started() -> None:
     class Down(FakeExecutor):
         async def start(self) -> None:

@@ -55,6 +55,7 @@ def test_the_demo_config_is_valid_once_its_ports_are_filled_in(tmp_path: Path) -
         ("server: {header_timeout_s: 0}", "header_timeout_s"),
         ("server: {body_timeout_s: -1}", "body_timeout_s"),
         ("server: {http_parser: picohttp}", "http_parser"),
+        ("approvals: {webhook: {url: hooks.example.com/writ}}", "approvals.webhook.url: must be an absolute"),
     ],
 )
 def test_a_bad_config_file_is_refused_with_a_message_that_names_the_problem(
@@ -64,6 +65,19 @@ def test_a_bad_config_file_is_refused_with_a_message_that_names_the_problem(
     path.write_text(content)
     with pytest.raises(ConfigurationError, match=message):
         load_config(path)
+
+
+def test_a_bad_config_file_gets_one_line_per_problem_without_pydantic_links(tmp_path: Path) -> None:
+    path = tmp_path / "writ.yaml"
+    path.write_text("server: {port: http}\npolcy: {rules: []}\n")
+    with pytest.raises(ConfigurationError) as refused:
+        load_config(path)
+
+    assert str(refused.value) == (
+        f"{path}: invalid config:\n"
+        "  server.port: Input should be a valid integer, unable to parse string as an integer\n"
+        "  polcy: Extra inputs are not permitted"
+    )
 
 
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:

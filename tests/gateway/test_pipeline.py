@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,21 @@ def pipeline(store: Store, executor: FakeExecutor, tmp_path: Path) -> CallPipeli
     )
     p.prepare()
     return p
+
+
+def test_a_tool_name_mcp_clients_may_refuse_is_warned_about_at_start(
+    store: Store, executor: FakeExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An upstream's "write file/ü" was exposed as it was, without a word.
+    odd = fake_capability("write file/ü", id="files.write")
+    registry = Registry({"fake": executor}, [REFUND, odd])
+    p = CallPipeline(store=store, registry=registry, policy=lambda: POLICY, redactor=Redactor(b"salt"))
+
+    with caplog.at_level(logging.WARNING, logger="gateway.pipeline"):
+        p.prepare()
+
+    (warning,) = caplog.records
+    assert "files.write@1: tool name 'write file/ü' is not 1 to 128 of" in warning.getMessage()
 
 
 def call(

@@ -55,6 +55,26 @@ def test_a_changed_file_is_picked_up_after_the_interval_and_not_before(tmp_path:
     assert source().config.rules[0].id == "refunds-frozen"
 
 
+def test_a_file_renamed_over_it_with_the_same_size_and_mtime_is_picked_up(tmp_path: Path) -> None:
+    # rsync -a or cp -p keep the source's mtime, and a new threshold often keeps the size: the stamp
+    # (mtime, size) did not change, so the new policy never took effect.
+    path, clock = tmp_path / "policy.yaml", Clock()
+    rule = {"id": "big", "tools": ["refund_order"], "decision": "deny", "when": "double(args.amount) > {}"}
+    write(path, {"rules": [{**rule, "when": rule["when"].format("100.0")}]})
+    source = WatchedPolicyFile(path, interval_s=1.0, clock=clock)
+    first = source()
+    new = tmp_path / "policy.yaml.new"
+    write(new, {"rules": [{**rule, "when": rule["when"].format("500.0")}]})
+    old = path.stat()
+    assert new.stat().st_size == old.st_size
+    os.utime(new, ns=(old.st_atime_ns, old.st_mtime_ns))
+    new.replace(path)
+
+    clock.now = 1.5
+    assert source().version != first.version
+    assert "500.0" in (source().config.rules[0].when or "")
+
+
 def test_an_invalid_new_file_is_logged_once_and_the_old_policy_stays(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -72,6 +72,38 @@ def test_telemetry_is_off_by_default_and_console_is_one_setting_away() -> None:
     console.shutdown()
 
 
+async def test_included_arguments_show_redacted_fields_as_their_hashes_as_the_log_does(
+    tmp_path: Path,
+) -> None:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry = Telemetry(tracer_provider, MeterProvider(), include_arguments=True)
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    capability = fake_capability("refund_order", redact=("card",))
+    registry = Registry({"fake": FakeExecutor(default=completed({"ok": True}))}, [capability])
+    policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
+    redactor = Redactor(b"s")
+    pipeline = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=redactor)
+    server = build_mcp_server(pipeline, store, lambda: ALICE, telemetry=telemetry)
+    try:
+        async with Client(server) as client:
+            await client.call_tool("refund_order", {"card": "4111111111111111", "amount": 5})
+            with pytest.raises(Exception, match="nope"):
+                await client.call_tool("nope", {"card": "4111111111111111"})
+    finally:
+        store.close()
+
+    refund, unknown = [
+        dict(s.attributes)["gen_ai.tool.call.arguments"]
+        for s in spans.get_finished_spans()
+        if s.name.startswith("execute_tool")
+    ]
+    assert refund == f'{{"amount":5,"card":"{redactor.digest("4111111111111111")}"}}'
+    assert unknown == '{"card":"4111111111111111"}'  # no capability, so nothing to redact
+
+
 def test_arguments_that_are_not_json_do_not_break_the_span_that_includes_arguments() -> None:
     # With include_arguments, canonical JSON of NaN (or a lone surrogate) raised before the pipeline
     # could refuse and record the call.
@@ -80,7 +112,7 @@ def test_arguments_that_are_not_json_do_not_break_the_span_that_includes_argumen
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = Telemetry(tracer_provider, MeterProvider(), include_arguments=True)
     for arguments in ({"amount": float("nan")}, {"reason": "\ud800"}, {"order_id": "1001"}):
-        with telemetry.tool_call("refund_order", arguments):
-            pass
+        with telemetry.tool_call("refund_order", arguments) as span:
+            span.unknown_tool()
     shown = [dict(s.attributes)["gen_ai.tool.call.arguments"] for s in spans.get_finished_spans()]
     assert shown == ["<not JSON>", "<not JSON>", '{"order_id":"1001"}']

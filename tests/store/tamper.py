@@ -9,7 +9,7 @@ from sqlalchemy import delete, insert, select, update
 
 from store import Store
 from store.events import ToolCallDenied, ToolCallDeniedEvent, canonical_json
-from store.schema import events
+from store.schema import events, log_head
 
 
 def rows(store: Store) -> list[dict[str, Any]]:
@@ -59,6 +59,29 @@ def append_forged_event(store: Store) -> None:
     forged_row["payload"] = canonical_json(forged_row["payload"])
     with store.engine.begin() as conn:
         conn.execute(insert(events), [forged_row])
+
+
+def insert_before_the_first(store: Store, seq: int = 0) -> None:
+    """Put a well-formed event at a seq below 1, where no reader that pages from seq 1 looks."""
+    first = rows(store)[0]
+    forged = ToolCallDeniedEvent(
+        occurred_at=first["occurred_at"], producer="attacker", payload=ToolCallDenied(reason="forged")
+    ).sealed(seq, first["prev_hash"])
+    forged_row = forged.envelope()
+    forged_row["payload"] = canonical_json(forged_row["payload"])
+    with store.engine.begin() as conn:
+        conn.execute(insert(events), [forged_row])
+
+
+def set_payload_text(store: Store, seq: int, text: str) -> None:
+    """Overwrite an event's stored payload with `text` as it is, JSON or not."""
+    with store.engine.begin() as conn:
+        conn.execute(update(events).where(events.c.seq == seq).values(payload=text))
+
+
+def delete_head(store: Store) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(delete(log_head))
 
 
 def swap_events(store: Store, seq: int) -> None:

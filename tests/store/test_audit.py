@@ -87,6 +87,34 @@ def test_an_event_appended_behind_the_heads_back_is_reported(logged: Store) -> N
     assert (report.problem, report.first_bad_seq) == ("inserted", EVENTS + 1)
 
 
+@pytest.mark.parametrize("seq", [0, -5])
+def test_an_event_inserted_below_seq_1_is_reported_at_its_seq(logged: Store, seq: int) -> None:
+    # Every read pages from seq 1 up, so verify walked past it and said the chain was intact.
+    tamper.insert_before_the_first(logged, seq)
+
+    report = logged.verify()
+
+    assert (report.ok, report.problem, report.first_bad_seq) == (False, "inserted", seq)
+
+
+@pytest.mark.parametrize("text", ["{not json", ""])
+def test_a_payload_that_is_not_json_is_reported_as_edited_at_its_seq(logged: Store, text: str) -> None:
+    # json.loads raised out of verify: a traceback instead of the first bad seq.
+    tamper.set_payload_text(logged, 4, text)
+
+    report = logged.verify()
+
+    assert (report.ok, report.problem, report.first_bad_seq) == (False, "edited", 4)
+
+
+def test_a_deleted_log_head_is_reported_not_raised(logged: Store) -> None:
+    tamper.delete_head(logged)
+
+    report = logged.verify()
+
+    assert (report.ok, report.problem) == (False, "head_missing")
+
+
 def test_two_swapped_events_are_reported_as_reordered_at_the_first(logged: Store) -> None:
     tamper.swap_events(logged, 3)
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import select
 
 from store import OutcomeRecord, Store
+from store.model import CorruptEvent
 from store.schema import PROJECTION_TABLES, metadata
+from tests.store import tamper
 from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, refusal_request
 
 
@@ -83,6 +86,23 @@ def test_rebuild_restores_a_wiped_ledger_so_keys_stay_claimed(store: Store) -> N
     again = store.admit(call_request(tool_call_id="again", idempotency_key="k1"))
     assert (again.kind, again.call.tool_call_id) == ("joined", "done")
     assert store.verify().ok
+
+
+@pytest.mark.parametrize("payload", ["{not json", "[1]"])
+def test_rebuild_and_export_of_a_log_with_a_mangled_payload_name_the_event_and_keep_projections(
+    store: Store, payload: str
+) -> None:
+    # json.loads or the event model raised out of `writ store rebuild` and `writ audit export`.
+    record_a_varied_history(store)
+    before = projections(store)
+    tamper.set_payload_text(store, 1, payload)
+
+    with pytest.raises(CorruptEvent, match="event 1 .*writ audit verify"):
+        store.rebuild()
+    assert projections(store) == before
+    if payload == "{not json":  # export copies any JSON out as it is
+        with pytest.raises(CorruptEvent, match="event 1 .*writ audit verify"):
+            list(store.export())
 
 
 def test_migrate_is_idempotent(store: Store) -> None:

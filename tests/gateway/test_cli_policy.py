@@ -1,0 +1,102 @@
+"""`writ policy check`: the decision a real call would get, for the caller and moment it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from gateway.cli import app
+from gateway.errors import ConfigurationError
+
+RULES = [
+    {"id": "agents-refund", "tools": ["refund"], "roles": ["approver"], "decision": "allow"},
+    {
+        "id": "no-writes-at-night",
+        "tools": ["refund"],
+        "when": "context.now.getHours('UTC') < 6",
+        "decision": "deny",
+        "reason": "outside_business_hours",
+    },
+    {
+        "id": "loop",
+        "tools": ["refund"],
+        "when": "context.run_call_count >= 5",
+        "decision": "deny",
+        "reason": "too_many_calls",
+    },
+]
+
+
+def config(tmp_path: Path) -> str:
+    path = tmp_path / "writ.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"},
+                "backends": {"local": {"type": "python"}},
+                "capabilities": [
+                    {"id": "refund", "backend": "local", "callable": "tests.capabilities.sample_tools:add"}
+                ],
+                "policy": {"rules": RULES},
+            }
+        )
+    )
+    return str(path)
+
+
+def check(tmp_path: Path, *extra: str) -> str:
+    args = ["policy", "check", "--sub", "bob", "--tool", "refund", "--args", '{"a": 1, "b": 2}']
+    out = CliRunner().invoke(app, [*args, "-c", config(tmp_path), *extra])
+    assert out.exit_code == 0, out.output
+    return out.stdout
+
+
+def test_roles_are_trimmed_as_writ_token_trims_them(tmp_path: Path) -> None:
+    # `--roles "agent, approver"` checked the role " approver": denied, where the token is allowed.
+    assert "decision: allow" in check(tmp_path, "--roles", "agent, approver", "--at", "2026-12-01T12:00Z")
+
+
+def test_the_moment_and_the_run_call_count_a_rule_reads_can_be_given(tmp_path: Path) -> None:
+    # context.now was always the present and run_call_count always 0: rules on them could not be tried.
+    night = check(tmp_path, "--roles", "approver", "--at", "2026-12-01T03:00:00+00:00")
+    looping = check(tmp_path, "--roles", "approver", "--at", "2026-12-01T12:00Z", "--run-call-count", "5")
+
+    assert "reason: outside_business_hours" in night
+    assert "reason: too_many_calls" in looping
+
+
+def test_a_moment_without_an_offset_is_refused(tmp_path: Path) -> None:
+    out = CliRunner().invoke(
+        app,
+        [
+            "policy",
+            "check",
+            "--sub",
+            "b",
+            "--tool",
+            "refund",
+            "--at",
+            "2026-12-01T03:00",
+            "-c",
+            config(tmp_path),
+        ],
+    )
+    assert out.exit_code == 2 and "needs an offset" in out.output
+
+
+def test_a_tool_only_an_mcp_upstream_would_list_is_said_to_be_untestable_here(tmp_path: Path) -> None:
+    # "Unknown tool: 'read_file'" for a tool the running gateway serves read as a typo.
+    path = Path(config(tmp_path))
+    data = yaml.safe_load(path.read_text())
+    data["backends"]["files"] = {"type": "mcp", "url": "http://127.0.0.1:9/mcp"}
+    path.write_text(yaml.safe_dump(data))
+
+    args = ["policy", "check", "--sub", "b", "--tool", "read_file", "-c", str(path)]
+    out = CliRunner().invoke(app, args)
+
+    assert isinstance(out.exception, ConfigurationError)  # `writ` prints it and exits 2
+    assert "tools of MCP backends (files) are listed by the upstream only once a gateway runs" in str(
+        out.exception
+    )
