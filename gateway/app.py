@@ -176,6 +176,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         leeway_s=config.auth.leeway_s,
         claims=config.auth.claims,
     )
+    sealing = _sealing(config, base_dir)  # a bad key file is refused before the store is opened
     store = open_store(config)
     owner, timing = worker_id(), config.workers
     pipeline = CallPipeline(
@@ -199,7 +200,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         verifier,
         dev_issuer,
         build_telemetry(config.telemetry),
-        sealing=_sealing(config, base_dir),
+        sealing=sealing,
     )
     if timing.enabled:
         runtime.workers = _workers(runtime, owner)
