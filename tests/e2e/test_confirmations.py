@@ -129,6 +129,18 @@ async def first_round(client: Any, key: str) -> types.InputRequiredResult:
 ACCEPT = {"writ/confirm": types.ElicitResult(action="accept", content={})}
 
 
+async def accept(client: Any, first: types.InputRequiredResult, key: str, **arguments: Any) -> Any:
+    """The client's retry carrying the user's acceptance of the round `first` began."""
+    return await client.session.call_tool(
+        "refund_now",
+        args(**arguments),
+        meta={"writ/idempotencyKey": key},
+        input_responses=ACCEPT,
+        request_state=first.request_state,
+        allow_input_required=True,
+    )
+
+
 async def test_a_replayed_confirmation_is_refused_and_runs_nothing_again(
     gateway: Gateway, backend: Backend
 ) -> None:
@@ -139,14 +151,7 @@ async def test_a_replayed_confirmation_is_refused_and_runs_nothing_again(
         assert first.input_requests is not None and list(first.input_requests) == ["writ/confirm"]
 
         async def answer() -> Any:
-            return await client.session.call_tool(
-                "refund_now",
-                args(),
-                meta={"writ/idempotencyKey": "now-3"},
-                input_responses=ACCEPT,
-                request_state=first.request_state,
-                allow_input_required=True,
-            )
+            return await accept(client, first, "now-3")
 
         done = await answer()
         assert done.meta["writ/status"] == "completed"
@@ -164,14 +169,7 @@ async def test_a_confirmation_for_other_arguments_is_refused_by_the_state_bindin
     ) as client:
         first = await first_round(client, "now-4")
         with pytest.raises(MCPError, match="Invalid or expired requestState"):
-            await client.session.call_tool(
-                "refund_now",
-                args(amount=9000),
-                meta={"writ/idempotencyKey": "now-4"},
-                input_responses=ACCEPT,
-                request_state=first.request_state,
-                allow_input_required=True,
-            )
+            await accept(client, first, "now-4", amount=9000)
     assert backend.refunds("now-4") == []
     assert backend.refunds() == []
 
@@ -193,14 +191,7 @@ async def test_a_confirmation_from_before_a_restart_is_refused_and_runs_nothing(
             after.token("alice"), mode=MODERN, elicitation_callback=User("accept")
         ) as client:
             with pytest.raises(MCPError, match="Invalid or expired requestState"):
-                await client.session.call_tool(
-                    "refund_now",
-                    args(),
-                    meta={"writ/idempotencyKey": "now-5"},
-                    input_responses=ACCEPT,
-                    request_state=first.request_state,
-                    allow_input_required=True,
-                )
+                await accept(client, first, "now-5")
             status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
         assert status.structured_content["status"] == "awaiting_confirmation"
         assert "confirmation.given" not in events(after, tool_call_id)
@@ -229,14 +220,7 @@ async def answer_elsewhere(
         first = await first_round(client, key)
     async with answer_at.client(token, mode=MODERN, elicitation_callback=user) as client:
         try:
-            answered = await client.session.call_tool(
-                "refund_now",
-                args(),
-                meta={"writ/idempotencyKey": key},
-                input_responses=ACCEPT,
-                request_state=first.request_state,
-                allow_input_required=True,
-            )
+            answered = await accept(client, first, key)
         except MCPError as refused:
             return first, refused
     return first, answered
@@ -301,14 +285,7 @@ async def test_a_confirmation_from_before_a_restart_is_taken_when_the_key_file_s
     key_file.write_text("r" * 48 + "\n" + "n" * 48 + "\n")  # rotated: a new first key, the old one kept
     with writ_gateway(tmp_path, backend, store_url, **settings) as after:
         async with after.client(token, mode=MODERN, elicitation_callback=User("accept")) as client:
-            answered = await client.session.call_tool(
-                "refund_now",
-                args(),
-                meta={"writ/idempotencyKey": "now-6"},
-                input_responses=ACCEPT,
-                request_state=first.request_state,
-                allow_input_required=True,
-            )
+            answered = await accept(client, first, "now-6")
     assert answered.meta["writ/status"] == "completed", answered
     assert len(backend.refunds("now-6")) == 1
 
