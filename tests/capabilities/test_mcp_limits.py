@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import tracemalloc
 import zlib
 from collections import Counter
@@ -20,13 +19,12 @@ from typing import Any
 
 import pytest
 
-from capabilities.contract import Outcome
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
+from tests.capabilities.limits import LIMIT, assert_too_large, call
 
 pytestmark = pytest.mark.anyio
 
-LIMIT = 256 * 1024
 HUGE = 200 * 1024 * 1024
 TIMEOUT_S = 5.0
 TOOLS = ["ok", "flood", "gzip_bomb", "sse_flood", "sse_big", "just_under", "lookup_flood"]
@@ -187,24 +185,6 @@ async def registry(upstream: tuple[Upstream, str]) -> AsyncIterator[Registry]:
     }
     async with Registry.from_config(backends, [], environ={}) as built:
         yield built
-
-
-async def call(registry: Registry, tool: str) -> tuple[Outcome, float]:
-    cap = registry.get(tool)
-    assert cap is not None, tool
-    started = time.monotonic()
-    outcome = await registry.executor(cap).execute(invocation(cap, {"amount": 1}))
-    return outcome, time.monotonic() - started
-
-
-def assert_too_large(outcome: Outcome, kind: str) -> None:
-    assert (outcome.kind, outcome.error) == (kind, "response_too_large")
-    assert outcome.detail is not None
-    assert f"more than {LIMIT} bytes" in outcome.detail and "max_response_bytes" in outcome.detail
-    if kind == "unknown":
-        assert outcome.result is None
-    else:
-        assert outcome.result is not None and outcome.result.is_error
 
 
 async def test_a_200_mb_json_answer_is_given_up_at_the_limit_without_holding_it(
