@@ -2,7 +2,8 @@
 
 The faults are the ones a gateway must survive without paying twice: an answer that never arrives
 although the refund committed (`drop_responses`, `delay_ms`), an error although the refund committed
-(`fail_after_commit`), and a request that never executes (`hang`).
+(`fail_after_commit`), a request that never executes (`hang`), and one that executes only after the
+client stopped waiting (`commit_delay_ms`: an overloaded backend, a queue in front of it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class ChaosState:
 
     drop_responses: int = 0
     delay_ms: int = 0
+    commit_delay_ms: int = 0
+    """Every refund waits this long before it commits, and commits even if the client has gone."""
     fail_after_commit: int = 0
     hang: int = 0
 

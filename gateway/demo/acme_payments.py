@@ -83,6 +83,8 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             while (await request.receive())["type"] != "http.disconnect":
                 pass
             return Response(status_code=504)
+        if chaos.commit_delay_ms:
+            await anyio.sleep(chaos.commit_delay_ms / 1000)
         now = clock().isoformat(timespec="milliseconds")
         execute = functools.partial(store.execute_refund, refund_request, now)
         refund = await anyio.to_thread.run_sync(execute)

@@ -247,14 +247,14 @@ def test_refunds_are_listed_oldest_first_and_can_be_filtered_by_idempotency_key(
 
 
 def test_a_chaos_post_replaces_the_whole_state_and_is_read_back(client: httpx2.Client) -> None:
-    calm = {"drop_responses": 0, "delay_ms": 0, "fail_after_commit": 0, "hang": 0}
+    calm = {"drop_responses": 0, "delay_ms": 0, "commit_delay_ms": 0, "fail_after_commit": 0, "hang": 0}
     assert client.get("/_chaos").json() == calm
 
     posted = client.post("/_chaos", json={"drop_responses": 2, "delay_ms": 50})
     replaced = client.post("/_chaos", json={"hang": 1})
 
-    assert posted.json() == {"drop_responses": 2, "delay_ms": 50, "fail_after_commit": 0, "hang": 0}
-    assert replaced.json() == {"drop_responses": 0, "delay_ms": 0, "fail_after_commit": 0, "hang": 1}
+    assert posted.json() == calm | {"drop_responses": 2, "delay_ms": 50}
+    assert replaced.json() == calm | {"hang": 1}
     assert client.get("/_chaos").json() == replaced.json()
 
 
@@ -299,6 +299,20 @@ def test_a_delayed_response_times_out_the_client_but_the_refund_committed(client
         refund(client, key="slow", amount=50, timeout=0.5)
 
     assert len(refunds_with_key(client, "slow")) == 1
+    assert client.get("/orders/1001").json()["refunded_total"] == 50.0
+
+
+def test_a_refund_held_before_its_commit_commits_after_the_client_gave_up(client: httpx2.Client) -> None:
+    set_chaos(client, commit_delay_ms=1500)
+
+    with pytest.raises(httpx2.ReadTimeout):
+        refund(client, key="held", amount=50, timeout=0.5)
+    assert refunds_with_key(client, "held") == []  # not yet: a lookup now finds nothing
+
+    deadline = time.monotonic() + 20  # bounded polling, not a speed: it commits on its own
+    while not refunds_with_key(client, "held"):
+        assert time.monotonic() < deadline, "the held refund never committed"
+        time.sleep(0.1)
     assert client.get("/orders/1001").json()["refunded_total"] == 50.0
 
 
