@@ -73,6 +73,8 @@ class Dispatcher:
             tool_call_id=call.tool_call_id,
             external_request_id=call.external_request_id,
             attempt=max(call.attempts, 1),
+            # The call was last updated by its dispatch record, which the horizon counts from.
+            commit_deadline=call.updated_at + timedelta(seconds=capability.horizon_s),
         )
         self._faults.reach("after_dispatching_commit")
         # The effect and its record are one unit: a client that goes away must not leave the call

@@ -170,6 +170,16 @@ async def test_no_effect_found_before_the_commit_horizon_is_inconclusive_and_kee
     assert (call.status, call.verification_status) == ("result_unknown", "pending")
 
 
+async def test_the_dispatch_carries_the_commit_deadline_the_reconciler_counts_the_horizon_to(
+    pipeline: CallPipeline, executor: FakeExecutor, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+
+    sent_at = store.dispatched_at(tool_call_id)
+    assert sent_at is not None
+    assert executor.invocations[0].commit_deadline == sent_at + timedelta(seconds=HORIZON_S)
+
+
 async def test_the_next_lookup_is_due_no_later_than_the_commit_horizon(
     pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
 ) -> None:
