@@ -193,6 +193,7 @@ def resolve_by_human(
     now: datetime,
     producer: str,
     tenant: str | None,
+    break_glass: bool = False,
 ) -> CallView:
     """A person settles an unknown call with their evidence; recorded with who.
 
@@ -213,6 +214,7 @@ def resolve_by_human(
         evidence={"manual": evidence},
         detail=f"resolved by {by}",
         resolved_by=by,
+        break_glass=break_glass,
     )
     log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()

@@ -195,6 +195,7 @@ class Settlement:
         now: datetime,
         tenant: str | None = None,
         producer: str = "writ-gateway",
+        break_glass: bool = False,
     ) -> CallView:
         """A person settles an unknown outcome with evidence; recorded with who.
 
@@ -214,5 +215,6 @@ class Settlement:
                 now=now,
                 producer=producer,
                 tenant=tenant,
+                break_glass=break_glass,
             ),
         )
