@@ -199,8 +199,10 @@ class Gateway:
     def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
         return mcp_client(self.mcp_url, token, mode=mode, **kwargs)
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check)
+    def cli(
+        self, *args: str, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check, env=env)
 
 
 @contextlib.contextmanager
