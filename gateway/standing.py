@@ -7,10 +7,14 @@ standing changes, on every face (MCP, API, console, the CLI with a token).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anyio.to_thread
 
 from policy.model import Principal
-from store.store import Store
+
+if TYPE_CHECKING:
+    from store.store import Store
 
 REVOKED = "principal_revoked"
 

@@ -205,6 +205,8 @@ class ReconciliationResolved(Payload):
     """A person who settled the call by hand; None when a lookup at the backend did."""
     break_glass: bool = False
     """Settled by a break-glass operator (`operator:<os-user>@<host>`), not a verified principal."""
+    reason: str | None = None
+    """Why a break-glass operator acted without a token."""
 
 
 class ReconciliationEscalated(Payload):

@@ -194,6 +194,7 @@ def resolve_by_human(
     producer: str,
     tenant: str | None,
     break_glass: bool = False,
+    reason: str | None = None,
 ) -> CallView:
     """A person settles an unknown call with their evidence; recorded with who.
 
@@ -215,6 +216,7 @@ def resolve_by_human(
         detail=f"resolved by {by}",
         resolved_by=by,
         break_glass=break_glass,
+        reason=reason,
     )
     log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()

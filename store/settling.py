@@ -196,6 +196,7 @@ class Settlement:
         tenant: str | None = None,
         producer: str = "writ-gateway",
         break_glass: bool = False,
+        reason: str | None = None,
     ) -> CallView:
         """A person settles an unknown outcome with evidence; recorded with who.
 
@@ -216,5 +217,6 @@ class Settlement:
                 producer=producer,
                 tenant=tenant,
                 break_glass=break_glass,
+                reason=reason,
             ),
         )
