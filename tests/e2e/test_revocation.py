@@ -48,11 +48,63 @@ async def test_revoking_a_subject_refuses_its_later_calls_in_its_tenant_only(
 
 
 async def test_writ_principals_revoke_stops_the_subjects_next_call(sqlite_gateway: Gateway) -> None:
-    out = sqlite_gateway.cli("principals", "revoke", "bob", "--tenant", "acme", "--reason", "compromised")
-    assert "revoked bob in tenant acme" in out.stdout
-    async with sqlite_gateway.client(sqlite_gateway.token("bob", tenant="acme")) as client:
+    gw = sqlite_gateway
+    root = gw.token("root", roles="admin")
+    out = gw.cli(
+        "principals", "revoke", "bob", "--tenant", "acme", "--reason", "compromised", "--token", root
+    )
+    assert "revoked bob in tenant acme" in out.stdout and "by root" in out.stdout
+    async with gw.client(gw.token("bob", tenant="acme")) as client:
         result = await client.call_tool("lookup_order", {"order_id": "1001"})
     assert result.structured_content["reason"] == "principal_revoked"
+
+
+async def test_writ_principals_revoke_needs_the_tenant_the_subject_acts_in(sqlite_gateway: Gateway) -> None:
+    gw = sqlite_gateway
+    async with gw.client(gw.token("alice", tenant="acme")) as client:
+        await client.call_tool("lookup_order", {"order_id": "1001"})
+    glass = ("--break-glass", "--reason", "incident 7")
+    untenanted = gw.cli("principals", "revoke", "alice", *glass, check=False)
+    assert untenanted.returncode == 2 and "--tenant" in untenanted.stderr
+    wrong = gw.cli("principals", "revoke", "alice", "--tenant", "default", *glass, check=False)
+    assert wrong.returncode == 1
+    assert "alice was never seen in tenant default; seen in: acme" in wrong.stderr
+    other = gw.cli(
+        "principals", "revoke", "alice", "--tenant", "acme", "--token", gw.token("root", "admin", "globex"),
+        check=False,
+    )  # fmt: skip
+    assert other.returncode == 1 and "the token is for tenant globex" in other.stderr
+    unroled = gw.cli(
+        "principals", "revoke", "alice", "--tenant", "acme", "--token", gw.token("eve"), check=False
+    )
+    assert unroled.returncode == 1 and "insufficient_role" in unroled.stderr
+    assert not gateway_is_revoked(gw, "alice")
+
+    done = gw.cli("principals", "revoke", "alice", "--tenant", "acme", *glass)
+    assert "revoked alice in tenant acme" in done.stdout and "(break-glass)" in done.stdout
+    async with gw.client(gw.token("alice", tenant="acme")) as client:
+        assert (await client.list_tools()).tools == []
+    gw.cli("principals", "restore", "alice", "--tenant", "acme", *glass)
+    async with gw.client(gw.token("alice", tenant="acme")) as client:
+        assert (await client.list_tools()).tools != []
+    twice = gw.cli("principals", "restore", "alice", "--tenant", "acme", *glass, check=False)
+    assert twice.returncode == 1 and "alice is not revoked in tenant acme" in twice.stderr
+    standing = [
+        (e["type"], e["payload"]["break_glass"], e["producer"])
+        for e in map(json.loads, gw.cli("audit", "export").stdout.splitlines())
+        if e["type"].startswith("principal.")
+    ]
+    assert standing == [("principal.revoked", True, "writ-cli"), ("principal.restored", True, "writ-cli")]
+
+
+async def test_a_revoked_admin_cannot_revoke_or_restore_at_the_cli(sqlite_gateway: Gateway) -> None:
+    gw = sqlite_gateway
+    mallory = gw.token("mallory", roles="admin")
+    gw.cli("principals", "revoke", "mallory", "--tenant", "acme", "--token", gw.token("root", "admin"))
+    for act in ("revoke", "restore"):
+        refused = gw.cli("principals", act, "mallory", "--tenant", "acme", "--token", mallory, check=False)
+        assert refused.returncode == 1 and "principal_revoked" in refused.stderr
+    assert gateway_is_revoked(gw, "mallory")
 
 
 def call(gateway: Gateway, method: str, path: str, token: str, body: dict | None = None) -> httpx2.Response:
