@@ -162,7 +162,8 @@ def writ(
     return subprocess.run(
         [*WRIT, *args],
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        # A $WRIT_TOKEN of whoever runs the tests must not decide for the CLI under test.
+        env={**{k: v for k, v in os.environ.items() if k != "WRIT_TOKEN"}, **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
