@@ -22,6 +22,7 @@ from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from gateway.results import status_document
+from gateway.standing import REVOKED, is_revoked, revoked_text
 from policy.model import Principal
 from store.model import StoredEvent
 from store.store import Store
@@ -69,26 +70,40 @@ def _error(status: int, error: str, description: str, *, resource_metadata: str 
     )
 
 
-def api_routes(
-    store: Store,
-    principal_of: PrincipalOf,
-    resource_metadata_url: str,
-    decisions: Decisions | None = None,
-) -> list[Route]:
-    """Routes under /api, each requiring a verified bearer token."""
+Handler = Callable[[Request, Principal], Awaitable[Response]]
 
-    def guarded(
-        handler: Callable[[Request, Principal], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
+
+def guard(
+    store: Store, principal_of: PrincipalOf, resource_metadata_url: str
+) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
+    """Wrap a handler so it runs only for a verified token whose principal is in good standing."""
+
+    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             user = request.scope.get("user")
             if not isinstance(user, AuthenticatedUser):
                 return _error(
                     401, "invalid_token", "Authentication required", resource_metadata=resource_metadata_url
                 )
-            return await handler(request, principal_of(user))
+            who = principal_of(user)
+            # The token still verifies after a revocation (it is not ours to recall): the store says.
+            if await is_revoked(store, who):
+                return _error(403, REVOKED, revoked_text(who))
+            return await handler(request, who)
 
         return endpoint
+
+    return guarded
+
+
+def api_routes(
+    store: Store,
+    principal_of: PrincipalOf,
+    resource_metadata_url: str,
+    decisions: Decisions | None = None,
+) -> list[Route]:
+    """Routes under /api, each requiring a verified bearer token of a principal in good standing."""
+    guarded = guard(store, principal_of, resource_metadata_url)
 
     async def get_call(request: Request, who: Principal) -> Response:
         call = await anyio.to_thread.run_sync(

@@ -1,7 +1,9 @@
-"""`POST /api/principals/{subject}/revocation`: revoke a subject in the caller's tenant (role admin).
+"""`/api/principals/{subject}/revocation`: revoke (POST) or restore (DELETE) a subject in the caller's
+tenant, role admin, the caller in good standing.
 
-The revocation is an event (`principal.revoked`); from then on the pipeline refuses the subject's calls
-and the resume worker refuses their approved ones, each with reason `principal_revoked`.
+Each is an event (`principal.revoked`, `principal.restored`). While revoked, every power of the subject
+is refused: calls and approved-but-not-run calls with reason `principal_revoked`, and every read or
+decision on every face (`gateway.standing`). A restore gives back what the token grants, no more.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api import _error
+from gateway.api import _error, guard
 from policy.model import Principal
+from store.model import NotFound
+from store.revoking import Revocation
 from store.store import Store
 
 ADMIN_ROLE = "admin"
 
 
-class RevocationBody(BaseModel):
+class StandingBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str | None = Field(default=None, max_length=500)
@@ -36,37 +40,69 @@ def principal_routes(
     *,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> list[Route]:
-    async def revoke(request: Request) -> Response:
-        user = request.scope.get("user")
-        if not isinstance(user, AuthenticatedUser):
-            return _error(
-                401, "invalid_token", "Authentication required", resource_metadata=resource_metadata_url
-            )
-        who = principal_of(user)
+    guarded = guard(store, principal_of, resource_metadata_url)
+
+    async def checked(request: Request, who: Principal, act: str) -> StandingBody | Response:
         if ADMIN_ROLE not in who.roles:
-            return _error(403, "insufficient_role", "Revoking a principal needs the admin role")
+            return _error(403, "insufficient_role", f"{act} a principal needs the admin role")
         raw = await request.body()
         try:
-            body = RevocationBody.model_validate_json(raw or b"{}")
+            body = StandingBody.model_validate_json(raw or b"{}")
         except ValidationError as exc:
             return _error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
-        subject = request.path_params["subject"]
-        if "\x00" in subject or "\x00" in (body.reason or ""):
+        if "\x00" in request.path_params["subject"] or "\x00" in (body.reason or ""):
             # PostgreSQL's text cannot hold NUL: recording it failed with a database error (a 500).
             return _error(400, "invalid_request", "the subject and reason must not contain NUL characters")
+        return body
+
+    async def revoke(request: Request, who: Principal) -> Response:
+        body = await checked(request, who, "Revoking")
+        if isinstance(body, Response):
+            return body
+        subject = request.path_params["subject"]
         revocation = await anyio.to_thread.run_sync(
             lambda: store.revoke_principal(
                 who.tenant, subject, revoked_by=who.subject, reason=body.reason, now=clock()
             )
         )
+        return JSONResponse(_revocation(revocation))
+
+    async def restore(request: Request, who: Principal) -> Response:
+        body = await checked(request, who, "Restoring")
+        if isinstance(body, Response):
+            return body
+        subject = request.path_params["subject"]
+        now = clock()
+        try:
+            lifted = await anyio.to_thread.run_sync(
+                lambda: store.restore_principal(
+                    who.tenant, subject, restored_by=who.subject, reason=body.reason, now=now
+                )
+            )
+        except NotFound as exc:
+            return _error(404, "not_revoked", str(exc))
         return JSONResponse(
             {
-                "tenant": revocation.tenant,
-                "subject": revocation.subject,
-                "revokedAt": revocation.revoked_at.isoformat(),
-                "revokedBy": revocation.revoked_by,
-                "reason": revocation.reason,
+                "tenant": lifted.tenant,
+                "subject": lifted.subject,
+                "restoredAt": now.isoformat(),
+                "restoredBy": who.subject,
+                "reason": body.reason,
+                "lifted": _revocation(lifted),
             }
         )
 
-    return [Route("/api/principals/{subject}/revocation", revoke, methods=["POST"])]
+    return [
+        Route("/api/principals/{subject}/revocation", guarded(revoke), methods=["POST"]),
+        Route("/api/principals/{subject}/revocation", guarded(restore), methods=["DELETE"]),
+    ]
+
+
+def _revocation(revocation: Revocation) -> dict[str, str | None]:
+    return {
+        "tenant": revocation.tenant,
+        "subject": revocation.subject,
+        "revokedAt": revocation.revoked_at.isoformat(),
+        "revokedBy": revocation.revoked_by,
+        "reason": revocation.reason,
+    }

@@ -148,6 +148,21 @@ def dev_issuer_for(config: WritConfig) -> DevIssuer | None:
     return DevIssuer.load_or_create(config.auth.dev_issuer.key_file, f"{config.server.base_url}/dev-issuer")
 
 
+def token_verifier(
+    config: WritConfig, dev_issuer: DevIssuer | None, *, environ: dict[str, str] | None = None
+) -> JwtVerifier:
+    """The bearer-token check of /mcp, /api and the console; the CLI checks `--token` with it too."""
+    base_dir = Path(config.source).parent if config.source else Path.cwd()
+    issuers = trusted_issuers(config.auth, dev_issuer, environ=environ or dict(os.environ), base_dir=base_dir)
+    return JwtVerifier(
+        issuers,
+        audience=config.server.resource_url,
+        algorithms=config.auth.algorithms,
+        leeway_s=config.auth.leeway_s,
+        claims=config.auth.claims,
+    )
+
+
 def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) -> Runtime:
     """Build (but do not start) every component the config describes.
 
@@ -168,14 +183,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
     dev_issuer = dev_issuer_for(config)
-    issuers = trusted_issuers(config.auth, dev_issuer, environ=environ or dict(os.environ), base_dir=base_dir)
-    verifier = JwtVerifier(
-        issuers,
-        audience=config.server.resource_url,
-        algorithms=config.auth.algorithms,
-        leeway_s=config.auth.leeway_s,
-        claims=config.auth.claims,
-    )
+    verifier = token_verifier(config, dev_issuer, environ=environ)
     sealing = _sealing(config, base_dir)  # a bad key file is refused before the store is opened
     store = open_store(config)
     owner, timing = worker_id(), config.workers

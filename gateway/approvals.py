@@ -96,10 +96,12 @@ class DecisionInput:
     decided_by: str
     reason: str | None = None
     roles: frozenset[str] | None = None
-    """The decider's roles; None for an operator at the CLI, whom access to the store authorizes."""
+    """The decider's roles; None only for a break-glass operator, whom access to the store authorizes."""
     tenant: str | None = None
     """The decider's tenant; approvals of other tenants are not found. None: any tenant (CLI)."""
     producer: str = "writ-gateway"
+    break_glass: bool = False
+    """An operator deciding at the store without a token (`writ approvals ... --break-glass`)."""
 
 
 class Decisions:
@@ -159,6 +161,7 @@ class Decisions:
                 now=now,
                 tenant=inp.tenant,
                 producer=inp.producer,
+                break_glass=inp.break_glass,
             )
         except NotFound as exc:
             raise DecisionRefused("not_found", f"no approval {inp.approval_id}") from exc

@@ -6,15 +6,29 @@ import json
 import logging
 import os
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
+import anyio
 import typer
 
+from gateway.cli_authority import (
+    AsOption,
+    Authority,
+    BreakGlassOption,
+    ByOption,
+    Refused,
+    TokenOption,
+    authority,
+    check_standing,
+)
 from gateway.cli_identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
 from gateway.errors import GatewayError
 from store.model import StoreError
+
+if TYPE_CHECKING:
+    from store.store import Store
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
 store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
@@ -226,39 +240,68 @@ def calls_resolve(
     tool_call_id: str,
     outcome: Annotated[str, typer.Option(help="What really happened: succeeded or failed.")],
     evidence: Annotated[str, typer.Option(help="How you know (a statement line, a ticket, a call).")],
-    by: Annotated[str | None, typer.Option(help="Who resolves it (default: $USER).")] = None,
+    token: TokenOption = None,
+    break_glass: BreakGlassOption = False,
+    reason: Annotated[
+        str | None, typer.Option("--reason", "-r", help="With --break-glass: why you act without a token.")
+    ] = None,
+    by: ByOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Settle a call whose outcome is unknown, with your evidence; recorded with who."""
-    import getpass
+    """Settle a call whose outcome is unknown, with your evidence; recorded with who decided it."""
     from datetime import UTC, datetime
 
+    from gateway.resolutions import ResolutionInput, ResolutionRefused, resolve_call
     from store.model import NotFound, StaleLease, StoreError
 
     if outcome not in ("succeeded", "failed"):
         _fail("--outcome must be succeeded or failed")
         return
-    who = by or getpass.getuser()
+    cfg = _config(config)
+    who = _authority(cfg, token=token, break_glass=break_glass, reason=reason, impersonated=by, flag="--by")
     with _store(config) as store:
+        _standing(store, who)
         try:
-            call = store.resolve_manually(
-                tool_call_id,
-                succeeded=outcome == "succeeded",
-                evidence=evidence,
-                by=who,
-                now=datetime.now(UTC),
-                producer="writ-cli",
-            )
+            if who.principal is not None:
+                resolution = ResolutionInput(
+                    tool_call_id=tool_call_id,
+                    succeeded=outcome == "succeeded",
+                    evidence=evidence,
+                    resolved_by=who.name,
+                    roles=who.principal.roles,
+                    tenant=who.principal.tenant,
+                    producer="writ-cli",
+                )
+                call = anyio.run(resolve_call, store, resolution, datetime.now(UTC))
+            else:
+                call = store.resolve_manually(
+                    tool_call_id,
+                    succeeded=outcome == "succeeded",
+                    evidence=evidence,
+                    by=who.name,
+                    now=datetime.now(UTC),
+                    producer="writ-cli",
+                    break_glass=True,
+                    reason=who.reason,
+                )
+        except ResolutionRefused as exc:
+            _fail(f"refused ({exc.code}): {exc}", code=1)
+            return
         except NotFound:
             _fail(f"no tool call {tool_call_id!r}", code=1)
             return
         except (StaleLease, StoreError) as exc:
             _fail(str(exc), code=1)
             return
+    mark = " (break-glass)" if who.break_glass else ""
     if call.contradicted:
-        typer.echo(f"{call.tool_call_id} stays {call.status}: contradicted by {who}, recorded and escalated")
+        typer.echo(
+            f"{call.tool_call_id} stays {call.status}: contradicted by {who.name}{mark}, recorded and escalated"
+        )
         return
-    typer.echo(f"{call.tool_call_id} is {call.status} ({call.verification_status}), resolved by {who}")
+    typer.echo(
+        f"{call.tool_call_id} is {call.status} ({call.verification_status}), resolved by {who.name}{mark}"
+    )
 
 
 @approvals_app.command("list")
@@ -299,49 +342,92 @@ def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
     typer.echo(json.dumps(body, indent=2, default=str))
 
 
-ReasonOption = Annotated[str | None, typer.Option("--reason", "-r", help="Why (recorded with the decision).")]
-AsOption = Annotated[
-    str | None,
-    typer.Option("--as", help="Who decides, as recorded (default: your login name). Not the requester."),
+ReasonOption = Annotated[
+    str | None, typer.Option("--reason", "-r", help="Why (recorded; required with --break-glass).")
 ]
 
 
 @approvals_app.command("approve")
 def approvals_approve(
-    approval_id: str, reason: ReasonOption = None, as_: AsOption = None, config: ConfigOption = None
+    approval_id: str,
+    reason: ReasonOption = None,
+    token: TokenOption = None,
+    break_glass: BreakGlassOption = False,
+    as_: AsOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Approve a pending call; a running gateway then re-authorizes and executes it once."""
-    _decide(approval_id, approve=True, reason=reason, who=as_, config=config)
+    _decide(approval_id, True, token=token, break_glass=break_glass, reason=reason, as_=as_, config=config)
 
 
 @approvals_app.command("reject")
 def approvals_reject(
-    approval_id: str, reason: ReasonOption = None, as_: AsOption = None, config: ConfigOption = None
+    approval_id: str,
+    reason: ReasonOption = None,
+    token: TokenOption = None,
+    break_glass: BreakGlassOption = False,
+    as_: AsOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """Reject a pending call; it will never run."""
-    _decide(approval_id, approve=False, reason=reason, who=as_, config=config)
+    _decide(approval_id, False, token=token, break_glass=break_glass, reason=reason, as_=as_, config=config)
 
 
 def _decide(
-    approval_id: str, *, approve: bool, reason: str | None, who: str | None, config: str | None
+    approval_id: str,
+    approve: bool,
+    *,
+    token: str | None,
+    break_glass: bool,
+    reason: str | None,
+    as_: str | None,
+    config: str | None,
 ) -> None:
-    # The operator at the CLI has the store itself, so no role is checked; the self-approval rule is.
-    import getpass
+    # With a token: the API's checks (role, tenant, separation of duties, standing). Break-glass: the
+    # operator holds the store itself, so no role or tenant is checked; the self-approval rule is.
     from dataclasses import asdict
     from datetime import UTC, datetime
 
     from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 
-    decided_by = who or getpass.getuser()
+    cfg = _config(config)
+    who = _authority(cfg, token=token, break_glass=break_glass, reason=reason, impersonated=as_)
+    principal = who.principal
     with _store(config) as store:
+        _standing(store, who)
         try:
             approval = Decisions(store, lambda: datetime.now(UTC)).decide_now(
-                DecisionInput(approval_id, approve, decided_by, reason=reason, producer="writ-cli")
+                DecisionInput(
+                    approval_id,
+                    approve,
+                    who.name,
+                    reason=reason,
+                    roles=principal.roles if principal else None,
+                    tenant=principal.tenant if principal else None,
+                    producer="writ-cli",
+                    break_glass=who.break_glass,
+                )
             )
         except DecisionRefused as exc:
             _fail(f"refused ({exc.code}): {exc}", code=1)
             return
-    typer.echo(json.dumps(asdict(approval), indent=2, default=str))
+    typer.echo(json.dumps(asdict(approval) | {"break_glass": who.break_glass}, indent=2, default=str))
+
+
+def _authority(cfg: WritConfig, **given: Any) -> Authority:
+    try:
+        return authority(cfg, **given)
+    except Refused as exc:
+        typer.echo(f"writ: {exc}", err=True)
+        raise typer.Exit(exc.code) from exc
+
+
+def _standing(store: Store, who: Authority) -> None:
+    try:
+        check_standing(store, who)
+    except Refused as exc:
+        typer.echo(f"writ: {exc}", err=True)
+        raise typer.Exit(exc.code) from exc
 
 
 @approvals_app.command("outbox")

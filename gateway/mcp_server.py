@@ -14,7 +14,7 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
 from gateway import mcp_rounds as rounds
@@ -22,6 +22,7 @@ from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.oversight import may_read
 from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.results import shape_call, shape_report, status_document
+from gateway.standing import REVOKED, is_revoked, revoked_text
 from gateway.telemetry import Telemetry
 from store.model import CallView, NotFound, StaleLease, Unavailable
 from store.store import Store
@@ -98,7 +99,15 @@ def build_mcp_server(
         return current
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        visible = pipeline.visible_capabilities(caller())
+        who = caller()
+        try:
+            revoked = await is_revoked(store, who)
+        except Unavailable as exc:
+            logger.error("tools/list: the store is unavailable: %s", exc)
+            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
+        if revoked:  # a revoked principal may call nothing, so nothing is listed to it
+            return types.ListToolsResult(tools=[])
+        visible = pipeline.visible_capabilities(who)
         return types.ListToolsResult(tools=[*map(_tool, visible), _STATUS_TOOL])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
@@ -204,8 +213,11 @@ def build_mcp_server(
 
     async def _task_call(ctx: Any, params: rounds.TaskParams) -> CallView:
         rounds.require_tasks(ctx)
+        who = caller()
         try:
-            call = await _own_call(caller(), params.task_id)
+            if await is_revoked(store, who):
+                raise MCPError(INVALID_REQUEST, f"Refused: {revoked_text(who)}.")
+            call = await _own_call(who, params.task_id)
         except Unavailable as exc:
             logger.error("tasks: the store is unavailable: %s", exc)
             raise MCPError(INTERNAL_ERROR, STATUS_UNAVAILABLE) from exc
@@ -258,6 +270,14 @@ def build_mcp_server(
         return {"resultType": "complete"}
 
     async def _call_status(who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
+        if await is_revoked(store, who):
+            return types.CallToolResult.model_validate(
+                {
+                    "content": [{"type": "text", "text": f"Refused: {revoked_text(who)}."}],
+                    "structuredContent": {"status": "denied", "reason": REVOKED},
+                    "isError": True,
+                }
+            )
         tool_call_id = arguments.get("toolCallId")
         if not isinstance(tool_call_id, str) or not tool_call_id:
             return types.CallToolResult.model_validate(

@@ -26,6 +26,7 @@ def decide(
     now: datetime,
     producer: str,
     tenant: str | None,
+    break_glass: bool = False,
 ) -> ApprovalView:
     """Grant or reject an approval that is still awaiting a decision and not yet past its expiry.
 
@@ -40,7 +41,7 @@ def decide(
         raise StaleLease(f"approval {approval_id} expired at {ev.format_ts(approval.expires_at)}")
     if approve and decided_by == approval.requester and not approval.requester_may_approve:
         raise StoreError(f"{decided_by} requested call {approval.tool_call_id} and may not approve it")
-    payload = ev.ApprovalDecided(decided_by=decided_by, reason=reason)
+    payload = ev.ApprovalDecided(decided_by=decided_by, reason=reason, break_glass=break_glass)
     envelope = _envelope(call_row, now, producer)
     log.add(
         ev.ApprovalGrantedEvent(**envelope, payload=payload)

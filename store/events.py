@@ -118,6 +118,9 @@ class ApprovalRequired(Payload):
 class ApprovalDecided(Payload):
     decided_by: str
     reason: str | None = None
+    break_glass: bool = False
+    """Decided by an operator at the store without a token (`writ ... --break-glass`), not by a
+    verified principal: `decided_by` is then `operator:<os-user>@<host>`."""
 
 
 class ApprovalExpired(Payload):
@@ -200,6 +203,10 @@ class ReconciliationResolved(Payload):
     detail: str | None = None
     resolved_by: str | None = None
     """A person who settled the call by hand; None when a lookup at the backend did."""
+    break_glass: bool = False
+    """Settled by a break-glass operator (`operator:<os-user>@<host>`), not a verified principal."""
+    reason: str | None = None
+    """Why a break-glass operator acted without a token."""
 
 
 class ReconciliationEscalated(Payload):
@@ -246,6 +253,16 @@ class PrincipalRevoked(Payload):
     subject: str
     revoked_by: str
     reason: str | None = None
+    break_glass: bool = False
+
+
+class PrincipalRestored(Payload):
+    """A revoked subject's standing given back in the event's tenant."""
+
+    subject: str
+    restored_by: str
+    reason: str | None = None
+    break_glass: bool = False
 
 
 class Envelope(BaseModel):
@@ -404,6 +421,11 @@ class PrincipalRevokedEvent(Envelope):
     payload: PrincipalRevoked
 
 
+class PrincipalRestoredEvent(Envelope):
+    type: Literal["principal.restored"] = "principal.restored"
+    payload: PrincipalRestored
+
+
 EVENT_TYPES: tuple[type[Envelope], ...] = (
     RunStartedEvent,
     ToolCallRequestedEvent,
@@ -428,6 +450,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     BudgetExceededEvent,
     LoopDetectedEvent,
     PrincipalRevokedEvent,
+    PrincipalRestoredEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -454,7 +477,8 @@ Event = Annotated[
     | ReconciliationContradictedEvent
     | BudgetExceededEvent
     | LoopDetectedEvent
-    | PrincipalRevokedEvent,
+    | PrincipalRevokedEvent
+    | PrincipalRestoredEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

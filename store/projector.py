@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from store import events as ev
 from store.model import KeyClaimLost, StoreError
@@ -429,6 +429,15 @@ def _principal_revoked(conn: Connection, event: ev.PrincipalRevokedEvent, pendin
         )
 
 
+def _principal_restored(conn: Connection, event: ev.PrincipalRestoredEvent, pending: Pending | None) -> None:
+    # Standing is back: a later revocation of the subject starts a new row.
+    conn.execute(
+        delete(revocations).where(
+            revocations.c.tenant == event.tenant, revocations.c.subject == event.payload.subject
+        )
+    )
+
+
 _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "run.started": _run_started,
     "tool_call.requested": _requested,
@@ -451,4 +460,5 @@ _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "reconciliation.escalated": _reconciliation_escalated,
     "reconciliation.contradicted": _reconciliation_contradicted,
     "principal.revoked": _principal_revoked,
+    "principal.restored": _principal_restored,
 }

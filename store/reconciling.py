@@ -252,6 +252,8 @@ def resolve_by_human(
     now: datetime,
     producer: str,
     tenant: str | None,
+    break_glass: bool = False,
+    reason: str | None = None,
 ) -> CallView:
     """A person settles an unknown or contradicted call with their evidence, or contradicts a settled
     one; recorded with who.
@@ -292,6 +294,8 @@ def resolve_by_human(
         evidence={"manual": evidence},
         detail=f"resolved by {by}",
         resolved_by=by,
+        break_glass=break_glass,
+        reason=reason,
     )
     log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, now, producer), payload=payload))
     log.flush()

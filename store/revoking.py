@@ -1,16 +1,17 @@
-"""Principal revocation: a `principal.revoked` event, and the `revocations` projection every later call
-and every resume checks (DESIGN §3.4: the principal's current standing)."""
+"""Principal standing: `principal.revoked` and `principal.restored` events, and the `revocations`
+projection every later call, resume and authorised read checks (DESIGN §3.4: current standing)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, union
 
 from store import events as ev
 from store.log import Append
-from store.schema import revocations
+from store.model import NotFound
+from store.schema import approvals, revocations, runs, tool_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,30 +23,58 @@ class Revocation:
     reason: str | None
 
 
-def revoke(
-    conn: Connection,
-    *,
-    tenant: str,
-    subject: str,
-    revoked_by: str,
-    reason: str | None,
-    now: datetime,
-    producer: str,
-) -> Revocation:
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Who changes a subject's standing, and whether they are a break-glass operator without a token."""
+
+    by: str
+    reason: str | None
+    now: datetime
+    producer: str
+    break_glass: bool = False
+
+
+def revoke(conn: Connection, *, tenant: str, subject: str, change: Standing) -> Revocation:
     """Append `principal.revoked` (a repeated one is recorded too); return the standing revocation."""
     log = Append(conn)
     log.add(
         ev.PrincipalRevokedEvent(
-            occurred_at=ev.format_ts(now),
-            producer=producer,
+            occurred_at=ev.format_ts(change.now),
+            producer=change.producer,
             tenant=tenant,
-            payload=ev.PrincipalRevoked(subject=subject, revoked_by=revoked_by, reason=reason),
+            payload=ev.PrincipalRevoked(
+                subject=subject, revoked_by=change.by, reason=change.reason, break_glass=change.break_glass
+            ),
         )
     )
     log.flush()
     found = get(conn, tenant, subject)
     assert found is not None
     return found
+
+
+def restore(conn: Connection, *, tenant: str, subject: str, change: Standing) -> Revocation:
+    """Append `principal.restored`; return the revocation it lifted.
+
+    Raises:
+        NotFound: the subject is not revoked in the tenant (nothing is recorded).
+    """
+    log = Append(conn)  # the head lock first, so two restores cannot both find the revocation
+    lifted = get(conn, tenant, subject)
+    if lifted is None:
+        raise NotFound(f"{subject} is not revoked in tenant {tenant}")
+    log.add(
+        ev.PrincipalRestoredEvent(
+            occurred_at=ev.format_ts(change.now),
+            producer=change.producer,
+            tenant=tenant,
+            payload=ev.PrincipalRestored(
+                subject=subject, restored_by=change.by, reason=change.reason, break_glass=change.break_glass
+            ),
+        )
+    )
+    log.flush()
+    return lifted
 
 
 def get(conn: Connection, tenant: str, subject: str) -> Revocation | None:
@@ -55,3 +84,15 @@ def get(conn: Connection, tenant: str, subject: str) -> Revocation | None:
     if row is None:
         return None
     return Revocation(row.tenant, row.subject, row.revoked_at, row.revoked_by, row.reason)
+
+
+def tenants_of(conn: Connection, subject: str) -> list[str]:
+    """The tenants where `subject` started a run, made a call, or requested or decided an approval."""
+    seen = union(
+        select(runs.c.tenant).where(runs.c.subject == subject),
+        select(tool_calls.c.tenant).where(tool_calls.c.subject == subject),
+        select(approvals.c.tenant).where(approvals.c.requester == subject),
+        select(approvals.c.tenant).where(approvals.c.decided_by == subject),
+        select(revocations.c.tenant).where(revocations.c.subject == subject),
+    ).subquery()
+    return sorted(conn.execute(select(seen.c.tenant)).scalars())

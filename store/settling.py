@@ -195,6 +195,8 @@ class Settlement:
         now: datetime,
         tenant: str | None = None,
         producer: str = "writ-gateway",
+        break_glass: bool = False,
+        reason: str | None = None,
     ) -> CallView:
         """A person settles an unknown or contradicted outcome with evidence, or contradicts a settled
         one (`reconciliation.contradicted`: the verdict stands, the call is escalated); recorded with who.
@@ -215,6 +217,8 @@ class Settlement:
                 now=now,
                 producer=producer,
                 tenant=tenant,
+                break_glass=break_glass,
+                reason=reason,
             ),
         )
 

@@ -198,6 +198,7 @@ class Store(Settlement, Queues, Reads):
         reason: str | None = None,
         tenant: str | None = None,
         producer: str = "writ-gateway",
+        break_glass: bool = False,
     ) -> ApprovalView:
         """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.
 
@@ -217,6 +218,7 @@ class Store(Settlement, Queues, Reads):
                 now=now,
                 producer=producer,
                 tenant=tenant,
+                break_glass=break_glass,
             )
 
     def expire_approval(
@@ -336,19 +338,39 @@ class Store(Settlement, Queues, Reads):
         now: datetime,
         reason: str | None = None,
         producer: str = "writ-gateway",
+        break_glass: bool = False,
     ) -> revoking.Revocation:
         """Revoke a subject's standing in a tenant: every later call and resume of theirs is refused."""
         _aware(now)
+        change = revoking.Standing(revoked_by, reason, now, producer, break_glass)
         with _translated(), self._engine.begin() as conn:
-            return revoking.revoke(
-                conn,
-                tenant=tenant,
-                subject=subject,
-                revoked_by=revoked_by,
-                reason=reason,
-                now=now,
-                producer=producer,
-            )
+            return revoking.revoke(conn, tenant=tenant, subject=subject, change=change)
+
+    def restore_principal(
+        self,
+        tenant: str,
+        subject: str,
+        *,
+        restored_by: str,
+        now: datetime,
+        reason: str | None = None,
+        producer: str = "writ-gateway",
+        break_glass: bool = False,
+    ) -> revoking.Revocation:
+        """Give a revoked subject its standing back in a tenant; returns the revocation it lifted.
+
+        Raises:
+            NotFound: the subject is not revoked in the tenant.
+        """
+        _aware(now)
+        change = revoking.Standing(restored_by, reason, now, producer, break_glass)
+        with _translated(), self._engine.begin() as conn:
+            return revoking.restore(conn, tenant=tenant, subject=subject, change=change)
+
+    def tenants_of(self, subject: str) -> list[str]:
+        """The tenants where `subject` has been seen (runs, calls, approvals, revocations), sorted."""
+        with self._read() as conn:
+            return revoking.tenants_of(conn, subject)
 
     def rebuild(self) -> int:
         """Wipe the projections and effect ledger and replay the whole log; returns events replayed."""

@@ -23,6 +23,7 @@ from gateway.display import visible
 from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from gateway.results import outcome_text
+from gateway.standing import is_revoked, revoked_text
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.store import Store
@@ -63,8 +64,11 @@ def console_routes(
         return response
 
     async def session(request: Request) -> Principal | None:
+        # Every page and form asks the store, not only the login: a session opened before a
+        # revocation ends with it (back to the login page, where logging in again says why).
         token = request.cookies.get(SESSION_COOKIE)
-        return await verify(token) if token else None
+        who = await verify(token) if token else None
+        return None if who is None or await is_revoked(store, who) else who
 
     def csrf_ok(request: Request, form: Any) -> bool:
         expected = request.cookies.get(CSRF_COOKIE, "")
@@ -93,6 +97,8 @@ def console_routes(
         who = await verify(token) if token else None
         if who is None:
             return render(request, "login.html", 401, error="That token did not verify. Paste a valid token.")
+        if await is_revoked(store, who):
+            return render(request, "login.html", 403, error=f"Refused: {revoked_text(who)}.")
         response = RedirectResponse("/console/inbox", status_code=303)
         for name, value in ((SESSION_COOKIE, token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
             response.set_cookie(

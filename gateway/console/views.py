@@ -12,14 +12,14 @@ from store.model import ApprovalView, CallView, StoredEvent
 from store.store import Store
 
 REDACTED_PREFIX = "redacted:"
+_DECISIONS = frozenset({"approval.granted", "approval.rejected"})
 
 
 def approval_card(store: Store, approval: ApprovalView, who: Principal, now: datetime) -> dict[str, Any]:
     """Everything a reviewer needs to see the exact effect before deciding."""
     call = store.get_call(approval.tool_call_id)
-    requested = next(
-        (e for e in store.events(tool_call_id=approval.tool_call_id) if e.type == "tool_call.requested"), None
-    )
+    events = store.events(tool_call_id=approval.tool_call_id)
+    requested = next((e for e in events if e.type == "tool_call.requested"), None)
     decision = dict(requested.payload.get("decision") or {}) if requested else {}
     arguments = _arguments(call)
     may_decide = approval.status == "awaiting_approval" and approval.approver_role in who.roles
@@ -38,6 +38,8 @@ def approval_card(store: Store, approval: ApprovalView, who: Principal, now: dat
         "seconds_left": max(int((approval.expires_at - now).total_seconds()), 0),
         "may_decide": may_decide,
         "own_call": own,
+        # From the decision's event, not from the name: a token's subject may read `operator:...` too.
+        "break_glass": any(e.type in _DECISIONS and e.payload.get("break_glass") is True for e in events),
     }
 
 
@@ -122,6 +124,7 @@ def timeline(events: Sequence[StoredEvent]) -> list[dict[str, Any]]:
             facts["rule"] = decision.get("rule_id")
         rows.append(
             {
+                "break_glass": payload.get("break_glass") is True,
                 "seq": event.seq,
                 "type": event.type,
                 "at": event.occurred_at,

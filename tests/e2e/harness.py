@@ -165,7 +165,8 @@ def writ(
     return subprocess.run(
         [*WRIT, *args],
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        # A $WRIT_TOKEN of whoever runs the tests must not decide for the CLI under test.
+        env={**{k: v for k, v in os.environ.items() if k != "WRIT_TOKEN"}, **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,
@@ -202,8 +203,10 @@ class Gateway:
     def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
         return mcp_client(self.mcp_url, token, mode=mode, **kwargs)
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check)
+    def cli(
+        self, *args: str, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check, env=env)
 
 
 @contextlib.contextmanager

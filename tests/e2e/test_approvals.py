@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
+import json
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -102,24 +105,86 @@ async def test_decisions_are_refused_with_clear_codes(gateway: Gateway, backend:
     assert backend.refunds() == []
 
 
-async def test_an_operator_decides_at_the_cli_and_is_recorded(gateway: Gateway, backend: Backend) -> None:
+def standing_events(gateway: Gateway, approval_id: str) -> list[dict[str, Any]]:
+    exported = gateway.cli("audit", "export").stdout.splitlines()
+    return [
+        e
+        for e in map(json.loads, exported)
+        if e["approval_id"] == approval_id and e["type"] in ("approval.granted", "approval.rejected")
+    ]
+
+
+async def test_the_cli_decides_only_with_a_token_checked_as_the_api_checks_it(
+    gateway: Gateway, backend: Backend
+) -> None:
     yes = await request_refund(gateway, "cli-yes")
     no = await request_refund(gateway, "cli-no")
 
-    own = gateway.cli("approvals", "approve", yes["approvalId"], "--as", "alice", check=False)
+    named = gateway.cli("approvals", "approve", yes["approvalId"], "--as", "carol", check=False)
+    assert named.returncode == 2 and "--as is gone" in named.stderr and "--token" in named.stderr
+    bare = gateway.cli("approvals", "approve", yes["approvalId"], check=False, env={"WRIT_TOKEN": ""})
+    assert bare.returncode == 2 and "no token was given" in bare.stderr and "--break-glass" in bare.stderr
+    forged = gateway.cli("approvals", "approve", yes["approvalId"], "--token", "x.y.z", check=False)
+    assert forged.returncode == 1 and "did not verify" in forged.stderr
+    alice = gateway.token("alice", roles="agent,approver")
+    own = gateway.cli("approvals", "approve", yes["approvalId"], "--token", alice, check=False)
     assert own.returncode == 1 and "self_approval_forbidden" in own.stderr
-    approved = gateway.cli("approvals", "approve", yes["approvalId"], "--as", "carol", "--reason", "ok")
+    agent = gateway.token("carol", roles="agent")
+    unroled = gateway.cli("approvals", "approve", yes["approvalId"], "--token", agent, check=False)
+    assert unroled.returncode == 1 and "not_approver" in unroled.stderr
+    elsewhere = gateway.token("carol", roles="approver", tenant="globex")
+    crossing = gateway.cli("approvals", "approve", yes["approvalId"], "--token", elsewhere, check=False)
+    assert crossing.returncode == 1 and "not_found" in crossing.stderr
+    dan = gateway.token("dan", roles="approver,admin")
+    gateway.cli("principals", "revoke", "dan", "--tenant", "acme", "--token", gateway.token("root", "admin"))
+    revoked = gateway.cli("approvals", "approve", yes["approvalId"], "--token", dan, check=False)
+    assert revoked.returncode == 1 and "principal_revoked" in revoked.stderr
+    assert standing_events(gateway, yes["approvalId"]) == []
+
+    carol = gateway.token("carol", roles="approver")
+    approved = gateway.cli("approvals", "approve", yes["approvalId"], "--token", carol, "--reason", "ok")
     assert '"decided_by": "carol"' in approved.stdout
-    gateway.cli("approvals", "reject", no["approvalId"], "--as", "carol", "--reason", "duplicate")
+    gateway.cli("approvals", "reject", no["approvalId"], "--reason", "duplicate", env={"WRIT_TOKEN": carol})
 
     bob = gateway.token("bob", roles="approver")
     assert (await settled(gateway, yes["toolCallId"], bob))["status"] == "completed"
     assert (await settled(gateway, no["toolCallId"], bob))["status"] == "rejected"
     assert len(backend.refunds("cli-yes")) == 1 and backend.refunds("cli-no") == []
-    again = gateway.cli("approvals", "approve", yes["approvalId"], "--as", "dan", check=False)
+    again = gateway.cli("approvals", "approve", yes["approvalId"], "--token", bob, check=False)
     assert again.returncode == 1 and "already_decided" in again.stderr
-    shown = gateway.cli("calls", "show", yes["toolCallId"]).stdout
-    assert "approval.granted" in shown and "tool_call.completed" in shown
+    decided = standing_events(gateway, yes["approvalId"]) + standing_events(gateway, no["approvalId"])
+    marks = [(e["payload"]["decided_by"], e["payload"]["break_glass"], e["producer"]) for e in decided]
+    assert marks == [("carol", False, "writ-cli"), ("carol", False, "writ-cli")]
+
+
+async def test_a_break_glass_operator_decides_under_their_own_marked_name(
+    sqlite_gateway: Gateway, backend: Backend
+) -> None:
+    gateway = sqlite_gateway
+    pending = await request_refund(gateway, "cli-glass")
+    unexplained = gateway.cli("approvals", "approve", pending["approvalId"], "--break-glass", check=False)
+    assert unexplained.returncode == 2 and "needs --reason" in unexplained.stderr
+    both = gateway.cli(
+        "approvals", "approve", pending["approvalId"], "--break-glass", "--reason", "idp down",
+        "--token", gateway.token("carol", roles="approver"), check=False,
+    )  # fmt: skip
+    assert both.returncode == 2 and "drop one of them" in both.stderr
+    assert standing_events(gateway, pending["approvalId"]) == []
+
+    approved = gateway.cli(
+        "approvals", "approve", pending["approvalId"], "--break-glass", "--reason", "idp down, ticket 42",
+        env={"WRIT_TOKEN": ""},
+    )  # fmt: skip
+    operator = f"operator:{getpass.getuser()}@{socket.gethostname()}"
+    assert json.loads(approved.stdout)["decided_by"] == operator
+    [event] = standing_events(gateway, pending["approvalId"])
+    assert event["payload"] == {
+        "decided_by": operator,
+        "reason": "idp down, ticket 42",
+        "break_glass": True,
+    }
+    bob = gateway.token("bob", roles="approver")
+    assert (await settled(gateway, pending["toolCallId"], bob))["status"] == "completed"
 
 
 async def test_a_call_awaiting_approval_survives_kill_9_of_every_writ_process_and_runs_once(

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import getpass
+import socket
 from pathlib import Path
 
 import yaml
+from click.testing import Result
 from typer.testing import CliRunner
 
+from gateway.app import dev_issuer_for
 from gateway.cli import app
+from gateway.config import load_config
 from store import OutcomeRecord, Store
+from store.model import StoredEvent
 from tests.store.builders import NOW, call_request
 
 
@@ -25,8 +31,49 @@ def escalated_store(tmp_path: Path) -> Path:
         store.admit(call_request(tool_call_id="tc-done", idempotency_key="k-done"))
         store.record_outcome("tc-done", OutcomeRecord(kind="completed"), token=1, now=NOW)
     config = tmp_path / "writ.yaml"
-    config.write_text(yaml.safe_dump({"store": {"url": url}}))
+    dev_issuer = {"enabled": True, "key_file": str(tmp_path / "dev-issuer.jwk")}
+    config.write_text(yaml.safe_dump({"store": {"url": url}, "auth": {"dev_issuer": dev_issuer}}))
     return config
+
+
+def token(config: Path, sub: str, roles: list[str], tenant: str = "acme") -> str:
+    """A real JWT from the config's development issuer, for the gateway this config describes."""
+    cfg = load_config(config)
+    issuer = dev_issuer_for(cfg)
+    assert issuer is not None
+    return issuer.mint(
+        subject=sub, audience=cfg.server.resource_url, tenant=tenant, roles=roles, scopes=[], ttl_s=300
+    )
+
+
+def resolve(
+    config: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    outcome: str = "failed",
+    evidence: str = "no refund",
+) -> Result:
+    return CliRunner().invoke(
+        app,
+        [
+            "calls",
+            "resolve",
+            "tc-lost",
+            "--outcome",
+            outcome,
+            "--evidence",
+            evidence,
+            *args,
+            "-c",
+            str(config),
+        ],
+        env={"WRIT_TOKEN": "", **(env or {})},
+    )
+
+
+def last_event(tmp_path: Path) -> StoredEvent:
+    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
+        return store.events(tool_call_id="tc-lost")[-1]
 
 
 def test_unresolved_lists_only_unknown_calls_and_marks_the_escalated_ones(tmp_path: Path) -> None:
@@ -39,52 +86,63 @@ def test_unresolved_lists_only_unknown_calls_and_marks_the_escalated_ones(tmp_pa
     assert "tc-done" not in out.output
 
 
-def test_a_human_resolution_is_recorded_with_who_and_the_evidence(tmp_path: Path) -> None:
+def test_a_resolution_with_a_token_is_recorded_under_the_tokens_subject(tmp_path: Path) -> None:
     config = escalated_store(tmp_path)
 
-    out = CliRunner().invoke(
-        app,
-        [
-            "calls",
-            "resolve",
-            "tc-lost",
-            "--outcome",
-            "failed",
-            "--evidence",
-            "no refund at the bank",
-            "--by",
-            "carol",
-            "-c",
-            str(config),
-        ],
-    )
+    out = resolve(config, "--token", token(config, "carol", ["approver"]))
 
     assert out.exit_code == 0, out.output
     assert "failed (confirmed_failure), resolved by carol" in out.output
-    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
-        event = store.events(tool_call_id="tc-lost")[-1]
+    event = last_event(tmp_path)
     assert (event.type, event.producer) == ("reconciliation.resolved", "writ-cli")
-    assert event.payload["resolved_by"] == "carol"
-    again = CliRunner().invoke(
-        app, ["calls", "resolve", "tc-lost", "--outcome", "failed", "--evidence", "x", "-c", str(config)]
-    )
+    assert (event.payload["resolved_by"], event.payload["break_glass"]) == ("carol", False)
+    again = resolve(config, "--token", token(config, "carol", ["approver"]))
     assert again.exit_code == 1  # agreeing with a settled verdict records nothing
-    disagree = CliRunner().invoke(
-        app,
-        [
-            "calls",
-            "resolve",
-            "tc-lost",
-            "--outcome",
-            "succeeded",
-            "--evidence",
-            "r1 at the bank",
-            "--by",
-            "dave",
-        ]
-        + ["-c", str(config)],
+    disagree = resolve(
+        config, "--token", token(config, "dave", ["approver"]), outcome="succeeded", evidence="r1 at the bank"
     )
     assert disagree.exit_code == 0, disagree.output
     assert "tc-lost stays failed: contradicted by dave, recorded and escalated" in disagree.output
     listed = CliRunner().invoke(app, ["calls", "list", "--unresolved", "-c", str(config)])
     assert "CONTRADICTED" in listed.output and "tc-lost" in listed.output
+
+
+def test_a_resolution_with_a_token_is_checked_as_the_api_checks_it(tmp_path: Path) -> None:
+    config = escalated_store(tmp_path)
+    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
+        store.revoke_principal("acme", "dan", revoked_by="root", now=NOW)
+
+    agent = resolve(config, "--token", token(config, "eve", ["agent"]))
+    assert agent.exit_code == 1 and "insufficient_role" in agent.output
+    other = resolve(config, env={"WRIT_TOKEN": token(config, "carol", ["approver"], tenant="globex")})
+    assert other.exit_code == 1 and "not_found" in other.output
+    revoked = resolve(config, "--token", token(config, "dan", ["approver"]))
+    assert revoked.exit_code == 1 and "principal_revoked" in revoked.output
+    forged = resolve(config, "--token", token(config, "carol", ["approver"])[:-4] + "AAAA")
+    assert forged.exit_code == 1 and "did not verify" in forged.output
+    assert last_event(tmp_path).type == "reconciliation.escalated"
+
+
+def test_a_resolution_in_anothers_name_or_without_authority_is_refused(tmp_path: Path) -> None:
+    config = escalated_store(tmp_path)
+
+    named = resolve(config, "--by", "carol")
+    assert named.exit_code == 2 and "--by is gone" in named.output and "--break-glass" in named.output
+    bare = resolve(config)
+    assert bare.exit_code == 2 and "no token was given" in bare.output
+    unexplained = resolve(config, "--break-glass")
+    assert unexplained.exit_code == 2 and "needs --reason" in unexplained.output
+    assert last_event(tmp_path).type == "reconciliation.escalated"
+
+
+def test_a_break_glass_resolution_is_recorded_as_the_operator_with_its_mark(tmp_path: Path) -> None:
+    config = escalated_store(tmp_path)
+
+    out = resolve(config, "--break-glass", "--reason", "gateway down, bank confirmed by phone")
+
+    assert out.exit_code == 0, out.output
+    operator = f"operator:{getpass.getuser()}@{socket.gethostname()}"
+    assert f"resolved by {operator} (break-glass)" in out.output
+    payload = last_event(tmp_path).payload
+    assert (payload["resolved_by"], payload["break_glass"]) == (operator, True)
+    assert payload["reason"] == "gateway down, bank confirmed by phone"

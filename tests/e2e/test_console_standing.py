@@ -1,0 +1,87 @@
+"""The console and a principal's standing, and how a break-glass decision shows (real Chromium)."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+
+import httpx2
+import pytest
+from playwright.async_api import Browser, expect
+
+from tests.e2e.harness import Backend, Gateway
+from tests.e2e.test_approvals import request_refund
+from tests.e2e.test_console import browser, logged_in
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+__all__ = ["browser"]  # the fixture, shared with test_console
+
+
+def revoke(gateway: Gateway, subject: str) -> None:
+    revoked = httpx2.post(
+        f"{gateway.url}/api/principals/{subject}/revocation",
+        json={"reason": "left"},
+        headers={"Authorization": f"Bearer {gateway.token('root', roles='admin')}"},
+        timeout=10,
+    )
+    assert revoked.status_code == 200, revoked.text
+
+
+async def test_a_session_opened_before_a_revocation_cannot_decide_and_cannot_log_in_again(
+    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+) -> None:
+    gateway = sqlite_gateway
+    pending = await request_refund(gateway, "console-revoked")
+    bob = gateway.token("bob", roles="approver")
+    page = await logged_in(browser, gateway, bob)
+    card = page.locator(f"article#{pending['approvalId']}")
+    await expect(card.locator(".status")).to_have_text("awaiting_approval")
+
+    revoke(gateway, "bob")
+    await card.locator("input[name=reason]").fill("approving on my way out")
+    await card.locator("button.approve").click()
+
+    await expect(page).to_have_url(f"{gateway.url}/console/login")
+    await page.goto(f"{gateway.url}/console/inbox")
+    await expect(page).to_have_url(f"{gateway.url}/console/login")
+    await page.fill("#token", bob)
+    await page.click("#login")
+    await expect(page.locator(".error")).to_contain_text("bob is revoked in tenant acme")
+    await page.goto(f"{gateway.url}/console/calls/{pending['toolCallId']}")
+    await expect(page).to_have_url(f"{gateway.url}/console/login")
+    carol = gateway.token("carol", roles="approver")
+    approval = httpx2.get(
+        f"{gateway.url}/api/approvals/{pending['approvalId']}",
+        headers={"Authorization": f"Bearer {carol}"},
+        timeout=10,
+    ).json()
+    assert (approval["status"], approval["decided_by"]) == ("awaiting_approval", None)
+    assert backend.refunds() == []
+
+
+async def test_a_break_glass_decision_is_marked_in_the_inbox_and_the_timeline(
+    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+) -> None:
+    gateway = sqlite_gateway
+    glass = await request_refund(gateway, "console-glass")
+    gateway.cli("approvals", "reject", glass["approvalId"], "--break-glass", "--reason", "idp down")
+    tokened = await request_refund(gateway, "console-tokened")
+    carol = gateway.token("carol", roles="approver")
+    gateway.cli("approvals", "reject", tokened["approvalId"], "--token", carol, "--reason", "dup")
+    operator = f"operator:{getpass.getuser()}@{socket.gethostname()}"
+
+    page = await logged_in(browser, gateway, gateway.token("audra", roles="auditor"))
+    decided = page.locator("li", has=page.locator(f"a[href='/console/calls/{glass['toolCallId']}']"))
+    await expect(decided).to_contain_text(f"rejected by {operator}")
+    await expect(decided.locator(".break-glass")).to_have_text("break-glass")
+    by_token = page.locator("li", has=page.locator(f"a[href='/console/calls/{tokened['toolCallId']}']"))
+    await expect(by_token).to_contain_text("rejected by carol")
+    await expect(by_token.locator(".break-glass")).to_have_count(0)
+
+    await page.goto(f"{gateway.url}/console/calls/{glass['toolCallId']}")
+    rejected = page.locator("#timeline li[data-type='approval.rejected']")
+    await expect(rejected).to_contain_text(f"decided_by={operator}")
+    await expect(rejected.locator(".break-glass")).to_have_text("break-glass")
+    await page.goto(f"{gateway.url}/console/approvals/{glass['approvalId']}")
+    await expect(page.locator("article .status .break-glass")).to_have_text("break-glass")
