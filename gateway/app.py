@@ -145,6 +145,14 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
 def dev_issuer_for(config: WritConfig) -> DevIssuer | None:
     if not config.auth.dev_issuer.enabled:
         return None
+    if config.auth.issuers:
+        # Beside a real identity provider, a local key that mints any identity is a side door.
+        logger.warning(
+            "auth.dev_issuer is enabled beside %d configured issuer(s): anyone who can read %s or run "
+            "`writ token` here can mint tokens for any subject, tenant and role; turn it off for production",
+            len(config.auth.issuers),
+            config.auth.dev_issuer.key_file,
+        )
     return DevIssuer.load_or_create(config.auth.dev_issuer.key_file, f"{config.server.base_url}/dev-issuer")
 
 

@@ -123,7 +123,9 @@ class ClaimMapping(_Section):
 
 
 class DevIssuerConfig(_Section):
-    enabled: bool = True
+    enabled: bool = False
+    """Off unless asked for: when on, anyone who can read `key_file` (or run `writ token` in this
+    directory) mints tokens with any subject, tenant and role. `writ demo` turns it on."""
     key_file: str = str(DEFAULT_STATE_DIR / "dev-issuer.jwk")
     token_ttl_s: int = 8 * 3600
 
