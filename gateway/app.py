@@ -54,6 +54,7 @@ from gateway.mcp_server import STATUS_TOOL, build_mcp_server
 from gateway.outbox import Notifier
 from gateway.pipeline import CallPipeline
 from gateway.policy_source import policy_provider
+from gateway.rate_limits import RateLimiter
 from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.resume import Resumer
 from gateway.startup_errors import StartupErrors
@@ -186,6 +187,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     )
     sealing = _sealing(config, base_dir)  # a bad key file is refused before the store is opened
     store = open_store(config)
+    limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
     pipeline = CallPipeline(
         store=store,
@@ -198,6 +200,8 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         faults=FaultPoints.from_env(environ or os.environ),
         notify_approvals=config.approvals.webhook is not None,
         confirmation_ttl_s=config.confirmations.ttl_s,
+        rate_limiter=limiter,
+        max_argument_bytes=config.server.max_argument_bytes,
     )
     runtime = Runtime(
         config,

@@ -101,6 +101,12 @@ def _take(conn: Connection, buckets: Sequence[Bucket], now: float) -> None:
         window = bucket.burst * interval
         params = {"bucket": bucket.key, "now": now, "interval": interval, "window": window}
         if conn.execute(take, params).first() is None:
-            tat = float(conn.execute(_TAT, {"bucket": bucket.key}).scalar_one())
-            # Raising rolls back the buckets already taken by this call.
-            raise _Empty(max(tat, now) + interval - window - now)
+            # Raising rolls back the buckets already taken by this call; the wait is the longest of
+            # every bucket this call needs, so a retry after it is not refused by the next one.
+            raise _Empty(max(_wait(conn, b, now) for b in buckets))
+
+
+def _wait(conn: Connection, bucket: Bucket, now: float) -> float:
+    tat = conn.execute(_TAT, {"bucket": bucket.key}).scalar_one_or_none()
+    interval = 1.0 / bucket.per_s
+    return 0.0 if tat is None else max(0.0, max(float(tat), now) + interval - bucket.burst * interval - now)
