@@ -9,6 +9,7 @@ anything is validated, hashed or recorded: a flood costs the log nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
@@ -94,5 +95,6 @@ class RateLimiter:
 
 def _key(*parts: str) -> str:
     # Hashed: tenants and subjects are any strings a token carries (long, or holding a NUL that
-    # PostgreSQL text cannot); the unit separator keeps ("a/b", "c") apart from ("a", "b/c").
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    # PostgreSQL text cannot). Of their JSON list, so no name can end in a separator and borrow
+    # another principal's bucket: ("a", "b|c") and ("a|b", "c") stay apart.
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
