@@ -77,7 +77,7 @@ class RateLimits:
 
     def _unflushed(self, work: Callable[[Connection], T]) -> T:
         # The buckets are soft state: their commit need not wait for a flush to disk. On PostgreSQL
-        # the table is unlogged and synchronous_commit is off for this transaction; on SQLite (WAL),
+        # the table is unlogged; on SQLite (WAL),
         # synchronous=NORMAL defers the fsync to the next durable commit or checkpoint.
         with self._errors_translated(), self.engine.connect() as conn:
             if conn.dialect.name == "sqlite":
@@ -90,7 +90,8 @@ class RateLimits:
                 finally:
                     dbapi.execute(f"PRAGMA synchronous={int(level)}")
             with conn.begin():
-                conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                # No `SET LOCAL synchronous_commit = off` (a round trip): a transaction that wrote
+                # only unlogged tables wrote no WAL, and PostgreSQL flushes nothing at its commit.
                 return work(conn)
 
 
