@@ -54,6 +54,7 @@ from gateway.mcp_server import STATUS_TOOL, build_mcp_server
 from gateway.outbox import Notifier
 from gateway.pipeline import CallPipeline
 from gateway.policy_source import policy_provider
+from gateway.rate_limits import RateLimiter
 from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.resume import Resumer
 from gateway.startup_errors import StartupErrors
@@ -145,6 +146,14 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
 def dev_issuer_for(config: WritConfig) -> DevIssuer | None:
     if not config.auth.dev_issuer.enabled:
         return None
+    if config.auth.issuers:
+        # Beside a real identity provider, a local key that mints any identity is a side door.
+        logger.warning(
+            "auth.dev_issuer is enabled beside %d configured issuer(s): anyone who can read %s or run "
+            "`writ token` here can mint tokens for any subject, tenant and role; turn it off for production",
+            len(config.auth.issuers),
+            config.auth.dev_issuer.key_file,
+        )
     return DevIssuer.load_or_create(config.auth.dev_issuer.key_file, f"{config.server.base_url}/dev-issuer")
 
 
@@ -186,6 +195,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     verifier = token_verifier(config, dev_issuer, environ=environ)
     sealing = _sealing(config, base_dir)  # a bad key file is refused before the store is opened
     store = open_store(config)
+    limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
     pipeline = CallPipeline(
         store=store,
@@ -198,6 +208,8 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         faults=FaultPoints.from_env(environ or os.environ),
         notify_approvals=config.approvals.webhook is not None,
         confirmation_ttl_s=config.confirmations.ttl_s,
+        rate_limiter=limiter,
+        max_argument_bytes=config.server.max_argument_bytes,
     )
     runtime = Runtime(
         config,

@@ -117,7 +117,11 @@ def token(
     cfg = _config(config)
     issuer = dev_issuer_for(cfg)
     if issuer is None:
-        _fail("the development issuer is disabled in this config (auth.dev_issuer.enabled: false)")
+        _fail(
+            f"the development issuer is off in {cfg.source or 'the default config'}, so `writ token` "
+            "mints nothing; for development only, turn it on with `auth: {dev_issuer: {enabled: true}}` "
+            "(`writ demo` does), or get a token from one of your auth.issuers"
+        )
         return
     minted = issuer.mint(
         subject=sub,

@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gateway.approvals import ApprovalsConfig
 from gateway.errors import ConfigurationError
+from gateway.rate_limits import RateLimitsConfig
 from gateway.telemetry import TelemetryConfig
+from gateway.validation import MAX_ARGUMENT_BYTES
 from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
 
 DEFAULT_STATE_DIR = Path(".writ")
@@ -60,6 +62,9 @@ class ServerConfig(_Section):
     stalled clients would turn every honest request away with 503 until the header timeout cut them;
     without one they are cut all the same and honest requests go on being served. Set it to bound the
     work one process takes on (memory per request) when a load balancer can retry elsewhere."""
+    max_argument_bytes: int = Field(default=MAX_ARGUMENT_BYTES, ge=1024)
+    """A tools/call whose arguments are larger, as compact JSON, is refused as `invalid_arguments`
+    naming the limit (recorded as a digest and a preview). Arguments nest at most 64 levels."""
 
     @property
     def base_url(self) -> str:
@@ -123,7 +128,9 @@ class ClaimMapping(_Section):
 
 
 class DevIssuerConfig(_Section):
-    enabled: bool = True
+    enabled: bool = False
+    """Off unless asked for: when on, anyone who can read `key_file` (or run `writ token` in this
+    directory) mints tokens with any subject, tenant and role. `writ demo` turns it on."""
     key_file: str = str(DEFAULT_STATE_DIR / "dev-issuer.jwk")
     token_ttl_s: int = 8 * 3600
 
@@ -198,6 +205,7 @@ class WritConfig(_Section):
     workers: WorkersConfig = Field(default_factory=WorkersConfig)
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     confirmations: ConfirmationsConfig = Field(default_factory=ConfirmationsConfig)
+    rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
     backends: dict[str, Any] = Field(default_factory=dict)
     capabilities: list[dict[str, Any]] = Field(default_factory=list)
     policy: dict[str, Any] = Field(default_factory=lambda: {"rules": []})

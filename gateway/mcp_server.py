@@ -21,7 +21,8 @@ from gateway import mcp_rounds as rounds
 from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.oversight import may_read
 from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
-from gateway.results import shape_call, shape_report, status_document
+from gateway.rate_limits import RateLimited
+from gateway.results import rate_limited, shape_call, shape_report, status_document
 from gateway.standing import REVOKED, is_revoked, revoked_text
 from gateway.telemetry import Telemetry
 from store.model import CallView, NotFound, StaleLease, Unavailable
@@ -150,6 +151,9 @@ def build_mcp_server(
             except UnknownTool as exc:
                 traced.unknown_tool()
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
+            except RateLimited as exc:
+                traced.rate_limited()
+                return types.CallToolResult.model_validate(rate_limited(params.name, exc.retry_after_s))
             traced.record(report)
         if report.call.status == "awaiting_confirmation":
             return rounds.ask_to_confirm(report.call, report.capability.ref)

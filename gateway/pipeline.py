@@ -22,7 +22,8 @@ from gateway.actions import Redactor, action_hash, derived_key, new_id
 from gateway.dispatch import Dispatcher
 from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.faults import NO_FAULTS, FaultPoints
-from gateway.validation import InputSchemas, unrecordable
+from gateway.rate_limits import RateLimiter
+from gateway.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
@@ -117,7 +118,11 @@ class CallPipeline:
         faults: FaultPoints = NO_FAULTS,
         notify_approvals: bool = False,
         confirmation_ttl_s: float = 600.0,
+        rate_limiter: RateLimiter | None = None,
+        max_argument_bytes: int = MAX_ARGUMENT_BYTES,
     ) -> None:
+        self._rate_limiter = rate_limiter
+        self._max_argument_bytes = max_argument_bytes
         self._store = store
         self._registry = registry
         self._policy = policy
@@ -143,8 +148,11 @@ class CallPipeline:
         """Check every capability's input schema once, after the registry has discovered them all.
 
         Raises:
-            ConfigurationError: a capability's input schema is not a valid JSON Schema.
+            ConfigurationError: a capability's input schema is not a valid JSON Schema, or a rate
+                limit names a tool no capability has.
         """
+        if self._rate_limiter is not None:
+            self._rate_limiter.check_tools(c.tool_name for c in self._registry.capabilities())
         for capability in self._registry.capabilities():
             self._schemas.check(capability)
             if not TOOL_NAME.fullmatch(capability.tool_name):
@@ -208,15 +216,21 @@ class CallPipeline:
 
         Raises:
             UnknownTool: no capability has this tool name.
+            RateLimited: the principal called too often; nothing was recorded.
         """
         capability = self._registry.get(inp.tool_name)
         if capability is None:
             raise UnknownTool(inp.tool_name)
         principal = inp.principal
+        if self._rate_limiter is not None:
+            # First, before anything is hashed, checked or recorded: a flood costs the log nothing.
+            await anyio.to_thread.run_sync(self._rate_limiter.take, principal, capability, self._clock())
         # Arguments that are not JSON (NaN, a lone surrogate, absurd nesting) cannot be hashed or stored:
         # the refusal below records a copy with stand-ins for the offending values, and nothing runs.
         unfit, recordable = unrecordable(inp.arguments)
         arguments = recordable if unfit else dict(inp.arguments)
+        if too_large := oversized(arguments, self._max_argument_bytes):
+            unfit = [too_large, *unfit]
         now = self._clock()
         action = action_hash(capability, arguments, principal)
         key, key_source = (
@@ -336,6 +350,7 @@ class CallPipeline:
 
         Raises:
             UnknownTool: no capability has this tool name.
+            RateLimited: the principal called too often; nothing was recorded.
             ConfirmationRefused: the confirmation is used, expired, bound elsewhere, or no longer allowed.
         """
         capability = self._registry.get(inp.tool_name)

@@ -6,6 +6,7 @@ a state the model can act on, with `next` telling it what to do instead of guess
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,6 +116,20 @@ def shape_report(report: CallReport) -> dict[str, Any]:
         }
         return _status_result(call, body, "Refused: idempotency key reused for a different action.")
     return shape_call(call, report.capability)
+
+
+def rate_limited(tool_name: str, retry_after_s: float) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for a call refused by a rate limit, which left no record."""
+    # Rounded up, so a client that waits exactly this long is not refused again for a rounding.
+    wait = math.ceil(retry_after_s * 1000) / 1000
+    text = f"Rate limited: too many calls. Nothing was done; call {tool_name} again in {wait} s."
+    body = {
+        "status": "denied",
+        "reason": "rate_limited",
+        "retryAfterS": wait,
+        "next": f"Nothing was recorded or run. Wait {wait} s before calling again.",
+    }
+    return {"content": [{"type": "text", "text": text}], "structuredContent": body, "isError": False}
 
 
 def shape_call(call: CallView, capability: Capability | None = None) -> dict[str, Any]:

@@ -71,6 +71,11 @@ class CallSpan:
         if call.status in ("failed", "result_unknown"):
             self.span.set_status(Status(StatusCode.ERROR, call.error or call.status))
 
+    def rate_limited(self) -> None:
+        """Refused by a rate limit before anything was recorded (counted as `writ.status=rate_limited`)."""
+        self.status = "rate_limited"
+        self.span.set_attribute("writ.reason", "rate_limited")
+
     def unknown_tool(self) -> None:
         """No such tool: nothing was recorded, and no capability has fields to redact."""
         self.status = "unknown_tool"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -111,3 +112,20 @@ def unrecordable(arguments: Mapping[str, Any]) -> tuple[list[str], dict[str, Any
 def _escaped(value: str) -> str:
     """`value` with each lone surrogate spelled as its escape (`\\ud800`), so it can be encoded."""
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+MAX_ARGUMENT_BYTES = 256 * 1024
+"""The default of `server.max_argument_bytes`: how large a call's arguments may be, as compact JSON."""
+
+
+def oversized(arguments: Mapping[str, Any], limit: int) -> str | None:
+    """An error naming the size and the limit if `arguments` (as `unrecordable` copied them) exceed it.
+
+    Everything a call's arguments go through (hash, schema, policy, the log, a held copy for an
+    approver) grows with them; the MCP SDK alone would let 4 MiB through.
+    """
+    text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), default=str)
+    size = len(text.encode("utf-8", "backslashreplace"))
+    if size <= limit:
+        return None
+    return f"(arguments): {size} bytes of JSON, over the limit of {limit} bytes"

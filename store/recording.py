@@ -22,6 +22,7 @@ from store.model import (
     StoreError,
 )
 from store.raw import Statement
+from store.refusals import bounded
 from store.schema import effect_ledger, revocations, runs
 from store.views import load_call
 
@@ -99,6 +100,7 @@ def refuse(conn: Connection, req: RefusalRequest) -> CallView:
 
 
 def _record_refusal(conn: Connection, log: Append, req: RefusalRequest, run_tenant: str | None) -> CallView:
+    req = bounded(req)
     base = _base(req)
     if run_tenant is None:
         _add_run_started(log, req, base)

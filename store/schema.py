@@ -11,6 +11,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -225,6 +226,16 @@ revocations = Table(
     Column("revoked_by", String(256), nullable=False),
     Column("reason", Text),
     Column("event_id", String(64), nullable=False),
+)
+
+# Rate-limit buckets (GCRA): each key's theoretical arrival time, in seconds since the epoch. Soft
+# state, not a projection: nothing in the log describes it, and losing it only forgets recent calls,
+# so on PostgreSQL the migration makes it UNLOGGED (no WAL: taking a token needs no flush at commit).
+rate_buckets = Table(
+    "rate_buckets",
+    metadata,
+    Column("bucket", String(512), primary_key=True),
+    Column("tat", Float(precision=53), nullable=False),
 )
 
 PROJECTION_TABLES: tuple[Table, ...] = (runs, tool_calls, approvals, effect_ledger, revocations)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -40,6 +41,7 @@ from store.model import (
 )
 from store.projector import apply
 from store.queues import Queues
+from store.rate_limits import RateLimits
 from store.reads import Reads
 from store.schema import PROJECTION_TABLES
 from store.settling import Settlement
@@ -72,7 +74,7 @@ def _aware(moment: datetime) -> None:
         raise ValueError("the store records timezone-aware datetimes only")
 
 
-class Store(Settlement, Queues, Reads):
+class Store(Settlement, Queues, Reads, RateLimits):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(self, engine: Engine) -> None:
@@ -120,6 +122,9 @@ class Store(Settlement, Queues, Reads):
 
     def close(self) -> None:
         self._engine.dispose()
+
+    def _errors_translated(self) -> contextlib.AbstractContextManager[None]:
+        return _translated()
 
     # -- schema -------------------------------------------------------------------------------
 

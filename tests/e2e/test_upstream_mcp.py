@@ -38,7 +38,7 @@ def gateway_for(tmp_path: Path, backend: dict) -> Iterator[tuple[str, Path]]:
     config = {
         "server": {"port": port},
         "store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"},
-        "auth": {"dev_issuer": {"key_file": str(tmp_path / "dev.jwk")}},
+        "auth": {"dev_issuer": {"enabled": True, "key_file": str(tmp_path / "dev.jwk")}},
         "privacy": {"salt_file": str(tmp_path / "salt")},
         "backends": {"notes": backend},
         "policy": {"rules": [{"id": "agents", "roles": ["agent"], "decision": "allow"}]},

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from pathlib import Path
 
+import anyio
+import pytest
 import yaml
 from typer.testing import CliRunner
 
+from gateway.app import build_runtime
 from gateway.cli import app
+from gateway.config import load_config
+from gateway.dev_issuer import DevIssuer
 
 
 def dev_config(tmp_path: Path) -> str:
@@ -50,3 +56,57 @@ def test_a_token_no_gateway_would_accept_is_refused_instead_of_minted(tmp_path: 
         out = CliRunner().invoke(app, ["token", *args, "-c", config])
         assert out.exit_code == 2, (args, out.output)
         assert "eyJ" not in out.stdout
+
+
+def _issuer_config(tmp_path: Path, auth: dict[str, object]) -> str:
+    config = tmp_path / "writ.yaml"
+    idp = {"issuer": "https://idp.example", "jwks_uri": "https://idp.example/jwks", "discovery": False}
+    config.write_text(
+        yaml.safe_dump(
+            {"store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"}, "auth": {"issuers": [idp], **auth}}
+        )
+    )
+    return str(config)
+
+
+def test_a_config_with_real_issuers_and_no_dev_issuer_section_mints_nothing_and_says_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The default key path is relative: a key left in the working directory once trusted every token.
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(
+        app, ["token", "--sub", "mallory", "--roles", "admin", "-c", _issuer_config(tmp_path, {})]
+    )
+    assert out.exit_code != 0 and "eyJ" not in out.stdout
+    assert "development issuer is off" in out.output and "dev_issuer: {enabled: true}" in out.output
+    assert not (tmp_path / ".writ" / "dev-issuer.jwk").exists()
+
+
+def test_a_gateway_with_real_issuers_trusts_no_key_it_generated_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    planted = DevIssuer.load_or_create(
+        tmp_path / ".writ" / "dev-issuer.jwk", "http://127.0.0.1:8080/dev-issuer"
+    )
+    runtime = build_runtime(load_config(_issuer_config(tmp_path, {})))
+    try:
+        assert runtime.dev_issuer is None
+        token = planted.mint(subject="mallory", audience=runtime.config.server.resource_url, roles=["admin"])
+        assert anyio.run(runtime.verifier.verify_token, token) is None
+    finally:
+        runtime.store.close()
+
+
+def test_the_dev_issuer_beside_real_issuers_is_a_warning_at_startup(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    key = str(tmp_path / "k.jwk")
+    with caplog.at_level(logging.WARNING, logger="gateway.app"):
+        runtime = build_runtime(
+            load_config(_issuer_config(tmp_path, {"dev_issuer": {"enabled": True, "key_file": key}}))
+        )
+    runtime.store.close()
+    assert runtime.dev_issuer is not None
+    assert any("dev_issuer is enabled beside 1 configured issuer" in r.getMessage() for r in caplog.records)

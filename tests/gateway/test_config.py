@@ -87,5 +87,5 @@ def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
 
 def test_no_config_file_means_the_embedded_defaults() -> None:
     config = load_config(None)
-    assert config.store.url.startswith("sqlite:///") and config.auth.dev_issuer.enabled
+    assert config.store.url.startswith("sqlite:///")
     assert yaml.safe_dump(config.model_dump())

@@ -17,6 +17,7 @@ from capabilities.registry import Registry
 from gateway.actions import Redactor
 from gateway.mcp_server import build_mcp_server
 from gateway.pipeline import CallPipeline
+from gateway.rate_limits import RateLimiter, RateLimitsConfig
 from gateway.telemetry import Telemetry, TelemetryConfig, build_telemetry
 from policy.engine import Policy
 from policy.model import Principal
@@ -116,3 +117,36 @@ def test_arguments_that_are_not_json_do_not_break_the_span_that_includes_argumen
             span.unknown_tool()
     shown = [dict(s.attributes)["gen_ai.tool.call.arguments"] for s in spans.get_finished_spans()]
     assert shown == ["<not JSON>", "<not JSON>", '{"order_id":"1001"}']
+
+
+async def test_a_rate_limited_call_is_counted_in_the_tool_calls_metric(tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(None, MeterProvider(metric_readers=[reader]))
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    registry = Registry(
+        {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
+    )
+    policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
+    limiter = RateLimiter(RateLimitsConfig(per_s=0.01, burst=1), store.take_tokens)
+    pipeline = CallPipeline(
+        store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"), rate_limiter=limiter
+    )
+    server = build_mcp_server(pipeline, store, lambda: ALICE, telemetry=telemetry)
+    try:
+        async with Client(server) as client:
+            await client.call_tool("refund_order", {"n": 1})
+            limited = await client.call_tool("refund_order", {"n": 2})
+    finally:
+        store.close()
+
+    assert limited.structured_content["reason"] == "rate_limited"
+    counted = {
+        point.attributes["writ.status"]: point.value
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "writ.tool_calls"
+        for point in m.data.data_points
+    }
+    assert counted == {"completed": 1, "rate_limited": 1}
