@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import pytest
@@ -58,6 +60,24 @@ async def call(
     cap = registry.get(tool)
     assert cap is not None, tool
     return await registry.executor(cap).execute(invocation(cap, arguments, **fields))
+
+
+async def test_an_upstream_echoing_its_credential_encoded_puts_it_into_no_result(upstream_url: str) -> None:
+    # The result is recorded and returned as the upstream sent it: only scrubbing stands in between.
+    token = "up/stream+token=0123456789abcdef"
+    async with build(files_backend(upstream_url, tools=["read_file"]), FILES_TOKEN=token) as registry:
+        outcome = await call(registry, "read_file", {"path": "a.txt", "echo": "credential"})
+
+    assert outcome.kind == "completed" and outcome.result is not None
+    shown = repr(outcome)
+    for form in (
+        token,
+        token.replace("/", "\\/"),
+        quote(token, safe=""),
+        base64.b64encode(f"writ:{token}".encode()).decode()[8:-4],
+    ):
+        assert form not in shown, form
+    assert outcome.result.structured == {"echoed": {"escaped": "***", "url": "***", "b64": "d3JpdDp***g=="}}
 
 
 async def test_discovery_exposes_the_subset_renamed_with_upstream_schemas_and_descriptions(
