@@ -132,7 +132,7 @@ class Registry:
             _check_redact_fields(cap.redact, schema, owner)
             _check_lookup_fields(cap, owner)
             timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
-            static.append(_capability(cap, schema, timeout))
+            static.append(_capability(cap, schema, timeout, backend))
         return cls(executors, static, reserved=reserved)
 
     async def start(self) -> None:
@@ -221,7 +221,9 @@ class Registry:
             self._capabilities.append(capability)
 
 
-def _capability(cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: float) -> Capability:
+def _capability(
+    cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: float, backend: HttpBackend | PythonBackend
+) -> Capability:
     return Capability(
         id=cap.id,
         version=cap.version,
@@ -237,7 +239,19 @@ def _capability(cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: flo
         redact=cap.redact,
         summary=cap.summary,
         reconcilable=cap.reconcile is not None,
+        # Labels (description, title, summary) are left out: rewording them changes no effect.
+        definition={
+            "capability": cap.model_dump(mode="json", exclude={"description", "title", "summary"}),
+            "backend": _backend_definition(backend),
+        },
     )
+
+
+def _backend_definition(backend: HttpBackend | PythonBackend) -> dict[str, Any]:
+    # Header names without their values: literal headers may be credentials, and the hash is logged.
+    if isinstance(backend, PythonBackend):
+        return backend.model_dump(mode="json")
+    return {**backend.model_dump(mode="json", exclude={"headers"}), "headers": sorted(backend.headers)}
 
 
 def _check_schema(schema: Mapping[str, Any], owner: str) -> None:

@@ -159,6 +159,8 @@ class Decisions:
                 now=now,
                 tenant=inp.tenant,
                 producer=inp.producer,
+                # With the decision, the authority it was made with (none known for a CLI operator).
+                decided_by_roles=inp.roles,
             )
         except NotFound as exc:
             raise DecisionRefused("not_found", f"no approval {inp.approval_id}") from exc

@@ -246,6 +246,7 @@ def build_mcp_server(
                     reason=WITHDRAWN,
                     now=pipeline.now(),
                     tenant=who.tenant,
+                    decided_by_roles=who.roles,
                 )
             )
         except (StaleLease, NotFound):

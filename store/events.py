@@ -95,6 +95,8 @@ class ToolCallRequested(Payload):
     summary: str
     external_request_id: str
     dedupe_window_s: int
+    contract_hash: str | None = None
+    """The hash of the capability's contract when the call was requested (absent before it was kept)."""
 
 
 class ToolCallDenied(Payload):
@@ -118,6 +120,8 @@ class ApprovalRequired(Payload):
 class ApprovalDecided(Payload):
     decided_by: str
     reason: str | None = None
+    decided_by_roles: list[str] | None = None
+    """The roles the decider held when deciding (absent where none was known, as in older events)."""
 
 
 class ApprovalExpired(Payload):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -198,8 +198,11 @@ class Store(Settlement, Queues, Reads):
         reason: str | None = None,
         tenant: str | None = None,
         producer: str = "writ-gateway",
+        decided_by_roles: Collection[str] | None = None,
     ) -> ApprovalView:
         """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.
+
+        `decided_by_roles`, the roles the decider holds now, are recorded with the decision.
 
         Raises:
             NotFound: no such approval (for `tenant`, when given).
@@ -217,6 +220,7 @@ class Store(Settlement, Queues, Reads):
                 now=now,
                 producer=producer,
                 tenant=tenant,
+                decided_by_roles=decided_by_roles,
             )
 
     def expire_approval(
@@ -268,8 +272,12 @@ class Store(Settlement, Queues, Reads):
         now: datetime,
         detail: str | None = None,
         producer: str = "writ-gateway",
+        policy_version: str | None = None,
+        rule_id: str | None = None,
     ) -> CallView:
         """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
+
+        `policy_version` and `rule_id` name the policy and rule that refused it, when policy did.
 
         Raises:
             NotFound: no such call.
@@ -278,7 +286,14 @@ class Store(Settlement, Queues, Reads):
         _aware(now)
         with _translated(), self._engine.begin() as conn:
             return approving.deny(
-                conn, tool_call_id, reason=reason, detail=detail, now=now, producer=producer
+                conn,
+                tool_call_id,
+                reason=reason,
+                detail=detail,
+                now=now,
+                producer=producer,
+                policy_version=policy_version,
+                rule_id=rule_id,
             )
 
     def answer_confirmation(
