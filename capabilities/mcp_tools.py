@@ -92,10 +92,11 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
 
 
 def _definition(config: McpBackend, override: McpToolSettings) -> dict[str, Any]:
-    # Only this tool's settings (another tool's override is not this tool's contract), and header
-    # names without their values: literal headers may be credentials, and the contract hash is logged.
-    backend = config.model_dump(mode="json", exclude={"overrides", "headers", "rename"})
+    # Only this tool's settings (another tool's override is not this tool's contract), and header and
+    # environment names without their values: literal ones may be credentials, and the hash is logged.
+    backend = config.model_dump(mode="json", exclude={"overrides", "headers", "env", "rename"})
     backend["headers"] = sorted(config.headers)
+    backend["env"] = sorted(config.env)
     return {
         "backend": backend,
         "override": override.model_dump(mode="json", exclude={"description", "title", "summary"}),

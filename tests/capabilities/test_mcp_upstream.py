@@ -11,9 +11,12 @@ from typing import Any
 from urllib.parse import quote
 
 import anyio
+import mcp_types
 import pytest
 
+from capabilities.config import McpBackend
 from capabilities.contract import BackendUnavailable, CapabilityError, ConfigError, Outcome
+from capabilities.mcp_tools import capabilities_from_tools
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
 from tests.capabilities.servers import TOKEN, ServerState, free_port, mcp_upstream_server, serve
@@ -370,3 +373,19 @@ async def test_a_session_that_cannot_be_reopened_fails_the_call_as_unreachable(g
         outcome = await call(registry, "whoami")
 
     assert (outcome.kind, outcome.error) == ("failed", "backend_unreachable")
+
+
+def test_an_upstreams_contract_names_its_literal_headers_and_environment_but_holds_no_value() -> None:
+    # The contract's hash is recorded with every call: a literal credential must not be guessable from it.
+    stdio = {"type": "mcp", "command": [sys.executable, "-c", "pass"], "env": {"API_KEY": "literal-secret"}}
+    http = {"type": "mcp", "url": "http://upstream.test/mcp", "headers": {"X-Key": "literal-secret"}}
+    tool = mcp_types.Tool(name="read_file", input_schema={"type": "object"})
+
+    definitions = [
+        capabilities_from_tools("files", McpBackend.model_validate(b), [tool])[0].definition
+        for b in (stdio, http)
+    ]
+
+    assert definitions[0]["backend"]["env"] == ["API_KEY"]
+    assert definitions[1]["backend"]["headers"] == ["X-Key"]
+    assert "literal-secret" not in repr(definitions)
