@@ -98,6 +98,9 @@ class Capability:
     """The executor can look up the outcome of an earlier dispatch (by key or external request id)."""
     output_schema: Mapping[str, Any] | None = None
     """JSON Schema of the structured result, when the backend declares one (upstream MCP tools)."""
+    definition: Mapping[str, Any] = field(default_factory=dict)
+    """What else defines the effect, as configured: the request mapping, the backend's settings
+    (secrets only by where they come from), the lookup. Part of the contract an approval binds."""
 
     @property
     def horizon_s(self) -> float:

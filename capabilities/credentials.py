@@ -8,9 +8,12 @@ echo) before that text leaves the executor.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 from capabilities.config import AuthConfig, BasicAuth, BearerAuth, HeaderAuth, OAuth2ClientCredentialsAuth
 from capabilities.contract import ConfigError
@@ -29,17 +32,71 @@ class Credentials:
     """Set for OAuth: the `Authorization` header comes from here, per request."""
 
     def scrub(self, text: str) -> str:
-        """`text` with every secret value (and its base64 and header forms) replaced by ***."""
+        """`text` with every secret value, in each form a backend may echo it, replaced by ***."""
+        return _masked(text, self._forms())
+
+    def scrub_json(self, value: Any) -> Any:
+        """`value` (JSON data) with every string and key scrubbed; its structure is left as it was."""
+        forms = self._forms()
+
+        def walk(item: Any) -> Any:
+            if isinstance(item, str):
+                return _masked(item, forms)
+            if isinstance(item, Mapping):
+                return {_masked(str(key), forms): walk(inner) for key, inner in item.items()}
+            if isinstance(item, list | tuple):
+                return [walk(inner) for inner in item]
+            return item
+
+        return walk(value) if forms else value
+
+    def _forms(self) -> list[str]:
+        # Asked per use: an OAuth token source's tokens change as it refreshes them.
         secrets = self.secrets + (self.tokens.secrets if self.tokens is not None else ())
-        # Also as Python escapes it: an exception quoting a value prints `a\\nb` for `a<LF>b`.
-        forms = {form for secret in secrets if secret for form in (secret, repr(secret)[1:-1]) if form}
-        for form in sorted(forms, key=len, reverse=True):
-            text = text.replace(form, _MASK)
-        return text
+        forms = {form for secret in secrets if secret for form in _forms(secret) if form}
+        return sorted(forms, key=len, reverse=True)
 
     @classmethod
     def none(cls) -> Credentials:
         return cls(headers={})
+
+
+def _masked(text: str, forms: list[str]) -> str:
+    for form in forms:
+        text = text.replace(form, _MASK)
+    return text
+
+
+_MIN_ENCODED = 8
+"""Shorter base64 fragments are left alone: they would mask unrelated text, and reveal next to nothing."""
+
+
+def _forms(secret: str) -> Iterator[str]:
+    """The spellings of `secret` a backend's echo or an error may carry."""
+    yield secret
+    yield repr(secret)[1:-1]  # as Python quotes it: an exception prints `a\\nb` for `a<LF>b`
+    escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
+    for json_form in {escaped, json.dumps(secret)[1:-1]}:
+        yield json_form
+        yield json_form.replace("/", "\\/")  # JSON may escape `/` (PHP and Java encoders do)
+    yield quote(secret, safe="")
+    yield quote(secret)  # `/` kept, as in a path
+    yield quote_plus(secret)
+    yield from _base64_forms(secret.encode("utf-8"))
+
+
+def _base64_forms(raw: bytes) -> Iterator[str]:
+    # Inside a longer encoded text (`user:secret`, a JSON document) the secret starts at any of three
+    # offsets of a 3-byte group; the characters that depend on its bytes alone are the same at each.
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + raw).decode("ascii")
+        start = -(-8 * offset // 6)  # the first character without a bit of the padding before it
+        end = 8 * (offset + len(raw)) // 6  # past the last character made of its bits alone
+        inner = encoded[start:end]
+        if len(inner) >= _MIN_ENCODED:
+            yield inner
+            yield inner.replace("+", "-").replace("/", "_")  # base64url
+            yield quote(inner, safe="")  # base64 inside a query string
 
 
 def read_secret(

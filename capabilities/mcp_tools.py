@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import mcp_types
 
@@ -91,7 +91,20 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         # A read has no effect to learn about, so a backend-wide lookup leaves reads alone.
         reconcilable=effect != "read" and reconcile_setting(config, tool.name) is not None,
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
+        definition=_definition(config, override),
     )
+
+
+def _definition(config: McpBackend, override: McpToolSettings) -> dict[str, Any]:
+    # Only this tool's settings (another tool's override is not this tool's contract), and header and
+    # environment names without their values: literal ones may be credentials, and the hash is logged.
+    backend = config.model_dump(mode="json", exclude={"overrides", "headers", "env", "rename"})
+    backend["headers"] = sorted(config.headers)
+    backend["env"] = sorted(config.env)
+    return {
+        "backend": backend,
+        "override": override.model_dump(mode="json", exclude={"description", "title", "summary"}),
+    }
 
 
 def _check_redact(backend: str, tool: mcp_types.Tool, override: McpToolSettings) -> None:

@@ -167,10 +167,20 @@ class McpExecutor:
         except (RuntimeError, ValidationError) as exc:
             # The upstream answered, but not with a result we can use (invalid shape or output schema).
             return unanswered_outcome(invocation, read_only, "invalid_response", self._describe(exc))
-        tool_result = ToolResult(
-            content=tuple(block.model_dump(by_alias=True, exclude_none=True) for block in result.content),
-            structured=result.structured_content if isinstance(result.structured_content, dict) else None,
-            is_error=result.is_error,
+        # An upstream that echoes its credential (plain, JSON-escaped, URL- or base64-encoded) must
+        # not put it into the result, which is recorded and returned to the client.
+        tool_result = ToolResult.from_json(
+            self._credentials.scrub_json(
+                ToolResult(
+                    content=tuple(
+                        block.model_dump(by_alias=True, exclude_none=True) for block in result.content
+                    ),
+                    structured=(
+                        result.structured_content if isinstance(result.structured_content, dict) else None
+                    ),
+                    is_error=result.is_error,
+                ).to_json()
+            )
         )
         if not is_json(tool_result.to_json()):  # the SDK parses NaN and Infinity
             detail = f"{self.name}: the result holds NaN or Infinity, which JSON cannot carry"

@@ -138,7 +138,7 @@ class Registry:
             timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
             horizon = cap.commit_horizon_s or backend.commit_horizon_s
             check_horizon(owner, timeout, horizon)
-            static.append(_capability(cap, schema, timeout, horizon))
+            static.append(_capability(cap, schema, timeout, horizon, backend))
         return cls(executors, static, reserved=reserved)
 
     async def start(self) -> None:
@@ -228,7 +228,11 @@ class Registry:
 
 
 def _capability(
-    cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: float, commit_horizon_s: float | None
+    cap: CapabilityConfig,
+    schema: Mapping[str, Any],
+    timeout_s: float,
+    commit_horizon_s: float | None,
+    backend: HttpBackend | PythonBackend,
 ) -> Capability:
     return Capability(
         id=cap.id,
@@ -246,7 +250,19 @@ def _capability(
         redact=cap.redact,
         summary=cap.summary,
         reconcilable=cap.reconcile is not None,
+        # Labels (description, title, summary) are left out: rewording them changes no effect.
+        definition={
+            "capability": cap.model_dump(mode="json", exclude={"description", "title", "summary"}),
+            "backend": _backend_definition(backend),
+        },
     )
+
+
+def _backend_definition(backend: HttpBackend | PythonBackend) -> dict[str, Any]:
+    # Header names without their values: literal headers may be credentials, and the hash is logged.
+    if isinstance(backend, PythonBackend):
+        return backend.model_dump(mode="json")
+    return {**backend.model_dump(mode="json", exclude={"headers"}), "headers": sorted(backend.headers)}
 
 
 def _check_schema(schema: Mapping[str, Any], owner: str) -> None:

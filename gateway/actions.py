@@ -1,7 +1,8 @@
 """Identities of actions: canonical JSON, the action hash, derived idempotency keys, redaction, ids.
 
 The action hash binds an approval or an idempotency key to the exact effect: capability and version,
-the full canonical arguments (redacted fields included), tenant and requester.
+the hash of the capability's contract, the full canonical arguments (redacted fields included), tenant
+and requester.
 """
 
 from __future__ import annotations
@@ -26,12 +27,39 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def contract_hash(capability: Capability) -> str:
+    """sha256 over what the capability does with a call: everything but its labels."""
+    body = canonical_json(
+        {
+            "id": capability.id,
+            "version": capability.version,
+            "tool_name": capability.tool_name,
+            "backend": capability.backend,
+            "input_schema": capability.input_schema,
+            "output_schema": capability.output_schema,
+            "effect": capability.effect,
+            "dedupes_on_key": capability.dedupes_on_key,
+            "dedupe_window_s": capability.dedupe_window_s,
+            "timeout_s": capability.timeout_s,
+            "redact": sorted(capability.redact),
+            "reconcilable": capability.reconcilable,
+            "definition": capability.definition,
+        }
+    )
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
 def action_hash(capability: Capability, arguments: Mapping[str, Any], principal: Principal) -> str:
     """sha256 over what makes two calls the same effect."""
+    # The contract joined the hash after events were recorded without it. Old events stay verifiable:
+    # each stores the action hash itself and the audit chain covers that stored value, never a
+    # recomputation. What changes is what a new hash binds: an approval (or a derived key) given under
+    # one contract does not match the same arguments under another, whatever the version says.
     body = canonical_json(
         {
             "capability": capability.id,
             "version": capability.version,
+            "contract": contract_hash(capability),
             "arguments": _numbers_by_value(arguments),
             "tenant": principal.tenant,
             "requester": principal.subject,

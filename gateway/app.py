@@ -45,6 +45,7 @@ from gateway.auth import JwtVerifier, principal_from_claims
 from gateway.body_deadline import BodyDeadline
 from gateway.config import WritConfig
 from gateway.console import console_routes
+from gateway.console.views import InForce
 from gateway.dev_issuer import DevIssuer
 from gateway.errors import ConfigurationError
 from gateway.faults import FaultPoints
@@ -361,6 +362,9 @@ def build_app(runtime: Runtime) -> Starlette:
                 decisions=runtime.decisions,
                 verify=_principal_of_token(runtime),
                 secure_cookies=server_config.base_url.startswith("https://"),
+                in_force=InForce(
+                    runtime.pipeline.capability, lambda: runtime.pipeline.current_policy().version
+                ),
             )
         )
     if runtime.dev_issuer is not None:

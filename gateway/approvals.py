@@ -162,6 +162,8 @@ class Decisions:
                 tenant=inp.tenant,
                 producer=inp.producer,
                 break_glass=inp.break_glass,
+                # With the decision, the authority it was made with (none known for a CLI operator).
+                decided_by_roles=inp.roles,
             )
         except NotFound as exc:
             raise DecisionRefused("not_found", f"no approval {inp.approval_id}") from exc

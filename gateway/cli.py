@@ -300,7 +300,8 @@ def calls_resolve(
     mark = " (break-glass)" if who.break_glass else ""
     if call.contradicted:
         typer.echo(
-            f"{call.tool_call_id} stays {call.status}: contradicted by {who.name}{mark}, recorded and escalated"
+            f"{call.tool_call_id} stays {call.status}: contradicted by {who.name}{mark}, "
+            "recorded and escalated"
         )
         return
     typer.echo(

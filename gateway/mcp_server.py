@@ -262,6 +262,7 @@ def build_mcp_server(
                     reason=WITHDRAWN,
                     now=pipeline.now(),
                     tenant=who.tenant,
+                    decided_by_roles=who.roles,
                 )
             )
         except (StaleLease, NotFound):

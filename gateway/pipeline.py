@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability, Executor
-from gateway.actions import Redactor, action_hash, derived_key, new_id
+from gateway.actions import Redactor, action_hash, contract_hash, derived_key, new_id
 from gateway.dispatch import Dispatcher
 from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.faults import NO_FAULTS, FaultPoints
@@ -257,6 +257,7 @@ class CallPipeline:
             "capability_version": capability.version,
             "arguments": stored_arguments,
             "action_hash": action,
+            "contract_hash": contract_hash(capability),
             "idempotency_key": key,
             "key_source": key_source,
             "correlation_id": correlation_id,

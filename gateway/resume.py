@@ -19,7 +19,7 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability
-from gateway.actions import action_hash
+from gateway.actions import action_hash, contract_hash
 from gateway.pipeline import CallPipeline
 from policy.model import CallContext, PolicyInput, Principal
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
@@ -34,6 +34,9 @@ class Refusal:
 
     reason: str
     detail: str
+    policy_version: str | None = None
+    """The policy in force when it was refused; None for a refusal policy was not asked about."""
+    rule_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +131,10 @@ class Resumer:
                         detail=outcome.detail,
                         now=now,
                         producer=self._producer,
+                        # The policy in force now, not the request's, even where policy was not
+                        # what refused it: the record says under which policy the refusal was made.
+                        policy_version=outcome.policy_version or self._pipeline.current_policy().version,
+                        rule_id=outcome.rule_id,
                     )
                 )
                 logger.warning("approved call %s refused: %s", call.tool_call_id, outcome.detail)
@@ -165,6 +172,13 @@ class Resumer:
                 "capability_changed",
                 f"approved for {call.capability_id}@{call.capability_version}, now {capability.ref}",
             )
+        if call.contract_hash is not None and call.contract_hash != contract_hash(capability):
+            # Same id and version, another contract (schema, request, backend, key handling, effect):
+            # the approver saw an effect this capability no longer performs.
+            return Refusal(
+                "capability_changed",
+                f"approved under another contract of {capability.ref} (it changed while the call waited)",
+            )
         if held is None and capability.redact:
             return Refusal("arguments_unavailable", "the full arguments of the approved call are gone")
         arguments = held if held is not None else call.arguments
@@ -184,10 +198,14 @@ class Resumer:
                 principal, capability, arguments, CallContext(now=self._clock(), run_call_count=earlier)
             )
         )
+        # From here on the current policy decides: its refusal names its version and rule.
+        version, rule = decision.policy_version, decision.rule_id
         if decision.effect == "deny":
             return Refusal(
                 decision.reason,
-                decision.message or f"policy {decision.policy_version} now denies this call",
+                decision.message or f"policy {version} now denies this call",
+                version,
+                rule,
             )
         if decision.effect == "require_approval":
             needed = decision.approval
@@ -195,10 +213,14 @@ class Resumer:
                 role = needed.approver_role if needed else "?"
                 return Refusal(
                     "approval_insufficient",
-                    f"policy {decision.policy_version} now needs approval by role {role!r}",
+                    f"policy {version} now needs approval by role {role!r}",
+                    version,
+                    rule,
                 )
             if approval.decided_by == principal.subject and not needed.requester_may_approve:
-                return Refusal("self_approval_forbidden", "the requester approved their own call")
+                return Refusal(
+                    "self_approval_forbidden", "the requester approved their own call", version, rule
+                )
         return Clearance(capability, arguments, decision.policy_version)
 
     def _revoked(self, tenant: str, subject: str) -> bool:

@@ -14,13 +14,25 @@ import secrets
 from pathlib import Path
 
 
+def private_dir(path: Path) -> None:
+    """Create `path` and any missing parents readable by their owner only (0700); existing ones stay.
+
+    Raises:
+        OSError: a directory cannot be created.
+    """
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            directory.mkdir(mode=0o700)
+
+
 def create_once(path: Path, content: str) -> bool:
     """Create `path` (mode 0600) holding `content` unless it exists; True if this call created it.
 
     Raises:
         OSError: the directory cannot be created or written.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

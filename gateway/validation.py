@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, ValidationError
 
 from capabilities.contract import Capability
 from gateway.errors import ConfigurationError
@@ -44,8 +44,33 @@ class InputSchemas:
     def errors(self, capability: Capability, arguments: Mapping[str, Any]) -> list[str]:
         """Every way `arguments` break the schema (at most ten), as `path: message`; empty if valid."""
         found = sorted(self.check(capability).iter_errors(arguments), key=lambda e: list(e.path))
-        shown = (f"{'/'.join(map(str, e.path)) or '(arguments)'}: {e.message}" for e in found[:MAX_ERRORS])
-        return [_clipped(error) for error in shown]
+        return [_clipped(_described(e, capability.redact)) for e in found[:MAX_ERRORS]]
+
+
+_NAMES_ONLY = frozenset({"required", "additionalProperties", "unevaluatedProperties", "dependentRequired"})
+"""Rules whose jsonschema message quotes property names, never a value."""
+
+
+def _described(error: ValidationError, redact: tuple[str, ...]) -> str:
+    """`path: message`; where the failing value is or holds a redacted field, the field and the rule.
+
+    jsonschema's messages quote the value (`'4111 1111 1111 1111' does not match '^tok_'`), and an error
+    on the arguments as a whole quotes all of them. The text is stored in the refusal, hash-chained,
+    exported and returned, so for a redacted value it is built from the schema's side alone.
+    """
+    path = list(error.path)
+    if not redact or (path and path[0] not in redact) or (not path and error.validator in _NAMES_ONLY):
+        return f"{'/'.join(map(str, path)) or '(arguments)'}: {error.message}"
+    # Below a redacted field, even the keys are its value.
+    where = str(path[0]) if path else "(arguments)"
+    rule = str(error.validator)
+    value = error.validator_value
+    if isinstance(value, str | int | float | bool) or (
+        isinstance(value, list) and all(isinstance(item, str | int | float | bool) for item in value)
+    ):
+        rule = f"{rule} {value!r}"
+    hidden = "a redacted value" if path else "the arguments"
+    return f"{where}: {hidden} fails the schema rule {rule} (value not shown)"
 
 
 def _clipped(error: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ def decide(
     producer: str,
     tenant: str | None,
     break_glass: bool = False,
+    decided_by_roles: Collection[str] | None = None,
 ) -> ApprovalView:
     """Grant or reject an approval that is still awaiting a decision and not yet past its expiry.
 
@@ -42,6 +44,8 @@ def decide(
     if approve and decided_by == approval.requester and not approval.requester_may_approve:
         raise StoreError(f"{decided_by} requested call {approval.tool_call_id} and may not approve it")
     payload = ev.ApprovalDecided(decided_by=decided_by, reason=reason, break_glass=break_glass)
+    roles = sorted(decided_by_roles) if decided_by_roles is not None else None
+    payload = ev.ApprovalDecided(decided_by=decided_by, reason=reason, decided_by_roles=roles)
     envelope = _envelope(call_row, now, producer)
     log.add(
         ev.ApprovalGrantedEvent(**envelope, payload=payload)
@@ -106,9 +110,19 @@ def dispatch(
 
 
 def deny(
-    conn: Connection, tool_call_id: str, *, reason: str, detail: str | None, now: datetime, producer: str
+    conn: Connection,
+    tool_call_id: str,
+    *,
+    reason: str,
+    detail: str | None,
+    now: datetime,
+    producer: str,
+    policy_version: str | None = None,
+    rule_id: str | None = None,
 ) -> CallView:
     """Refuse an approved call whose re-authorization at execution time failed.
+
+    `policy_version` (the policy in force at execution) replaces the request's in the event.
 
     Raises:
         NotFound: no such call.
@@ -116,8 +130,11 @@ def deny(
     """
     log = Append(conn)
     row = _approved(conn, tool_call_id)
-    payload = ev.ToolCallDenied(reason=reason, detail=detail)
-    log.add(ev.ToolCallDeniedEvent(**_envelope(row, now, producer), payload=payload))
+    payload = ev.ToolCallDenied(reason=reason, rule_id=rule_id, detail=detail)
+    envelope = _envelope(row, now, producer)
+    if policy_version is not None:
+        envelope["policy_version"] = policy_version
+    log.add(ev.ToolCallDeniedEvent(**envelope, payload=payload))
     queues.release(conn, row.approval_id)
     log.flush()
     return log.call(tool_call_id)

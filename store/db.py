@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -117,10 +119,24 @@ def _ping_after_idle(engine: Engine, idle_s: float) -> None:
             raise
 
 
+def _create_private(path: Path) -> None:
+    """Create the database file (0600) and its missing directories (0700) unless it exists.
+
+    The file holds every call's arguments and results; SQLite would create it, and its -wal and -shm
+    files, which take the database file's mode, readable by everyone (0644 under the usual umask).
+    """
+    missing = [p for p in path.parents if not p.exists()]
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            directory.mkdir(mode=0o700)
+    with contextlib.suppress(FileExistsError):  # an empty file is an empty SQLite database
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def _sqlite_engine(url: URL, *, durable: bool) -> Engine:
     if not url.database or url.database == ":memory:":
         raise StoreError("the SQLite store needs a file path: sqlite:///path/to/writ.db")
-    Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    _create_private(Path(url.database).expanduser())
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
     synchronous = "FULL" if durable else "NORMAL"
 

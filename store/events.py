@@ -95,6 +95,8 @@ class ToolCallRequested(Payload):
     summary: str
     external_request_id: str
     dedupe_window_s: int
+    contract_hash: str | None = None
+    """The hash of the capability's contract when the call was requested (absent before it was kept)."""
 
 
 class ToolCallDenied(Payload):
@@ -121,6 +123,8 @@ class ApprovalDecided(Payload):
     break_glass: bool = False
     """Decided by an operator at the store without a token (`writ ... --break-glass`), not by a
     verified principal: `decided_by` is then `operator:<os-user>@<host>`."""
+    decided_by_roles: list[str] | None = None
+    """The roles the decider held when deciding (absent where none was known, as in older events)."""
 
 
 class ApprovalExpired(Payload):

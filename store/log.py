@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, select, update
 
 from store import events as ev
-from store.model import CallView, CorruptEvent, StoredEvent, StoreError
+from store import queues
+from store.model import TERMINAL_STATUSES, CallView, CorruptEvent, StoredEvent, StoreError
 from store.projector import Pending, apply
 from store.raw import Statement
 from store.schema import events, log_head
@@ -54,6 +55,11 @@ class Append:
     def flush(self) -> None:
         """Write the held projection rows and the sealed events and move the head; the caller commits."""
         self._pending.write(self._conn)
+        # Held full arguments (redacted fields in clear) outlive no call: whichever path settles it
+        # (dispatch, reconciliation, a person resolving it, a refusal), they go in the same transaction.
+        for row in self._pending.written.values():
+            if row.status in TERMINAL_STATUSES and row.approval_id is not None:
+                queues.release(self._conn, row.approval_id)
         if not self._rows:
             return
         _INSERT_EVENTS.execute_many(self._conn, self._rows)

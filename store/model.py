@@ -125,6 +125,8 @@ class CallRequest:
     confirmation_id: str | None = None
     """Set when an allowed call must first be confirmed by the user in the client (effect `confirm`)."""
     confirmation_expires_at: datetime | None = None
+    contract_hash: str | None = None
+    """The hash of the capability's contract the action hash covers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,8 @@ class CallView:
     """The person who settled an unknown outcome by hand."""
     confirmation_id: str | None = None
     confirmation_expires_at: datetime | None = None
+    contract_hash: str | None = None
+    """The capability's contract when the call was requested (None for calls recorded before it was)."""
 
     @property
     def escalated(self) -> bool:
@@ -244,6 +248,7 @@ class RefusalRequest:
     now: datetime
     producer: str = "writ-gateway"
     summary: str = ""
+    contract_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

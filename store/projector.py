@@ -160,6 +160,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         "lease_token": 0,
         "reconcile_attempts": 0,
         "dedupe_window_s": p.dedupe_window_s,
+        "contract_hash": p.contract_hash,
         "correlation_id": event.correlation_id,
         "last_event_id": event.event_id,
         "created_at": at,

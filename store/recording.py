@@ -215,6 +215,7 @@ def _requested(
         claims_key=claims_key,
         principal=dict(req.principal),
         decision=decision,
+        contract_hash=req.contract_hash,
         **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},
     )
 

@@ -145,6 +145,8 @@ tool_calls = Table(
     # A call of a `confirm` capability waits for the user's answer in the client until this expiry.
     Column("confirmation_id", String(128)),
     Column("confirmation_expires_at", UTCDateTime),
+    # The capability's contract when the call was requested: a pending approval for another is refused.
+    Column("contract_hash", String(80)),
     Index("ix_tool_calls_tenant_status", "tenant", "status"),
     Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
     Index("ix_tool_calls_run_id", "run_id"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -204,8 +204,11 @@ class Store(Settlement, Queues, Reads, RateLimits):
         tenant: str | None = None,
         producer: str = "writ-gateway",
         break_glass: bool = False,
+        decided_by_roles: Collection[str] | None = None,
     ) -> ApprovalView:
         """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.
+
+        `decided_by_roles`, the roles the decider holds now, are recorded with the decision.
 
         Raises:
             NotFound: no such approval (for `tenant`, when given).
@@ -224,6 +227,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 producer=producer,
                 tenant=tenant,
                 break_glass=break_glass,
+                decided_by_roles=decided_by_roles,
             )
 
     def expire_approval(
@@ -275,8 +279,12 @@ class Store(Settlement, Queues, Reads, RateLimits):
         now: datetime,
         detail: str | None = None,
         producer: str = "writ-gateway",
+        policy_version: str | None = None,
+        rule_id: str | None = None,
     ) -> CallView:
         """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
+
+        `policy_version` and `rule_id` name the policy and rule that refused it, when policy did.
 
         Raises:
             NotFound: no such call.
@@ -285,7 +293,14 @@ class Store(Settlement, Queues, Reads, RateLimits):
         _aware(now)
         with _translated(), self._engine.begin() as conn:
             return approving.deny(
-                conn, tool_call_id, reason=reason, detail=detail, now=now, producer=producer
+                conn,
+                tool_call_id,
+                reason=reason,
+                detail=detail,
+                now=now,
+                producer=producer,
+                policy_version=policy_version,
+                rule_id=rule_id,
             )
 
     def answer_confirmation(

@@ -61,6 +61,7 @@ def call_view(row: Record) -> CallView:
         resolved_by=row.resolved_by,
         confirmation_id=row.confirmation_id,
         confirmation_expires_at=row.confirmation_expires_at,
+        contract_hash=row.contract_hash,
     )
 
 

@@ -18,7 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from gateway.approvals import DecisionInput, DecisionRefused, Decisions
-from gateway.console.views import approval_card, timeline, unresolved_card
+from gateway.console.views import InForce, approval_card, timeline, unresolved_card
 from gateway.display import visible
 from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
@@ -46,7 +46,12 @@ REFUSAL_TEXT = {
 
 
 def console_routes(
-    *, store: Store, decisions: Decisions, verify: TokenVerifier, secure_cookies: bool = False
+    *,
+    store: Store,
+    decisions: Decisions,
+    verify: TokenVerifier,
+    secure_cookies: bool = False,
+    in_force: InForce | None = None,
 ) -> list[BaseRoute]:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     # Every value a page prints, argument or summary or name, shows hidden characters as code points.
@@ -132,7 +137,7 @@ def console_routes(
         def load() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             pending = store.list_approvals(tenant=who.tenant, status="awaiting_approval")
             decided = [a for a in store.list_approvals(tenant=who.tenant) if a.status != "awaiting_approval"]
-            cards = [approval_card(store, a, who, now) for a in pending]
+            cards = [approval_card(store, a, who, now, in_force) for a in pending]
             return cards, [approval_card(store, a, who, now) for a in decided[-20:][::-1]]
 
         pending, decided = await anyio.to_thread.run_sync(load)
@@ -155,7 +160,9 @@ def console_routes(
         found = await anyio.to_thread.run_sync(lambda: store.get_approval(approval_id, tenant=who.tenant))
         if found is None or not may_read(who, found.requester):
             return render(request, "message.html", 404, who=who, message="No such approval.")
-        card = await anyio.to_thread.run_sync(lambda: approval_card(store, found, who, datetime.now(UTC)))
+        card = await anyio.to_thread.run_sync(
+            lambda: approval_card(store, found, who, datetime.now(UTC), in_force)
+        )
         return render(request, "approval.html", status_code, who=who, card=card, error=error)
 
     async def decide(request: Request) -> Response:

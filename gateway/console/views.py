@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from capabilities.contract import Capability
+from gateway.actions import contract_hash
 from gateway.results import outcome_text
 from policy.model import Principal
 from store.model import ApprovalView, CallView, StoredEvent
@@ -15,7 +18,44 @@ REDACTED_PREFIX = "redacted:"
 _DECISIONS = frozenset({"approval.granted", "approval.rejected"})
 
 
-def approval_card(store: Store, approval: ApprovalView, who: Principal, now: datetime) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class InForce:
+    """What is in force now, to hold a waiting call against: its capability, the policy's version."""
+
+    capability: Callable[[str], Capability | None]
+    policy_version: Callable[[], str]
+
+
+def changes_since_request(call: CallView, now: InForce) -> list[str]:
+    """What changed since `call` was requested, as sentences for its approver; empty if nothing did.
+
+    The approver sees the effect as requested, but it runs under the contract and policy in force when
+    approved: a change of either means what they approve is not what they see (a changed contract is
+    refused at execution; a changed policy decides again).
+    """
+    changes = []
+    capability = now.capability(call.tool_name)
+    if capability is None:
+        changes.append(f"The tool {call.tool_name} is no longer offered: this call cannot run.")
+    elif (capability.id, capability.version) != (call.capability_id, call.capability_version) or (
+        call.contract_hash is not None and call.contract_hash != contract_hash(capability)
+    ):
+        changes.append(
+            f"The capability's contract changed since the call was requested (now {capability.ref}): "
+            "approved, it will be refused as capability_changed."
+        )
+    version = now.policy_version()
+    if version != call.policy_version:
+        changes.append(
+            f"The policy changed since the call was requested (version {call.policy_version}, now "
+            f"{version}): approved, it is decided again under the new policy."
+        )
+    return changes
+
+
+def approval_card(
+    store: Store, approval: ApprovalView, who: Principal, now: datetime, in_force: InForce | None = None
+) -> dict[str, Any]:
     """Everything a reviewer needs to see the exact effect before deciding."""
     call = store.get_call(approval.tool_call_id)
     events = store.events(tool_call_id=approval.tool_call_id)
@@ -40,6 +80,11 @@ def approval_card(store: Store, approval: ApprovalView, who: Principal, now: dat
         "own_call": own,
         # From the decision's event, not from the name: a token's subject may read `operator:...` too.
         "break_glass": any(e.type in _DECISIONS and e.payload.get("break_glass") is True for e in events),
+        "changes": (
+            changes_since_request(call, in_force)
+            if in_force is not None and call is not None and approval.status == "awaiting_approval"
+            else []
+        ),
     }
 
 

@@ -34,7 +34,7 @@ TENANT = "acme"
 def write_demo_config(gateway_port: int, backend_port: int) -> Path:
     """Write ./.writ/demo.yaml for these ports and return its path."""
     template = Template(resources.files("gateway.demo").joinpath("demo.yaml").read_text())
-    DEFAULT_STATE_DIR.mkdir(exist_ok=True)
+    DEFAULT_STATE_DIR.mkdir(mode=0o700, exist_ok=True)  # it will hold the store, the salt and the key
     DEMO_CONFIG.write_text(
         template.safe_substitute(
             gateway_port=gateway_port, backend_port=backend_port, state_dir=DEFAULT_STATE_DIR.resolve()

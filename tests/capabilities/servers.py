@@ -3,6 +3,7 @@ on a free 127.0.0.1 port in a background thread, with counters the tests read.""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import mcp_types
@@ -147,6 +149,20 @@ def http_backend_app(state: ServerState) -> Starlette:
             f"bad request, you sent {request.headers.get('authorization')}", status_code=400
         )
 
+    async def echo_encoded(request: Request) -> Response:
+        # What a careless backend does with the credential it was sent: quote it back, encoded.
+        state.see("echo_encoded", request)
+        token = (request.headers.get("authorization") or "").removeprefix("Bearer ")
+        as_json = json.dumps(token)[1:-1].replace("/", "\\/")  # as PHP's json_encode writes it
+        as_url = quote(token, safe="")
+        as_base64 = base64.b64encode(token.encode()).decode()
+        as_basic = base64.b64encode(f"writ:{token}".encode()).decode()  # inside a longer encoding
+        body = (
+            f'{{"you_sent": "{as_json}", "next": "/continue?token={as_url}", '
+            f'"b64": "{as_base64}", "basic": "Basic {as_basic}"}}'
+        )
+        return Response(body, media_type="application/json")
+
     routes = [
         Route("/refunds", create_refund, methods=["POST"]),
         Route("/refunds", find_refunds, methods=["GET"]),
@@ -158,6 +174,7 @@ def http_backend_app(state: ServerState) -> Starlette:
         Route("/text", text, methods=["GET"]),
         Route("/numbers", numbers, methods=["GET"]),
         Route("/leak", leak, methods=["GET"]),
+        Route("/echo-encoded", echo_encoded, methods=["GET"]),
     ]
     inner = Starlette(routes=routes)
 
@@ -219,6 +236,18 @@ def mcp_upstream_server(state: ServerState) -> Server[Any]:
             await state.hang()
         if params.name == "boom":
             raise RuntimeError("handler crashed")
+        if (params.arguments or {}).get("echo") == "credential":
+            # A careless upstream quoting back the credential it was sent, in three encodings.
+            token = (auth or "").removeprefix("Bearer ")
+            echoed = {
+                "escaped": json.dumps(token)[1:-1].replace("/", "\\/"),
+                "url": quote(token, safe=""),
+                "b64": base64.b64encode(f"writ:{token}".encode()).decode(),
+            }
+            return mcp_types.CallToolResult(
+                content=[mcp_types.TextContent(type="text", text=json.dumps(echoed))],
+                structured_content={"echoed": echoed},
+            )
         key = (params.arguments or {}).get("key")
         if params.name == "find_writes":
             found = {"writes": [state.writes[key]] if key in state.writes else []}

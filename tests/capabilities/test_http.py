@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -57,6 +59,7 @@ CAPABILITIES = [
     capability("text", "GET", "/text", effect="read"),
     capability("numbers", "GET", "/numbers", effect="read"),
     capability("leak", "GET", "/leak", effect="read"),
+    capability("echo_encoded", "GET", "/echo-encoded", effect="read"),
 ]
 
 
@@ -326,6 +329,30 @@ async def test_credentials_echoed_by_the_backend_never_reach_the_outcome(acme: R
     assert outcome.kind == "failed"
     assert TOKEN not in repr(outcome)
     assert "***" in outcome.result.content[0]["text"]
+
+
+async def test_a_credential_echoed_json_escaped_url_encoded_or_in_base64_never_reaches_the_result(
+    backend_url: str, backend_state: ServerState
+) -> None:
+    # `/` and `+` change under each encoding: the plain value alone matched none of the echoes.
+    token = "tok/with+slash=and-more-0123456789"
+    registry = build(backend_url, {"type": "bearer", "token_env": "T"}, T=token)
+    async with registry:
+        outcome = await call(registry, "echo_encoded")
+
+    assert backend_state.headers[-1]["authorization"] == f"Bearer {token}"
+    assert outcome.kind == "completed"
+    shown = repr(outcome)
+    for form in (
+        token,
+        token.replace("/", "\\/"),
+        quote(token, safe=""),
+        base64.b64encode(token.encode()).decode().rstrip("="),
+        base64.b64encode(f"writ:{token}".encode()).decode()[8:-4],  # the part made of the token alone
+    ):
+        assert form not in shown, form
+    assert outcome.result.structured["you_sent"] == "***"
+    assert outcome.result.structured["next"] == "/continue?token=***"
 
 
 async def test_reconcile_finds_the_record_of_an_earlier_dispatch(acme: Registry) -> None:

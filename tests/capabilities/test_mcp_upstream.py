@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import base64
 import sys
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
+import mcp_types
 import pytest
 
+from capabilities.config import McpBackend
 from capabilities.contract import BackendUnavailable, CapabilityError, ConfigError, Outcome
+from capabilities.mcp_tools import capabilities_from_tools
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
 from tests.capabilities.servers import TOKEN, ServerState, free_port, mcp_upstream_server, serve
@@ -59,6 +64,24 @@ async def call(
     cap = registry.get(tool)
     assert cap is not None, tool
     return await registry.executor(cap).execute(invocation(cap, arguments, **fields))
+
+
+async def test_an_upstream_echoing_its_credential_encoded_puts_it_into_no_result(upstream_url: str) -> None:
+    # The result is recorded and returned as the upstream sent it: only scrubbing stands in between.
+    token = "up/stream+token=0123456789abcdef"
+    async with build(files_backend(upstream_url, tools=["read_file"]), FILES_TOKEN=token) as registry:
+        outcome = await call(registry, "read_file", {"path": "a.txt", "echo": "credential"})
+
+    assert outcome.kind == "completed" and outcome.result is not None
+    shown = repr(outcome)
+    for form in (
+        token,
+        token.replace("/", "\\/"),
+        quote(token, safe=""),
+        base64.b64encode(f"writ:{token}".encode()).decode()[8:-4],
+    ):
+        assert form not in shown, form
+    assert outcome.result.structured == {"echoed": {"escaped": "***", "url": "***", "b64": "d3JpdDp***g=="}}
 
 
 async def test_discovery_exposes_the_subset_renamed_with_upstream_schemas_and_descriptions(
@@ -355,3 +378,19 @@ async def test_a_session_that_cannot_be_reopened_fails_the_call_as_unreachable(g
         outcome = await call(registry, "whoami")
 
     assert (outcome.kind, outcome.error) == ("failed", "backend_unreachable")
+
+
+def test_an_upstreams_contract_names_its_literal_headers_and_environment_but_holds_no_value() -> None:
+    # The contract's hash is recorded with every call: a literal credential must not be guessable from it.
+    stdio = {"type": "mcp", "command": [sys.executable, "-c", "pass"], "env": {"API_KEY": "literal-secret"}}
+    http = {"type": "mcp", "url": "http://upstream.test/mcp", "headers": {"X-Key": "literal-secret"}}
+    tool = mcp_types.Tool(name="read_file", input_schema={"type": "object"})
+
+    definitions = [
+        capabilities_from_tools("files", McpBackend.model_validate(b), [tool])[0].definition
+        for b in (stdio, http)
+    ]
+
+    assert definitions[0]["backend"]["env"] == ["API_KEY"]
+    assert definitions[1]["backend"]["headers"] == ["X-Key"]
+    assert "literal-secret" not in repr(definitions)

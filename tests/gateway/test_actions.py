@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities.contract import Capability
-from gateway.actions import Redactor, action_hash, canonical_json, derived_key, new_id
+from capabilities.registry import Registry
+from gateway.actions import Redactor, action_hash, canonical_json, contract_hash, derived_key, new_id
 from policy.model import Principal
 
 CAP = Capability(id="refund-order", version="2", tool_name="refund_order", backend="acme", input_schema={})
@@ -86,3 +89,54 @@ def test_redacted_fields_are_stored_as_salted_hashes_and_the_salt_persists(tmp_p
 def test_new_ids_are_prefixed_and_unique() -> None:
     ids = {new_id("tc") for _ in range(1000)}
     assert len(ids) == 1000 and all(i.startswith("tc_") for i in ids)
+
+
+def test_the_action_hash_covers_the_contract_so_a_changed_contract_under_one_version_is_another_action() -> (
+    None
+):
+    changed = replace(CAP, input_schema={"type": "object", "properties": {"amount": {"maximum": 10}}})
+
+    assert changed.ref == CAP.ref
+    assert action_hash(changed, {"amount": 5}, ALICE) != action_hash(CAP, {"amount": 5}, ALICE)
+
+
+def configured(**changes: Any) -> Capability:
+    """The refund as a configuration builds it, with `changes` made to its capability or its backend."""
+    backend = {"type": "http", "base_url": "http://acme.test", "headers": {"X-Key": "literal-secret"}}
+    capability: dict[str, Any] = {
+        "id": "refund-order",
+        "version": "2",
+        "tool": "refund_order",
+        "backend": "acme",
+        "effect": "write",
+        "description": "Refund an order.",
+        "input_schema": {"type": "object", "properties": {"amount": {"type": "number"}}},
+        "request": {"method": "POST", "path": "/refunds"},
+        "idempotency_header": "Idempotency-Key",
+    }
+    for name, value in changes.items():
+        target = backend if name in ("base_url", "headers") else capability
+        target[name] = value
+    built = Registry.from_config({"acme": backend}, [capability]).get("refund_order")
+    assert built is not None
+    return built
+
+
+def test_each_part_of_a_configured_contract_changes_its_hash_and_its_labels_do_not() -> None:
+    base = contract_hash(configured())
+    changed = {
+        "request": {"method": "POST", "path": "/refunds/v2"},
+        "base_url": "http://payments.test",
+        "idempotency_header": "X-Request-Key",
+        "dedupes_on_key": True,
+        "effect": "irreversible",
+        "input_schema": {"type": "object", "properties": {"amount": {"type": "integer"}}},
+        "headers": {"X-Other": "literal-secret"},
+    }
+    for name, value in changed.items():
+        assert contract_hash(configured(**{name: value})) != base, name
+    for label in ({"description": "Give money back."}, {"title": "Refund"}, {"summary": "refund {amount}"}):
+        assert contract_hash(configured(**label)) == base, label
+    # A literal header's value is no part of it: the contract hash is logged, the header may be a secret.
+    assert contract_hash(configured(headers={"X-Key": "another-secret"})) == base
+    assert "literal-secret" not in canonical_json(configured().definition)

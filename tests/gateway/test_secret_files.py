@@ -64,3 +64,12 @@ def test_a_salt_file_without_a_usable_salt_is_refused_instead_of_salting_with_no
 
     with pytest.raises(ConfigurationError, match=r"holds no salt.*every replica must share"):
         Redactor.from_file(path)
+
+
+def test_the_directories_a_secret_is_created_in_are_readable_by_their_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "keys" / "redaction.salt"
+
+    create_once(path, "00" * 32)
+
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (path, path.parent, path.parent.parent)}
+    assert modes == {"redaction.salt": 0o600, "keys": 0o700, "state": 0o700}

@@ -32,3 +32,50 @@ def test_short_errors_are_unchanged_and_at_most_ten_are_listed() -> None:
     many = {"type": "array", "items": {"type": "string"}}
     cap = Capability(id="list", version="1", tool_name="list", backend="b", input_schema=many)
     assert len(InputSchemas().errors(cap, list(range(50)))) == MAX_ERRORS  # type: ignore[arg-type]
+
+
+CARD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "card": {"type": "string", "pattern": "^tok_"},
+        "wallet": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "note": {"type": "string", "maxLength": 3},
+    },
+    "maxProperties": 3,
+    "required": ["card"],
+}
+CARD_CAP = Capability(
+    id="charge",
+    version="1",
+    tool_name="charge",
+    backend="b",
+    input_schema=CARD_SCHEMA,
+    redact=("card", "wallet"),
+)
+CARD = "4111111111111111"
+
+
+def test_an_error_on_a_redacted_field_names_the_field_and_the_rule_never_the_value() -> None:
+    errors = InputSchemas().errors(CARD_CAP, {"card": CARD})
+
+    assert errors == ["card: a redacted value fails the schema rule pattern '^tok_' (value not shown)"]
+
+
+def test_an_error_on_all_the_arguments_or_below_a_redacted_field_quotes_none_of_it() -> None:
+    # maxProperties quotes the whole arguments; below a redacted field even the keys are its value.
+    arguments = {"card": CARD, "wallet": {"acct-77": "x"}, "note": "ok", "extra": 1}
+
+    errors = InputSchemas().errors(CARD_CAP, arguments)
+
+    assert errors == [
+        "(arguments): the arguments fails the schema rule maxProperties 3 (value not shown)",
+        "card: a redacted value fails the schema rule pattern '^tok_' (value not shown)",
+        "wallet: a redacted value fails the schema rule type 'integer' (value not shown)",
+    ]
+    assert not any(CARD in e or "acct-77" in e for e in errors)
+
+
+def test_errors_on_other_fields_and_missing_fields_keep_their_messages() -> None:
+    errors = InputSchemas().errors(CARD_CAP, {"note": "long"})
+
+    assert errors == ["(arguments): 'card' is a required property", "note: 'long' is too long"]

@@ -31,7 +31,11 @@ def record_a_varied_history(store: Store) -> None:
     store.admit(call_request(tool_call_id="done", idempotency_key="k1"))
     store.record_outcome("done", OutcomeRecord(kind="completed", result={"ok": 1}), token=1, now=NOW)
     store.admit(call_request(tool_call_id="denied", idempotency_key="k2", decision=DENY))
-    store.admit(call_request(tool_call_id="pending", idempotency_key="k3", decision=REQUIRE_APPROVAL))
+    store.admit(
+        call_request(
+            tool_call_id="pending", idempotency_key="k3", decision=REQUIRE_APPROVAL, contract_hash="sha256:c1"
+        )
+    )
     store.admit(call_request(tool_call_id="conflict", idempotency_key="k1", action_hash="other"))
     store.admit(call_request(tool_call_id="d1", idempotency_key="kd", key_source="derived", run_id="run-2"))
     store.record_outcome("d1", OutcomeRecord(kind="failed", error="no"), token=1, now=NOW)
@@ -50,6 +54,7 @@ def test_rebuild_reproduces_the_projections_and_ledger_exactly(store: Store) -> 
     assert replayed == len(store.events())
     assert projections(store) == before
     assert before["effect_ledger"] and before["approvals"] and before["runs"]
+    assert [c["contract_hash"] for c in before["tool_calls"] if c["contract_hash"]] == ["sha256:c1"]
 
 
 def test_each_write_returns_the_call_exactly_as_a_later_read_finds_it(store: Store) -> None:
