@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_contract_hash"
-down_revision = "0001"
+revision = "0003_contract_hash"
+down_revision = "0002_rate_limits"
 branch_labels = None
 depends_on = None
 
