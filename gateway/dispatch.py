@@ -64,6 +64,21 @@ class Dispatcher:
         """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
         return self.guard_s(capability) + self._lease_margin_s
 
+    def commit_deadline(
+        self, capability: Capability, sent_at: datetime, lease_expires_at: datetime | None
+    ) -> datetime:
+        """When a dispatch recorded at `sent_at` under a lease ending `lease_expires_at` can no longer land.
+
+        The dispatcher sends only while the whole bounded dispatch still fits its lease, so the request
+        left no later than `lease_expires_at - guard_s` (up to `lease_margin_s` after its record); the
+        backend may act on it for `horizon_s` after that. Counting from the record alone would end the
+        horizon early by however long the dispatcher paused between recording and sending.
+        """
+        latest_send = (
+            lease_expires_at - timedelta(seconds=self.guard_s(capability)) if lease_expires_at else sent_at
+        )
+        return max(sent_at, latest_send) + timedelta(seconds=capability.horizon_s)
+
     async def dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
         """Execute a call this process holds the dispatch lease of, and record what it observed."""
         invocation = Invocation(
@@ -73,8 +88,8 @@ class Dispatcher:
             tool_call_id=call.tool_call_id,
             external_request_id=call.external_request_id,
             attempt=max(call.attempts, 1),
-            # The call was last updated by its dispatch record, which the horizon counts from.
-            commit_deadline=call.updated_at + timedelta(seconds=capability.horizon_s),
+            # The call was last updated by its dispatch record, under the lease it is sent in.
+            commit_deadline=self.commit_deadline(capability, call.updated_at, call.lease_expires_at),
         )
         self._faults.reach("after_dispatching_commit")
         # The effect and its record are one unit: a client that goes away must not leave the call

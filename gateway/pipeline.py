@@ -176,6 +176,12 @@ class CallPipeline:
         """The longest one dispatch may take: the capability's timeout plus the executor's grace."""
         return self._dispatcher.guard_s(capability)
 
+    def commit_deadline(
+        self, capability: Capability, sent_at: datetime, lease_expires_at: datetime | None
+    ) -> datetime:
+        """When a dispatch recorded at `sent_at` under its lease can no longer take effect at the backend."""
+        return self._dispatcher.commit_deadline(capability, sent_at, lease_expires_at)
+
     def lease_s(self, capability: Capability) -> float:
         """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
         return self._dispatcher.lease_s(capability)

@@ -11,9 +11,11 @@ For each due call the reconciler takes a lease (`reconciliation.started`), then 
 
 "Not found" proves a failure only after the capability's commit horizon. The dispatch lease guarantees
 that Writ can no longer send, but a request already delivered can still be executed (a queue in front
-of the backend, a lock wait, a paused process): before `sent_at + horizon_s` a lookup that finds
-nothing is `inconclusive`, the call stays `result_unknown` (its key claimed), and the next lookup is
-due no later than the horizon. A found effect, or the backend's own report of failure, settles it at
+of the backend, a lock wait, a paused process). The horizon ends `horizon_s` after the latest moment
+the dispatch could have left (its record, or later by as much as the dispatcher may have paused before
+sending, which its lease bounds): before it, a lookup that finds nothing is `inconclusive`, the call
+stays `result_unknown` (its key claimed), and the next lookup is due no later than the horizon. A
+found effect, or the backend's own report of failure, settles it at
 any time.
 """
 
@@ -190,9 +192,15 @@ class Reconciler:
     async def _not_found(
         self, capability: Capability, call: CallView, result: ReconcileResult, looked_up_at: datetime
     ) -> None:
-        sent_at = await anyio.to_thread.run_sync(lambda: self._store.dispatched_at(call.tool_call_id))
-        # No record of the send (never expected): count the horizon from now, which errs late.
-        horizon_at = (sent_at or looked_up_at) + timedelta(seconds=capability.horizon_s)
+        times = await anyio.to_thread.run_sync(lambda: self._store.dispatch_times(call.tool_call_id))
+        sent_at = times[0] if times else None
+        # The same deadline the dispatch sent to the backend. No record of the send (never expected):
+        # count the horizon from now, which errs late.
+        horizon_at = (
+            self._pipeline.commit_deadline(capability, *times)
+            if times
+            else looked_up_at + timedelta(seconds=capability.horizon_s)
+        )
         evidence = {
             **result.evidence,
             "verdict": "not_found",

@@ -5,6 +5,7 @@ Each read is one short transaction (`Store._read`: deferred on SQLite, one snaps
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -65,17 +66,25 @@ class Reads:
 
     def dispatched_at(self, tool_call_id: str) -> datetime | None:
         """When the call's latest dispatch (or recorded re-send) was recorded, just before it was sent."""
+        times = self.dispatch_times(tool_call_id)
+        return times[0] if times is not None else None
+
+    def dispatch_times(self, tool_call_id: str) -> tuple[datetime, datetime | None] | None:
+        """When the call's latest dispatch was recorded, and when the lease it was sent under ended."""
         if _unstorable(tool_call_id):
             return None
         query = (
-            select(events.c.occurred_at)
+            select(events.c.occurred_at, events.c.payload)
             .where(events.c.tool_call_id == tool_call_id, events.c.type == "tool_call.dispatching")
             .order_by(events.c.seq.desc())
             .limit(1)
         )
         with self._read() as conn:
-            text = conn.execute(query).scalar_one_or_none()
-        return parse_ts(text) if text is not None else None
+            row = conn.execute(query).one_or_none()
+        if row is None:
+            return None
+        lease_end = json.loads(row.payload).get("lease_expires_at")
+        return parse_ts(row.occurred_at), parse_ts(lease_end) if lease_end else None
 
     def find_call_by_key(self, tenant: str, idempotency_key: str) -> CallView | None:
         """The call that currently holds `idempotency_key` in `tenant`."""

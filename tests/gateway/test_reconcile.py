@@ -29,6 +29,10 @@ from tests.postgres import fresh_schema
 pytestmark = pytest.mark.anyio
 
 HORIZON_S = 60.0
+LEASE_MARGIN_S = 1.0
+HORIZON_END_S = HORIZON_S + LEASE_MARGIN_S
+"""The horizon ends `HORIZON_S` after the latest moment a dispatch may have left: the dispatcher sends
+only while its whole bounded dispatch fits the lease, up to the lease margin after the record."""
 LOOKUP_REFUND = fake_capability("refund_order", timeout_s=0.2, commit_horizon_s=HORIZON_S, reconcilable=True)
 DEDUPING = fake_capability("pay_invoice", timeout_s=0.2, dedupes_on_key=True)
 BLIND = fake_capability("send_fax", timeout_s=0.2)
@@ -87,7 +91,7 @@ def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline
         redactor=Redactor(b"salt"),
         clock=clock,
         executor_grace_s=0.3,
-        lease_margin_s=1.0,
+        lease_margin_s=LEASE_MARGIN_S,
         owner="gw-a",
     )
     p.prepare()
@@ -151,7 +155,7 @@ async def test_no_effect_found_before_the_commit_horizon_is_inconclusive_and_kee
         "verdict": "not_found",
         "reason": "before_commit_horizon",
         "sent_at": format_ts(sent_at),
-        "horizon_at": format_ts(sent_at + timedelta(seconds=HORIZON_S)),
+        "horizon_at": format_ts(sent_at + timedelta(seconds=HORIZON_END_S)),
         "looked_up_at": format_ts(sent_at),
     }
     # The identical call (same key) joins the unsettled one: it is never dispatched again.
@@ -177,7 +181,7 @@ async def test_the_dispatch_carries_the_commit_deadline_the_reconciler_counts_th
 
     sent_at = store.dispatched_at(tool_call_id)
     assert sent_at is not None
-    assert executor.invocations[0].commit_deadline == sent_at + timedelta(seconds=HORIZON_S)
+    assert executor.invocations[0].commit_deadline == sent_at + timedelta(seconds=HORIZON_END_S)
 
 
 async def test_the_next_lookup_is_due_no_later_than_the_commit_horizon(
@@ -185,12 +189,12 @@ async def test_the_next_lookup_is_due_no_later_than_the_commit_horizon(
 ) -> None:
     tool_call_id = await unknown_call(pipeline, executor)
     sent_at = clock()
-    clock.advance(HORIZON_S - 1)  # a backoff of 10 s would pass the horizon
+    clock.advance(HORIZON_END_S - 1)  # a backoff of 10 s would pass the horizon
     executor.reconcile_script.append(ReconcileResult("not_found"))
 
     await workers.tick()
 
-    assert store.get_call(tool_call_id).next_reconcile_at == sent_at + timedelta(seconds=HORIZON_S)
+    assert store.get_call(tool_call_id).next_reconcile_at == sent_at + timedelta(seconds=HORIZON_END_S)
 
 
 async def test_no_effect_found_after_the_commit_horizon_fails_the_call_with_the_times_as_evidence(
@@ -198,7 +202,13 @@ async def test_no_effect_found_after_the_commit_horizon_fails_the_call_with_the_
 ) -> None:
     tool_call_id = await unknown_call(pipeline, executor)
     sent_at = clock()
+    # `HORIZON_S` after the record is not yet the horizon: the dispatcher may have sent up to the lease
+    # margin later (a pause between recording and sending), and the backend may act for HORIZON_S after.
     clock.advance(HORIZON_S)
+    executor.reconcile_script.append(ReconcileResult("not_found", evidence={"records": 0}))
+    await workers.tick()
+    assert store.get_call(tool_call_id).status == "result_unknown"
+    clock.advance(LEASE_MARGIN_S)
     executor.reconcile_script.append(ReconcileResult("not_found", evidence={"records": 0}))
 
     await workers.tick()
@@ -215,7 +225,7 @@ async def test_no_effect_found_after_the_commit_horizon_fails_the_call_with_the_
         "records": 0,
         "verdict": "not_found",
         "sent_at": format_ts(sent_at),
-        "horizon_at": format_ts(sent_at + timedelta(seconds=HORIZON_S)),
+        "horizon_at": format_ts(sent_at + timedelta(seconds=HORIZON_END_S)),
         "looked_up_at": format_ts(clock()),
     }
 
@@ -291,7 +301,7 @@ async def test_a_dispatch_left_past_its_lease_is_recovered_as_unknown_and_then_r
     executor.reconcile_script.extend(
         [ReconcileResult("not_found"), ReconcileResult("succeeded", json_result({"ok": 1}))]
     )
-    clock.advance(HORIZON_S)  # past both horizons: a lookup's "not found" settles
+    clock.advance(HORIZON_END_S)  # past both horizons: a lookup's "not found" settles
 
     recovered, reconciled = await workers.tick()
 
