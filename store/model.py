@@ -125,6 +125,8 @@ class CallRequest:
     confirmation_id: str | None = None
     """Set when an allowed call must first be confirmed by the user in the client (effect `confirm`)."""
     confirmation_expires_at: datetime | None = None
+    client_run_id: str | None = None
+    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +236,8 @@ class RefusalRequest:
     now: datetime
     producer: str = "writ-gateway"
     summary: str = ""
+    client_run_id: str | None = None
+    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
 
 
 @dataclass(frozen=True, slots=True)
