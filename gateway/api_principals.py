@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from gateway.api import _error
 from policy.model import Principal
+from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.store import Store
 
 ADMIN_ROLE = "admin"
@@ -51,9 +52,11 @@ def principal_routes(
         except ValidationError as exc:
             return _error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
         subject = request.path_params["subject"]
-        if "\x00" in subject or "\x00" in (body.reason or ""):
-            # PostgreSQL's text cannot hold NUL: recording it failed with a database error (a 500).
-            return _error(400, "invalid_request", "the subject and reason must not contain NUL characters")
+        # Each was a database error (a 500) on PostgreSQL, where SQLite recorded it: store.limits.
+        if (message := refusal("the subject", subject, SUBJECT_CHARS)) is not None:
+            return _error(400, "invalid_request", message)
+        if (why := text_unfit(body.reason or "")) is not None:
+            return _error(400, "invalid_request", f"the reason {why}")
         revocation = await anyio.to_thread.run_sync(
             lambda: store.revoke_principal(
                 who.tenant, subject, revoked_by=who.subject, reason=body.reason, now=clock()

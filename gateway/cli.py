@@ -14,6 +14,7 @@ from gateway.cli_identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
 from gateway.errors import GatewayError
+from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 from store.model import StoreError
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
@@ -100,6 +101,12 @@ def token(
         _fail("--sub must name someone (it is the token's subject)")
     role_names = [r.strip() for r in roles.split(",") if r.strip()]
     scope_names = [s.strip() for s in scopes.split(",") if s.strip()]
+    # The gateway refuses a token naming what its store cannot hold: say so now, not at every call.
+    named = [("--sub", sub, SUBJECT_CHARS), ("--tenant", tenant, TENANT_CHARS)]
+    named += [("a name in --roles", r, NAME_CHARS) for r in role_names]
+    named += [("a name in --scopes", s, NAME_CHARS) for s in scope_names]
+    for message in filter(None, (refusal(*n) for n in named)):
+        _fail(message)
     cfg = _config(config)
     issuer = dev_issuer_for(cfg)
     if issuer is None:
@@ -234,6 +241,10 @@ def calls_resolve(
         _fail("--outcome must be succeeded or failed")
         return
     who = by or getpass.getuser()
+    if (message := refusal("--by", who, SUBJECT_CHARS)) is not None:
+        _fail(message)
+    if (why := text_unfit(evidence)) is not None:
+        _fail(f"--evidence {why}")
     with _store(config) as store:
         try:
             call = store.resolve_manually(

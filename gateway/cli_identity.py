@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from gateway.config import find_config_file, load_config
+from store.limits import SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 
 policy_app = typer.Typer(help="Dry-run the policy.", no_args_is_help=True)
 
@@ -97,6 +98,11 @@ def principals_revoke(
 
     from gateway.app import open_store
 
+    named = [("SUB", sub, SUBJECT_CHARS), ("--tenant", tenant, TENANT_CHARS), ("--as", by, SUBJECT_CHARS)]
+    for message in filter(None, (refusal(*n) for n in named)):
+        _fail(message)
+    if reason is not None and (why := text_unfit(reason)) is not None:
+        _fail(f"--reason {why}")
     store = open_store(load_config(find_config_file(config)), migrate_empty=False)
     try:
         revocation = store.revoke_principal(tenant, sub, revoked_by=by, reason=reason, now=datetime.now(UTC))

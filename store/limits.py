@@ -33,3 +33,21 @@ def unfit(value: str, limit: int) -> str | None:
     if value != value.strip():
         return "has surrounding spaces"
     return None
+
+
+def text_unfit(value: str) -> str | None:
+    """Why free text (a reason, evidence) cannot be stored, or None when it can; its length is the
+    edge's to bound (Text columns have none)."""
+    if "\x00" in value:
+        return "contains NUL, which PostgreSQL cannot store"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains an unpaired surrogate, which no UTF-8 text can hold"
+    return None
+
+
+def refusal(what: str, value: str, limit: int) -> str | None:
+    """The message refusing `value` as `what` (a claim, a flag, a path segment), or None if it fits."""
+    why = unfit(value, limit)
+    return None if why is None else f"{what} {why} (1 to {limit} printable characters)"
