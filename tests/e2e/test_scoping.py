@@ -207,6 +207,8 @@ def test_the_api_refuses_a_subject_or_text_the_store_cannot_hold_with_400_and_th
         timeout=10,
     )
     assert resolved.status_code == 400 and "NUL" in resolved.json()["error_description"]
+    for path in ("/api/calls/" + "t" * 300, "/api/approvals/" + "a" * 300, f"/api/runs/{'r' * 300}/events"):
+        assert httpx2.get(gateway.url + path, headers=admin, timeout=10).status_code == 404, path[:20]
     assert "principal.revoked" not in "".join(map(str, gateway.cli("audit", "export").stdout))
     assert "hash chain intact" in gateway.cli("audit", "verify").stdout
 
@@ -220,6 +222,7 @@ def test_the_cli_refuses_a_subject_or_tenant_the_store_cannot_hold_and_names_the
         (("token", "--sub", "alice", "--roles", "agent,\u202eadmin"), "a name in --roles contains"),
         (("principals", "revoke", "s" * 256, "--tenant", "acme"), "SUB is 256 characters long"),
         (("principals", "revoke", "bob", "--tenant", "t" * 129), "--tenant is 129 characters long"),
+        (("approvals", "approve", "ap_x", "--as", "c" * 256), "the decider is 256 characters long"),
         (("calls", "resolve", "tc_x", "--outcome", "failed", "--evidence", "e", "--by", "b" * 256), "256"),
     ]
     for args, message in cases:
