@@ -165,7 +165,7 @@ def test_a_signed_token_with_a_claim_the_store_cannot_hold_gets_401_naming_it_an
     # on SQLite most were recorded, a tenant or subject no later read could name.
     token = minted(gateway, **claims)
     status, answer = call_2026(
-        gateway, token, "refund_order", '{"order_id":"1001","amount":20,"currency":"EUR"}'
+        gateway, token, "refund_order", '{"order_id":"1001","amount":20,"currency":"EUR","reason":"r"}'
     )
     assert status == 401, answer
     assert answer["error"] == "invalid_token" and reason in answer["error_description"]
