@@ -22,6 +22,7 @@ from gateway.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from gateway.results import status_document
+from gateway.run_ids import scoped_run_id
 from gateway.standing import REVOKED, is_revoked, revoked_text
 from policy.model import Principal
 from store.model import StoredEvent
@@ -126,8 +127,15 @@ def api_routes(
         return JSONResponse(_json(body))
 
     async def run_events(request: Request, who: Principal) -> Response:
-        run_id = request.path_params["run_id"]
-        events = await anyio.to_thread.run_sync(lambda: store.events(run_id=run_id, tenant=who.tenant))
+        named = request.path_params["run_id"]
+
+        def read() -> tuple[str, list[StoredEvent]]:
+            # The caller's own run of that name (the writ/runId its client sent) first, then Writ's id.
+            own = scoped_run_id(who, named)
+            found = store.events(run_id=own, tenant=who.tenant)
+            return (own, found) if found else (named, store.events(run_id=named, tenant=who.tenant))
+
+        run_id, events = await anyio.to_thread.run_sync(read)
         if not events or not may_read(who, _run_subject(events)):
             return _error(404, "not_found", "No such run")
         return JSONResponse({"runId": run_id, "events": [_json(asdict(e)) for e in events]})

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from gateway.api import _error, guard
 from policy.model import Principal
+from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import NotFound
 from store.revoking import Revocation
 from store.store import Store
@@ -50,9 +51,12 @@ def principal_routes(
             body = StandingBody.model_validate_json(raw or b"{}")
         except ValidationError as exc:
             return _error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
-        if "\x00" in request.path_params["subject"] or "\x00" in (body.reason or ""):
-            # PostgreSQL's text cannot hold NUL: recording it failed with a database error (a 500).
-            return _error(400, "invalid_request", "the subject and reason must not contain NUL characters")
+        subject = request.path_params["subject"]
+        # Each was a database error (a 500) on PostgreSQL, where SQLite recorded it: store.limits.
+        if (message := refusal("the subject", subject, SUBJECT_CHARS)) is not None:
+            return _error(400, "invalid_request", message)
+        if (why := text_unfit(body.reason or "")) is not None:
+            return _error(400, "invalid_request", f"the reason {why}")
         return body
 
     async def revoke(request: Request, who: Principal) -> Response:

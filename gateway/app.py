@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import anyio
 import anyio.to_thread
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, RequireAuthMiddleware
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -42,6 +42,7 @@ from gateway.api import api_routes
 from gateway.api_principals import principal_routes
 from gateway.approvals import Decisions
 from gateway.auth import JwtVerifier, principal_from_claims
+from gateway.bearer import bearer_backend, refused_claims
 from gateway.body_deadline import BodyDeadline
 from gateway.config import WritConfig
 from gateway.console import console_routes
@@ -383,7 +384,11 @@ def build_app(runtime: Runtime) -> Starlette:
             Middleware(BodyDeadline, timeout_s=server_config.body_timeout_s),
             Middleware(BodyLimit),
             Middleware(TrimHeaderValues),
-            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(runtime.verifier)),
+            Middleware(
+                AuthenticationMiddleware,
+                backend=bearer_backend(runtime.verifier),
+                on_error=refused_claims(metadata_url),
+            ),
             Middleware(AuthContextMiddleware),
         ],
         lifespan=lifespan,

@@ -19,6 +19,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.errors import GatewayError
+from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import ApprovalView, NotFound, StaleLease
 from store.store import Store
 
@@ -131,9 +132,11 @@ class Decisions:
         Raises:
             DecisionRefused: as `decide`.
         """
-        if inp.reason is not None and "\x00" in inp.reason:
-            # PostgreSQL's text cannot hold NUL: recording it failed with a database error (a 500).
-            raise DecisionRefused("invalid_request", "the reason must not contain NUL characters")
+        if inp.reason is not None and (why := text_unfit(inp.reason)) is not None:
+            # Recording it failed with a database error (a 500): store.limits.
+            raise DecisionRefused("invalid_request", f"the reason {why}")
+        if (message := refusal("the decider", inp.decided_by, SUBJECT_CHARS)) is not None:
+            raise DecisionRefused("invalid_request", message)
         approval = self._store.get_approval(inp.approval_id, tenant=inp.tenant)
         if approval is None:
             raise DecisionRefused("not_found", f"no approval {inp.approval_id}")

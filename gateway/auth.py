@@ -18,6 +18,7 @@ from gateway.config import ClaimMapping
 from gateway.errors import AuthenticationError
 from gateway.issuers import IssuerUnavailable, TrustedIssuer
 from policy.model import Principal
+from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal
 
 logger = logging.getLogger(__name__)
 
@@ -26,11 +27,17 @@ VERIFIED_TTL_S = 60.0
 """How long a verified JWT is trusted without re-checking its signature (bounded by its exp)."""
 VERIFIED_CACHE_SIZE = 10_000
 
-__all__ = ["FORBIDDEN_ALGORITHMS", "JwtVerifier", "TrustedIssuer", "principal_from_claims"]
+__all__ = ["FORBIDDEN_ALGORITHMS", "ClaimsRejected", "JwtVerifier", "TrustedIssuer", "principal_from_claims"]
 
 
 class TokenRejected(AuthenticationError):
     """This token is not acceptable (the reason is logged; the client only hears 401)."""
+
+
+class ClaimsRejected(TokenRejected):
+    """A token that verified, but whose claims Writ cannot act on or record (a tenant of 300
+    characters, a subject with NUL). Its holder may hear why: the issuer signed it, so the reason
+    tells an operator what to fix and an attacker nothing about keys or issuers."""
 
 
 class JwtVerifier:
@@ -61,22 +68,39 @@ class JwtVerifier:
     def issuers(self) -> list[str]:
         return list(self._issuers)
 
-    async def verify_token(self, token: str) -> AccessToken | None:
-        """The verified token, or None with the reason logged (never the token itself)."""
-        # A client sends the same token on every request: a verified JWT is remembered (by its
-        # hash) for a short while, never past its `exp`, so the signature check is not redone.
-        digest = hashlib.sha256(token.encode()).digest()
-        now = time.time()
-        remembered = self._verified.get(digest)
-        if remembered is not None and remembered[0] > now:
-            return remembered[1]
+    async def verify_token(self, token: str, *, explain_claims: bool = False) -> AccessToken | None:
+        """The verified token, or None with the reason logged (never the token itself).
+
+        Raises:
+            ClaimsRejected: with `explain_claims`, for a verified token whose claims are unusable.
+        """
         try:
-            return await self._verify(token)
+            return await self.check(token)
         except IssuerUnavailable as exc:
             logger.error("refused bearer token: %s", exc)
+        except ClaimsRejected as exc:
+            logger.info("rejected bearer token: %s", exc)
+            if explain_claims:
+                raise
         except TokenRejected as exc:
             logger.info("rejected bearer token: %s", exc)
         return None
+
+    async def check(self, token: str) -> AccessToken:
+        """The verified token.
+
+        Raises:
+            ClaimsRejected: it verified, but a claim is of a shape or size Writ cannot use.
+            TokenRejected: any other reason it is not acceptable.
+            IssuerUnavailable: its issuer's keys or introspection could not be reached.
+        """
+        # A client sends the same token on every request: a verified JWT is remembered (by its
+        # hash) for a short while, never past its `exp`, so the signature check is not redone.
+        digest = hashlib.sha256(token.encode()).digest()
+        remembered = self._verified.get(digest)
+        if remembered is not None and remembered[0] > time.time():
+            return remembered[1]
+        return await self._verify(token)
 
     def _remember(self, digest: bytes, token: AccessToken, until: float) -> None:
         self._verified[digest] = (until, token)
@@ -144,7 +168,7 @@ class JwtVerifier:
         elif isinstance(scope, list) and all(isinstance(s, str) for s in scope):
             scopes = list(scope)
         else:
-            raise TokenRejected("claim 'scope' is not a string or a list of strings")
+            raise ClaimsRejected("claim 'scope' is not a string or a list of strings")
         return AccessToken(
             token=token,
             client_id=str(claims.get("client_id") or claims.get("azp") or ""),
@@ -178,17 +202,23 @@ def principal_from_claims(claims: Mapping[str, Any], mapping: ClaimMapping) -> P
     """Build the Principal a verified token speaks for, through the configured claim names.
 
     Raises:
-        TokenRejected: a claim it needs is missing or of the wrong shape.
+        ClaimsRejected: a claim it needs is missing, of the wrong shape, or one the store cannot hold
+            (store.limits).
     """
     subject = claims.get(mapping.subject)
     if not isinstance(subject, str) or not subject:
-        raise TokenRejected(f"claim {mapping.subject!r} (the subject) is missing or not a string")
+        raise ClaimsRejected(f"claim {mapping.subject!r} (the subject) is missing or not a string")
+    _fits(subject, f"claim {mapping.subject!r} (the subject)", SUBJECT_CHARS)
     tenant = claims.get(mapping.tenant)
     if tenant is not None and not isinstance(tenant, str):
-        raise TokenRejected(f"claim {mapping.tenant!r} (the tenant) is not a string")
+        raise ClaimsRejected(f"claim {mapping.tenant!r} (the tenant) is not a string")
+    if tenant:
+        _fits(tenant, f"claim {mapping.tenant!r} (the tenant)", TENANT_CHARS)
     client_id = claims.get(mapping.client_id) or claims.get("azp")
     if client_id is not None and not isinstance(client_id, str):
-        raise TokenRejected(f"claim {mapping.client_id!r} (the client id) is not a string")
+        raise ClaimsRejected(f"claim {mapping.client_id!r} (the client id) is not a string")
+    if client_id:
+        _fits(client_id, f"claim {mapping.client_id!r} (the client id)", NAME_CHARS)
     return Principal(
         subject=subject,
         tenant=tenant or mapping.default_tenant,
@@ -199,16 +229,27 @@ def principal_from_claims(claims: Mapping[str, Any], mapping: ClaimMapping) -> P
     )
 
 
+def _fits(value: str, what: str, limit: int) -> None:
+    message = refusal(what, value, limit)
+    if message is not None:
+        raise ClaimsRejected(message)
+
+
 def _strings(value: Any, claim: str) -> frozenset[str]:
     """A claim holding names: a space- or comma-separated string, or a list of strings.
 
     Raises:
-        TokenRejected: anything else (a number, an object, a list holding other things).
+        ClaimsRejected: anything else (a number, an object, a list holding other things), or a name
+            the store cannot hold.
     """
     if value is None:
         return frozenset()
     if isinstance(value, str):
-        return frozenset(value.replace(",", " ").split())
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return frozenset(value)
-    raise TokenRejected(f"claim {claim!r} is not a string or a list of strings")
+        names = frozenset(value.replace(",", " ").split())
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        names = frozenset(v for v in value if v)
+    else:
+        raise ClaimsRejected(f"claim {claim!r} is not a string or a list of strings")
+    for name in names:
+        _fits(name, f"a name in claim {claim!r}", NAME_CHARS)
+    return names

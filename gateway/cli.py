@@ -25,6 +25,7 @@ from gateway.cli_identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
 from gateway.errors import GatewayError
+from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 from store.model import StoreError
 
 if TYPE_CHECKING:
@@ -114,6 +115,12 @@ def token(
         _fail("--sub must name someone (it is the token's subject)")
     role_names = [r.strip() for r in roles.split(",") if r.strip()]
     scope_names = [s.strip() for s in scopes.split(",") if s.strip()]
+    # The gateway refuses a token naming what its store cannot hold: say so now, not at every call.
+    named = [("--sub", sub, SUBJECT_CHARS), ("--tenant", tenant, TENANT_CHARS)]
+    named += [("a name in --roles", r, NAME_CHARS) for r in role_names]
+    named += [("a name in --scopes", s, NAME_CHARS) for s in scope_names]
+    for message in filter(None, (refusal(*n) for n in named)):
+        _fail(message)
     cfg = _config(config)
     issuer = dev_issuer_for(cfg)
     if issuer is None:
@@ -261,6 +268,8 @@ def calls_resolve(
     if outcome not in ("succeeded", "failed"):
         _fail("--outcome must be succeeded or failed")
         return
+    if (why := text_unfit(evidence)) is not None:
+        _fail(f"--evidence {why}")
     cfg = _config(config)
     who = _authority(cfg, token=token, break_glass=break_glass, reason=reason, impersonated=by, flag="--by")
     with _store(config) as store:

@@ -17,6 +17,7 @@ from gateway.cli_authority import (
     check_standing,
 )
 from gateway.config import find_config_file, load_config
+from store.limits import SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 
 policy_app = typer.Typer(help="Dry-run the policy.", no_args_is_help=True)
 
@@ -153,10 +154,11 @@ def _change_standing(
     from store.model import NotFound
 
     sub, tenant = sub.strip(), tenant.strip()
-    if not sub or not tenant:
-        _fail("the subject and --tenant must name someone and somewhere")
-    if "\x00" in sub + tenant + (reason or ""):
-        _fail("the subject, tenant and reason must not contain NUL characters")
+    named = [("SUB", sub, SUBJECT_CHARS), ("--tenant", tenant, TENANT_CHARS)]
+    for message in filter(None, (refusal(*n) for n in named)):
+        _fail(message)
+    if reason is not None and (why := text_unfit(reason)) is not None:
+        _fail(f"--reason {why}")
     cfg = load_config(find_config_file(config))
     try:
         who = authority(cfg, token=token, break_glass=break_glass, reason=reason, impersonated=as_)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gateway.approvals import ApprovalsConfig
 from gateway.errors import ConfigurationError
@@ -19,6 +19,7 @@ from gateway.rate_limits import RateLimitsConfig
 from gateway.telemetry import TelemetryConfig
 from gateway.validation import MAX_ARGUMENT_BYTES
 from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
+from store.limits import TENANT_CHARS, refusal
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
@@ -125,6 +126,14 @@ class ClaimMapping(_Section):
     scopes: str = "scope"
     client_id: str = "client_id"
     default_tenant: str = "default"
+
+    @field_validator("default_tenant")
+    @classmethod
+    def _storable(cls, tenant: str) -> str:
+        message = refusal("the tenant", tenant, TENANT_CHARS)
+        if message is not None:
+            raise ValueError(message)
+        return tenant
 
 
 class DevIssuerConfig(_Section):

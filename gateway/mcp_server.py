@@ -25,6 +25,7 @@ from gateway.rate_limits import RateLimited
 from gateway.results import rate_limited, shape_call, shape_report, status_document
 from gateway.standing import REVOKED, is_revoked, revoked_text
 from gateway.telemetry import Telemetry
+from store.limits import CLIENT_ID_CHARS
 from store.model import CallView, NotFound, StaleLease, Unavailable
 from store.store import Store
 
@@ -43,7 +44,7 @@ WITHDRAWN = "withdrawn by the requester (tasks/cancel)"
 NOT_CANCELLED = "Writ's store is unavailable, so the task was not cancelled. Try again later."
 STATUS_UNAVAILABLE = "Writ's store is unavailable, so the call's state cannot be read now. Ask again later."
 INTERNAL = "Internal error in Writ (logged on the server)."
-MAX_ID = 255
+MAX_ID = CLIENT_ID_CHARS
 
 PrincipalProvider = Callable[[], Any]
 """Returns the current caller's `Principal`, or None when the request is unauthenticated."""

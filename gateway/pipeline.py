@@ -23,6 +23,7 @@ from gateway.dispatch import Dispatcher
 from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.faults import NO_FAULTS, FaultPoints
 from gateway.rate_limits import RateLimiter
+from gateway.run_ids import scoped_run_id
 from gateway.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
@@ -244,7 +245,9 @@ class CallPipeline:
             if inp.idempotency_key
             else (derived_key(principal, action, inp.run_id), "derived")
         )
-        run_id = inp.run_id or new_id("run")
+        # Never the client's string itself: that would let another principal name (and so read and
+        # count into) a run it did not start, or fail on one of the same name in another tenant.
+        run_id = scoped_run_id(principal, inp.run_id) if inp.run_id else new_id("run")
         tool_call_id = new_id("tc")
         correlation_id = inp.correlation_id or tool_call_id
         stored_arguments = self._redactor.redact(capability, arguments)
@@ -255,6 +258,7 @@ class CallPipeline:
             "tool_call_id": tool_call_id,
             "run_id": run_id,
             "run_is_new_hint": inp.run_id is None,
+            "client_run_id": inp.run_id,
             "tenant": principal.tenant,
             "subject": principal.subject,
             "principal": principal.to_json(),
@@ -288,7 +292,7 @@ class CallPipeline:
             return CallReport("invalid_arguments", refused, capability, validation_errors=tuple(errors))
 
         run_count = (
-            await anyio.to_thread.run_sync(self._store.run_call_count, inp.run_id, principal.tenant)
+            await anyio.to_thread.run_sync(self._store.run_call_count, run_id, principal.tenant)
             if inp.run_id
             else 0
         )

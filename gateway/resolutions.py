@@ -13,6 +13,7 @@ from typing import Literal
 import anyio.to_thread
 
 from gateway.errors import GatewayError
+from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import CallView, NotFound, StaleLease
 from store.store import Store
 
@@ -64,6 +65,10 @@ async def resolve_call(store: Store, resolution: ResolutionInput, now: datetime)
     evidence = resolution.evidence.strip()
     if not evidence:
         raise ResolutionRefused("invalid_request", "Say how you know: the evidence is required")
+    if (why := text_unfit(evidence)) is not None:
+        raise ResolutionRefused("invalid_request", f"the evidence {why}")
+    if (message := refusal("the resolver", resolution.resolved_by, SUBJECT_CHARS)) is not None:
+        raise ResolutionRefused("invalid_request", message)
     try:
         return await anyio.to_thread.run_sync(
             lambda: store.resolve_manually(

@@ -6,6 +6,7 @@ verified exactly as on /mcp, once at start. Logs go to stderr: stdout belongs to
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -13,6 +14,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from gateway.app import build_runtime
+from gateway.auth import ClaimsRejected
 from gateway.config import WritConfig
 from gateway.errors import AuthenticationError
 from gateway.mcp_server import build_mcp_server
@@ -28,7 +30,10 @@ def serve_stdio(config: WritConfig) -> None:
     raw = os.environ.get("WRIT_TOKEN", "").strip()
     if not raw:
         raise AuthenticationError("writ stdio needs the caller's token in $WRIT_TOKEN (see `writ token`)")
-    token = anyio.run(runtime.verifier.verify_token, raw)
+    try:
+        token = anyio.run(functools.partial(runtime.verifier.verify_token, raw, explain_claims=True))
+    except ClaimsRejected as exc:
+        raise AuthenticationError(f"$WRIT_TOKEN cannot be used: {exc}") from exc
     if token is None:
         raise AuthenticationError("$WRIT_TOKEN did not verify (expired, wrong audience or unknown issuer)")
     principal = runtime.principal_from_claims(token.claims or {})

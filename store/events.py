@@ -77,6 +77,8 @@ class RunStarted(Payload):
     tenant: str
     subject: str
     implicit: bool = False
+    client_run_id: str | None = None
+    """What the client called the run; the envelope's `run_id` is Writ's, scoped to the principal."""
 
 
 class ToolCallRequested(Payload):

@@ -127,6 +127,8 @@ class CallRequest:
     confirmation_expires_at: datetime | None = None
     contract_hash: str | None = None
     """The hash of the capability's contract the action hash covers."""
+    client_run_id: str | None = None
+    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +251,8 @@ class RefusalRequest:
     producer: str = "writ-gateway"
     summary: str = ""
     contract_hash: str | None = None
+    client_run_id: str | None = None
+    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
 
 
 @dataclass(frozen=True, slots=True)

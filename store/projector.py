@@ -71,6 +71,7 @@ _CLAIM_KEY = Statement(effect_ledger.insert())
 _TAKE_OVER_KEY = Statement(
     update(effect_ledger).where(
         effect_ledger.c.tenant == bindparam("b_tenant"),
+        effect_ledger.c.subject == bindparam("b_subject"),
         effect_ledger.c.idempotency_key == bindparam("b_idempotency_key"),
         effect_ledger.c.tool_call_id == bindparam("b_supersedes"),
     )
@@ -182,12 +183,14 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
     }
     if p.supersedes is None:
         # A second claimant fails here on the primary key: uniqueness lives in the database.
-        _CLAIM_KEY.execute(conn, {"tenant": event.tenant, "idempotency_key": p.idempotency_key, **claim})
+        key = {"tenant": event.tenant, "subject": p.subject, "idempotency_key": p.idempotency_key}
+        _CLAIM_KEY.execute(conn, {**key, **claim})
         return
     taken = _TAKE_OVER_KEY.execute(
         conn,
         {
             "b_tenant": event.tenant,
+            "b_subject": p.subject,
             "b_idempotency_key": p.idempotency_key,
             "b_supersedes": p.supersedes,
             **claim,

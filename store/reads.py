@@ -86,14 +86,18 @@ class Reads:
         lease_end = json.loads(row.payload).get("lease_expires_at")
         return parse_ts(row.occurred_at), parse_ts(lease_end) if lease_end else None
 
-    def find_call_by_key(self, tenant: str, idempotency_key: str) -> CallView | None:
-        """The call that currently holds `idempotency_key` in `tenant`."""
+    def find_call_by_key(self, tenant: str, subject: str, idempotency_key: str) -> CallView | None:
+        """The call that currently holds `subject`'s `idempotency_key` in `tenant`."""
         query = (
             select(tool_calls)
             .join(effect_ledger, effect_ledger.c.tool_call_id == tool_calls.c.tool_call_id)
-            .where(effect_ledger.c.tenant == tenant, effect_ledger.c.idempotency_key == idempotency_key)
+            .where(
+                effect_ledger.c.tenant == tenant,
+                effect_ledger.c.subject == subject,
+                effect_ledger.c.idempotency_key == idempotency_key,
+            )
         )
-        if _unstorable(tenant, idempotency_key):
+        if _unstorable(tenant, idempotency_key, subject):
             return None
         with self._read() as conn:
             row = conn.execute(query).one_or_none()

@@ -32,6 +32,7 @@ def _ledger(column: Any) -> Any:
         select(column)
         .where(
             effect_ledger.c.tenant == bindparam("b_tenant"),
+            effect_ledger.c.subject == bindparam("b_subject"),
             effect_ledger.c.idempotency_key == bindparam("b_idempotency_key"),
         )
         .scalar_subquery()
@@ -198,7 +199,9 @@ def _base(req: CallRequest | RefusalRequest) -> dict[str, Any]:
 
 
 def _add_run_started(log: Append, req: CallRequest | RefusalRequest, base: dict[str, Any]) -> None:
-    payload = ev.RunStarted(tenant=req.tenant, subject=req.subject, implicit=req.run_is_new_hint)
+    payload = ev.RunStarted(
+        tenant=req.tenant, subject=req.subject, implicit=req.run_is_new_hint, client_run_id=req.client_run_id
+    )
     log.add(ev.RunStartedEvent(**base, payload=payload))
 
 

@@ -172,11 +172,13 @@ approvals = Table(
     Index("ix_approvals_tenant_status", "tenant", "status"),
 )
 
-# The uniqueness of (tenant, idempotency_key) is what refuses a second dispatch.
+# The uniqueness of (tenant, subject, idempotency_key) is what refuses a second dispatch. A key is the
+# principal's own: another agent's key of the same text neither joins nor conflicts with it.
 effect_ledger = Table(
     "effect_ledger",
     metadata,
     Column("tenant", String(128), primary_key=True),
+    Column("subject", String(256), primary_key=True),
     Column("idempotency_key", String(256), primary_key=True),
     Column("tool_call_id", String(128), nullable=False),
     Column("action_hash", String(128), nullable=False),

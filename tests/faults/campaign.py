@@ -211,7 +211,7 @@ class Campaign:
                 for trial in self.trials:
                     if trial.point in POINTS:
                         again, _ = await self._call(client, trial.key, expect_answer=True)
-                        call = store.find_call_by_key("acme", trial.key)
+                        call = store.find_call_by_key("acme", "agent-1", trial.key)
                         assert call is not None and again == call.tool_call_id, trial
 
     def report(self) -> dict[str, dict[str, int]]:
@@ -227,7 +227,7 @@ class Campaign:
                 )
                 row["trials"] += 1
                 effects = len(self.backend.refunds(trial.key))
-                call = store.find_call_by_key("acme", trial.key)
+                call = store.find_call_by_key("acme", "agent-1", trial.key)
                 row["effects"] += effects > 0
                 row["duplicates"] += effects > 1
                 told = trial.tool_call_id is not None

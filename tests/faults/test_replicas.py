@@ -69,7 +69,7 @@ def replica(root: Path, name: str, backend: Backend, store_url: str, **env: str)
 async def wait_for(store: Store, key: str, predicate: Any, timeout_s: float = 20) -> CallView:
     with anyio.fail_after(timeout_s):
         while True:
-            call = store.find_call_by_key("acme", key)
+            call = store.find_call_by_key("acme", "agent-1", key)
             if call is not None and predicate(call):
                 return call
             await anyio.sleep(0.05)
@@ -88,7 +88,7 @@ async def test_identical_calls_through_two_replicas_cause_one_effect(
             for n in range(6):
                 tg.start_soon(call, a if n % 2 else b)
     with Store.open(pg_url) as store:
-        call = store.find_call_by_key("acme", "same-key")
+        call = store.find_call_by_key("acme", "agent-1", "same-key")
     assert statuses == ["completed"] * 6, (call.error, call.result)
     assert len(backend.refunds("same-key")) == 1
 
@@ -141,7 +141,7 @@ async def test_a_replica_frozen_past_its_lease_is_taken_over_and_cannot_record_o
             with anyio.fail_after(20):
                 while not answer:
                     await anyio.sleep(0.05)
-        final = store.find_call_by_key("acme", "frozen")
+        final = store.find_call_by_key("acme", "agent-1", "frozen")
         events = [e.type for e in store.events(tool_call_id=final.tool_call_id)]
     assert settled.status == status and final == settled  # the woken replica recorded nothing
     assert answer == [status]

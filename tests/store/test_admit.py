@@ -33,7 +33,7 @@ def test_an_allowed_new_call_is_recorded_as_dispatching_and_owned_by_the_caller(
         "tool_call.requested",
         "tool_call.dispatching",
     ]
-    assert store.find_call_by_key("acme", "key-1") == call
+    assert store.find_call_by_key("acme", "alice", "key-1") == call
     assert store.run_call_count("run-1", "acme") == 1
 
 
@@ -117,7 +117,7 @@ def test_the_same_key_with_a_different_action_is_refused_as_a_conflict(store: St
     requested, denied = store.events(tool_call_id="tc-2")
     assert requested.payload["claims_key"] is False
     assert denied.payload["existing_tool_call_id"] == "tc-1"
-    held = store.find_call_by_key("acme", "key-1")
+    held = store.find_call_by_key("acme", "alice", "key-1")
     assert held is not None and held.tool_call_id == "tc-1"
 
 
@@ -149,7 +149,7 @@ def test_a_derived_key_is_taken_over_after_the_dedupe_window(store: Store) -> No
     )
 
     assert later.kind == "new" and later.owns_dispatch
-    held = store.find_call_by_key("acme", "key-1")
+    held = store.find_call_by_key("acme", "alice", "key-1")
     assert held is not None and held.tool_call_id == "tc-2"
     assert store.events(tool_call_id="tc-2")[0].payload["supersedes"] == "tc-1"
     first = store.get_call("tc-1")
@@ -165,7 +165,7 @@ def test_a_derived_key_is_taken_over_after_a_failure(store: Store) -> None:
     )
 
     assert (retry.kind, retry.call.status) == ("new", "dispatching")
-    held = store.find_call_by_key("acme", "key-1")
+    held = store.find_call_by_key("acme", "alice", "key-1")
     assert held is not None and held.tool_call_id == "tc-2"
 
 
@@ -194,7 +194,7 @@ def test_a_refusal_is_recorded_as_requested_then_denied_without_claiming_the_key
     requested, denied = store.events(tool_call_id="tc-bad")
     assert requested.payload["claims_key"] is False
     assert denied.payload["detail"] == call.error
-    assert store.find_call_by_key("acme", "key-bad") is None
+    assert store.find_call_by_key("acme", "alice", "key-bad") is None
 
 
 def test_naive_datetimes_are_rejected(store: Store) -> None:

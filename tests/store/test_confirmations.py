@@ -47,7 +47,7 @@ def test_an_allowed_call_that_needs_confirmation_is_recorded_awaiting_it_and_not
         "tool_call.requested",
         "confirmation.required",
     ]
-    assert store.find_call_by_key("acme", "key-1") == call
+    assert store.find_call_by_key("acme", "alice", "key-1") == call
 
 
 def test_accepting_moves_the_call_to_dispatching_once_and_a_second_answer_is_refused(store: Store) -> None:

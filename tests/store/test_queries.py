@@ -102,7 +102,7 @@ def test_a_lookup_by_text_no_row_can_hold_finds_nothing_on_both_databases(store:
     for odd in ("acme-1\x00", "\x00", "acme-\ud800"):
         assert store.get_call(odd) is None
         assert store.get_call("acme-1", tenant=odd) is None
-        assert store.find_call_by_key("acme", odd) is None
+        assert store.find_call_by_key("acme", "alice", odd) is None
         assert store.run_call_count(odd, "acme") == 0
         assert store.list_calls(tenant="acme", status=odd) == []
         assert store.events(run_id=odd) == [] and store.events(tool_call_id=odd) == []

@@ -41,7 +41,7 @@ def test_admitting_a_call_of_a_revoked_subject_records_a_refusal_and_claims_no_k
     assert (admission.call.status, admission.call.reason) == ("denied", "principal_revoked")
     types = [e.type for e in store.events(tool_call_id=admission.call.tool_call_id)]
     assert types == ["tool_call.requested", "tool_call.denied"]
-    assert store.find_call_by_key("acme", "k-revoked") is None
+    assert store.find_call_by_key("acme", "alice", "k-revoked") is None
     other = store.admit(call_request(tenant="acme", subject="bob", idempotency_key="k-bob"))
     assert other.owns_dispatch
 

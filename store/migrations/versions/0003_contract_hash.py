@@ -4,8 +4,8 @@ An approval binds the contract, not its label: re-authorization compares the cal
 the capability's current one, and the console says when they differ. Nullable: calls recorded before
 this revision have none (the action hash they stored did not cover one either).
 
-Revision ID: 0002_contract_hash
-Revises: 0001
+Revision ID: 0003_contract_hash
+Revises: 0002_rate_limits
 Create Date: 2026-12-01
 """
 
