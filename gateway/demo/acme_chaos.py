@@ -2,7 +2,8 @@
 
 The faults are the ones a gateway must survive without paying twice: an answer that never arrives
 although the refund committed (`drop_responses`, `delay_ms`), an error although the refund committed
-(`fail_after_commit`), and a request that never executes (`hang`).
+(`fail_after_commit`), a request that never executes (`hang`), and one that executes late, after
+its client gave up (`hold_ms`: a queue in front of the backend that holds each refund before it runs).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class ChaosState:
     delay_ms: int = 0
     fail_after_commit: int = 0
     hang: int = 0
+    hold_ms: int = 0
+    """Each refund waits this long before it executes, and then executes whether or not its client is
+    still there: an overloaded backend's queue, a lock wait, a pause. The request is read first, as a
+    load balancer reads it before queueing it."""
 
     @classmethod
     def parse(cls, body: object) -> ChaosState:

@@ -15,6 +15,7 @@ Endpoints:
     POST /refunds                      execute a refund (Idempotency-Key header required)
     GET  /refunds[?idempotency_key=K]  executed refunds, oldest first
     GET  /_chaos, POST /_chaos         read or replace the in-memory fault injection state
+    GET  /_chaos/held                  {"held": [K, ...]}: keys of refunds held by `hold_ms`, not yet run
 
 Run: python -m gateway.demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1]
 """
@@ -63,6 +64,7 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
     """The acme-payments ASGI app over the SQLite file at `db_path` (created and seeded if new)."""
     store = PaymentsStore(db_path)
     chaos = ChaosState()
+    held: list[str] = []  # one entry per held refund: the same key can be held twice
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -77,6 +79,14 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             idempotency_key=request.headers.get("idempotency-key", ""),
             request_id=request.headers.get("x-request-id") or None,
         )
+        if chaos.hold_ms:
+            # Not cancelled when the client disconnects (Starlette does not cancel a handler): the
+            # refund runs late, as a request already queued at a slow backend does.
+            held.append(refund_request.idempotency_key)
+            try:
+                await anyio.sleep(chaos.hold_ms / 1000)
+            finally:
+                held.remove(refund_request.idempotency_key)
         await anyio.to_thread.run_sync(store.check_refund, refund_request)
         if chaos.take("hang"):
             # Never commits; gives up only when the client does (or the server stops).
@@ -104,6 +114,9 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
     async def get_chaos(request: Request) -> Response:
         return JSONResponse(chaos.as_dict())
 
+    async def get_held(request: Request) -> Response:
+        return JSONResponse({"held": sorted(held)})
+
     async def set_chaos(request: Request) -> Response:
         nonlocal chaos
         try:
@@ -120,6 +133,7 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             Route("/refunds", list_refunds, methods=["GET"]),
             Route("/_chaos", get_chaos, methods=["GET"]),
             Route("/_chaos", set_chaos, methods=["POST"]),
+            Route("/_chaos/held", get_held, methods=["GET"]),
         ],
         exception_handlers={PaymentsError: _error_response},
     )

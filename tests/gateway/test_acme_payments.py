@@ -247,14 +247,14 @@ def test_refunds_are_listed_oldest_first_and_can_be_filtered_by_idempotency_key(
 
 
 def test_a_chaos_post_replaces_the_whole_state_and_is_read_back(client: httpx2.Client) -> None:
-    calm = {"drop_responses": 0, "delay_ms": 0, "fail_after_commit": 0, "hang": 0}
+    calm = {"drop_responses": 0, "delay_ms": 0, "fail_after_commit": 0, "hang": 0, "hold_ms": 0}
     assert client.get("/_chaos").json() == calm
 
     posted = client.post("/_chaos", json={"drop_responses": 2, "delay_ms": 50})
     replaced = client.post("/_chaos", json={"hang": 1})
 
-    assert posted.json() == {"drop_responses": 2, "delay_ms": 50, "fail_after_commit": 0, "hang": 0}
-    assert replaced.json() == {"drop_responses": 0, "delay_ms": 0, "fail_after_commit": 0, "hang": 1}
+    assert posted.json() == calm | {"drop_responses": 2, "delay_ms": 50}
+    assert replaced.json() == calm | {"hang": 1}
     assert client.get("/_chaos").json() == replaced.json()
 
 
@@ -300,6 +300,22 @@ def test_a_delayed_response_times_out_the_client_but_the_refund_committed(client
 
     assert len(refunds_with_key(client, "slow")) == 1
     assert client.get("/orders/1001").json()["refunded_total"] == 50.0
+
+
+def test_a_held_refund_executes_after_its_client_gave_up(client: httpx2.Client) -> None:
+    set_chaos(client, hold_ms=1500)
+
+    with pytest.raises(httpx2.ReadTimeout):
+        refund(client, key="queued", amount=70, timeout=0.3)
+
+    # Nothing yet: the refund is still in the queue, and says so, while its client is long gone.
+    assert refunds_with_key(client, "queued") == []
+    assert client.get("/_chaos/held").json() == {"held": ["queued"]}
+    deadline = time.monotonic() + 10
+    while client.get("/_chaos/held").json()["held"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r["amount"] for r in refunds_with_key(client, "queued")] == [70.0]
+    assert client.get("/_chaos/held").json() == {"held": []}
 
 
 def test_a_hanging_refund_executes_nothing_and_uses_up_its_counter(client: httpx2.Client) -> None:
