@@ -135,6 +135,8 @@ class HttpBackend(_Model):
     type: Literal["http"]
     base_url: str
     timeout_s: float = Field(default=30.0, gt=0)
+    commit_horizon_s: float | None = Field(default=None, gt=0)
+    """How long after dispatch a request may still take effect at the backend (default: timeout + 600 s)."""
     headers: dict[str, str] = Field(default_factory=dict)
     auth: AuthConfig | None = None
     max_connections: int = Field(default=100, ge=1)
@@ -174,6 +176,7 @@ class McpToolSettings(_Model):
     dedupes_on_key: bool | None = None
     dedupe_window_s: int | None = Field(default=None, ge=0)
     timeout_s: float | None = Field(default=None, gt=0)
+    commit_horizon_s: float | None = Field(default=None, gt=0)
     redact: tuple[str, ...] | None = None
     summary: str | None = None
     reconcile: McpReconcile | None = None
@@ -193,6 +196,8 @@ class McpBackend(_Model):
     mode: str = "auto"
     """How the MCP client negotiates: `auto`, `legacy`, or a modern protocol version."""
     timeout_s: float = Field(default=30.0, gt=0)
+    commit_horizon_s: float | None = Field(default=None, gt=0)
+    """How long after dispatch a request may still take effect at the backend (default: timeout + 600 s)."""
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     """The longest answer read: for a `url:` upstream a JSON body (decoded) or one SSE event, for a
     `command:` one a line of stdout (one message); a longer one is not held and the call gets
@@ -222,6 +227,22 @@ class PythonBackend(_Model):
     max_threads: int = Field(default=8, ge=1)
     """Threads the backend's sync callables run on; callables that hang hold them (they cannot be
     stopped), so this bounds what they can hold. A call finding all busy waits within its timeout."""
+    commit_horizon_s: float | None = Field(default=None, gt=0)
+    """How long after dispatch a request may still take effect at the backend (default: timeout + 600 s)."""
+
+
+def check_horizon(owner: str, timeout_s: float, commit_horizon_s: float | None) -> None:
+    """Refuse a horizon inside the timeout: a lookup then could call a request failed while Writ itself
+    was still waiting for its answer.
+
+    Raises:
+        ConfigError: naming the owner, both values and the fix.
+    """
+    if commit_horizon_s is not None and commit_horizon_s < timeout_s:
+        raise ConfigError(
+            f"{owner}: commit_horizon_s {commit_horizon_s:g} is shorter than timeout_s {timeout_s:g}; "
+            "a request can take effect at least until Writ stops waiting for it (set it >= timeout_s)"
+        )
 
 
 BackendConfig = Annotated[HttpBackend | McpBackend | PythonBackend, Field(discriminator="type")]
@@ -279,6 +300,7 @@ class CapabilityConfig(_Model):
     dedupes_on_key: bool = False
     dedupe_window_s: int = Field(default=600, ge=0)
     timeout_s: float | None = Field(default=None, gt=0)
+    commit_horizon_s: float | None = Field(default=None, gt=0)
     redact: tuple[str, ...] = ()
     summary: str | None = None
     reconcile: RequestSpec | None = None

@@ -85,6 +85,10 @@ class Capability:
     dedupe_window_s: int = 600
     """How long an identical call without a client key joins an earlier completed one."""
     timeout_s: float = 30.0
+    commit_horizon_s: float | None = None
+    """Seconds after Writ records a dispatch (just before sending it) past which the backend can no
+    longer commit that request; None: `timeout_s + DEFAULT_HORIZON_MARGIN_S`. A lookup that finds
+    nothing proves a failure only after it."""
     redact: tuple[str, ...] = ()
     """Top-level argument names stored only as salted hashes."""
     summary: str | None = None
@@ -93,6 +97,13 @@ class Capability:
     """The executor can look up the outcome of an earlier dispatch (by key or external request id)."""
     output_schema: Mapping[str, Any] | None = None
     """JSON Schema of the structured result, when the backend declares one (upstream MCP tools)."""
+
+    @property
+    def horizon_s(self) -> float:
+        """The commit horizon in force: declared, or the conservative default."""
+        if self.commit_horizon_s is not None:
+            return self.commit_horizon_s
+        return self.timeout_s + DEFAULT_HORIZON_MARGIN_S
 
     @property
     def ref(self) -> str:
@@ -112,6 +123,10 @@ class Capability:
         shown = ", ".join(f"{k}={'***' if k in self.redact else v!r}" for k, v in sorted(arguments.items()))
         return _clipped(f"{self.tool_name}({shown})")
 
+
+DEFAULT_HORIZON_MARGIN_S = 600.0
+"""Without a declared horizon, a request is presumed able to land up to ten minutes past its timeout:
+queues, lock waits and paused processes hold requests far longer than a client waits for them."""
 
 MAX_SUMMARY = 300
 """The summary is a line: it is stored with the call, shown to approvers and told to the model. Built

@@ -7,7 +7,7 @@ from typing import TypeVar
 
 import mcp_types
 
-from capabilities.config import McpBackend, McpReconcile, McpToolSettings
+from capabilities.config import McpBackend, McpReconcile, McpToolSettings, check_horizon
 from capabilities.contract import Capability, ConfigError, EffectClass
 
 _T = TypeVar("_T")
@@ -70,6 +70,9 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
     annotations = tool.annotations
     effect = _effect(override, defaults, annotations)
     title = override.title or tool.title or (annotations.title if annotations else None) or defaults.title
+    timeout_s = _first(override.timeout_s, defaults.timeout_s, config.timeout_s)
+    horizon = override.commit_horizon_s or defaults.commit_horizon_s or config.commit_horizon_s
+    check_horizon(f"backend {backend!r} tool {tool.name!r}", timeout_s, horizon)
     return Capability(
         id=f"{backend}.{tool.name}",
         version=_first(override.version, defaults.version, "1"),
@@ -81,7 +84,8 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         title=title,
         dedupes_on_key=_first(override.dedupes_on_key, defaults.dedupes_on_key, False),
         dedupe_window_s=_first(override.dedupe_window_s, defaults.dedupe_window_s, 600),
-        timeout_s=_first(override.timeout_s, defaults.timeout_s, config.timeout_s),
+        timeout_s=timeout_s,
+        commit_horizon_s=horizon,
         redact=_first(override.redact, defaults.redact, ()),
         summary=override.summary or defaults.summary,
         # A read has no effect to learn about, so a backend-wide lookup leaves reads alone.

@@ -23,6 +23,7 @@ from capabilities.config import (
     HttpBackend,
     McpBackend,
     PythonBackend,
+    check_horizon,
     parse_config,
     template_fields,
 )
@@ -132,7 +133,9 @@ class Registry:
             _check_redact_fields(cap.redact, schema, owner)
             _check_lookup_fields(cap, owner)
             timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
-            static.append(_capability(cap, schema, timeout))
+            horizon = cap.commit_horizon_s or backend.commit_horizon_s
+            check_horizon(owner, timeout, horizon)
+            static.append(_capability(cap, schema, timeout, horizon))
         return cls(executors, static, reserved=reserved)
 
     async def start(self) -> None:
@@ -221,7 +224,9 @@ class Registry:
             self._capabilities.append(capability)
 
 
-def _capability(cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: float) -> Capability:
+def _capability(
+    cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: float, commit_horizon_s: float | None
+) -> Capability:
     return Capability(
         id=cap.id,
         version=cap.version,
@@ -234,6 +239,7 @@ def _capability(cap: CapabilityConfig, schema: Mapping[str, Any], timeout_s: flo
         dedupes_on_key=cap.dedupes_on_key,
         dedupe_window_s=cap.dedupe_window_s,
         timeout_s=timeout_s,
+        commit_horizon_s=commit_horizon_s,
         redact=cap.redact,
         summary=cap.summary,
         reconcilable=cap.reconcile is not None,

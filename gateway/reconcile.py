@@ -2,15 +2,19 @@
 
 For each due call the reconciler takes a lease (`reconciliation.started`), then either
 - looks the dispatch up (`executor.reconcile`: by idempotency key or external request id) and records
-  `reconciliation.resolved` (found: `completed` with the found result; not found or failed: `failed`),
+  `reconciliation.resolved` (found: `completed` with the found result; failed, or not found after
+  the commit horizon: `failed`),
   or, while the lookup cannot tell, `reconciliation.inconclusive` with a backoff;
 - or, for a backend that deduplicates on the key, re-sends the same key as a recorded retry;
 - and after `max_attempts` (or with no way to learn the truth) `reconciliation.escalated`: a human
   settles it with `writ calls resolve`.
 
-"Not found" is trusted as a failure only because the dispatch lease guarantees the dispatcher can no
-longer send: it checked, before sending, that the whole bounded dispatch fit in its lease, and a call
-becomes unknown only after its dispatch returned or its lease expired.
+"Not found" proves a failure only after the capability's commit horizon. The dispatch lease guarantees
+that Writ can no longer send, but a request already delivered can still be executed (a queue in front
+of the backend, a lock wait, a paused process): before `sent_at + horizon_s` a lookup that finds
+nothing is `inconclusive`, the call stays `result_unknown` (its key claimed), and the next lookup is
+due no later than the horizon. A found effect, or the backend's own report of failure, settles it at
+any time.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import anyio.to_thread
 
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult
 from gateway.pipeline import CallPipeline, RegistryLike
+from store.events import format_ts
 from store.model import CallView, StaleLease
 from store.store import Store
 
@@ -118,6 +123,8 @@ class Reconciler:
         return "lookup" if capability.reconcilable else "none"
 
     async def _lookup(self, capability: Capability, call: CallView) -> None:
+        # The backend's state is read some time during the lookup; judged at its start, the earliest.
+        looked_up_at = self._clock()
         result = await self._ask_backend(capability, call)
         if result.verdict == "succeeded":
             await self._write(
@@ -128,30 +135,71 @@ class Reconciler:
                 result=result.result.to_json() if result.result is not None else None,
                 evidence=dict(result.evidence),
             )
-        elif result.verdict in ("failed", "not_found"):
+            return
+        if result.verdict == "failed":
             await self._write(
                 self._store.resolve_reconciliation,
                 call.tool_call_id,
                 token=call.lease_token,
                 verdict="confirmed_failure",
-                evidence={**result.evidence, "verdict": result.verdict},
-                detail=f"the backend has no effect for key {call.idempotency_key}"
-                if result.verdict == "not_found"
-                else "the backend reports the effect failed",
+                evidence={**result.evidence, "verdict": "failed"},
+                detail="the backend reports the effect failed",
             )
+            return
+        if result.verdict == "not_found":
+            await self._not_found(capability, call, result, looked_up_at)
         elif call.reconcile_attempts >= self._policy.max_attempts:
             await self._escalate(call, "inconclusive_after_retries", None, dict(result.evidence))
         else:
-            delay = min(
-                self._policy.backoff_s * 2 ** (call.reconcile_attempts - 1), self._policy.backoff_max_s
-            )
+            await self._retry_later(call, dict(result.evidence), self._backoff(call))
+
+    async def _not_found(
+        self, capability: Capability, call: CallView, result: ReconcileResult, looked_up_at: datetime
+    ) -> None:
+        sent_at = await anyio.to_thread.run_sync(lambda: self._store.dispatched_at(call.tool_call_id))
+        # No record of the send (never expected): count the horizon from now, which errs late.
+        horizon_at = (sent_at or looked_up_at) + timedelta(seconds=capability.horizon_s)
+        evidence = {
+            **result.evidence,
+            "verdict": "not_found",
+            "sent_at": format_ts(sent_at) if sent_at else None,
+            "horizon_at": format_ts(horizon_at),
+            "looked_up_at": format_ts(looked_up_at),
+        }
+        if looked_up_at >= horizon_at:
             await self._write(
-                self._store.record_inconclusive,
+                self._store.resolve_reconciliation,
                 call.tool_call_id,
                 token=call.lease_token,
-                evidence=dict(result.evidence),
-                next_attempt_at=self._clock() + timedelta(seconds=delay),
+                verdict="confirmed_failure",
+                evidence=evidence,
+                detail=f"the backend has no effect for key {call.idempotency_key}, looked up after the "
+                "commit horizon",
             )
+            return
+        # The request may still be queued or running at the backend: nothing found is no evidence
+        # yet. Not counted towards escalation; the horizon bounds how long this goes on.
+        next_at = min(self._clock() + self._backoff(call), horizon_at)
+        await self._write(
+            self._store.record_inconclusive,
+            call.tool_call_id,
+            token=call.lease_token,
+            evidence={**evidence, "reason": "before_commit_horizon"},
+            next_attempt_at=next_at,
+        )
+
+    def _backoff(self, call: CallView) -> timedelta:
+        seconds = self._policy.backoff_s * 2 ** max(call.reconcile_attempts - 1, 0)
+        return timedelta(seconds=min(seconds, self._policy.backoff_max_s))
+
+    async def _retry_later(self, call: CallView, evidence: dict[str, Any], delay: timedelta) -> None:
+        await self._write(
+            self._store.record_inconclusive,
+            call.tool_call_id,
+            token=call.lease_token,
+            evidence=evidence,
+            next_attempt_at=self._clock() + delay,
+        )
 
     async def _ask_backend(self, capability: Capability, call: CallView) -> ReconcileResult:
         executor = self._registry.executor(capability)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
 from store import audit, revoking
+from store.events import parse_ts
 from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
 from store.model import ApprovalView, AuditReport, CallView, StoredEvent
 from store.schema import approvals, effect_ledger, events, runs, tool_calls
@@ -60,6 +62,20 @@ class Reads:
             return None
         with self._read() as conn:
             return load_call(conn, tool_call_id, tenant)
+
+    def dispatched_at(self, tool_call_id: str) -> datetime | None:
+        """When the call's latest dispatch (or recorded re-send) was recorded, just before it was sent."""
+        if _unstorable(tool_call_id):
+            return None
+        query = (
+            select(events.c.occurred_at)
+            .where(events.c.tool_call_id == tool_call_id, events.c.type == "tool_call.dispatching")
+            .order_by(events.c.seq.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            text = conn.execute(query).scalar_one_or_none()
+        return parse_ts(text) if text is not None else None
 
     def find_call_by_key(self, tenant: str, idempotency_key: str) -> CallView | None:
         """The call that currently holds `idempotency_key` in `tenant`."""

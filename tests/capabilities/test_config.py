@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 import yaml
 
 from capabilities.config import HttpBackend, McpBackend, parse_config
-from capabilities.contract import ConfigError
+from capabilities.contract import DEFAULT_HORIZON_MARGIN_S, ConfigError
 from capabilities.credentials import Credentials
+from capabilities.mcp_tools import capabilities_from_tools
 from capabilities.registry import Registry
 
 EXAMPLE = """
@@ -272,3 +274,52 @@ def test_a_python_backend_runs_callables_on_at_most_max_threads() -> None:
     assert parse_config({"local": {"type": "python"}}, []).backends["local"].max_threads == 8  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="max_threads"):
         parse_config({"local": {"type": "python", "max_threads": 0}}, [])
+
+
+def test_the_commit_horizon_defaults_to_well_past_the_timeout() -> None:
+    data = example()
+    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+    refund = registry.get("refund_order")
+    assert refund is not None and refund.horizon_s == 10 + DEFAULT_HORIZON_MARGIN_S
+
+
+def test_a_capability_horizon_overrides_its_backend_horizon() -> None:
+    data = example()
+    data["backends"]["acme"]["commit_horizon_s"] = 40
+    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+    assert registry.get("refund_order").horizon_s == 40  # type: ignore[union-attr]
+
+    data["capabilities"][0]["commit_horizon_s"] = 25
+    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+    assert registry.get("refund_order").horizon_s == 25  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("where", ["backend", "capability"])
+def test_a_commit_horizon_shorter_than_the_timeout_refuses_to_start(where: str) -> None:
+    data = example()
+    section = data["backends"]["acme"] if where == "backend" else data["capabilities"][0]
+    section["commit_horizon_s"] = 5  # the timeout is 10
+
+    with pytest.raises(
+        ConfigError, match=r"capability 'refund-order': commit_horizon_s 5 is shorter than timeout_s 10"
+    ):
+        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+
+
+def test_an_mcp_tool_horizon_shorter_than_its_timeout_is_refused() -> None:
+    def backend(horizon: float) -> McpBackend:
+        return McpBackend.model_validate(
+            {
+                "type": "mcp",
+                "url": "http://127.0.0.1:9/mcp",
+                "timeout_s": 10,
+                "overrides": {"pay": {"commit_horizon_s": horizon}},
+            }
+        )
+
+    tool = mcp_types.Tool(name="pay", inputSchema={"type": "object"})
+
+    with pytest.raises(ConfigError, match="backend 'up' tool 'pay': commit_horizon_s 3 is shorter"):
+        capabilities_from_tools("up", backend(3), [tool])
+    assert capabilities_from_tools("up", backend(12), [tool])[0].horizon_s == 12

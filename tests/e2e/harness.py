@@ -127,13 +127,15 @@ def demo_config(
     backend_url: str,
     store_url: str,
     timeout_s: float = 2.0,
+    commit_horizon_s: float | None = None,
     auth: dict[str, Any] | None = None,
     server: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
     extra_backends: dict[str, Any] | None = None,
     extra_rules: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """The demo's config for these ports and store, with short backend timeouts so tests stay quick.
+    """The demo's config for these ports and store, with short backend timeouts so tests stay quick
+    (the commit horizon, unless given, twice the timeout).
 
     `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
     required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g.
@@ -154,6 +156,7 @@ def demo_config(
     if extra_rules:
         config["policy"]["rules"] += extra_rules
     config["backends"]["acme"]["timeout_s"] = timeout_s
+    config["backends"]["acme"]["commit_horizon_s"] = commit_horizon_s or 2 * timeout_s
     for capability in config["capabilities"]:
         capability["timeout_s"] = timeout_s
     path = workdir / "writ.yaml"

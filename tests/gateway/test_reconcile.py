@@ -1,4 +1,5 @@
-"""The reconciler and the lease recovery worker, with a scripted executor and a real SQLite store."""
+"""The reconciler and the lease recovery worker, with a scripted executor and a real store (SQLite and
+PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ from gateway.reconcile import ReconcilePolicy, Reconciler
 from gateway.workers import Workers
 from policy.engine import Policy
 from policy.model import Principal
+from store.events import format_ts
 from store.store import Store
+from tests.postgres import fresh_schema
 
 pytestmark = pytest.mark.anyio
 
-LOOKUP_REFUND = fake_capability("refund_order", timeout_s=0.2, reconcilable=True)
+HORIZON_S = 60.0
+LOOKUP_REFUND = fake_capability("refund_order", timeout_s=0.2, commit_horizon_s=HORIZON_S, reconcilable=True)
 DEDUPING = fake_capability("pay_invoice", timeout_s=0.2, dedupes_on_key=True)
 BLIND = fake_capability("send_fax", timeout_s=0.2)
 POLICY = Policy.from_mapping(
@@ -42,12 +46,20 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
-    s.migrate()
-    yield s
-    s.close()
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'writ.db'}"
+        s = Store.open(url)
+        s.migrate()
+        yield s
+        s.close()
+        return
+    with fresh_schema(request.getfixturevalue("postgres_url")) as url:
+        s = Store.open(url)
+        s.migrate()
+        yield s
+        s.close()
 
 
 @pytest.fixture
@@ -115,16 +127,92 @@ async def test_a_found_effect_completes_the_unknown_call_with_the_found_result(
     ]
 
 
-async def test_no_effect_found_fails_the_call_as_confirmed(
-    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+async def test_no_effect_found_before_the_commit_horizon_is_inconclusive_and_keeps_the_key_claimed(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
 ) -> None:
     tool_call_id = await unknown_call(pipeline, executor)
+    sent_at = clock()
+    executor.reconcile_script.extend([ReconcileResult("not_found", evidence={"records": 0})] * 3)
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status) == ("result_unknown", "pending")
+    last = store.events(tool_call_id=tool_call_id)[-1]
+    assert last.type == "reconciliation.inconclusive"
+    assert last.payload["evidence"] == {
+        "records": 0,
+        "verdict": "not_found",
+        "reason": "before_commit_horizon",
+        "sent_at": format_ts(sent_at),
+        "horizon_at": format_ts(sent_at + timedelta(seconds=HORIZON_S)),
+        "looked_up_at": format_ts(sent_at),
+    }
+    # The identical call (same key) joins the unsettled one: it is never dispatched again.
+    again = await pipeline.call(
+        CallInput(ALICE, "refund_order", {"order_id": "1001"}, idempotency_key="k-refund_order")
+    )
+    assert (again.call.tool_call_id, again.call.status) == (tool_call_id, "result_unknown")
+    assert len(executor.invocations) == 1
+    # Past max_attempts (2) of not-found lookups, still no escalation before the horizon.
+    clock.advance(10)
+    await workers.tick()
+    clock.advance(20)
+    await workers.tick()
+    assert len(executor.reconciled) == 3
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status) == ("result_unknown", "pending")
+
+
+async def test_the_next_lookup_is_due_no_later_than_the_commit_horizon(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    sent_at = clock()
+    clock.advance(HORIZON_S - 1)  # a backoff of 10 s would pass the horizon
+    executor.reconcile_script.append(ReconcileResult("not_found"))
+
+    await workers.tick()
+
+    assert store.get_call(tool_call_id).next_reconcile_at == sent_at + timedelta(seconds=HORIZON_S)
+
+
+async def test_no_effect_found_after_the_commit_horizon_fails_the_call_with_the_times_as_evidence(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    sent_at = clock()
+    clock.advance(HORIZON_S)
     executor.reconcile_script.append(ReconcileResult("not_found", evidence={"records": 0}))
 
     await workers.tick()
 
-    assert store.get_call(tool_call_id).verification_status == "confirmed_failure"
-    assert store.get_call(tool_call_id).status == "failed"
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
+    evidence = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
+    assert evidence == {
+        "records": 0,
+        "verdict": "not_found",
+        "sent_at": format_ts(sent_at),
+        "horizon_at": format_ts(sent_at + timedelta(seconds=HORIZON_S)),
+        "looked_up_at": format_ts(clock()),
+    }
+
+
+async def test_a_failure_the_backend_reports_settles_the_call_before_the_horizon(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    failed_id = await unknown_call(pipeline, executor)
+    executor.reconcile_script.append(ReconcileResult("failed", evidence={"state": "declined"}))
+
+    await workers.tick()
+
+    call = store.get_call(failed_id)
+    assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
+    assert store.events(tool_call_id=failed_id)[-1].payload["evidence"] == {
+        "state": "declined",
+        "verdict": "failed",
+    }
 
 
 async def test_inconclusive_lookups_back_off_then_escalate_to_a_human(
@@ -181,7 +269,7 @@ async def test_a_dispatch_left_past_its_lease_is_recovered_as_unknown_and_then_r
     executor.reconcile_script.extend(
         [ReconcileResult("not_found"), ReconcileResult("succeeded", json_result({"ok": 1}))]
     )
-    clock.advance(2)
+    clock.advance(HORIZON_S)  # past both horizons: a lookup's "not found" settles
 
     recovered, reconciled = await workers.tick()
 
