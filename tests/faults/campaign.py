@@ -140,6 +140,7 @@ class Campaign:
             backend_url=self.backend.url,
             store_url=through(self.plug, self.store_url) if self.plug else self.store_url,
             timeout_s=TIMEOUT_S,
+            commit_horizon_s=HORIZON_S,
             overrides={"workers": WORKERS},
         )
 

@@ -19,7 +19,7 @@ from tests.faults.campaign import SLOW_FAULTS, Campaign, format_table
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
-DEFAULT_TRIALS = 70
+DEFAULT_TRIALS = 60
 
 
 @pytest.mark.parametrize(
