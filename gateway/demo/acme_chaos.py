@@ -3,7 +3,8 @@
 The faults are the ones a gateway must survive without paying twice: an answer that never arrives
 although the refund committed (`drop_responses`, `delay_ms`), an error although the refund committed
 (`fail_after_commit`), a request that never executes (`hang`), and one that executes late, after
-its client gave up (`hold_ms`: a queue in front of the backend that holds each refund before it runs).
+its client gave up (`hold_ms`: a queue in front of the backend that holds each refund before it runs;
+`freeze`: the whole process stops, as in a GC pause or a VM stall, until someone sends it SIGCONT).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-Counter = Literal["drop_responses", "fail_after_commit", "hang"]
+Counter = Literal["drop_responses", "fail_after_commit", "hang", "freeze"]
 
 # The key under which ConnectionDropper puts its `drop` coroutine function into the ASGI scope.
 DROP_SCOPE_KEY = "acme.drop_connection"
@@ -33,6 +34,9 @@ class ChaosState:
     """Each refund waits this long before it executes, and then executes whether or not its client is
     still there: an overloaded backend's queue, a lock wait, a pause. The request is read first, as a
     load balancer reads it before queueing it."""
+    freeze: int = 0
+    """The next N refunds stop the whole process (SIGSTOP to itself) once read and before they run;
+    it stays frozen, answering nothing, until it gets SIGCONT. Test use only."""
 
     @classmethod
     def parse(cls, body: object) -> ChaosState:

@@ -26,6 +26,8 @@ import argparse
 import asyncio
 import functools
 import json
+import os
+import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -87,6 +89,10 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
                 await anyio.sleep(chaos.hold_ms / 1000)
             finally:
                 held.remove(refund_request.idempotency_key)
+        if chaos.take("freeze"):
+            # A frozen process reads nothing, answers nothing and runs nothing; after SIGCONT this refund
+            # runs, although its client has long given up.
+            os.kill(os.getpid(), signal.SIGSTOP)
         await anyio.to_thread.run_sync(store.check_refund, refund_request)
         if chaos.take("hang"):
             # Never commits; gives up only when the client does (or the server stops).

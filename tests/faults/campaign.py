@@ -14,11 +14,12 @@ recorded, so the client must hear `result_unknown`, and the call must be reconci
 
 Two faults are a backend that is slow *before* it commits, the fault that makes "not found" a lie: a
 queue in front of acme-payments holds the refund past the timeout and then runs it (`hold_ms`), or the
-backend process is frozen (SIGSTOP) with the refund read and not yet run, and woken (SIGCONT) after the
-timeout. Their calls carry no idempotency key, as a model's do, and the model re-sends the identical
-call at once and again at the end, when the first one has a verdict: each re-send must join the first
-call, or the derived key is dispatched twice. After every trial, every settled verdict whose refund is
-no longer queued is checked against the backend's own record (`check_verdicts`).
+backend process freezes itself (SIGSTOP, `freeze`) with the refund read and not yet run, and the test
+wakes it (SIGCONT) after the timeout. Their calls carry no idempotency key, as a model's do, and the
+model re-sends the identical call at once and again at the end, when the first one has a verdict:
+each re-send must join the first call, or the derived key is dispatched twice. After every trial,
+every settled verdict whose refund is no longer queued is checked against the backend's own record
+(`check_verdicts`).
 """
 
 from __future__ import annotations
@@ -62,8 +63,6 @@ HOLDS_MS = (550, 650, 800, 1000, 1300, 1600, 2000)
 interval_s after the timeout, then every reconcile_backoff_s, doubling) and up to 80% of the horizon,
 so that a loaded machine cannot push the commit past it: a refund that lands after the horizon its
 operator declared is a broken declaration no gateway can see, not a fault this suite should count."""
-FROZEN_HOLD_MS = 100
-"""The refund waits this long in the queue, read and not run, while the test freezes the backend."""
 FREEZES_MS = (600, 900, 1200, 1600)
 """How long the backend stays frozen: across the timeout and lookups that cannot get an answer."""
 WORKERS = {
@@ -260,7 +259,7 @@ class Campaign:
             self.backend.chaos(hold_ms=HOLDS_MS[n % len(HOLDS_MS)])
             told = await self._call(client, None, expect_answer=True, arguments=trial.arguments)
         else:
-            self.backend.chaos(hold_ms=FROZEN_HOLD_MS)
+            self.backend.chaos(freeze=1)
             told = await self._call_with_backend_frozen(
                 client, trial.arguments, FREEZES_MS[n % len(FREEZES_MS)]
             )
@@ -278,24 +277,24 @@ class Campaign:
     async def _call_with_backend_frozen(
         self, client: Any, arguments: dict[str, Any], freeze_ms: int
     ) -> tuple[str | None, str | None]:
-        """The call, with the backend frozen (SIGSTOP) once it has read the refund and before it runs it,
-        and woken (SIGCONT) `freeze_ms` later: the process is alive, the request delivered, nothing runs."""
+        """The call, with the backend frozen (it SIGSTOPs itself once it has read the refund, before it
+        runs it) and woken (SIGCONT) `freeze_ms` later: alive, the request delivered, nothing runs."""
         told: list[tuple[str | None, str | None]] = []
 
         async def call() -> None:
             told.append(await self._call(client, None, expect_answer=True, arguments=arguments))
 
         pid = self.backend.process.pid
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
-            with anyio.fail_after(15):
-                while not self.backend.held():
-                    await anyio.sleep(0.005)
-            os.kill(pid, signal.SIGSTOP)
-            try:
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                with anyio.fail_after(15):
+                    while not stopped(pid):
+                        await anyio.sleep(0.01)
                 await anyio.sleep(freeze_ms / 1000)  # the fault itself, not a wait for something
-            finally:
                 os.kill(pid, signal.SIGCONT)
+        finally:
+            os.kill(pid, signal.SIGCONT)  # whatever failed, never leave the backend frozen
         return told[0]
 
     def check_verdicts(self) -> None:
@@ -407,6 +406,21 @@ class Campaign:
                     (call.status == "completed") != (effects == 1) or told_wrong or trial.contradicted
                 )
         return table
+
+
+def explain(campaign: Campaign, fault: str) -> str:
+    """The log of each trial of `fault` whose re-send did not join or whose verdict was contradicted:
+    what an assertion message needs to tell a real defect from a test's."""
+    lines = []
+    with Store.open(campaign.store_url) as store:
+        for trial in campaign.trials:
+            if trial.point != fault or not (trial.contradicted or set(trial.resends) - {trial.tool_call_id}):
+                continue
+            lines.append(f"{trial}: {len(campaign.backend.refunds(trial.key))} refunds")
+            for call_id in {trial.tool_call_id, *trial.resends} - {None}:
+                for event in store.events(tool_call_id=call_id):
+                    lines.append(f"  {event.type} {event.occurred_at} {event.payload}")
+    return "\n".join(lines)
 
 
 def format_table(table: dict[str, dict[str, int]]) -> str:

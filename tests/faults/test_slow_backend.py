@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Backend
-from tests.faults.campaign import SLOW_FAULTS, Campaign, format_table
+from tests.faults.campaign import SLOW_FAULTS, Campaign, explain, format_table
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -47,7 +47,8 @@ async def test_a_backend_slow_before_it_commits_gets_one_effect_and_a_true_verdi
         print(f"\n{format_table(table)}\n")
     assert set(table) == set(SLOW_FAULTS)
     for name, row in table.items():
-        assert (row["duplicates"], row["lost"], row["unresolved"], row["wrong"]) == (0, 0, 0, 0), name
+        broken = (row["duplicates"], row["lost"], row["unresolved"], row["wrong"])
+        assert broken == (0, 0, 0, 0), explain(campaign, name)
         # Not vacuous: the late refunds happened, and every re-send was made and heard.
         assert row["effects"] == row["trials"], name
     assert all(len(trial.resends) == 2 for trial in campaign.trials)
