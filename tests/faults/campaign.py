@@ -56,13 +56,14 @@ SLOW_FAULTS: tuple[str, ...] = ("backend: slow before commit", "backend: frozen 
 """The backend runs the refund after the call timed out: held in a queue, or frozen with it read."""
 FINAL = ("completed", "failed")
 TIMEOUT_S = 0.5
-HORIZON_S = 2.5
+HORIZON_S = 4.0
 """How long after it was sent a refund may still land at acme-payments in the campaign's config."""
 HOLDS_MS = (550, 650, 800, 1000, 1300, 1600, 2000)
 """How long the queue holds a refund: past the timeout, around the reconciler's first lookups (about
-interval_s after the timeout, then every reconcile_backoff_s, doubling) and up to 80% of the horizon,
-so that a loaded machine cannot push the commit past it: a refund that lands after the horizon its
-operator declared is a broken declaration no gateway can see, not a fault this suite should count."""
+interval_s after the timeout, then every reconcile_backoff_s, doubling) and up to half the horizon:
+a refund that lands after the horizon its operator declared is a broken declaration no gateway can
+see, not a fault this suite should count, and on a loaded machine (load 8 on 2 cores) a refund held
+1.3 s was seen to commit more than 2.7 s after it was sent."""
 FREEZES_MS = (600, 900, 1200, 1600)
 """How long the backend stays frozen: across the timeout and lookups that cannot get an answer."""
 WORKERS = {
