@@ -297,6 +297,9 @@ class CapabilityConfig(_Model):
     input_schema: dict[str, Any] | None = None
     request: RequestSpec | None = None
     idempotency_header: str = "Idempotency-Key"
+    commit_deadline_header: str | None = None
+    """Send the commit deadline (RFC 3339 UTC) in this header, for a backend that refuses to commit a
+    request past it."""
     dedupes_on_key: bool = False
     dedupe_window_s: int = Field(default=600, ge=0)
     timeout_s: float | None = Field(default=None, gt=0)
@@ -307,6 +310,11 @@ class CapabilityConfig(_Model):
     callable: str | None = None
 
     _check_idempotency_header = field_validator("idempotency_header")(_header_name)
+
+    @field_validator("commit_deadline_header")
+    @classmethod
+    def _deadline_header(cls, value: str | None) -> str | None:
+        return _header_name(value) if value is not None else None
 
     @field_validator("version", mode="before")
     @classmethod

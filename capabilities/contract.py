@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 EffectClass = Literal["read", "write", "irreversible", "confirm"]
@@ -155,6 +156,15 @@ class Invocation:
     tool_call_id: str
     external_request_id: str
     attempt: int = 1
+    commit_deadline: datetime | None = None
+    """The instant past which the backend must not commit this request (the dispatch record's time plus
+    the commit horizon); sent to backends configured to enforce it."""
+
+    def commit_deadline_text(self) -> str | None:
+        """`commit_deadline` as RFC 3339 UTC with milliseconds (`2026-12-01T15:40:00.123Z`)."""
+        if self.commit_deadline is None:
+            return None
+        return self.commit_deadline.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,8 @@ class HttpRoute:
     request: RequestSpec
     idempotency_header: str = "Idempotency-Key"
     reconcile: RequestSpec | None = None
+    commit_deadline_header: str | None = None
+    """Where the commit deadline goes, for a backend that refuses to commit past it."""
 
 
 class ResponseTooLarge(Exception):
@@ -253,6 +255,9 @@ class HttpExecutor:
             # A backend that dedupes on X-Request-Id gets the key there, once: this came second and
             # replaced it (or, spelt x-request-id, went out as a second header beside it).
             headers["X-Request-Id"] = invocation.external_request_id
+        deadline = invocation.commit_deadline_text()
+        if route.commit_deadline_header and deadline is not None:
+            headers[route.commit_deadline_header] = deadline
         read_only = capability.effect == "read"
         try:
             response = await self._send(method, path, headers, capability.timeout_s, **body)

@@ -152,6 +152,9 @@ class McpExecutor:
             "writ/idempotencyKey": invocation.idempotency_key,
             "writ/requestId": invocation.external_request_id,
         }
+        deadline = invocation.commit_deadline_text()
+        if deadline is not None:
+            meta["writ/commitDeadline"] = deadline
         try:
             result = await session.client.call_tool(
                 upstream, dict(invocation.arguments), read_timeout_seconds=capability.timeout_s, meta=meta

@@ -128,7 +128,10 @@ class Registry:
                 _check_path_fields(cap, schema, owner)
                 http = executors[cap.backend]
                 assert isinstance(http, HttpExecutor)
-                http.add_route(cap.id, HttpRoute(cap.request, cap.idempotency_header, cap.reconcile))
+                http.add_route(
+                    cap.id,
+                    HttpRoute(cap.request, cap.idempotency_header, cap.reconcile, cap.commit_deadline_header),
+                )
             _check_schema(schema, owner)
             _check_redact_fields(cap.redact, schema, owner)
             _check_lookup_fields(cap, owner)

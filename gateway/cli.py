@@ -197,7 +197,10 @@ def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
 @calls_app.command("list")
 def calls_list(
     unresolved: Annotated[
-        bool, typer.Option("--unresolved", help="Only calls whose outcome is unknown (pending or escalated).")
+        bool,
+        typer.Option(
+            "--unresolved", help="Only calls whose outcome is unknown (pending or escalated) or contradicted."
+        ),
     ] = False,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's calls.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 100,
@@ -205,11 +208,13 @@ def calls_list(
 ) -> None:
     """List calls, newest first; --unresolved shows what reconciliation or a human must settle."""
     with _store(config) as store:
-        calls = store.list_calls(tenant=tenant, status="result_unknown" if unresolved else None, limit=limit)
+        calls = store.list_calls(tenant=tenant, unresolved=unresolved, limit=limit)
     if not calls:
         typer.echo("no calls")
     for c in calls:
         waiting = "  ESCALATED: needs `writ calls resolve`" if c.escalated else ""
+        if c.contradicted:
+            waiting = "  CONTRADICTED: later evidence disagrees; check, then `writ calls resolve`"
         typer.echo(
             f"{c.tool_call_id}  {c.status:<16} verification={c.verification_status:<17} "
             f"tenant={c.tenant} {visible(c.summary)}{waiting}"
@@ -250,6 +255,9 @@ def calls_resolve(
         except (StaleLease, StoreError) as exc:
             _fail(str(exc), code=1)
             return
+    if call.contradicted:
+        typer.echo(f"{call.tool_call_id} stays {call.status}: contradicted by {who}, recorded and escalated")
+        return
     typer.echo(f"{call.tool_call_id} is {call.status} ({call.verification_status}), resolved by {who}")
 
 

@@ -73,6 +73,8 @@ class Dispatcher:
             tool_call_id=call.tool_call_id,
             external_request_id=call.external_request_id,
             attempt=max(call.attempts, 1),
+            # The call was last updated by its dispatch record, which the horizon counts from.
+            commit_deadline=call.updated_at + timedelta(seconds=capability.horizon_s),
         )
         self._faults.reach("after_dispatching_commit")
         # The effect and its record are one unit: a client that goes away must not leave the call
@@ -103,6 +105,25 @@ class Dispatcher:
             return True
         return self._clock() + timedelta(seconds=self.guard_s(capability)) <= call.lease_expires_at
 
+    async def _contradict(self, call: CallView, record: OutcomeRecord) -> CallView | None:
+        evidence = {**record.evidence, "attempt": call.attempts, "result": record.result}
+        now = self._clock()
+        try:
+            return await anyio.to_thread.run_sync(
+                lambda: self._store.record_contradiction(
+                    call.tool_call_id,
+                    source="late_response",
+                    verdict="confirmed_success",
+                    evidence=evidence,
+                    detail="the backend answered with success after the call was settled",
+                    now=now,
+                    producer=self._producer,
+                )
+            )
+        except StoreError as exc:
+            logger.error("contradiction of %s not recorded: %s", call.tool_call_id, exc)
+            return None
+
     async def _record(self, call: CallView, outcome: Outcome) -> CallView:
         """Record the outcome under our fencing token; if we were fenced, report the recorded state."""
         record = OutcomeRecord(
@@ -123,6 +144,13 @@ class Dispatcher:
         except StaleLease as exc:
             # Our lease ran out and another worker settled the call meanwhile; its record stands.
             logger.warning("outcome of %s not recorded (%s): %s", call.tool_call_id, outcome.kind, exc)
+            if outcome.kind == "completed":
+                # The backend did act. If the call was settled as failed meanwhile, that verdict is
+                # wrong: recorded beside it and escalated. (A late error proves less: an earlier
+                # attempt's refusal says nothing of a later re-send's effect.)
+                contradicted = await self._contradict(call, record)
+                if contradicted is not None:
+                    return contradicted
             latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
             return latest or call
         except StoreError as exc:

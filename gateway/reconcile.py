@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -35,6 +35,8 @@ from store.model import CallView, StaleLease
 from store.store import Store
 
 logger = logging.getLogger(__name__)
+
+Verdict = Literal["confirmed_success", "confirmed_failure"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,21 +129,17 @@ class Reconciler:
         looked_up_at = self._clock()
         result = await self._ask_backend(capability, call)
         if result.verdict == "succeeded":
-            await self._write(
-                self._store.resolve_reconciliation,
-                call.tool_call_id,
-                token=call.lease_token,
-                verdict="confirmed_success",
+            await self._resolve(
+                call,
+                "confirmed_success",
                 result=result.result.to_json() if result.result is not None else None,
                 evidence=dict(result.evidence),
             )
             return
         if result.verdict == "failed":
-            await self._write(
-                self._store.resolve_reconciliation,
-                call.tool_call_id,
-                token=call.lease_token,
-                verdict="confirmed_failure",
+            await self._resolve(
+                call,
+                "confirmed_failure",
                 evidence={**result.evidence, "verdict": "failed"},
                 detail="the backend reports the effect failed",
             )
@@ -152,6 +150,42 @@ class Reconciler:
             await self._escalate(call, "inconclusive_after_retries", None, dict(result.evidence))
         else:
             await self._retry_later(call, dict(result.evidence), self._backoff(call))
+
+    async def _resolve(
+        self,
+        call: CallView,
+        verdict: Verdict,
+        *,
+        evidence: dict[str, Any],
+        result: dict[str, Any] | None = None,
+        detail: str | None = None,
+    ) -> None:
+        try:
+            await self._write(
+                self._store.resolve_reconciliation,
+                call.tool_call_id,
+                token=call.lease_token,
+                verdict=verdict,
+                result=result,
+                evidence=evidence,
+                detail=detail,
+            )
+        except StaleLease:
+            # Settled by someone else while we asked (a person): if the backend just said otherwise,
+            # that is recorded beside their verdict and escalated, never dropped.
+            now = self._clock()
+            await anyio.to_thread.run_sync(
+                lambda: self._store.record_contradiction(
+                    call.tool_call_id,
+                    source="lookup",
+                    verdict=verdict,
+                    evidence={**evidence, **({"result": result} if result is not None else {})},
+                    detail=detail or "the backend has the effect",
+                    now=now,
+                    producer=self._producer,
+                )
+            )
+            raise
 
     async def _not_found(
         self, capability: Capability, call: CallView, result: ReconcileResult, looked_up_at: datetime
@@ -167,11 +201,9 @@ class Reconciler:
             "looked_up_at": format_ts(looked_up_at),
         }
         if looked_up_at >= horizon_at:
-            await self._write(
-                self._store.resolve_reconciliation,
-                call.tool_call_id,
-                token=call.lease_token,
-                verdict="confirmed_failure",
+            await self._resolve(
+                call,
+                "confirmed_failure",
                 evidence=evidence,
                 detail=f"the backend has no effect for key {call.idempotency_key}, looked up after the "
                 "commit horizon",

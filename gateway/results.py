@@ -20,8 +20,8 @@ NEXT = {
         "using the toolCallId."
     ),
     "result_unknown": (
-        "Do not call again: the backend may have acted. Writ reconciles the outcome before anything is "
-        "retried; check with writ_call_status using the toolCallId."
+        "Do not call again: the backend never answered and may still act. Writ looks the outcome up "
+        "before anything is retried; check with writ_call_status using the toolCallId."
     ),
     "dispatching": "The same call is already in progress. Do not call again; check with writ_call_status.",
     "requested": "The call is recorded and not yet dispatched. Check with writ_call_status.",
@@ -33,8 +33,39 @@ NEXT = {
     "denied": "Do not retry this call unchanged; it was refused by policy. Tell the user why.",
     "rejected": "A human rejected this action. Do not retry it; tell the user.",
     "expired": "The approval expired before anyone decided. Ask the user before requesting it again.",
-    "failed": "The backend reported a failure. Read the error before deciding whether to try again.",
+    "failed": "The backend answered with an error. Read the error before deciding whether to try again.",
 }
+
+# A failure Writ settled by reconciliation is not the backend's answer: say how it was established.
+FAILED_BY = {
+    "no_effect_after_horizon": (
+        "The backend never answered. Writ looked the request up after its commit horizon (the time past "
+        "which it can no longer take effect) and it had not happened: nothing was done. Ask the user "
+        "before trying again."
+    ),
+    "backend_reported_failure": (
+        "The backend never answered in time; looked up afterwards, it reports the effect failed. "
+        "Nothing was done; read the error before deciding whether to try again."
+    ),
+    "resolved_failed_by_hand": (
+        "The backend never answered; a person checked and recorded that it did not happen. Ask the user "
+        "before trying again."
+    ),
+}
+
+CONTRADICTED = (
+    "Do not call again: Writ's recorded outcome of this call is contradicted by later evidence (it may "
+    "have taken effect after all, or not). A person is checking; check with writ_call_status."
+)
+
+
+def outcome_text(call: CallView) -> str:
+    """One line on what Writ knows of the call's effect, in the words the model and the console use."""
+    if call.contradicted:
+        return CONTRADICTED
+    if call.status == "failed":
+        return FAILED_BY.get(call.error or "", NEXT["failed"])
+    return NEXT.get(call.status, "")
 
 
 def _meta(call: CallView) -> dict[str, Any]:
@@ -88,6 +119,8 @@ def shape_report(report: CallReport) -> dict[str, Any]:
 
 def shape_call(call: CallView, capability: Capability | None = None) -> dict[str, Any]:
     """The CallToolResult (as JSON) for a call's recorded state."""
+    if call.contradicted:
+        return _status_result(call, status_document(call), f"Outcome contradicted: {call.summary}.")
     if call.status == "completed" and call.result is not None:
         result = dict(call.result)
         return {
@@ -98,9 +131,12 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
         }
     if call.status == "failed":
         result = dict(call.result or {})
-        content = result.get("content") or [
-            {"type": "text", "text": f"The backend reported a failure: {call.error or 'unknown error'}."}
-        ]
+        said = (
+            outcome_text(call)
+            if call.error in FAILED_BY
+            else f"The backend answered with an error: {call.error or 'unknown error'}."
+        )
+        content = result.get("content") or [{"type": "text", "text": said}]
         return {
             "content": content,
             "structuredContent": result.get("structuredContent")
@@ -108,7 +144,7 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
                 "status": "failed",
                 "toolCallId": call.tool_call_id,
                 "error": call.error,
-                "next": NEXT["failed"],
+                "next": outcome_text(call),
             },
             "isError": True,
             "_meta": _meta(call),
@@ -131,6 +167,8 @@ def status_document(call: CallView, *, include_result: bool = False) -> dict[str
     if call.status == "result_unknown":
         # Escalated: reconciliation gave up and a person must settle it (`writ calls resolve`).
         body["reconciliation"] = "escalated" if call.escalated else "pending"
+    if call.contradicted:
+        body["reconciliation"] = "contradicted"
     if call.status in ("failed",) and call.error:
         body["error"] = call.error
     body["verification"] = call.verification_status
@@ -140,8 +178,8 @@ def status_document(call: CallView, *, include_result: bool = False) -> dict[str
         body["result"] = dict(call.result)
     if call.status == "expired" and call.reason == "confirmation_expired":
         body["next"] = "The user did not confirm in time; nothing was run. Ask the user before trying again."
-    elif call.status in NEXT:
-        body["next"] = NEXT[call.status]
+    elif call.status in NEXT or call.contradicted:
+        body["next"] = outcome_text(call)
     return body
 
 

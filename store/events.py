@@ -209,6 +209,25 @@ class ReconciliationEscalated(Payload):
     evidence: dict[str, Any] = Field(default_factory=dict)
 
 
+class ReconciliationContradicted(Payload):
+    """Later evidence disagrees with a call's settled verdict: recorded beside it, never over it, and the
+    call goes to the humans' queue (its verification becomes `inconclusive`, its status stays)."""
+
+    source: Literal["lookup", "late_response", "resolution"]
+    """A lookup after the call was settled, the backend's answer to a dispatch whose lease had run
+    out, or a person's resolution."""
+    settled_status: str
+    settled_verification: str
+    settled_event_id: str | None = None
+    settled_evidence: dict[str, Any] = Field(default_factory=dict)
+    verdict: Literal["confirmed_success", "confirmed_failure"]
+    """What the new evidence says."""
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    detail: str | None = None
+    by: str | None = None
+    """The person, when a resolution contradicts."""
+
+
 class BudgetExceeded(Payload):
     budget: str
     limit: float
@@ -365,6 +384,11 @@ class ReconciliationEscalatedEvent(Envelope):
     payload: ReconciliationEscalated
 
 
+class ReconciliationContradictedEvent(Envelope):
+    type: Literal["reconciliation.contradicted"] = "reconciliation.contradicted"
+    payload: ReconciliationContradicted
+
+
 class BudgetExceededEvent(Envelope):
     type: Literal["budget.exceeded"] = "budget.exceeded"
     payload: BudgetExceeded
@@ -400,6 +424,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     ReconciliationInconclusiveEvent,
     ReconciliationResolvedEvent,
     ReconciliationEscalatedEvent,
+    ReconciliationContradictedEvent,
     BudgetExceededEvent,
     LoopDetectedEvent,
     PrincipalRevokedEvent,
@@ -426,6 +451,7 @@ Event = Annotated[
     | ReconciliationInconclusiveEvent
     | ReconciliationResolvedEvent
     | ReconciliationEscalatedEvent
+    | ReconciliationContradictedEvent
     | BudgetExceededEvent
     | LoopDetectedEvent
     | PrincipalRevokedEvent,

@@ -178,6 +178,16 @@ class CallView:
         """Unknown, and reconciliation gave up: a human must settle it."""
         return self.status == "result_unknown" and self.verification_status == "inconclusive"
 
+    @property
+    def contradicted(self) -> bool:
+        """Settled, and later evidence disagreed (`reconciliation.contradicted`): a human must check it."""
+        return self.status in ("completed", "failed") and self.verification_status == "inconclusive"
+
+    @property
+    def unresolved(self) -> bool:
+        """Waiting for reconciliation or a person: unknown, or contradicted."""
+        return self.status == "result_unknown" or self.contradicted
+
 
 @dataclass(frozen=True, slots=True)
 class Admission:

@@ -377,9 +377,20 @@ def _reconciliation_resolved(
         "next_reconcile_at": None,
         **_NO_LEASE,
     }
+    if p.verdict == "confirmed_failure":
+        # How the failure was established, so what the model is told matches what Writ knows.
+        values["error"] = _failure_basis(p)
     if p.result is not None:
         values["result"] = _json(p.result)
     _update_call(conn, pending, event, **values)
+
+
+def _failure_basis(p: ev.ReconciliationResolved) -> str:
+    if p.resolved_by is not None:
+        return "resolved_failed_by_hand"
+    if p.evidence.get("verdict") == "not_found":
+        return "no_effect_after_horizon"
+    return "backend_reported_failure"
 
 
 def _reconciliation_escalated(
@@ -388,6 +399,13 @@ def _reconciliation_escalated(
     _update_call(
         conn, pending, event, verification_status="inconclusive", next_reconcile_at=None, **_NO_LEASE
     )
+
+
+def _reconciliation_contradicted(
+    conn: Connection, event: ev.ReconciliationContradictedEvent, pending: Pending | None
+) -> None:
+    # The status stays what was settled; only the claim that it was confirmed is withdrawn.
+    _update_call(conn, pending, event, verification_status="inconclusive", next_reconcile_at=None)
 
 
 # budget.exceeded and loop.detected are judgment facts with no projection of their own.
@@ -431,5 +449,6 @@ _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "reconciliation.inconclusive": _reconciliation_inconclusive,
     "reconciliation.resolved": _reconciliation_resolved,
     "reconciliation.escalated": _reconciliation_escalated,
+    "reconciliation.contradicted": _reconciliation_contradicted,
     "principal.revoked": _principal_revoked,
 }

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, or_, select
 
 from store import audit, revoking
 from store.events import parse_ts
@@ -99,14 +99,23 @@ class Reads:
             return conn.execute(_RUN_CALL_COUNT, params).scalar_one_or_none() or 0
 
     def list_calls(
-        self, *, tenant: str | None = None, status: str | None = None, limit: int = 100
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
     ) -> list[CallView]:
-        """The newest calls first, optionally of one tenant and/or one status."""
-        query = select(tool_calls).order_by(tool_calls.c.created_at.desc(), tool_calls.c.tool_call_id)
+        """The newest calls first, optionally of one tenant and/or one status; `unresolved`: only those
+        waiting for reconciliation or a person (unknown, or settled and then contradicted)."""
+        c = tool_calls.c
+        query = select(tool_calls).order_by(c.created_at.desc(), c.tool_call_id)
         if tenant is not None:
-            query = query.where(tool_calls.c.tenant == tenant)
+            query = query.where(c.tenant == tenant)
         if status is not None:
-            query = query.where(tool_calls.c.status == status)
+            query = query.where(c.status == status)
+        if unresolved:
+            query = query.where(or_(c.status == "result_unknown", c.verification_status == "inconclusive"))
         if _unstorable(tenant, status):
             return []
         with self._read() as conn:

@@ -9,6 +9,7 @@ any reconciler still holding a lease.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
@@ -19,7 +20,7 @@ from store import events as ev
 from store.leasing import call_envelope, call_row, fenced, grant
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease, StoreError
-from store.schema import tool_calls
+from store.schema import events, tool_calls
 from store.views import call_view
 
 Verdict = Literal["confirmed_success", "confirmed_failure"]
@@ -183,6 +184,64 @@ def redispatch(
     return log.call(tool_call_id)
 
 
+SETTLED_EVENTS = ("tool_call.completed", "tool_call.failed", "reconciliation.resolved")
+
+
+def contradict(
+    conn: Connection,
+    tool_call_id: str,
+    *,
+    source: Literal["lookup", "late_response", "resolution"],
+    verdict: Verdict,
+    evidence: Mapping[str, Any],
+    detail: str | None,
+    now: datetime,
+    producer: str,
+    by: str | None = None,
+) -> CallView | None:
+    """Record evidence that disagrees with the call's settled verdict, with the settled verdict's own
+    evidence beside it; the call keeps its status and waits for a person. None (nothing recorded) when
+    the call is not settled or the evidence agrees.
+
+    Raises:
+        NotFound: no such call.
+    """
+    log = Append(conn)
+    row = call_row(conn, tool_call_id)
+    agrees = "completed" if verdict == "confirmed_success" else "failed"
+    if row.status not in ("completed", "failed") or row.status == agrees:
+        return None
+    settled = conn.execute(
+        select(events.c.event_id, events.c.payload)
+        .where(events.c.tool_call_id == tool_call_id, events.c.type.in_(SETTLED_EVENTS))
+        .order_by(events.c.seq.desc())
+        .limit(1)
+    ).first()
+    settled_payload = json.loads(settled.payload) if settled is not None else {}
+    payload = ev.ReconciliationContradicted(
+        source=source,
+        settled_status=row.status,
+        settled_verification=row.verification_status,
+        settled_event_id=settled.event_id if settled is not None else None,
+        settled_evidence=_evidence_of(settled_payload),
+        verdict=verdict,
+        evidence=dict(evidence),
+        detail=detail,
+        by=by,
+    )
+    log.add(ev.ReconciliationContradictedEvent(**call_envelope(row, now, producer), payload=payload))
+    log.flush()
+    return log.call(tool_call_id)
+
+
+def _evidence_of(payload: Mapping[str, Any]) -> dict[str, Any]:
+    evidence = dict(payload.get("evidence") or {})
+    for name in ("error", "detail", "resolved_by"):
+        if payload.get(name) is not None:
+            evidence.setdefault(name, payload[name])
+    return evidence
+
+
 def resolve_by_human(
     conn: Connection,
     tool_call_id: str,
@@ -194,22 +253,42 @@ def resolve_by_human(
     producer: str,
     tenant: str | None,
 ) -> CallView:
-    """A person settles an unknown call with their evidence; recorded with who.
+    """A person settles an unknown or contradicted call with their evidence, or contradicts a settled
+    one; recorded with who.
 
     Raises:
         NotFound: no such call (in `tenant`, when given).
-        StaleLease: the call is not `result_unknown` (already settled).
+        StaleLease: the call is settled and the person agrees with it (nothing to record).
     """
     log = Append(conn)
     row = call_row(conn, tool_call_id)
     if tenant is not None and row.tenant != tenant:
         raise NotFound(f"no tool call {tool_call_id}")
-    if row.status != "result_unknown":
-        raise StaleLease(f"call {tool_call_id} is {row.status}: only an unknown outcome is resolved by hand")
     if not evidence.strip() or not by.strip():
         raise StoreError("a manual resolution needs evidence and the name of who resolved it")
+    verdict: Verdict = "confirmed_success" if succeeded else "confirmed_failure"
+    contradicted = row.status in ("completed", "failed") and row.verification_status == "inconclusive"
+    if row.status != "result_unknown" and not contradicted:
+        # A person disagreeing with a settled verdict is a contradiction: recorded and escalated
+        # beside the verdict, which is not overwritten. Agreeing with it changes nothing.
+        call = contradict(
+            conn,
+            tool_call_id,
+            source="resolution",
+            verdict=verdict,
+            evidence={"manual": evidence},
+            detail=f"contradicted by {by}",
+            by=by,
+            now=now,
+            producer=producer,
+        )
+        if call is None:
+            raise StaleLease(
+                f"call {tool_call_id} is {row.status}: nothing unknown to settle, nothing to contradict"
+            )
+        return call
     payload = ev.ReconciliationResolved(
-        verdict="confirmed_success" if succeeded else "confirmed_failure",
+        verdict=verdict,
         evidence={"manual": evidence},
         detail=f"resolved by {by}",
         resolved_by=by,

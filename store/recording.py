@@ -175,6 +175,9 @@ def _joinable(existing: CallView, req: CallRequest) -> bool:
     # A derived key only stands for "the same call again, soon": in flight, or completed inside the window.
     if existing.status in IN_FLIGHT_STATUSES:
         return True
+    # A contradicted verdict is no ground to act again: the effect may have happened after all.
+    if existing.verification_status == "inconclusive":
+        return True
     window = timedelta(seconds=req.dedupe_window_s)
     return existing.status == "completed" and req.now - existing.created_at < window
 

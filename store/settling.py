@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection
 
@@ -196,11 +196,12 @@ class Settlement:
         tenant: str | None = None,
         producer: str = "writ-gateway",
     ) -> CallView:
-        """A person settles an unknown outcome with evidence; recorded with who.
+        """A person settles an unknown or contradicted outcome with evidence, or contradicts a settled
+        one (`reconciliation.contradicted`: the verdict stands, the call is escalated); recorded with who.
 
         Raises:
             NotFound: no such call (in `tenant`).
-            StaleLease: the call is not `result_unknown`.
+            StaleLease: nothing to settle and the person agrees with the settled verdict.
             StoreError: empty evidence or name.
         """
         return self._write(
@@ -214,5 +215,36 @@ class Settlement:
                 now=now,
                 producer=producer,
                 tenant=tenant,
+            ),
+        )
+
+    def record_contradiction(
+        self,
+        tool_call_id: str,
+        *,
+        source: Literal["lookup", "late_response", "resolution"],
+        verdict: Literal["confirmed_success", "confirmed_failure"],
+        evidence: Mapping[str, Any],
+        detail: str | None,
+        now: datetime,
+        producer: str = "writ-gateway",
+    ) -> CallView | None:
+        """Record evidence against a settled verdict (`reconciliation.contradicted`) and escalate the
+        call; None when the call is not settled or the evidence agrees (nothing recorded).
+
+        Raises:
+            NotFound: no such call.
+        """
+        return self._write(
+            now,
+            lambda conn: reconciling.contradict(
+                conn,
+                tool_call_id,
+                source=source,
+                verdict=verdict,
+                evidence=evidence,
+                detail=detail,
+                now=now,
+                producer=producer,
             ),
         )

@@ -22,6 +22,7 @@ from gateway.console.views import approval_card, timeline, unresolved_card
 from gateway.display import visible
 from gateway.oversight import OVERSEER_ROLES, may_read
 from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
+from gateway.results import outcome_text
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.store import Store
@@ -212,7 +213,7 @@ def console_routes(
             )
 
         def load() -> list[dict[str, Any]]:
-            calls = store.list_calls(tenant=who.tenant, status="result_unknown")
+            calls = store.list_calls(tenant=who.tenant, unresolved=True)
             return [unresolved_card(store, c) for c in calls]
 
         cards = await anyio.to_thread.run_sync(load)
@@ -260,7 +261,15 @@ def console_routes(
             return render(request, "message.html", 404, who=who, message="No such call.")
         events = await anyio.to_thread.run_sync(lambda: store.events(tool_call_id=tool_call_id))
         settled = found.status in TERMINAL_STATUSES or found.escalated
-        return render(request, "call.html", who=who, call=found, events=timeline(events), settled=settled)
+        return render(
+            request,
+            "call.html",
+            who=who,
+            call=found,
+            events=timeline(events),
+            settled=settled,
+            outcome=outcome_text(found),
+        )
 
     return [
         Route("/console", index, methods=["GET"]),

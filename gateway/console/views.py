@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from gateway.results import outcome_text
 from policy.model import Principal
 from store.model import ApprovalView, CallView, StoredEvent
 from store.store import Store
@@ -56,14 +57,28 @@ def unresolved_card(store: Store, call: CallView) -> dict[str, Any]:
                     "type": event.type.removeprefix("reconciliation."),
                     "facts": {
                         key: payload[key]
-                        for key in ("method", "attempt", "attempts", "reason", "detail", "next_attempt_at")
+                        for key in (
+                            "method",
+                            "attempt",
+                            "attempts",
+                            "reason",
+                            "detail",
+                            "next_attempt_at",
+                            "source",
+                            "by",
+                            "settled_status",
+                            "verdict",
+                        )
                         if payload.get(key) not in (None, "")
                     },
                     "evidence": payload.get("evidence") or {},
+                    # A contradiction shows the verdict it disagrees with and that verdict's evidence.
+                    "settled_evidence": payload.get("settled_evidence") or {},
                 }
             )
     return {
         "call": call,
+        "outcome": outcome_text(call),
         "capability": f"{call.capability_id}@{call.capability_version}",
         "arguments": _arguments(call),
         "evidence": evidence,

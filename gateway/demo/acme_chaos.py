@@ -2,9 +2,9 @@
 
 The faults are the ones a gateway must survive without paying twice: an answer that never arrives
 although the refund committed (`drop_responses`, `delay_ms`), an error although the refund committed
-(`fail_after_commit`), a request that never executes (`hang`), and one that executes late, after
-its client gave up (`hold_ms`: a queue in front of the backend that holds each refund before it runs;
-`freeze`: the whole process stops, as in a GC pause or a VM stall, until someone sends it SIGCONT).
+(`fail_after_commit`), a request that never executes (`hang`), and one that executes only after the
+client stopped waiting (`commit_delay_ms`: an overloaded backend, a queue in front of it; `freeze`:
+the whole process stops, as in a GC pause or a VM stall, until someone sends it SIGCONT).
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ class ChaosState:
 
     drop_responses: int = 0
     delay_ms: int = 0
+    commit_delay_ms: int = 0
+    """Every refund waits this long before it commits, and commits even if the client has gone (GET
+    /_chaos/held lists the keys of refunds read and not yet run)."""
     fail_after_commit: int = 0
     hang: int = 0
-    hold_ms: int = 0
-    """Each refund waits this long before it executes, and then executes whether or not its client is
-    still there: an overloaded backend's queue, a lock wait, a pause. The request is read first, as a
-    load balancer reads it before queueing it."""
     freeze: int = 0
     """The next N refunds stop the whole process (SIGSTOP to itself) once read and before they run;
     it stays frozen, answering nothing, until it gets SIGCONT. Test use only."""

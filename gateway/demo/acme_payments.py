@@ -15,7 +15,7 @@ Endpoints:
     POST /refunds                      execute a refund (Idempotency-Key header required)
     GET  /refunds[?idempotency_key=K]  executed refunds, oldest first
     GET  /_chaos, POST /_chaos         read or replace the in-memory fault injection state
-    GET  /_chaos/held                  {"held": [K, ...]}: keys of refunds held by `hold_ms`, not yet run
+    GET  /_chaos/held                  {"held": [K, ...]}: keys of refunds read, not yet run or refused
 
 Run: python -m gateway.demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1]
 """
@@ -81,14 +81,14 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             idempotency_key=request.headers.get("idempotency-key", ""),
             request_id=request.headers.get("x-request-id") or None,
         )
-        if chaos.hold_ms:
-            # Not cancelled when the client disconnects (Starlette does not cancel a handler): the
-            # refund runs late, as a request already queued at a slow backend does.
-            held.append(refund_request.idempotency_key)
-            try:
-                await anyio.sleep(chaos.hold_ms / 1000)
-            finally:
-                held.remove(refund_request.idempotency_key)
+        key = refund_request.idempotency_key
+        held.append(key)  # until committed or refused: while held, the record of `key` can still change
+        try:
+            return await execute_refund(request, refund_request)
+        finally:
+            held.remove(key)
+
+    async def execute_refund(request: Request, refund_request: RefundRequest) -> Response:
         if chaos.take("freeze"):
             # A frozen process reads nothing, answers nothing and runs nothing; after SIGCONT this refund
             # runs, although its client has long given up.
@@ -99,6 +99,10 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             while (await request.receive())["type"] != "http.disconnect":
                 pass
             return Response(status_code=504)
+        if chaos.commit_delay_ms:
+            # Not cancelled when the client disconnects (Starlette does not cancel a handler): the
+            # refund commits late, as a request already queued at a slow backend does.
+            await anyio.sleep(chaos.commit_delay_ms / 1000)
         now = clock().isoformat(timespec="milliseconds")
         execute = functools.partial(store.execute_refund, refund_request, now)
         refund = await anyio.to_thread.run_sync(execute)

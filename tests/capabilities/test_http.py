@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -47,6 +48,7 @@ CAPABILITIES = [
     capability("get-order-view", "GET", "/orders/{order_id}?view=full&by={who}", effect="read"),
     capability("reject", "POST", "/reject"),
     capability("refund-by-request-id", "POST", "/refunds", idempotency_header="X-Request-Id"),
+    capability("refund-with-deadline", "POST", "/refunds", commit_deadline_header="Writ-Commit-Deadline"),
     capability("commit-then-500", "POST", "/commit-then-500"),
     capability("read-500", "GET", "/commit-then-500", effect="read"),
     capability("hang", "POST", "/hang", timeout_s=0.5),
@@ -126,6 +128,18 @@ async def test_an_idempotency_header_named_x_request_id_carries_the_key(
     )
 
     assert backend_state.headers[0]["x-request-id"] == "k-3"
+
+
+async def test_the_commit_deadline_goes_in_the_configured_header_only(
+    acme: Registry, backend_state: ServerState
+) -> None:
+    deadline = datetime(2026, 12, 1, 15, 40, 0, 123456, tzinfo=UTC)
+
+    await call(acme, "refund-with-deadline", {"amount": 1}, commit_deadline=deadline)
+    await call(acme, "refund_order", {"amount": 1}, commit_deadline=deadline)
+
+    assert backend_state.headers[0]["writ-commit-deadline"] == "2026-12-01T15:40:00.123Z"
+    assert "writ-commit-deadline" not in backend_state.headers[1]
 
 
 async def test_path_arguments_are_url_quoted_and_the_rest_become_query_parameters_for_get(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +86,20 @@ async def test_effects_come_from_overrides_then_read_only_hints_then_defaults(fi
     assert files.get("hang") is not None and files.get("hang").timeout_s == 0.5  # type: ignore[union-attr]
 
 
-async def test_a_call_returns_the_upstream_content_and_structured_result_with_the_key_in_meta(
+async def test_a_call_returns_the_upstream_content_and_structured_result_with_key_and_deadline_in_meta(
     files: Registry, upstream_state: ServerState
 ) -> None:
-    outcome = await call(files, "fs_write", {"path": "a.txt"}, idempotency_key="k-42")
+    deadline = datetime(2026, 12, 1, 15, 40, tzinfo=UTC)
+    outcome = await call(
+        files, "fs_write", {"path": "a.txt"}, idempotency_key="k-42", commit_deadline=deadline
+    )
 
     assert outcome.kind == "completed"
     assert outcome.result is not None
     assert outcome.result.structured == {"tool": "write_file", "args": {"path": "a.txt"}, "authorized": True}
     assert outcome.result.content[0]["type"] == "text"
     assert upstream_state.meta[0]["writ/idempotencyKey"] == "k-42"
+    assert upstream_state.meta[0]["writ/commitDeadline"] == "2026-12-01T15:40:00.000Z"
     assert TOKEN not in repr(outcome)
 
 

@@ -91,7 +91,7 @@ class Backend:
         httpx2.post(f"{self.url}/_chaos", json=settings, timeout=5).raise_for_status()
 
     def held(self) -> list[str]:
-        """The keys of refunds the backend's queue (`hold_ms`) holds, read and not yet run."""
+        """The keys of refunds the backend holds (`commit_delay_ms`), read and not yet committed."""
         held: list[str] = httpx2.get(f"{self.url}/_chaos/held", timeout=5).json()["held"]
         return held
 

@@ -13,7 +13,7 @@ the gateway is woken, and the plug goes back in once the client has its answer. 
 recorded, so the client must hear `result_unknown`, and the call must be reconciled like any other.
 
 Two faults are a backend that is slow *before* it commits, the fault that makes "not found" a lie: a
-queue in front of acme-payments holds the refund past the timeout and then runs it (`hold_ms`), or the
+queue in front of acme-payments holds the refund past the timeout and then runs it (`commit_delay_ms`), or the
 backend process freezes itself (SIGSTOP, `freeze`) with the refund read and not yet run, and the test
 wakes it (SIGCONT) after the timeout. Their calls carry no idempotency key, as a model's do, and the
 model re-sends the identical call at once and again at the end, when the first one has a verdict:
@@ -257,7 +257,7 @@ class Campaign:
         model re-sends the identical call through it as soon as it hears back."""
         trial.arguments = {**ARGS, "reason": f"fault campaign {trial.key}"}
         if trial.point == SLOW_FAULTS[0]:
-            self.backend.chaos(hold_ms=HOLDS_MS[n % len(HOLDS_MS)])
+            self.backend.chaos(commit_delay_ms=HOLDS_MS[n % len(HOLDS_MS)])
             told = await self._call(client, None, expect_answer=True, arguments=trial.arguments)
         else:
             self.backend.chaos(freeze=1)

@@ -264,7 +264,8 @@ def test_refunds_are_listed_oldest_first_and_can_be_filtered_by_idempotency_key(
 
 
 def test_a_chaos_post_replaces_the_whole_state_and_is_read_back(client: httpx2.Client) -> None:
-    calm = {"drop_responses": 0, "delay_ms": 0, "fail_after_commit": 0, "hang": 0, "hold_ms": 0, "freeze": 0}
+    calm = {"drop_responses": 0, "delay_ms": 0, "commit_delay_ms": 0, "fail_after_commit": 0, "hang": 0}
+    calm |= {"freeze": 0}
     assert client.get("/_chaos").json() == calm
 
     posted = client.post("/_chaos", json={"drop_responses": 2, "delay_ms": 50})
@@ -319,8 +320,8 @@ def test_a_delayed_response_times_out_the_client_but_the_refund_committed(client
     assert client.get("/orders/1001").json()["refunded_total"] == 50.0
 
 
-def test_a_held_refund_executes_after_its_client_gave_up(client: httpx2.Client) -> None:
-    set_chaos(client, hold_ms=1500)
+def test_a_held_refund_is_listed_as_held_until_it_commits(client: httpx2.Client) -> None:
+    set_chaos(client, commit_delay_ms=1500)
 
     with pytest.raises(httpx2.ReadTimeout):
         refund(client, key="queued", amount=70, timeout=0.3)
@@ -348,6 +349,20 @@ def test_a_frozen_backend_runs_the_refund_once_woken_although_its_client_gave_up
     assert eventually(lambda: len(refunds_with_key(client, "frozen")) == 1)
     assert [r["amount"] for r in refunds_with_key(client, "frozen")] == [80.0]
     assert client.get("/_chaos").json()["freeze"] == 0
+
+
+def test_a_refund_held_before_its_commit_commits_after_the_client_gave_up(client: httpx2.Client) -> None:
+    set_chaos(client, commit_delay_ms=1500)
+
+    with pytest.raises(httpx2.ReadTimeout):
+        refund(client, key="held", amount=50, timeout=0.5)
+    assert refunds_with_key(client, "held") == []  # not yet: a lookup now finds nothing
+
+    deadline = time.monotonic() + 20  # bounded polling, not a speed: it commits on its own
+    while not refunds_with_key(client, "held"):
+        assert time.monotonic() < deadline, "the held refund never committed"
+        time.sleep(0.1)
+    assert client.get("/orders/1001").json()["refunded_total"] == 50.0
 
 
 def test_a_hanging_refund_executes_nothing_and_uses_up_its_counter(client: httpx2.Client) -> None:

@@ -66,6 +66,25 @@ def test_a_human_resolution_is_recorded_with_who_and_the_evidence(tmp_path: Path
     assert (event.type, event.producer) == ("reconciliation.resolved", "writ-cli")
     assert event.payload["resolved_by"] == "carol"
     again = CliRunner().invoke(
-        app, ["calls", "resolve", "tc-lost", "--outcome", "succeeded", "--evidence", "x", "-c", str(config)]
+        app, ["calls", "resolve", "tc-lost", "--outcome", "failed", "--evidence", "x", "-c", str(config)]
     )
-    assert again.exit_code == 1
+    assert again.exit_code == 1  # agreeing with a settled verdict records nothing
+    disagree = CliRunner().invoke(
+        app,
+        [
+            "calls",
+            "resolve",
+            "tc-lost",
+            "--outcome",
+            "succeeded",
+            "--evidence",
+            "r1 at the bank",
+            "--by",
+            "dave",
+        ]
+        + ["-c", str(config)],
+    )
+    assert disagree.exit_code == 0, disagree.output
+    assert "tc-lost stays failed: contradicted by dave, recorded and escalated" in disagree.output
+    listed = CliRunner().invoke(app, ["calls", "list", "--unresolved", "-c", str(config)])
+    assert "CONTRADICTED" in listed.output and "tc-lost" in listed.output

@@ -3,19 +3,22 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import pytest
 
-from capabilities.contract import ReconcileResult
-from capabilities.fake import FakeExecutor, completed, fake_capability, unknown
+from capabilities.contract import Invocation, ReconcileResult
+from capabilities.fake import FakeExecutor, completed, failed, fake_capability, unknown
 from capabilities.registry import Registry
 from capabilities.results import json_result
 from gateway.actions import Redactor
-from gateway.pipeline import CallInput, CallPipeline
+from gateway.pipeline import CallInput, CallPipeline, CallReport
 from gateway.reconcile import ReconcilePolicy, Reconciler
+from gateway.results import CONTRADICTED, FAILED_BY, NEXT, shape_call, status_document
 from gateway.workers import Workers
 from policy.engine import Policy
 from policy.model import Principal
@@ -29,6 +32,8 @@ HORIZON_S = 60.0
 LOOKUP_REFUND = fake_capability("refund_order", timeout_s=0.2, commit_horizon_s=HORIZON_S, reconcilable=True)
 DEDUPING = fake_capability("pay_invoice", timeout_s=0.2, dedupes_on_key=True)
 BLIND = fake_capability("send_fax", timeout_s=0.2)
+# A generous real-time timeout, so the test can move the clock past its lease while it is in flight.
+SLOW = fake_capability("slow_refund", timeout_s=30, commit_horizon_s=HORIZON_S, reconcilable=True)
 POLICY = Policy.from_mapping(
     {"rules": [{"id": "all", "tools": ["*"], "roles": ["agent"], "decision": "allow"}]}
 )
@@ -74,7 +79,7 @@ def executor() -> FakeExecutor:
 
 @pytest.fixture
 def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline:
-    registry = Registry({"fake": executor}, [LOOKUP_REFUND, DEDUPING, BLIND])
+    registry = Registry({"fake": executor}, [LOOKUP_REFUND, DEDUPING, BLIND, SLOW])
     p = CallPipeline(
         store=store,
         registry=registry,
@@ -138,6 +143,7 @@ async def test_no_effect_found_before_the_commit_horizon_is_inconclusive_and_kee
 
     call = store.get_call(tool_call_id)
     assert (call.status, call.verification_status) == ("result_unknown", "pending")
+    assert "never answered" in status_document(call)["next"]
     last = store.events(tool_call_id=tool_call_id)[-1]
     assert last.type == "reconciliation.inconclusive"
     assert last.payload["evidence"] == {
@@ -162,6 +168,16 @@ async def test_no_effect_found_before_the_commit_horizon_is_inconclusive_and_kee
     assert len(executor.reconciled) == 3
     call = store.get_call(tool_call_id)
     assert (call.status, call.verification_status) == ("result_unknown", "pending")
+
+
+async def test_the_dispatch_carries_the_commit_deadline_the_reconciler_counts_the_horizon_to(
+    pipeline: CallPipeline, executor: FakeExecutor, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+
+    sent_at = store.dispatched_at(tool_call_id)
+    assert sent_at is not None
+    assert executor.invocations[0].commit_deadline == sent_at + timedelta(seconds=HORIZON_S)
 
 
 async def test_the_next_lookup_is_due_no_later_than_the_commit_horizon(
@@ -189,6 +205,11 @@ async def test_no_effect_found_after_the_commit_horizon_fails_the_call_with_the_
 
     call = store.get_call(tool_call_id)
     assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
+    # Told as established by lookup after the horizon, never as an error the backend answered.
+    told = shape_call(call)
+    assert told["structuredContent"]["next"] == FAILED_BY["no_effect_after_horizon"]
+    assert "never answered" in told["content"][0]["text"] and "horizon" in told["content"][0]["text"]
+    assert "answered with an error" not in json.dumps(told)
     evidence = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
     assert evidence == {
         "records": 0,
@@ -209,6 +230,7 @@ async def test_a_failure_the_backend_reports_settles_the_call_before_the_horizon
 
     call = store.get_call(failed_id)
     assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
+    assert status_document(call)["next"] == FAILED_BY["backend_reported_failure"]
     assert store.events(tool_call_id=failed_id)[-1].payload["evidence"] == {
         "state": "declined",
         "verdict": "failed",
@@ -294,3 +316,76 @@ async def test_a_worker_paused_past_its_lease_does_not_dispatch(
 
     assert executor.invocations == []
     assert (report.call.status, report.call.error) == ("failed", "lease_expired_before_dispatch")
+
+
+async def test_a_lookup_finding_the_effect_after_a_person_settled_it_failed_is_recorded_as_a_contradiction(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    found = ReconcileResult("succeeded", json_result({"refund_id": "r1"}), evidence={"records": 1})
+
+    async def a_person_settles_while_we_look(invocation: Invocation) -> ReconcileResult:
+        store.resolve_manually(tool_call_id, succeeded=False, evidence="no refund", by="carol", now=clock())
+        return found
+
+    executor.reconcile = a_person_settles_while_we_look  # type: ignore[method-assign]
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status, call.contradicted) == ("failed", "inconclusive", True)
+    told = shape_call(call)
+    assert told["isError"] is False
+    assert told["structuredContent"]["reconciliation"] == "contradicted"
+    assert told["structuredContent"]["next"] == CONTRADICTED
+    event = store.events(tool_call_id=tool_call_id)[-1]
+    assert (event.type, event.payload["source"], event.payload["verdict"]) == (
+        "reconciliation.contradicted",
+        "lookup",
+        "confirmed_success",
+    )
+    assert event.payload["settled_evidence"]["manual"] == "no refund"
+    assert event.payload["evidence"]["records"] == 1
+
+
+async def test_a_success_answered_after_the_call_was_settled_failed_is_recorded_as_a_contradiction(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    executor.gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        reports: list[CallReport] = []
+
+        async def call() -> None:
+            reports.append(await pipeline.call(CallInput(ALICE, "slow_refund", {"order_id": "7"})))
+
+        tg.start_soon(call)
+        with anyio.fail_after(10):
+            while not executor.invocations:
+                await anyio.sleep(0.01)
+        # The dispatcher is paused past its lease and the horizon: recovered, looked up, not found.
+        clock.advance(HORIZON_S + 40)
+        executor.reconcile_script.append(ReconcileResult("not_found"))
+        await workers.tick()
+        tool_call_id = executor.invocations[0].tool_call_id
+        assert store.get_call(tool_call_id).status == "failed"
+        executor.gate.set()  # and then the backend's answer arrives: it did refund
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status) == ("failed", "inconclusive")
+    assert reports[0].call.contradicted
+    event = store.events(tool_call_id=tool_call_id)[-1]
+    assert (event.type, event.payload["source"]) == ("reconciliation.contradicted", "late_response")
+    assert event.payload["settled_evidence"]["verdict"] == "not_found"
+    assert event.payload["evidence"]["result"]["structuredContent"] == {"refund_id": "r1"}
+
+
+async def test_a_failure_the_backend_answered_is_told_as_its_answer(
+    pipeline: CallPipeline, executor: FakeExecutor
+) -> None:
+    executor.then(failed("card_declined"))
+
+    report = await pipeline.call(CallInput(ALICE, "refund_order", {"order_id": "9"}))
+
+    told = shape_call(report.call)
+    assert told["structuredContent"]["next"] == NEXT["failed"]
+    assert told["content"] == [{"type": "text", "text": "rejected"}]  # the backend's own answer

@@ -141,7 +141,7 @@ def test_a_human_resolves_an_escalated_call_and_is_recorded_as_who(store: Store)
     assert event.payload["evidence"] == {"manual": "refund r1 seen in the bank statement"}
 
 
-def test_a_human_cannot_resolve_a_settled_call_another_tenants_call_or_without_evidence(
+def test_a_human_cannot_resolve_another_tenants_call_without_evidence_or_agree_with_a_settled_one(
     store: Store,
 ) -> None:
     unknown_call(store)
@@ -150,8 +150,8 @@ def test_a_human_cannot_resolve_a_settled_call_another_tenants_call_or_without_e
     with pytest.raises(StoreError):
         store.resolve_manually("tc-1", succeeded=False, evidence="x", by="carol", now=LATER, tenant="other")
     store.resolve_manually("tc-1", succeeded=False, evidence="no refund at the bank", by="carol", now=LATER)
-    with pytest.raises(StaleLease):
-        store.resolve_manually("tc-1", succeeded=True, evidence="changed my mind", by="dave", now=LATER)
+    with pytest.raises(StaleLease):  # agreeing with a settled verdict records nothing
+        store.resolve_manually("tc-1", succeeded=False, evidence="me neither", by="dave", now=LATER)
 
 
 def test_a_human_resolution_fences_a_reconciler_still_holding_its_lease(store: Store) -> None:
@@ -181,6 +181,107 @@ def test_a_retry_to_a_deduplicating_backend_is_recorded_as_attempt_two_under_a_n
     assert done.status == "completed"
 
 
+def failed_by_lookup(store: Store, tool_call_id: str = "tc-1", key: str = "key-1") -> CallView:
+    leased = start(store, unknown_call(store, tool_call_id, key))
+    evidence = {"verdict": "not_found", "horizon_at": "2026-01-01T00:00:00Z"}
+    return store.resolve_reconciliation(
+        tool_call_id, token=leased.lease_token, verdict="confirmed_failure", evidence=evidence, now=LATER
+    )
+
+
+def test_a_failure_found_by_lookup_says_so_in_its_error(store: Store) -> None:
+    assert failed_by_lookup(store).error == "no_effect_after_horizon"
+
+
+def test_a_later_lookup_finding_the_effect_contradicts_a_failure_without_overwriting_it(store: Store) -> None:
+    failed_by_lookup(store)
+
+    call = store.record_contradiction(
+        "tc-1",
+        source="lookup",
+        verdict="confirmed_success",
+        evidence={"records": 1, "refund_id": "r1"},
+        detail="the refund was found after all",
+        now=LATER + timedelta(seconds=60),
+    )
+
+    assert call is not None
+    assert (call.status, call.verification_status, call.contradicted, call.unresolved) == (
+        "failed",
+        "inconclusive",
+        True,
+        True,
+    )
+    event = store.events(tool_call_id="tc-1")[-1]
+    assert event.type == "reconciliation.contradicted"
+    assert event.payload["settled_status"] == "failed"
+    assert event.payload["settled_verification"] == "confirmed_failure"
+    assert event.payload["settled_evidence"] == {"verdict": "not_found", "horizon_at": "2026-01-01T00:00:00Z"}
+    assert (event.payload["verdict"], event.payload["evidence"]) == (
+        "confirmed_success",
+        {"records": 1, "refund_id": "r1"},
+    )
+    assert [c.tool_call_id for c in store.list_calls(unresolved=True)] == ["tc-1"]
+    assert store.due_reconciliations(now=LATER + timedelta(hours=1)) == []  # a person decides now
+
+
+def test_evidence_that_agrees_or_a_call_not_yet_settled_records_no_contradiction(store: Store) -> None:
+    failed_by_lookup(store)
+    unknown_call(store, "tc-2", "key-2")
+
+    agrees = store.record_contradiction(
+        "tc-1", source="lookup", verdict="confirmed_failure", evidence={}, detail=None, now=LATER
+    )
+    unsettled = store.record_contradiction(
+        "tc-2", source="late_response", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+    )
+
+    assert agrees is None and unsettled is None
+    assert store.list_calls(unresolved=True)[0].tool_call_id == "tc-2"  # unknown only
+    assert len(store.list_calls(unresolved=True)) == 1
+
+
+def test_a_person_disagreeing_with_a_settled_verdict_contradicts_it_and_then_settles_it(store: Store) -> None:
+    failed_by_lookup(store)
+
+    contradicted = store.resolve_manually(
+        "tc-1", succeeded=True, evidence="refund r1 in the bank statement", by="carol", now=LATER
+    )
+    settled = store.resolve_manually(
+        "tc-1", succeeded=True, evidence="checked with acme: r1 is real", by="dave", now=LATER
+    )
+
+    assert (contradicted.status, contradicted.verification_status) == ("failed", "inconclusive")
+    contradiction = store.events(tool_call_id="tc-1")[-2]
+    assert (contradiction.type, contradiction.payload["source"], contradiction.payload["by"]) == (
+        "reconciliation.contradicted",
+        "resolution",
+        "carol",
+    )
+    assert (settled.status, settled.verification_status, settled.resolved_by) == (
+        "completed",
+        "confirmed_success",
+        "dave",
+    )
+    assert store.list_calls(unresolved=True) == []
+
+
+def test_an_identical_keyless_call_joins_a_contradicted_failure_instead_of_acting_again(store: Store) -> None:
+    from dataclasses import replace
+
+    failed_by_lookup(store)
+    store.record_contradiction(
+        "tc-1", source="lookup", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+    )
+    again = replace(
+        call_request(tool_call_id="tc-2", idempotency_key="key-1"), key_source="derived", now=LATER
+    )
+
+    admission = store.admit(again)
+
+    assert (admission.kind, admission.call.tool_call_id) == ("joined", "tc-1")
+
+
 def test_rebuild_reproduces_every_reconciliation_state(store: Store) -> None:
     resolved = start(store, unknown_call(store, "tc-1", "k1"))
     store.resolve_reconciliation(
@@ -198,6 +299,10 @@ def test_rebuild_reproduces_every_reconciliation_state(store: Store) -> None:
     store.escalate_reconciliation("tc-3", token=escalated.lease_token, reason="gave_up", now=LATER)
     store.resolve_manually("tc-3", succeeded=False, evidence="none at the bank", by="carol", now=LATER)
     start(store, unknown_call(store, "tc-4", "k4"))  # leased right now
+    failed_by_lookup(store, "tc-5", "k5")
+    store.record_contradiction(
+        "tc-5", source="lookup", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+    )
     before = {c.tool_call_id: c for c in store.list_calls()}
 
     store.rebuild()

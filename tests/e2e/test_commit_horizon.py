@@ -1,0 +1,179 @@
+"""A backend slower than the timeout, one that never executes, and a contradicted verdict (issue 11),
+against the real acme-payments process and the real gateway."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from playwright.async_api import Browser, expect
+
+from gateway.results import CONTRADICTED, FAILED_BY
+from store import Store
+from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.e2e.test_console import browser, logged_in
+
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+
+__all__ = ["browser"]  # the fixture, shared with test_console
+
+# The timeout is 1 s, the backend commits 2 s after it got the request, the horizon is 4 s.
+TIMEOUT_S = 1.0
+HORIZON_S = 4.0
+COMMIT_DELAY_MS = 2000
+ARGS = {"order_id": "1002", "amount": 20, "currency": "EUR", "reason": "damaged"}
+WORKERS = {"interval_s": 0.2, "reconcile_backoff_s": 0.5}
+
+
+@pytest.fixture
+def slow_gateway(tmp_path: Path, backend: Backend, store_url: str) -> Iterator[Gateway]:
+    with writ_gateway(
+        tmp_path,
+        backend,
+        store_url,
+        timeout_s=TIMEOUT_S,
+        commit_horizon_s=HORIZON_S,
+        overrides={"workers": WORKERS},
+    ) as g:
+        yield g
+
+
+async def status_until(client: Any, tool_call_id: str, done: Any, limit_s: float = 30) -> dict[str, Any]:
+    with anyio.fail_after(limit_s):
+        while True:
+            status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
+            if done(status.structured_content):
+                return status.structured_content
+            await anyio.sleep(0.1)
+
+
+def store_of(gateway: Gateway) -> Store:
+    import yaml
+
+    return Store.open(yaml.safe_load(gateway.config.read_text())["store"]["url"])
+
+
+async def test_a_refund_committed_after_the_timeout_completes_once_and_identical_resends_join_it(
+    slow_gateway: Gateway, backend: Backend
+) -> None:
+    gateway = slow_gateway
+    backend.chaos(commit_delay_ms=COMMIT_DELAY_MS)
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", ARGS)  # no key: Writ derives one
+        assert first.structured_content["status"] == "result_unknown"
+        tool_call_id = first.meta["writ/toolCallId"]
+        # The model re-sends the identical call while the outcome is unknown: it joins, never dispatches.
+        before = await client.call_tool("refund_order", ARGS)
+        assert before.meta["writ/toolCallId"] == tool_call_id
+        assert before.structured_content["status"] == "result_unknown"
+
+        settled = await status_until(client, tool_call_id, lambda s: s["status"] != "result_unknown")
+        after = await client.call_tool("refund_order", ARGS)
+
+    assert (settled["status"], settled["verification"]) == ("completed", "confirmed_success")
+    assert after.meta["writ/toolCallId"] == tool_call_id and after.is_error is False
+    refunds = [r for r in backend.refunds() if r["order_id"] == "1002"]
+    assert len(refunds) == 1
+    with store_of(gateway) as store:
+        events = store.events(tool_call_id=tool_call_id)
+        assert [c.tool_call_id for c in store.list_calls()] == [tool_call_id]
+    assert "tool_call.failed" not in [e.type for e in events]
+    assert all(e.payload.get("verdict") != "confirmed_failure" for e in events)
+    assert sum(e.type == "tool_call.dispatching" for e in events) == 1
+
+
+async def test_a_refund_the_backend_never_executes_fails_only_after_the_horizon_with_the_times(
+    slow_gateway: Gateway, backend: Backend
+) -> None:
+    gateway = slow_gateway
+    backend.chaos(hang=1)
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "never"})
+        assert first.structured_content["status"] == "result_unknown"
+        assert "never answered" in first.structured_content["next"]
+        tool_call_id = first.meta["writ/toolCallId"]
+        settled = await status_until(client, tool_call_id, lambda s: s["status"] != "result_unknown")
+
+    assert (settled["status"], settled["verification"]) == ("failed", "confirmed_failure")
+    assert settled["next"] == FAILED_BY["no_effect_after_horizon"]
+    assert backend.refunds("never") == []
+    with store_of(gateway) as store:
+        events = store.events(tool_call_id=tool_call_id)
+    # Looked up before the horizon: nothing found, and that was not taken as a failure.
+    early = [e for e in events if e.type == "reconciliation.inconclusive"]
+    assert early and all(e.payload["evidence"]["reason"] == "before_commit_horizon" for e in early)
+    verdict = events[-1]
+    assert (verdict.type, verdict.payload["verdict"]) == ("reconciliation.resolved", "confirmed_failure")
+    evidence = verdict.payload["evidence"]
+    sent_at, horizon_at, looked_up_at = (
+        datetime.fromisoformat(evidence[k]) for k in ("sent_at", "horizon_at", "looked_up_at")
+    )
+    assert (horizon_at - sent_at).total_seconds() == HORIZON_S
+    assert looked_up_at >= horizon_at
+    assert datetime.fromisoformat(verdict.occurred_at) >= horizon_at
+
+
+async def test_a_contradicted_verdict_is_escalated_and_shown_by_the_cli_the_api_and_the_console(
+    tmp_path: Path, backend: Backend, browser: Browser
+) -> None:
+    store_url = f"sqlite:///{tmp_path / 'writ.db'}"
+    with writ_gateway(
+        tmp_path,
+        backend,
+        store_url,
+        timeout_s=TIMEOUT_S,
+        commit_horizon_s=HORIZON_S,
+        overrides={"workers": WORKERS},
+    ) as gateway:
+        backend.chaos(hang=1)
+        async with gateway.client(gateway.token("alice")) as client:
+            first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "disputed"})
+            tool_call_id = first.meta["writ/toolCallId"]
+            await status_until(client, tool_call_id, lambda s: s["status"] == "failed")
+            # A person has evidence the refund happened after all: the verdict is contradicted.
+            approver = {"Authorization": f"Bearer {gateway.token('bob', roles='approver')}"}
+            answer = httpx2.post(
+                f"{gateway.url}/api/calls/{tool_call_id}/resolution",
+                json={"outcome": "succeeded", "evidence": "refund seen in the bank statement"},
+                headers=approver,
+                timeout=10,
+            )
+            told = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
+
+        assert answer.status_code == 200, answer.text
+        api = httpx2.get(f"{gateway.url}/api/calls/{tool_call_id}", headers=approver, timeout=10).json()
+        listed = gateway.cli("calls", "list", "--unresolved").stdout
+        page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
+        await page.goto(f"{gateway.url}/console/unresolved")
+        card = page.locator(f"article#call-{tool_call_id}")
+        await expect(card.locator(".badge")).to_contain_text("contradicted")
+        await expect(card.locator(".outcome")).to_have_text(CONTRADICTED)
+        contradiction = card.locator(".attempts li[data-type=contradicted]")
+        await expect(contradiction).to_contain_text("source=resolution")
+        await expect(contradiction).to_contain_text("manual=refund seen in the bank statement")
+        await expect(contradiction).to_contain_text("verdict=not_found")  # the verdict's own evidence
+        await page.goto(f"{gateway.url}/console/calls/{tool_call_id}")
+        await expect(page.locator("#call-outcome")).to_have_text(CONTRADICTED)
+
+    assert (api["status"], api["verification"], api["reconciliation"]) == (
+        "failed",
+        "inconclusive",
+        "contradicted",
+    )
+    assert (told.structured_content["reconciliation"], told.structured_content["next"]) == (
+        "contradicted",
+        CONTRADICTED,
+    )
+    assert tool_call_id in listed and "CONTRADICTED" in listed
+    with Store.open(store_url) as store:
+        event = store.events(tool_call_id=tool_call_id)[-1]
+    assert (event.type, event.payload["by"], event.payload["settled_status"]) == (
+        "reconciliation.contradicted",
+        "bob",
+        "failed",
+    )
