@@ -164,7 +164,9 @@ class Campaign:
             stderr=log,
         )
         try:
-            wait_http(f"http://127.0.0.1:{port}/healthz", process)
+            # A campaign starts a gateway per round; on a shared machine at load 10, one start took
+            # longer than the harness's 30 s: a bounded wait, generous, not a speed.
+            wait_http(f"http://127.0.0.1:{port}/healthz", process, timeout_s=180)
             yield process
         finally:
             if process.poll() is None:
