@@ -30,6 +30,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -356,11 +357,17 @@ class Campaign:
             # that re-sends a call without a key once the first one has a verdict must join it too.
             async with mcp_client(f"{self.url}/mcp", token, mode="2026-07-28") as client:
                 for trial in self.trials:
-                    if trial.arguments is not None:
-                        again, _ = await self._call(
-                            client, None, expect_answer=True, arguments=trial.arguments
-                        )
-                        trial.resends.append(again)
+                    if trial.arguments is not None and trial.tool_call_id is not None:
+                        sent = store.get_call(trial.tool_call_id)
+                        assert sent is not None
+                        # Joining is promised within the call's dedupe window; a long campaign reaches
+                        # its first trials after it, when an identical call is a new intent.
+                        window = timedelta(seconds=sent.dedupe_window_s - 60)
+                        if datetime.now(UTC) - sent.created_at.replace(tzinfo=UTC) < window:
+                            again, _ = await self._call(
+                                client, None, expect_answer=True, arguments=trial.arguments
+                            )
+                            trial.resends.append(again)
                     elif trial.point in POINTS:
                         again, _ = await self._call(client, trial.key, expect_answer=True)
                         call = store.find_call_by_key("acme", trial.key)
