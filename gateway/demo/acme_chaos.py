@@ -3,7 +3,8 @@
 The faults are the ones a gateway must survive without paying twice: an answer that never arrives
 although the refund committed (`drop_responses`, `delay_ms`), an error although the refund committed
 (`fail_after_commit`), a request that never executes (`hang`), and one that executes only after the
-client stopped waiting (`commit_delay_ms`: an overloaded backend, a queue in front of it).
+client stopped waiting (`commit_delay_ms`: an overloaded backend, a queue in front of it; `freeze`:
+the whole process stops, as in a GC pause or a VM stall, until someone sends it SIGCONT).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-Counter = Literal["drop_responses", "fail_after_commit", "hang"]
+Counter = Literal["drop_responses", "fail_after_commit", "hang", "freeze"]
 
 # The key under which ConnectionDropper puts its `drop` coroutine function into the ASGI scope.
 DROP_SCOPE_KEY = "acme.drop_connection"
@@ -28,9 +29,13 @@ class ChaosState:
     drop_responses: int = 0
     delay_ms: int = 0
     commit_delay_ms: int = 0
-    """Every refund waits this long before it commits, and commits even if the client has gone."""
+    """Every refund waits this long before it commits, and commits even if the client has gone (GET
+    /_chaos/held lists the keys of refunds read and not yet run)."""
     fail_after_commit: int = 0
     hang: int = 0
+    freeze: int = 0
+    """The next N refunds stop the whole process (SIGSTOP to itself) once read and before they run;
+    it stays frozen, answering nothing, until it gets SIGCONT. Test use only."""
 
     @classmethod
     def parse(cls, body: object) -> ChaosState:

@@ -15,6 +15,7 @@ Endpoints:
     POST /refunds                      execute a refund (Idempotency-Key header required)
     GET  /refunds[?idempotency_key=K]  executed refunds, oldest first
     GET  /_chaos, POST /_chaos         read or replace the in-memory fault injection state
+    GET  /_chaos/held                  {"held": [K, ...]}: keys of refunds read, not yet run or refused
 
 Run: python -m gateway.demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1]
 """
@@ -25,6 +26,8 @@ import argparse
 import asyncio
 import functools
 import json
+import os
+import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -63,6 +66,7 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
     """The acme-payments ASGI app over the SQLite file at `db_path` (created and seeded if new)."""
     store = PaymentsStore(db_path)
     chaos = ChaosState()
+    held: list[str] = []  # one entry per held refund: the same key can be held twice
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -77,6 +81,18 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             idempotency_key=request.headers.get("idempotency-key", ""),
             request_id=request.headers.get("x-request-id") or None,
         )
+        key = refund_request.idempotency_key
+        held.append(key)  # until committed or refused: while held, the record of `key` can still change
+        try:
+            return await execute_refund(request, refund_request)
+        finally:
+            held.remove(key)
+
+    async def execute_refund(request: Request, refund_request: RefundRequest) -> Response:
+        if chaos.take("freeze"):
+            # A frozen process reads nothing, answers nothing and runs nothing; after SIGCONT this refund
+            # runs, although its client has long given up.
+            os.kill(os.getpid(), signal.SIGSTOP)
         await anyio.to_thread.run_sync(store.check_refund, refund_request)
         if chaos.take("hang"):
             # Never commits; gives up only when the client does (or the server stops).
@@ -84,6 +100,8 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
                 pass
             return Response(status_code=504)
         if chaos.commit_delay_ms:
+            # Not cancelled when the client disconnects (Starlette does not cancel a handler): the
+            # refund commits late, as a request already queued at a slow backend does.
             await anyio.sleep(chaos.commit_delay_ms / 1000)
         now = clock().isoformat(timespec="milliseconds")
         execute = functools.partial(store.execute_refund, refund_request, now)
@@ -106,6 +124,9 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
     async def get_chaos(request: Request) -> Response:
         return JSONResponse(chaos.as_dict())
 
+    async def get_held(request: Request) -> Response:
+        return JSONResponse({"held": sorted(held)})
+
     async def set_chaos(request: Request) -> Response:
         nonlocal chaos
         try:
@@ -122,6 +143,7 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             Route("/refunds", list_refunds, methods=["GET"]),
             Route("/_chaos", get_chaos, methods=["GET"]),
             Route("/_chaos", set_chaos, methods=["POST"]),
+            Route("/_chaos/held", get_held, methods=["GET"]),
         ],
         exception_handlers={PaymentsError: _error_response},
     )

@@ -90,6 +90,11 @@ class Backend:
     def chaos(self, **settings: int) -> None:
         httpx2.post(f"{self.url}/_chaos", json=settings, timeout=5).raise_for_status()
 
+    def held(self) -> list[str]:
+        """The keys of refunds the backend holds (`commit_delay_ms`), read and not yet committed."""
+        held: list[str] = httpx2.get(f"{self.url}/_chaos/held", timeout=5).json()["held"]
+        return held
+
 
 @contextlib.contextmanager
 def acme_backend(workdir: Path) -> Iterator[Backend]:

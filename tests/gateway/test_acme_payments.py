@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import select
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +110,21 @@ def refunds_with_key(client: httpx2.Client, key: str) -> list[dict[str, object]]
     response = client.get("/refunds", params={"idempotency_key": key})
     assert response.status_code == 200
     return response.json()["refunds"]
+
+
+def eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Whether `condition` held within `timeout_s`, polled."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP), as /proc says."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def set_chaos(client: httpx2.Client, **state: int) -> None:
@@ -248,6 +265,7 @@ def test_refunds_are_listed_oldest_first_and_can_be_filtered_by_idempotency_key(
 
 def test_a_chaos_post_replaces_the_whole_state_and_is_read_back(client: httpx2.Client) -> None:
     calm = {"drop_responses": 0, "delay_ms": 0, "commit_delay_ms": 0, "fail_after_commit": 0, "hang": 0}
+    calm |= {"freeze": 0}
     assert client.get("/_chaos").json() == calm
 
     posted = client.post("/_chaos", json={"drop_responses": 2, "delay_ms": 50})
@@ -300,6 +318,37 @@ def test_a_delayed_response_times_out_the_client_but_the_refund_committed(client
 
     assert len(refunds_with_key(client, "slow")) == 1
     assert client.get("/orders/1001").json()["refunded_total"] == 50.0
+
+
+def test_a_held_refund_is_listed_as_held_until_it_commits(client: httpx2.Client) -> None:
+    set_chaos(client, commit_delay_ms=1500)
+
+    with pytest.raises(httpx2.ReadTimeout):
+        refund(client, key="queued", amount=70, timeout=0.3)
+
+    # Nothing yet: the refund is still in the queue, and says so, while its client is long gone.
+    assert refunds_with_key(client, "queued") == []
+    assert client.get("/_chaos/held").json() == {"held": ["queued"]}
+    assert eventually(lambda: not client.get("/_chaos/held").json()["held"])
+    assert [r["amount"] for r in refunds_with_key(client, "queued")] == [70.0]
+    assert client.get("/_chaos/held").json() == {"held": []}
+
+
+def test_a_frozen_backend_runs_the_refund_once_woken_although_its_client_gave_up(
+    client: httpx2.Client, backend: RunningBackend
+) -> None:
+    set_chaos(client, freeze=1)
+
+    with pytest.raises(httpx2.ReadTimeout):
+        refund(client, key="frozen", amount=80, timeout=0.5)
+    try:
+        assert eventually(lambda: stopped(backend.process.pid))  # by itself, the refund read and not run
+    finally:
+        os.kill(backend.process.pid, signal.SIGCONT)
+
+    assert eventually(lambda: len(refunds_with_key(client, "frozen")) == 1)
+    assert [r["amount"] for r in refunds_with_key(client, "frozen")] == [80.0]
+    assert client.get("/_chaos").json()["freeze"] == 0
 
 
 def test_a_refund_held_before_its_commit_commits_after_the_client_gave_up(client: httpx2.Client) -> None:
