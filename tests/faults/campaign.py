@@ -314,7 +314,7 @@ class Campaign:
                 call = (
                     store.get_call(trial.tool_call_id)
                     if trial.arguments is not None and trial.tool_call_id
-                    else store.find_call_by_key("acme", trial.key)
+                    else store.find_call_by_key("acme", "agent-1", trial.key)
                 )
                 if call is None or call.status not in FINAL:
                     continue
