@@ -91,7 +91,7 @@ def backend(workdir: Path) -> Iterator[Backend]:
         [
             sys.executable,
             "-m",
-            "gateway.demo.acme_payments",
+            "demo.acme_payments" if (_tree / "demo").is_dir() else "gateway.demo.acme_payments",
             "--port",
             str(port),
             "--db",
@@ -184,7 +184,8 @@ class Gateway:
 def _config(
     workdir: Path, *, port: int, backend_url: str, store: str, durable: bool, json_response: bool | None
 ) -> Path:
-    template = Template((_tree / "gateway" / "demo" / "demo.yaml").read_text())
+    demo = _tree / "demo" if (_tree / "demo").is_dir() else _tree / "gateway" / "demo"
+    template = Template((demo / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
     config = yaml.safe_load(
         template.safe_substitute(gateway_port=port, backend_port=backend_port, state_dir=workdir)
@@ -195,7 +196,7 @@ def _config(
         config["server"]["json_response"] = json_response
     config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
     config["privacy"]["salt_file"] = str(workdir / "redaction.salt")
-    if (_tree / "gateway" / "rate_limits.py").exists():
+    if any((_tree / "gateway" / p).exists() for p in ("rate_limits.py", "calls/rate_limits.py")):
         # One principal makes every call, hundreds a second: the benchmark measures the path, not
         # the limit (a tree from before rate limits would refuse the key).
         config["rate_limits"] = {"enabled": False}

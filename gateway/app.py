@@ -36,33 +36,33 @@ from starlette.routing import BaseRoute, Route
 
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
-from gateway import mcp_rounds
-from gateway.actions import Redactor
-from gateway.api import api_routes
-from gateway.api_principals import principal_routes
-from gateway.approvals import Decisions
-from gateway.auth import JwtVerifier, principal_from_claims
-from gateway.bearer import bearer_backend, refused_claims
-from gateway.body_deadline import BodyDeadline
+from gateway.api.principals import principal_routes
+from gateway.api.routes import api_routes
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.auth.tokens import JwtVerifier, principal_from_claims
+from gateway.auth.trust import trusted_issuers
+from gateway.calls.actions import Redactor
+from gateway.calls.approvals import Decisions
+from gateway.calls.faults import FaultPoints
+from gateway.calls.outbox import Notifier
+from gateway.calls.pipeline import CallPipeline
+from gateway.calls.policy_source import policy_provider
+from gateway.calls.rate_limits import RateLimiter
+from gateway.calls.reconcile import ReconcilePolicy, Reconciler
+from gateway.calls.resume import Resumer
+from gateway.calls.workers import Workers, worker_id
 from gateway.config import WritConfig
 from gateway.console import console_routes
 from gateway.console.views import InForce
-from gateway.dev_issuer import DevIssuer
 from gateway.errors import ConfigurationError
-from gateway.faults import FaultPoints
-from gateway.http_bodies import BodyLimit
-from gateway.http_headers import TrimHeaderValues
-from gateway.mcp_server import STATUS_TOOL, build_mcp_server
-from gateway.outbox import Notifier
-from gateway.pipeline import CallPipeline
-from gateway.policy_source import policy_provider
-from gateway.rate_limits import RateLimiter
-from gateway.reconcile import ReconcilePolicy, Reconciler
-from gateway.resume import Resumer
+from gateway.http.bearer import bearer_backend, refused_claims
+from gateway.http.bodies import BodyLimit
+from gateway.http.body_deadline import BodyDeadline
+from gateway.http.headers import TrimHeaderValues
+from gateway.mcp import rounds as mcp_rounds
+from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.startup_errors import StartupErrors
 from gateway.telemetry import Telemetry, build_telemetry
-from gateway.trust import trusted_issuers
-from gateway.workers import Workers, worker_id
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError

@@ -13,11 +13,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.approvals import ApprovalsConfig
+from gateway.calls.approvals import ApprovalsConfig
+from gateway.calls.rate_limits import RateLimitsConfig
+from gateway.calls.validation import MAX_ARGUMENT_BYTES
 from gateway.errors import ConfigurationError
-from gateway.rate_limits import RateLimitsConfig
 from gateway.telemetry import TelemetryConfig
-from gateway.validation import MAX_ARGUMENT_BYTES
 from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
 from store.limits import TENANT_CHARS, refusal
 

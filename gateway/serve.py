@@ -10,7 +10,7 @@ from starlette.types import ASGIApp
 
 from gateway.app import build_app, build_runtime
 from gateway.config import ServerConfig, WritConfig
-from gateway.header_deadline import protocol_class
+from gateway.http.header_deadline import protocol_class
 
 STARTUP_FAILURE = 3
 """The exit status `uvicorn.run` uses when the server did not start."""

@@ -14,10 +14,10 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from gateway.app import build_runtime
-from gateway.auth import ClaimsRejected
+from gateway.auth.tokens import ClaimsRejected
 from gateway.config import WritConfig
 from gateway.errors import AuthenticationError
-from gateway.mcp_server import build_mcp_server
+from gateway.mcp.server import build_mcp_server
 
 
 def serve_stdio(config: WritConfig) -> None:

@@ -1,5 +1,6 @@
 """Imports point down (DESIGN §2): gateway may import the rest; policy only the capability contract;
-capabilities and store import none of ours; store knows nothing of MCP or HTTP."""
+capabilities and store import none of ours; store knows nothing of MCP or HTTP. Inside gateway the
+subpackages are layers too: the call domain knows no face, the faces know no composition root."""
 
 from __future__ import annotations
 
@@ -9,15 +10,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = {"gateway", "capabilities", "policy", "store"}
+OURS = {"gateway", "capabilities", "policy", "store", "demo"}
 
 ALLOWED = {
-    "gateway": {"gateway", "capabilities", "policy", "store"},
+    "demo": {"demo", "gateway", "capabilities", "policy", "store"},
+    # Only gateway.cli imports the demo (to start it): checked with gateway's own layers below.
+    "gateway": {"gateway", "capabilities", "policy", "store", "demo"},
     "policy": {"policy", "capabilities.contract"},
     "capabilities": {"capabilities"},
     "store": {"store"},
 }
 FORBIDDEN_FOREIGN = {"store": {"mcp", "mcp_types", "starlette", "httpx2", "httpx", "uvicorn"}}
+
+# gateway's own layers, lowest first: a module may import its own layer's units and those below it,
+# plus what EXTRA names. A unit is a subpackage (gateway.calls) or a top-level module (gateway.app).
+GATEWAY_LAYERS = [
+    {"gateway.errors", "gateway.secret_files", "gateway.display"},
+    {"gateway.calls"},
+    {"gateway.config", "gateway.telemetry"},
+    {"gateway.auth"},
+    {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console"},
+    {"gateway.app", "gateway.serve", "gateway.stdio", "gateway.startup_errors"},
+    {"gateway.cli"},
+]
+FACES = {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console"}
+EXTRA = {
+    # What a client is told is shaped once, by the MCP face, and shown alike by the API and the console.
+    "gateway.api": {"gateway.mcp.results"},
+    "gateway.console": {"gateway.mcp.results"},
+    # `writ demo` starts the demo, which stands above the gateway it runs.
+    "gateway.cli": {"demo"},
+}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -48,9 +71,51 @@ def violations(package: str, paths: list[Path]) -> list[str]:
     return found
 
 
+def unit_of(module: str) -> str:
+    """The gateway unit a module belongs to: `gateway.calls.pipeline` -> `gateway.calls`."""
+    return ".".join(module.split(".")[:2])
+
+
+def layer_of(unit: str) -> int:
+    return next(i for i, layer in enumerate(GATEWAY_LAYERS) if unit in layer)
+
+
+def gateway_violations(module: str, imported: set[str]) -> list[str]:
+    """Every import of `module` (a gateway module) that reaches up a layer or across faces."""
+    unit = unit_of(module)
+    found = []
+    for name in sorted(imported):
+        if name.split(".")[0] == "demo" and "demo" not in EXTRA.get(unit, set()):
+            found.append(f"{module} imports {name}")
+        if not name.startswith("gateway."):
+            continue
+        target = unit_of(name)
+        if target == unit or any(name == e or name.startswith(e + ".") for e in EXTRA.get(unit, set())):
+            continue
+        if layer_of(target) > layer_of(unit) or (target in FACES and unit in FACES):
+            found.append(f"{module} imports {name}")
+    return found
+
+
+def gateway_module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
 @pytest.mark.parametrize("package", sorted(OURS))
 def test_a_package_imports_only_what_lies_below_it(package: str) -> None:
     assert violations(package, modules(package)) == []
+
+
+def test_every_gateway_module_belongs_to_a_layer() -> None:
+    units = {unit_of(gateway_module(p)) for p in modules("gateway")} - {"gateway"}
+    assert units <= set().union(*GATEWAY_LAYERS)
+
+
+def test_inside_gateway_the_domain_knows_no_face_and_a_face_no_other_face() -> None:
+    found = []
+    for path in modules("gateway"):
+        found += gateway_violations(gateway_module(path), imports_of(path))
+    assert found == []
 
 
 def test_the_layer_check_reports_an_upward_or_foreign_import(tmp_path: Path) -> None:
@@ -58,3 +123,16 @@ def test_the_layer_check_reports_an_upward_or_foreign_import(tmp_path: Path) -> 
     bad.write_text("from gateway.app import build_app\nimport store.model\nimport starlette\n")
     assert sorted(violations("store", [bad])) == ["bad.py imports gateway.app", "bad.py imports starlette"]
     assert sorted(violations("policy", [bad])) == ["bad.py imports gateway.app", "bad.py imports store.model"]
+
+
+def test_the_gateway_check_reports_an_upward_or_sideways_import() -> None:
+    assert gateway_violations("gateway.calls.pipeline", {"gateway.mcp.results", "gateway.errors"}) == [
+        "gateway.calls.pipeline imports gateway.mcp.results"
+    ]
+    assert gateway_violations("gateway.mcp.server", {"gateway.api.routes", "gateway.calls.pipeline"}) == [
+        "gateway.mcp.server imports gateway.api.routes"
+    ]
+    assert gateway_violations("gateway.api.routes", {"gateway.mcp.results", "demo.run"}) == [
+        "gateway.api.routes imports demo.run"
+    ]
+    assert gateway_violations("gateway.cli.main", {"demo.run", "gateway.app"}) == []

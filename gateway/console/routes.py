@@ -17,13 +17,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from gateway.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.auth.oversight import OVERSEER_ROLES, may_read
+from gateway.auth.standing import is_revoked, revoked_text
+from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
 from gateway.console.views import InForce, approval_card, timeline, unresolved_card
 from gateway.display import visible
-from gateway.oversight import OVERSEER_ROLES, may_read
-from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
-from gateway.results import outcome_text
-from gateway.standing import is_revoked, revoked_text
+from gateway.mcp.results import outcome_text
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.store import Store

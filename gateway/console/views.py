@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from capabilities.contract import Capability
-from gateway.actions import contract_hash
-from gateway.results import outcome_text
+from gateway.calls.actions import contract_hash
+from gateway.mcp.results import outcome_text
 from policy.model import Principal
 from store.model import ApprovalView, CallView, StoredEvent
 from store.store import Store

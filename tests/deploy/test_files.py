@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from capabilities.config import parse_config
-from gateway.cli import app
+from gateway.cli.main import app
 from gateway.config import WritConfig, load_config
 from policy.engine import Policy
 from store.db import create_store_engine

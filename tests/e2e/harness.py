@@ -103,7 +103,7 @@ def acme_backend(workdir: Path) -> Iterator[Backend]:
         [
             sys.executable,
             "-m",
-            "gateway.demo.acme_payments",
+            "demo.acme_payments",
             "--port",
             str(port),
             "--db",
@@ -141,7 +141,7 @@ def demo_config(
     required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g.
     `policy_file`); `extra_backends` and `extra_rules` are added to the demo's backends and policy rules.
     """
-    template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
+    template = Template((REPO / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
     config = yaml.safe_load(
         template.safe_substitute(gateway_port=gateway_port, backend_port=backend_port, state_dir=workdir)

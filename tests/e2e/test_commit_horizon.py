@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from playwright.async_api import Browser, expect
 
-from gateway.results import CONTRADICTED, FAILED_BY
+from gateway.mcp.results import CONTRADICTED, FAILED_BY
 from store import Store
 from tests.e2e.harness import Backend, Gateway, writ_gateway
 from tests.e2e.test_console import browser, logged_in

@@ -22,7 +22,7 @@ MODERN = "2026-07-28"
 
 def confirm_overrides() -> dict[str, Any]:
     """The demo's capabilities and policy plus `refund_now`, a refund of class `confirm` for agents."""
-    text = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
+    text = Template((REPO / "demo" / "demo.yaml").read_text())
     demo = yaml.safe_load(text.safe_substitute(gateway_port=0, backend_port=0, state_dir="."))
     refund = next(c for c in demo["capabilities"] if c["tool"] == "refund_order")
     refund_now = {

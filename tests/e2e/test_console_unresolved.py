@@ -24,7 +24,7 @@ ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late del
 
 def capabilities_with_a_lookup_that_never_tells() -> list[dict[str, Any]]:
     """The demo's capabilities, the refund's lookup answered 405 by the backend: always inconclusive."""
-    text = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
+    text = Template((REPO / "demo" / "demo.yaml").read_text())
     config = yaml.safe_load(text.safe_substitute(gateway_port=0, backend_port=0, state_dir="."))
     for capability in config["capabilities"]:
         if capability["id"] == "refund-order":

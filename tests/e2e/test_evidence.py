@@ -50,7 +50,7 @@ CHARGE_CARD = {
 
 
 def demo() -> dict[str, Any]:
-    text = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
+    text = Template((REPO / "demo" / "demo.yaml").read_text())
     return yaml.safe_load(text.safe_substitute(gateway_port=1, backend_port=2, state_dir="/x"))
 
 

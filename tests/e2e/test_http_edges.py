@@ -47,7 +47,7 @@ def test_a_bad_token_gets_401_and_reaches_nothing(
 
 
 def test_a_token_for_another_resource_is_refused(sqlite_gateway: Gateway, tmp_path) -> None:
-    from gateway.dev_issuer import DevIssuer
+    from gateway.auth.dev_issuer import DevIssuer
 
     issuer = DevIssuer.load_or_create(tmp_path / "dev-issuer.jwk", f"{sqlite_gateway.url}/dev-issuer")
     foreign = issuer.mint(subject="alice", audience="https://elsewhere.example/mcp", roles=["agent"])
@@ -55,7 +55,7 @@ def test_a_token_for_another_resource_is_refused(sqlite_gateway: Gateway, tmp_pa
 
 
 def test_an_expired_token_is_refused(sqlite_gateway: Gateway, tmp_path) -> None:
-    from gateway.dev_issuer import DevIssuer
+    from gateway.auth.dev_issuer import DevIssuer
 
     issuer = DevIssuer.load_or_create(tmp_path / "dev-issuer.jwk", f"{sqlite_gateway.url}/dev-issuer")
     expired = issuer.mint(subject="alice", audience=sqlite_gateway.mcp_url, ttl_s=60, now=time.time() - 3600)

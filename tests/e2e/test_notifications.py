@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.outbox import verify
+from gateway.calls.outbox import verify
 from tests.e2e.harness import Backend, Gateway, writ_gateway
 from tests.e2e.test_approvals import request_refund
 

@@ -22,7 +22,7 @@ def refund(amount: float = 20) -> dict[str, object]:
 
 
 def demo_policy() -> dict:
-    text = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
+    text = Template((REPO / "demo" / "demo.yaml").read_text())
     return yaml.safe_load(text.safe_substitute(gateway_port=1, backend_port=2, state_dir="/x"))["policy"]
 
 

@@ -15,7 +15,7 @@ import httpx2
 import pytest
 from joserfc import jws
 
-from gateway.dev_issuer import ALGORITHM, DevIssuer
+from gateway.auth.dev_issuer import ALGORITHM, DevIssuer
 from tests.e2e.harness import Backend, Gateway, writ_gateway
 from tests.e2e.test_http_edges import call_2026
 

@@ -76,7 +76,7 @@ def echo_capability(id: str, backend: str, path: str, effect: str = "read") -> d
 
 
 def overrides(backend: Backend, echo: Echo, oauth: AuthServer, token_file: Path) -> dict[str, Any]:
-    template = Template((REPO / "gateway" / "demo" / "demo.yaml").read_text())
+    template = Template((REPO / "demo" / "demo.yaml").read_text())
     demo = yaml.safe_load(template.safe_substitute(gateway_port=0, backend_port=0, state_dir="."))
     tools = ["record_note", "ledger_refused", "archive_ping", "file_ping"]
     return {

@@ -1,6 +1,6 @@
 """A fault campaign against real processes: acme-payments and `writ serve`, crashed and restarted.
 
-Each round starts a gateway told to die (`os._exit(137)`, via gateway/faults.py) the nth time it
+Each round starts a gateway told to die (`os._exit(137)`, via gateway/calls/faults.py) the nth time it
 reaches one durable boundary of the pipeline. The calls before the crash each meet a backend fault
 (commit-and-drop, late answer, 500 after commit, hang); the nth call meets the crash. The next round
 restarts Writ on the same store, whose workers recover the dead dispatch and reconcile it. At the end
@@ -36,8 +36,8 @@ from typing import Any
 
 import anyio
 
-from gateway.dev_issuer import DevIssuer
-from gateway.faults import CRASH_ENV, POINTS, STOP_ENV
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.calls.faults import CRASH_ENV, POINTS, STOP_ENV
 from store import Store
 from tests.e2e.harness import WRIT, Backend, demo_config, free_port, mcp_client, stop, wait_http
 from tests.faults.plug import Plug, through

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from gateway.faults import POINTS
+from gateway.calls.faults import POINTS
 from tests.e2e.harness import acme_backend, writ
 from tests.faults.campaign import STORE_FAULTS, Campaign, format_table
 from tests.faults.plug import Plug, plugged

@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.dev_issuer import DevIssuer
-from gateway.faults import STOP_ENV
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.calls.faults import STOP_ENV
 from store import CallView, Store
 from tests.e2e.harness import WRIT, Backend, demo_config, free_port, mcp_client, stop, wait_http
 from tests.faults.campaign import ARGS, TIMEOUT_S, WORKERS

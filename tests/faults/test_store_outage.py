@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from gateway.faults import STOP_ENV
+from gateway.calls.faults import STOP_ENV
 from store import Store
 from tests.e2e.harness import Backend, mcp_client
 from tests.faults.campaign import ARGS, stopped

@@ -9,10 +9,10 @@ import anyio
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
-from gateway.actions import Redactor
-from gateway.approvals import DecisionInput, DecisionRefused, Decisions
-from gateway.pipeline import CallPipeline
-from gateway.resume import Resumer
+from gateway.calls.actions import Redactor
+from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.calls.pipeline import CallPipeline
+from gateway.calls.resume import Resumer
 from policy.engine import Policy
 from store.store import Store
 

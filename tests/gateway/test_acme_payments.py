@@ -19,7 +19,7 @@ import httpx2
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.demo.acme_chaos import DROP_SCOPE_KEY, ConnectionDropper
+from demo.acme_chaos import DROP_SCOPE_KEY, ConnectionDropper
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +50,7 @@ def start_backend(db_path: Path, stderr_path: Path) -> RunningBackend:
     """Start acme-payments on a port of its choosing and wait (bounded) for its "listening" line."""
     with stderr_path.open("a") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gateway.demo.acme_payments", "--port", "0", "--db", str(db_path)],
+            [sys.executable, "-m", "demo.acme_payments", "--port", "0", "--db", str(db_path)],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from capabilities.contract import Capability
 from capabilities.registry import Registry
-from gateway.actions import Redactor, action_hash, canonical_json, contract_hash, derived_key, new_id
+from gateway.calls.actions import Redactor, action_hash, canonical_json, contract_hash, derived_key, new_id
 from policy.model import Principal
 
 CAP = Capability(id="refund-order", version="2", tool_name="refund_order", backend="acme", input_schema={})

@@ -7,7 +7,7 @@ import multiprocessing
 import anyio
 import pytest
 
-from gateway.pipeline import CallInput
+from gateway.calls.pipeline import CallInput
 from policy.model import Principal
 from tests.gateway.approval_workers import decide_and_resume, parts
 from tests.store import conftest as store_fixtures

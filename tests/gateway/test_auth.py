@@ -11,11 +11,11 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey
 
-from gateway.auth import JwtVerifier, principal_from_claims
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.auth.issuers import StaticKeys, TrustedIssuer
+from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.config import ClaimMapping
-from gateway.dev_issuer import DevIssuer
 from gateway.errors import AuthenticationError
-from gateway.issuers import StaticKeys, TrustedIssuer
 
 pytestmark = pytest.mark.anyio
 
@@ -190,7 +190,7 @@ async def test_a_verified_token_is_remembered_so_its_signature_is_checked_once(
     issuer: DevIssuer, verifier: JwtVerifier, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counting = _CountingDecode()
-    monkeypatch.setattr("gateway.auth.jwt.decode", counting)
+    monkeypatch.setattr("gateway.auth.tokens.jwt.decode", counting)
     token = issuer.mint(subject="alice", audience=AUD)
     assert await verifier.verify_token(token) is not None
     assert await verifier.verify_token(token) is not None
@@ -201,7 +201,7 @@ async def test_a_remembered_token_is_never_served_past_its_expiry(
     issuer: DevIssuer, verifier: JwtVerifier, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counting = _CountingDecode()
-    monkeypatch.setattr("gateway.auth.jwt.decode", counting)
+    monkeypatch.setattr("gateway.auth.tokens.jwt.decode", counting)
     within_leeway = issuer.mint(subject="alice", audience=AUD, ttl_s=60, now=time.time() - 70)
     assert await verifier.verify_token(within_leeway) is not None
     assert await verifier.verify_token(within_leeway) is not None

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.body_deadline import BodyDeadline
+from gateway.http.body_deadline import BodyDeadline
 
 pytestmark = pytest.mark.anyio
 

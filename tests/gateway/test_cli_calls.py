@@ -11,7 +11,7 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from gateway.app import dev_issuer_for
-from gateway.cli import app
+from gateway.cli.main import app
 from gateway.config import load_config
 from store import OutcomeRecord, Store
 from store.model import StoredEvent

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from gateway.cli import app
+from gateway.cli.main import app
 from gateway.errors import ConfigurationError
 
 RULES = [

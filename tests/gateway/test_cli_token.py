@@ -13,9 +13,9 @@ import yaml
 from typer.testing import CliRunner
 
 from gateway.app import build_runtime
-from gateway.cli import app
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.cli.main import app
 from gateway.config import load_config
-from gateway.dev_issuer import DevIssuer
 
 
 def dev_config(tmp_path: Path) -> str:

@@ -36,7 +36,7 @@ def test_the_commented_example_in_deploy_is_a_valid_configuration() -> None:
 
 
 def test_the_demo_config_is_valid_once_its_ports_are_filled_in(tmp_path: Path) -> None:
-    text = (REPO / "gateway" / "demo" / "demo.yaml").read_text()
+    text = (REPO / "demo" / "demo.yaml").read_text()
     text = text.replace("${gateway_port}", "8080").replace("${backend_port}", "8081")
     path = tmp_path / "demo.yaml"
     path.write_text(text.replace("${state_dir}", str(tmp_path)))

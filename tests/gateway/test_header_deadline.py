@@ -1,6 +1,6 @@
 """The header deadline on uvicorn's own protocol classes (httptools and h11), fed bytes by a fake transport.
 
-These drive the uvicorn internals `gateway.header_deadline` relies on (`connection_made`,
+These drive the uvicorn internals `gateway.http.header_deadline` relies on (`connection_made`,
 `data_received`, `on_response_complete`, `connection_lost`, `cycle.response_complete`): if uvicorn
 renames one, a deadline here stops firing or fires mid-request, and a test below fails.
 """
@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
-from gateway.header_deadline import protocol_class
+from gateway.http.header_deadline import protocol_class
 
 pytestmark = pytest.mark.anyio
 

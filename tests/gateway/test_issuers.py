@@ -12,11 +12,11 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey
 
-from gateway.auth import JwtVerifier, principal_from_claims
+from gateway.auth.issuers import IssuerMetadata, IssuerUnavailable, RemoteKeys, metadata_urls
+from gateway.auth.tokens import JwtVerifier, principal_from_claims
+from gateway.auth.trust import trusted_issuers
 from gateway.config import AuthConfig, ClaimMapping, IssuerConfig
 from gateway.errors import ConfigurationError
-from gateway.issuers import IssuerMetadata, IssuerUnavailable, RemoteKeys, metadata_urls
-from gateway.trust import trusted_issuers
 from tests.gateway.oauth_process import AuthServer, auth_server
 
 pytestmark = pytest.mark.anyio

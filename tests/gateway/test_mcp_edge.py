@@ -10,9 +10,9 @@ from mcp.shared.exceptions import MCPError
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
-from gateway.actions import Redactor
-from gateway.mcp_server import build_mcp_server
-from gateway.pipeline import CallInput, CallPipeline
+from gateway.calls.actions import Redactor
+from gateway.calls.pipeline import CallInput, CallPipeline
+from gateway.mcp.server import build_mcp_server
 from policy.engine import Policy
 from policy.model import Principal
 from store.store import Store

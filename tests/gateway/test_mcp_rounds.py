@@ -8,7 +8,7 @@ import pytest
 from mcp.server.request_state import InvalidRequestState
 
 from gateway.errors import ConfigurationError
-from gateway.mcp_rounds import read_keys, sealing
+from gateway.mcp.rounds import read_keys, sealing
 
 OLD, NEW = b"o" * 40, b"n" * 40
 

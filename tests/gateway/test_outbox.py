@@ -10,8 +10,8 @@ import httpx2
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
-from gateway.approvals import WebhookConfig
-from gateway.outbox import Notifier, backoff, sign, verify
+from gateway.calls.approvals import WebhookConfig
+from gateway.calls.outbox import Notifier, backoff, sign, verify
 from store.model import OutboxMessage
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
-from gateway.actions import Redactor
+from gateway.calls.actions import Redactor
+from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.errors import UnknownTool
-from gateway.pipeline import CallInput, CallPipeline
 from policy.engine import Policy
 from policy.model import Principal
 from store.store import Store
@@ -80,7 +80,7 @@ def test_a_tool_name_mcp_clients_may_refuse_is_warned_about_at_start(
     registry = Registry({"fake": executor}, [REFUND, odd])
     p = CallPipeline(store=store, registry=registry, policy=lambda: POLICY, redactor=Redactor(b"salt"))
 
-    with caplog.at_level(logging.WARNING, logger="gateway.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="gateway.calls.pipeline"):
         p.prepare()
 
     (warning,) = caplog.records

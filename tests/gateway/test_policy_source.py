@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gateway.calls.policy_source import WatchedPolicyFile, policy_provider
+from gateway.cli.policy_check import check_policy
 from gateway.config import WritConfig, load_config
 from gateway.errors import UnknownTool
-from gateway.policy_check import check_policy
-from gateway.policy_source import WatchedPolicyFile, policy_provider
 from policy.model import PolicyError
 
 ALLOW = {
@@ -83,7 +83,7 @@ def test_an_invalid_new_file_is_logged_once_and_the_old_policy_stays(
     source = WatchedPolicyFile(path, interval_s=1.0, clock=clock)
     version = source().version
     write(path, "rules: [{id: broken, tools: [x], decision: allow, when: 'args.amount >'}]", bump=1)
-    with caplog.at_level(logging.ERROR, logger="gateway.policy_source"):
+    with caplog.at_level(logging.ERROR, logger="gateway.calls.policy_source"):
         for step in range(1, 4):
             clock.now = step * 1.5
             assert source().version == version
@@ -101,7 +101,7 @@ def test_a_deleted_file_keeps_the_policy_in_force(tmp_path: Path, caplog: pytest
     version = source().version
     path.unlink()
     clock.now = 2
-    with caplog.at_level(logging.ERROR, logger="gateway.policy_source"):
+    with caplog.at_level(logging.ERROR, logger="gateway.calls.policy_source"):
         assert source().version == version
     assert "cannot read policy file" in caplog.text
 
@@ -117,7 +117,7 @@ def test_inline_rules_and_a_policy_file_together_are_refused() -> None:
 
 
 def config_with_demo_capabilities(tmp_path: Path) -> WritConfig:
-    text = (Path(__file__).parents[2] / "gateway" / "demo" / "demo.yaml").read_text()
+    text = (Path(__file__).parents[2] / "demo" / "demo.yaml").read_text()
     for name, value in {"gateway_port": "8080", "backend_port": "8081", "state_dir": str(tmp_path)}.items():
         text = text.replace("${" + name + "}", value)
     config = yaml.safe_load(text)

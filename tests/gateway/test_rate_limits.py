@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from capabilities.fake import fake_capability
+from gateway.calls.rate_limits import RateLimiter, RateLimitsConfig
 from gateway.config import load_config
 from gateway.errors import ConfigurationError
-from gateway.rate_limits import RateLimiter, RateLimitsConfig
 from policy.model import Principal
 
 

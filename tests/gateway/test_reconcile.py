@@ -15,11 +15,11 @@ from capabilities.contract import Invocation, ReconcileResult
 from capabilities.fake import FakeExecutor, completed, failed, fake_capability, unknown
 from capabilities.registry import Registry
 from capabilities.results import json_result
-from gateway.actions import Redactor
-from gateway.pipeline import CallInput, CallPipeline, CallReport
-from gateway.reconcile import ReconcilePolicy, Reconciler
-from gateway.results import CONTRADICTED, FAILED_BY, NEXT, shape_call, status_document
-from gateway.workers import Workers
+from gateway.calls.actions import Redactor
+from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
+from gateway.calls.reconcile import ReconcilePolicy, Reconciler
+from gateway.calls.workers import Workers
+from gateway.mcp.results import CONTRADICTED, FAILED_BY, NEXT, shape_call, status_document
 from policy.engine import Policy
 from policy.model import Principal
 from store.events import format_ts

@@ -13,10 +13,10 @@ import sqlalchemy as sa
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
-from gateway.actions import Redactor
-from gateway.approvals import DecisionInput, DecisionRefused, Decisions
-from gateway.pipeline import CallInput, CallPipeline
-from gateway.resume import Resumer
+from gateway.calls.actions import Redactor
+from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.calls.pipeline import CallInput, CallPipeline
+from gateway.calls.resume import Resumer
 from policy.engine import Policy
 from policy.model import Principal
 from store.schema import held_arguments

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.actions import Redactor
-from gateway.dev_issuer import DevIssuer
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.calls.actions import Redactor
 from gateway.errors import ConfigurationError
 from gateway.secret_files import create_once
 

@@ -8,7 +8,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import ServerConfig
-from gateway.header_deadline import protocol_class
+from gateway.http.header_deadline import protocol_class
 from gateway.serve import uvicorn_config
 
 

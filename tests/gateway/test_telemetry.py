@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
-from gateway.actions import Redactor
-from gateway.mcp_server import build_mcp_server
-from gateway.pipeline import CallPipeline
-from gateway.rate_limits import RateLimiter, RateLimitsConfig
+from gateway.calls.actions import Redactor
+from gateway.calls.pipeline import CallPipeline
+from gateway.calls.rate_limits import RateLimiter, RateLimitsConfig
+from gateway.mcp.server import build_mcp_server
 from gateway.telemetry import Telemetry, TelemetryConfig, build_telemetry
 from policy.engine import Policy
 from policy.model import Principal

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from capabilities.contract import Capability
-from gateway.validation import MAX_ERROR_CHARS, MAX_ERRORS, InputSchemas
+from gateway.calls.validation import MAX_ERROR_CHARS, MAX_ERRORS, InputSchemas
 
 SCHEMA = {
     "type": "object",

@@ -17,13 +17,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
-from gateway import mcp_rounds as rounds
+from gateway.auth.oversight import may_read
+from gateway.auth.standing import REVOKED, is_revoked, revoked_text
+from gateway.calls.pipeline import CallInput, CallPipeline, ConfirmInput
+from gateway.calls.rate_limits import RateLimited
 from gateway.errors import ConfirmationRefused, UnknownTool
-from gateway.oversight import may_read
-from gateway.pipeline import CallInput, CallPipeline, ConfirmInput
-from gateway.rate_limits import RateLimited
-from gateway.results import rate_limited, shape_call, shape_report, status_document
-from gateway.standing import REVOKED, is_revoked, revoked_text
+from gateway.mcp import rounds
+from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
 from store.limits import CLIENT_ID_CHARS
 from store.model import CallView, NotFound, StaleLease, Unavailable
@@ -117,7 +117,7 @@ def build_mcp_server(
             return await _call_tool(ctx, params)
         except Unavailable as exc:
             # Raised before anything was sent: once a call is dispatched, a store that goes away
-            # makes its answer `result_unknown` instead (gateway.dispatch).
+            # makes its answer `result_unknown` instead (gateway.calls.dispatch).
             logger.error("tools/call %s: the store is unavailable: %s", params.name, exc)
             message = STATUS_UNAVAILABLE if params.name == STATUS_TOOL else STORE_UNAVAILABLE
             raise MCPError(INTERNAL_ERROR, message) from exc

@@ -31,7 +31,7 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult
-from gateway.pipeline import CallPipeline, RegistryLike
+from gateway.calls.pipeline import CallPipeline, RegistryLike
 from store.events import format_ts
 from store.model import CallView, StaleLease
 from store.store import Store

@@ -16,7 +16,7 @@ from datetime import datetime
 import anyio
 import anyio.to_thread
 
-from gateway.reconcile import Reconciler
+from gateway.calls.reconcile import Reconciler
 from store.store import Store
 
 logger = logging.getLogger(__name__)

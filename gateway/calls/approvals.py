@@ -1,7 +1,7 @@
 """Deciding approvals: one control command shared by the API, the console and the CLI.
 
 A decision only appends `approval.granted` or `approval.rejected`; it never executes anything. The
-runtime's resume worker (`gateway/resume.py`) picks up approved calls, re-authorizes and dispatches
+runtime's resume worker (`gateway/calls/resume.py`) picks up approved calls, re-authorizes and dispatches
 them. Every refusal has a stable code, so each face can say exactly why.
 """
 

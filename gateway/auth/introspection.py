@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx2
 
-from gateway.issuers import Clock, HttpFactory, IssuerUnavailable
+from gateway.auth.issuers import Clock, HttpFactory, IssuerUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ Endpoints:
     GET  /_chaos, POST /_chaos         read or replace the in-memory fault injection state
     GET  /_chaos/held                  {"held": [K, ...]}: keys of refunds read, not yet run or refused
 
-Run: python -m gateway.demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1]
+Run: python -m demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1]
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from gateway.demo.acme_chaos import DROP_SCOPE_KEY, ChaosState, ConnectionDropper
-from gateway.demo.acme_store import (
+from demo.acme_chaos import DROP_SCOPE_KEY, ChaosState, ConnectionDropper
+from demo.acme_store import (
     Order,
     OrderNotFound,
     PaymentsError,
@@ -262,7 +262,7 @@ async def serve(app: ASGIApp, host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m gateway.demo.acme_payments",
+        prog="python -m demo.acme_payments",
         description="acme-payments, the demo payments backend of `writ demo`",
     )
     parser.add_argument("--host", default="127.0.0.1")

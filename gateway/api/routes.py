@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.approvals import DecisionInput, DecisionRefused, Decisions
-from gateway.oversight import OVERSEER_ROLES, may_read
-from gateway.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
-from gateway.results import status_document
-from gateway.run_ids import scoped_run_id
-from gateway.standing import REVOKED, is_revoked, revoked_text
+from gateway.auth.oversight import OVERSEER_ROLES, may_read
+from gateway.auth.standing import REVOKED, is_revoked, revoked_text
+from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
+from gateway.calls.run_ids import scoped_run_id
+from gateway.mcp.results import status_document
 from policy.model import Principal
 from store.model import StoredEvent
 from store.store import Store

@@ -18,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
-from gateway.faults import NO_FAULTS, FaultPoints
+from gateway.calls.faults import NO_FAULTS, FaultPoints
 from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
 from store.store import Store
 

@@ -10,7 +10,7 @@ disarmed as soon as the next request's headers are in, and if it fires first the
 with a 408 when the client had begun a request (an idle one is closed silently: a client that reuses
 it would otherwise read the 408 as the answer to its next request).
 
-The body is bounded by `gateway.body_deadline`, in the application, where a timeout can be answered.
+The body is bounded by `gateway.http.body_deadline`, in the application, where a timeout can be answered.
 
 Of uvicorn's internals this uses only `connection_made`, `data_received`, `connection_lost`,
 `on_response_complete`, `loop`, `transport` and `cycle.response_complete` (the request whose headers

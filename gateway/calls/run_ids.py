@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from gateway.actions import canonical_json
+from gateway.calls.actions import canonical_json
 from policy.model import Principal
 
 

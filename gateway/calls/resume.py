@@ -19,8 +19,8 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability
-from gateway.actions import action_hash, contract_hash
-from gateway.pipeline import CallPipeline
+from gateway.calls.actions import action_hash, contract_hash
+from gateway.calls.pipeline import CallPipeline
 from policy.model import CallContext, PolicyInput, Principal
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.store import Store

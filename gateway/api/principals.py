@@ -3,7 +3,7 @@ tenant, role admin, the caller in good standing.
 
 Each is an event (`principal.revoked`, `principal.restored`). While revoked, every power of the subject
 is refused: calls and approved-but-not-run calls with reason `principal_revoked`, and every read or
-decision on every face (`gateway.standing`). A restore gives back what the token grants, no more.
+decision on every face (`gateway.auth.standing`). A restore gives back what the token grants, no more.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api import _error, guard
+from gateway.api.routes import _error, guard
 from policy.model import Principal
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import NotFound

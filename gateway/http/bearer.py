@@ -17,7 +17,7 @@ from starlette.authentication import AuthenticationError
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 
-from gateway.auth import ClaimsRejected, JwtVerifier
+from gateway.auth.tokens import ClaimsRejected, JwtVerifier
 
 INVALID_CLAIMS = "invalid_token"
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from capabilities.contract import Capability
-from gateway.dispatch import OUTCOME_NOT_RECORDED
-from gateway.pipeline import CallReport
+from gateway.calls.dispatch import OUTCOME_NOT_RECORDED
+from gateway.calls.pipeline import CallReport
 from store.model import CallView
 
 NEXT = {

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gateway.cli_authority import (
+from gateway.cli.authority import (
     AsOption,
     BreakGlassOption,
     Refused,
@@ -55,7 +55,7 @@ def policy_check(
     config: _ConfigOption = None,
 ) -> None:
     """Print the decision for one concrete call, its reason, the policy version and the deciding rule."""
-    from gateway.policy_check import check_policy
+    from gateway.cli.policy_check import check_policy
 
     try:
         arguments = json.loads(args)

@@ -18,13 +18,13 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability, Executor
-from gateway.actions import Redactor, action_hash, contract_hash, derived_key, new_id
-from gateway.dispatch import Dispatcher
+from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
+from gateway.calls.dispatch import Dispatcher
+from gateway.calls.faults import NO_FAULTS, FaultPoints
+from gateway.calls.rate_limits import RateLimiter
+from gateway.calls.run_ids import scoped_run_id
+from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
 from gateway.errors import ConfirmationRefused, UnknownTool
-from gateway.faults import NO_FAULTS, FaultPoints
-from gateway.rate_limits import RateLimiter
-from gateway.run_ids import scoped_run_id
-from gateway.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
-from gateway.cli_authority import (
+from gateway.cli.authority import (
     AsOption,
     Authority,
     BreakGlassOption,
@@ -21,7 +21,7 @@ from gateway.cli_authority import (
     authority,
     check_standing,
 )
-from gateway.cli_identity import policy_app, principals_app
+from gateway.cli.identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
 from gateway.errors import GatewayError
@@ -92,7 +92,7 @@ def demo(
     backend_port: Annotated[int, typer.Option(help="Port of the acme-payments demo backend.")] = 8081,
 ) -> None:
     """Run Writ with a demo payments backend, all state under ./.writ/."""
-    from gateway.demo.run import run_demo
+    from demo.run import run_demo
 
     run_demo(port=port, backend_port=backend_port)
 
@@ -200,7 +200,7 @@ def audit_export(config: ConfigOption = None) -> None:
 @calls_app.command("show")
 def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
     """Show one call's state and its events."""
-    from gateway.results import status_document
+    from gateway.mcp.results import status_document
 
     with _store(config) as store:
         call = store.get_call(tool_call_id)
@@ -262,7 +262,7 @@ def calls_resolve(
     """Settle a call whose outcome is unknown, with your evidence; recorded with who decided it."""
     from datetime import UTC, datetime
 
-    from gateway.resolutions import ResolutionInput, ResolutionRefused, resolve_call
+    from gateway.calls.resolutions import ResolutionInput, ResolutionRefused, resolve_call
     from store.model import NotFound, StaleLease, StoreError
 
     if outcome not in ("succeeded", "failed"):
@@ -402,7 +402,7 @@ def _decide(
     from dataclasses import asdict
     from datetime import UTC, datetime
 
-    from gateway.approvals import DecisionInput, DecisionRefused, Decisions
+    from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
 
     cfg = _config(config)
     who = _authority(cfg, token=token, break_glass=break_glass, reason=reason, impersonated=as_)

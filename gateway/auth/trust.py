@@ -10,11 +10,9 @@ import httpx2
 
 from capabilities.contract import ConfigError
 from capabilities.credentials import read_secret
-from gateway.config import AuthConfig, IssuerConfig
-from gateway.dev_issuer import DevIssuer
-from gateway.errors import ConfigurationError
-from gateway.introspection import Introspector
-from gateway.issuers import (
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.auth.introspection import Introspector
+from gateway.auth.issuers import (
     HttpFactory,
     IssuerMetadata,
     IssuerUnavailable,
@@ -22,6 +20,8 @@ from gateway.issuers import (
     StaticKeys,
     TrustedIssuer,
 )
+from gateway.config import AuthConfig, IssuerConfig
+from gateway.errors import ConfigurationError
 
 
 def http_factory(timeout_s: float) -> HttpFactory:

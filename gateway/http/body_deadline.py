@@ -9,7 +9,7 @@ it has not read) and the client gets 408 with `connection: close`: on /mcp a JSO
 SDK answers other bad requests there, elsewhere Writ's API error shape. Once the body is in,
 `receive` is the server's own again (a stream waiting for the client to disconnect is not timed).
 
-The headers are bounded before the application is called, in `gateway.header_deadline`.
+The headers are bounded before the application is called, in `gateway.http.header_deadline`.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any
 
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
+from gateway.calls.policy_source import policy_provider
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError, UnknownTool
-from gateway.policy_source import policy_provider
 from policy.engine import RuleTrace
 from policy.model import CallContext, Decision, PolicyError, PolicyInput, Principal
 

@@ -33,7 +33,7 @@ TENANT = "acme"
 
 def write_demo_config(gateway_port: int, backend_port: int) -> Path:
     """Write ./.writ/demo.yaml for these ports and return its path."""
-    template = Template(resources.files("gateway.demo").joinpath("demo.yaml").read_text())
+    template = Template(resources.files("demo").joinpath("demo.yaml").read_text())
     DEFAULT_STATE_DIR.mkdir(mode=0o700, exist_ok=True)  # it will hold the store, the salt and the key
     DEMO_CONFIG.write_text(
         template.safe_substitute(
@@ -93,7 +93,7 @@ def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]
         [
             sys.executable,
             "-m",
-            "gateway.demo.acme_payments",
+            "demo.acme_payments",
             "--port",
             str(port),
             "--db",

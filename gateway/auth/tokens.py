@@ -14,9 +14,9 @@ from joserfc import jws, jwt
 from joserfc.errors import JoseError
 from mcp.server.auth.provider import AccessToken
 
+from gateway.auth.issuers import IssuerUnavailable, TrustedIssuer
 from gateway.config import ClaimMapping
 from gateway.errors import AuthenticationError
-from gateway.issuers import IssuerUnavailable, TrustedIssuer
 from policy.model import Principal
 from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
+from gateway.auth.standing import is_revoked_now, revoked_text
 from gateway.config import WritConfig
-from gateway.standing import is_revoked_now, revoked_text
 from policy.model import Principal
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def authority(
 
 def _verified(config: WritConfig, token: str) -> tuple[str, Principal]:
     from gateway.app import dev_issuer_for, token_verifier
-    from gateway.auth import principal_from_claims
+    from gateway.auth.tokens import principal_from_claims
 
     if token.lower().startswith("bearer "):
         token = token[7:].strip()

@@ -1,0 +1,1 @@
+"""The HTTP API face: /api routes for calls, approvals, runs and principals."""

@@ -1,0 +1,1 @@
+"""The command line: `writ` and its subcommands."""

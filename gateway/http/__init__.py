@@ -1,0 +1,1 @@
+"""HTTP plumbing under every face: slow-client deadlines, body limits, headers, bearer auth."""
