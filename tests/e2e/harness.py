@@ -41,7 +41,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
+def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
     """Wait until `url` answers 200, failing fast if the process died."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -56,7 +56,7 @@ def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0)
     raise TimeoutError(f"{url} did not answer within {timeout_s}s")
 
 
-def wait_listening(port: int, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
+def wait_listening(port: int, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
     """Wait until something accepts TCP connections on 127.0.0.1:port."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
