@@ -22,7 +22,7 @@ TRANSPORT = inspect.getsource(streamable_http)
 
 @pytest.mark.parametrize("prefix", ANSWERED_UNUSABLY)
 def test_the_sdk_still_words_an_unusable_answer_as_the_executor_reads_it(prefix: str) -> None:
-    assert f'"{prefix}' in TRANSPORT or f'f"{prefix}' in TRANSPORT, prefix
+    assert f'"{prefix}' in TRANSPORT, prefix
 
 
 def test_the_sdk_still_words_a_lost_session_as_the_executor_reads_it() -> None:
