@@ -23,13 +23,13 @@ from typing import TextIO
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import ByteReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import StdioServerParameters
-from mcp.client._transport import TransportStreams
 from mcp.client.stdio import (
-    _WRITER_FLUSH_TIMEOUT,
-    _aclose_all,
+    # Private, and kept: spawning in a kill scope of its own (a process group, a Windows Job Object)
+    # and stopping it as the MCP spec says are a pair; a copy would fork the SDK's kill policy.
     _create_platform_compatible_process,
-    _drain_stdout,
     _get_executable_command,
     _stop_server_process,
     get_default_environment,
@@ -40,6 +40,12 @@ from capabilities.stdio_framing import MessageReader
 
 logger = logging.getLogger(__name__)
 
+WRITER_FLUSH_S = 0.5
+"""How long shutdown lets the writer flush what it holds before the server is stopped (the SDK's)."""
+
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+"""What the transport yields: the read and write streams an `mcp.Client` talks over."""
+
 
 @asynccontextmanager
 async def bounded_stdio_client(
@@ -47,7 +53,7 @@ async def bounded_stdio_client(
     max_message_bytes: int,
     ended: Callable[[], None],
     errlog: TextIO = sys.stderr,
-) -> AsyncGenerator[TransportStreams, None]:
+) -> AsyncGenerator[Streams, None]:
     """Spawn the server and talk to it over stdin/stdout, reading no message past the limit.
 
     Raises:
@@ -99,7 +105,8 @@ async def bounded_stdio_client(
                 ended()  # the server closed its stdout, or its stream was given up
             # Read on and drop the rest, so a server blocked writing can take its stdin's close and
             # exit when the transport shuts down (the SDK's drain; it ends when stdout closes).
-            await _drain_stdout(process)
+            assert process.stdout is not None
+            await _drain(process.stdout)
 
     async def stdin_writer() -> None:
         assert process.stdin is not None
@@ -119,10 +126,11 @@ async def bounded_stdio_client(
         """Stop traffic, let the writer flush, stop the server, release the streams (as the SDK)."""
         read_stream.close()
         write_stream.close()
-        with anyio.move_on_after(_WRITER_FLUSH_TIMEOUT):
+        with anyio.move_on_after(WRITER_FLUSH_S):
             await writer_done.wait()
         await _stop_server_process(process)
-        await _aclose_all(read_stream, write_stream, read_stream_writer, write_stream_reader)
+        for stream in (read_stream, write_stream, read_stream_writer, write_stream_reader):
+            await stream.aclose()
         await anyio.lowlevel.checkpoint()
 
     async with anyio.create_task_group() as tg:
@@ -142,3 +150,13 @@ def _spawn_problem(command: str, cwd: str | Path | None, exc: OSError) -> str:
     if cwd is not None and not Path(cwd).is_dir():
         return f"cwd {str(cwd)!r} is not a directory"
     return f"command {command!r} cannot be started ({exc.strerror or exc})"
+
+
+async def _drain(stdout: ByteReceiveStream) -> None:
+    """Read and drop the rest of stdout until it closes (shielded: shutdown closes it)."""
+    with anyio.CancelScope(shield=True):
+        try:
+            while True:
+                await stdout.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            return

@@ -41,11 +41,16 @@ from capabilities.mcp_session import Session, SessionKeeper
 from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting
 from capabilities.oauth_tokens import TokenSource
 from capabilities.results import failed_outcome, is_json, unanswered_outcome
-from capabilities.stdio_framing import too_large_message
 
 _DETAIL_CHARS = 300
 
-_ANSWERED_UNUSABLY = (
+# The MCP SDK's HTTP transport turns what it could not use of an upstream's answer into a JSON-RPC error
+# with a code (-32700, -32600) that an upstream also sends when it refused a request: no exception type,
+# code or `data` tells the two apart, only the message. Refused is `failed`; an unusable answer to a
+# request that reached the upstream is `unknown`. tests/capabilities/test_mcp_sdk_errors.py fails if
+# the SDK rewords any of these, before an upgrade can turn `unknown` into `failed`.
+
+ANSWERED_UNUSABLY = (
     "Failed to parse JSON response",
     "Failed to parse SSE message",
     "Unexpected content type",
@@ -57,11 +62,13 @@ answered with something that is not a JSON-RPC response (not JSON, another conte
 a redirect it did not follow). Their codes (-32700, -32600) also mean "the server refused the request",
 but here the upstream may have acted."""
 
-_TOO_LARGE_JSON = "Failed to parse JSON response: "
-"""Followed by a `bounded_http.ResponseTooLarge` message when the JSON body passed the limit."""
-_TOO_LARGE_SSE = "SSE stream failed: Server-sent event exceeded the "
-"""How the SDK words an SSE event over its `max_sse_event_size` (set to `max_response_bytes`). Over
-stdio, `bounded_stdio` answers the request itself, with `stdio_framing.too_large_message`."""
+SESSION_TERMINATED = "Session terminated"
+"""How the SDK's HTTP transport words a 404 to a request in a session: the session is opened afresh."""
+
+TOO_LARGE_SSE = "SSE stream failed: Server-sent event exceeded the "
+"""How the SDK words an SSE event over its `max_sse_event_size` (set to `max_response_bytes`). A JSON
+body over the limit is recognised by Writ's own `ResponseTooLarge` text in the parse error; over stdio,
+`bounded_stdio` answers the request itself, with `stdio_framing.too_large_message`."""
 
 
 class McpExecutor:
@@ -263,9 +270,9 @@ class McpExecutor:
         if exc.code == mcp_types.INTERNAL_ERROR:
             # Like an HTTP 500: the handler may have acted before it failed.
             return unanswered_outcome(invocation, read_only, "upstream_internal_error", detail)
-        if exc.message.startswith(_ANSWERED_UNUSABLY):
+        if exc.message.startswith(ANSWERED_UNUSABLY):
             return unanswered_outcome(invocation, read_only, "invalid_response", detail)
-        if exc.message == "Session terminated":
+        if exc.message == SESSION_TERMINATED:
             session.kill()
         return failed_outcome(invocation, f"mcp_error_{abs(exc.code)}", detail)
 
@@ -316,10 +323,11 @@ class McpExecutor:
     def _too_large(self, exc: MCPError) -> bool:
         """Whether the transport failed the request because its answer passed `max_response_bytes`."""
         if exc.code == mcp_types.PARSE_ERROR:
-            if exc.message.startswith(_TOO_LARGE_JSON):
-                return f"({LIMIT_SETTING})" in exc.message
-            return exc.message == too_large_message(self._config.max_response_bytes)
-        return exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_TOO_LARGE_SSE)
+            # Writ's own words, whatever the SDK puts around them: `bounded_http.ResponseTooLarge` (its
+            # text is in the SDK's parse error) or `stdio_framing.too_large_message`. An upstream that
+            # forged them would only turn its own refusal into `unknown`, never an answer into `failed`.
+            return f"({LIMIT_SETTING})" in exc.message
+        return exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(TOO_LARGE_SSE)
 
     def _describe(self, exc: BaseException) -> str:
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:

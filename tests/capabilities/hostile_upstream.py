@@ -33,6 +33,8 @@ TOOLS = [
     "hang",
     "wrong_content_type",
     "accepted_202",
+    "redirect",
+    "bad_sse",
     "pid",
     "answer_then_exit",
     "exact",
@@ -42,7 +44,7 @@ TOOLS = [
     "flood",
     "flood_no_newline",
 ]
-"""`wrong_content_type` and `accepted_202` misbehave over HTTP only (over stdio they never answer); the
+"""`wrong_content_type` to `bad_sse` misbehave over HTTP only (over stdio they never answer); the
 rest, from `pid` on, are for stdio only."""
 
 
@@ -184,6 +186,16 @@ def http_app() -> Any:
             await anyio.sleep(3600)
         if name == "wrong_content_type":
             await Response("<html>done, probably</html>", media_type="text/html")(scope, receive, send)
+            return
+        if name == "redirect":  # to another origin, which the SDK does not follow
+            await Response(status_code=307, headers={"location": "http://elsewhere.invalid/mcp"})(
+                scope, receive, send
+            )
+            return
+        if name == "bad_sse":
+            await Response("event: message\ndata: not JSON {{{\n\n", media_type="text/event-stream")(
+                scope, receive, send
+            )
             return
         lines = answer(message)
         if lines is None:

@@ -47,6 +47,8 @@ OVER_HTTP = {
     "garbage_then_answer": ("unknown", "invalid_response"),  # over HTTP the body is the garbage
     "wrong_content_type": ("unknown", "invalid_response"),
     "accepted_202": ("unknown", "invalid_response"),
+    "redirect": ("unknown", "invalid_response"),  # to another origin: not followed
+    "bad_sse": ("unknown", "invalid_response"),  # an event stream whose event is not JSON-RPC
     "exit": ("unknown", "upstream_internal_error"),  # the ASGI app raised: a 500
     "hang": ("unknown", "response_timeout"),
 }

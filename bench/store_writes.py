@@ -1,0 +1,78 @@
+"""The store's hot write path alone: admit an allowed call, then record its outcome, on SQLite and PostgreSQL.
+
+    python bench/store_writes.py [--calls 2000] [--rounds 5] [--stores sqlite,postgres] [--tree DIR]
+
+No gateway, no network, no MCP: each write is one `Store.admit` (intent, decision, key claimed,
+dispatching) and one `Store.record_outcome` (completed), as the pipeline runs them for a call that
+policy allows. Reports, per store, the median over rounds of the wall time and the CPU time
+(`time.process_time`, this process only: for PostgreSQL the server's own CPU is not in it) per write.
+`--tree DIR` imports the store from another source tree (e.g. `git archive <commit> | tar -x -C DIR`),
+so two commits can be compared on the same machine, one after the other. The load average is printed,
+since 2 shared cores move these figures more than most changes do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def run(url: str, calls: int, rounds: int) -> tuple[float, float]:
+    """Median wall and CPU microseconds per write (admit + record outcome) over `rounds`."""
+    from store import OutcomeRecord, Store
+    from tests.store.builders import call_request, new_id
+
+    walls: list[float] = []
+    cpus: list[float] = []
+    with Store.open(url) as store:
+        store.migrate()
+        for _ in range(rounds + 1):  # the first round warms up the pool and the compiled statements
+            requests = [call_request(idempotency_key=new_id("key")) for _ in range(calls)]
+            wall, cpu = time.perf_counter(), time.process_time()
+            for req in requests:
+                admission = store.admit(req)
+                token = admission.call.lease_token
+                store.record_outcome(
+                    req.tool_call_id, OutcomeRecord(kind="completed"), token=token, now=req.now
+                )
+            walls.append((time.perf_counter() - wall) / calls * 1e6)
+            cpus.append((time.process_time() - cpu) / calls * 1e6)
+    return statistics.median(walls[1:]), statistics.median(cpus[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--tree", type=Path, default=None, help="import store/ from this source tree")
+    args = parser.parse_args()
+    tree = (args.tree or HERE).resolve()
+    sys.path.insert(0, str(HERE))  # tests.store.builders, from this tree
+    sys.path.insert(0, str(tree))
+    print(f"tree {tree}  load average {os.getloadavg()[0]:.2f} at start")
+    for name in args.stores.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            if name == "sqlite":
+                wall, cpu = run(f"sqlite:///{tmp}/writ.db", args.calls, args.rounds)
+            else:
+                from tests.postgres import fresh_schema
+
+                with fresh_schema(POSTGRES_URL) as url:
+                    wall, cpu = run(url, args.calls, args.rounds)
+        print(f"{name:9} {wall:8.0f} µs/write wall  {cpu:8.0f} µs/write CPU (this process)")
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+
+
+if __name__ == "__main__":
+    main()
