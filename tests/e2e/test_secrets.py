@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from tests.e2e.harness import REPO, Backend, Gateway, free_port, stop, wait_http, writ_gateway
-from tests.gateway.oauth_process import AuthServer, auth_server
-from tests.gateway.oauth_server import CLIENTS
+from tests.gateway.auth.oauth_process import AuthServer, auth_server
+from tests.gateway.auth.oauth_server import CLIENTS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
