@@ -61,6 +61,7 @@ def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(900)  # the official suite, once per protocol version
 def test_every_conformance_check_passes_on_both_protocols_except_the_listed_expected_failures(
     suite: Suite, conformance_gateway: Gateway, tmp_path: Path
 ) -> None:
