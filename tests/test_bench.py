@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
 
+@pytest.mark.timeout(900)  # the benchmark runs up to 600 s, and a store suite before it
 def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     command = [sys.executable, "bench/run.py", "--calls", "5", "--warmup", "2", "--concurrency", "2"]

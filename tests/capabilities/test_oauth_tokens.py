@@ -21,8 +21,8 @@ from capabilities.oauth_tokens import ClientCredentialsTokens
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
 from tests.capabilities.servers import ServerState, free_port
-from tests.gateway.oauth_process import AuthServer, auth_server
-from tests.gateway.oauth_server import CLIENTS
+from tests.gateway.auth.oauth_process import AuthServer, auth_server
+from tests.gateway.auth.oauth_server import CLIENTS
 
 pytestmark = pytest.mark.anyio
 

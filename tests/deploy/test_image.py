@@ -198,6 +198,7 @@ def _adapted_config(image: Image, *, port: int, store_url: str, backend_url: str
     return yaml.safe_dump(config, sort_keys=False)
 
 
+@pytest.mark.timeout(1200)  # pip installs the image from its context: several steps of up to 300 s
 async def test_the_image_installs_from_its_context_and_serves_compose_config_on_postgres(
     tmp_path: Path, pg_schema_url: str
 ) -> None:

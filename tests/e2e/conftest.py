@@ -17,7 +17,7 @@ def backend(tmp_path: Path) -> Iterator[Backend]:
         yield b
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path, postgres_url: str) -> Iterator[str]:
     """A fresh store: a SQLite file, or a PostgreSQL schema of its own (dropped afterwards)."""
     if request.param == "sqlite":

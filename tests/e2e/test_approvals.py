@@ -9,11 +9,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 
 from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -42,16 +42,15 @@ async def settled(
     gateway: Gateway, tool_call_id: str, token: str, *, timeout_s: float = 20
 ) -> dict[str, Any]:
     """The call's state once it is no longer approved or dispatching (bounded wait)."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            body = httpx2.get(
-                f"{gateway.url}/api/calls/{tool_call_id}",
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=10,
-            ).json()
-            if body["status"] not in ("approval_pending", "approved", "dispatching"):
-                return body
-            await anyio.sleep(0.1)
+    return await eventually(
+        lambda: httpx2.get(
+            f"{gateway.url}/api/calls/{tool_call_id}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        ).json(),
+        lambda body: body["status"] not in ("approval_pending", "approved", "dispatching"),
+        within_s=timeout_s,
+    )
 
 
 async def test_an_approver_approves_over_the_api_and_the_call_runs_once_and_reports_its_result(

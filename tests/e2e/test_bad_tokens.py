@@ -16,7 +16,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey
 
 from tests.e2e.harness import Backend, Gateway, writ_gateway
-from tests.gateway.oauth_process import AuthServer, auth_server
+from tests.gateway.auth.oauth_process import AuthServer, auth_server
 
 pytestmark = [pytest.mark.e2e]
 

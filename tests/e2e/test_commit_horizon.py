@@ -8,7 +8,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from playwright.async_api import Browser, expect
@@ -18,6 +17,7 @@ from gateway.mcp.results import CONTRADICTED, FAILED_BY
 from store import Store
 from tests.e2e.harness import Backend, Gateway, writ_gateway
 from tests.e2e.test_console import browser, logged_in
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -45,12 +45,12 @@ def slow_gateway(tmp_path: Path, backend: Backend, store_url: str) -> Iterator[G
 
 
 async def status_until(client: Any, tool_call_id: str, done: Any, limit_s: float = 30) -> dict[str, Any]:
-    with anyio.fail_after(limit_s):
-        while True:
-            status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
-            if done(status.structured_content):
-                return status.structured_content
-            await anyio.sleep(0.1)
+    status = await eventually(
+        lambda: client.call_tool("writ_call_status", {"toolCallId": tool_call_id}),
+        lambda s: done(s.structured_content),
+        within_s=limit_s,
+    )
+    return status.structured_content
 
 
 def store_of(gateway: Gateway) -> Store:

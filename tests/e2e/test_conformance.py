@@ -3,7 +3,7 @@
 The gateway has the demo config plus an upstream MCP server with the suite's content fixtures
 (tests/e2e/conformance_upstream.py), so the suite sees both Writ's own tools and relayed ones. Every
 check either passes or is listed, with its reason, in conformance/expected-failures.yaml. The suite
-comes from npm: `npm ci --prefix conformance` (which .ci/run does).
+comes from npm: `npm ci --prefix conformance` (which scripts/test does).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(900)  # the official suite, once per protocol version
 def test_every_conformance_check_passes_on_both_protocols_except_the_listed_expected_failures(
     suite: Suite, conformance_gateway: Gateway, tmp_path: Path
 ) -> None:

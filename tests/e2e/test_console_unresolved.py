@@ -6,7 +6,6 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-import anyio
 import pytest
 import yaml
 from playwright.async_api import Browser, expect
@@ -14,6 +13,7 @@ from playwright.async_api import Browser, expect
 from store import Store
 from tests.e2e.harness import REPO, Backend, Gateway, writ_gateway
 from tests.e2e.test_console import browser, logged_in
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -52,12 +52,11 @@ async def escalated_call(gateway: Gateway, backend: Backend, key: str) -> str:
         first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": key})
         assert first.structured_content["status"] == "result_unknown"
         tool_call_id = first.meta["writ/toolCallId"]
-        with anyio.fail_after(20):
-            while True:
-                status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
-                if status.structured_content["verification"] == "inconclusive":
-                    return tool_call_id
-                await anyio.sleep(0.2)
+        await eventually(
+            lambda: client.call_tool("writ_call_status", {"toolCallId": tool_call_id}),
+            lambda s: s.structured_content["verification"] == "inconclusive",
+        )
+        return tool_call_id
 
 
 async def test_an_approver_sees_an_escalated_call_with_its_evidence_and_resolves_it_as_succeeded(

@@ -10,7 +10,6 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 import sqlalchemy as sa
@@ -21,6 +20,7 @@ from store import Store
 from store.schema import held_arguments, metadata
 from tests.e2e.harness import REPO, Backend, Gateway, writ_gateway
 from tests.e2e.test_console import browser, logged_in
+from tests.eventually import eventually
 
 __all__ = ["browser"]  # the fixture, shared with the console's own tests
 
@@ -119,12 +119,11 @@ async def request_refund(gateway: Gateway, key: str, amount: float = 250) -> dic
 async def status_once_not(gateway: Gateway, tool_call_id: str, passing: set[str]) -> dict[str, Any]:
     """The call once its status is none of `passing` (bounded wait)."""
     admin = gateway.token("root", roles="admin")
-    with anyio.fail_after(30):
-        while True:
-            body = api(gateway, "GET", f"/api/calls/{tool_call_id}", admin).json()
-            if body["status"] not in passing:
-                return body
-            await anyio.sleep(0.1)
+    return await eventually(
+        lambda: api(gateway, "GET", f"/api/calls/{tool_call_id}", admin).json(),
+        lambda body: body["status"] not in passing,
+        within_s=30,
+    )
 
 
 def events_of(store_url: str, tool_call_id: str) -> dict[str, Any]:
@@ -138,10 +137,12 @@ async def policy_reloaded(gateway: Gateway, rules: dict[str, Any]) -> None:
     (gateway.workdir / "policy.yaml").write_text(yaml.safe_dump(rules))
     # The policy file is looked at when the policy is asked for: listing tools asks.
     async with gateway.client(gateway.token("alice")) as client:
-        with anyio.fail_after(20):
-            while log.read_text().count("policy reloaded from") == before:
-                await client.list_tools()
-                await anyio.sleep(0.2)
+
+        async def reloads() -> int:
+            await client.list_tools()
+            return log.read_text().count("policy reloaded from")
+
+        await eventually(reloads, lambda count: count > before)
 
 
 # -- item 4: no redacted value in clear -----------------------------------------------------------------

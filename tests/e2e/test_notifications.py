@@ -11,12 +11,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from gateway.calls.outbox import verify
 from tests.e2e.harness import Backend, Gateway, writ_gateway
 from tests.e2e.test_approvals import request_refund
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -83,9 +83,7 @@ async def test_a_pending_approval_is_announced_by_a_signed_webhook_retried_until
 ) -> None:
     with receiver(failures=1) as hook, notifying_gateway(tmp_path, backend, hook, monkeypatch) as gateway:
         pending = await request_refund(gateway, "hooked")
-        with anyio.fail_after(20):
-            while "delivered" not in gateway.cli("approvals", "outbox").stdout:
-                await anyio.sleep(0.2)
+        await eventually(lambda: "delivered" in gateway.cli("approvals", "outbox").stdout)
         listing = gateway.cli("approvals", "outbox").stdout
 
     assert "attempts=2" in listing and "error=-" in listing
@@ -116,9 +114,7 @@ async def test_a_webhook_that_keeps_failing_is_visible_and_given_up_after_its_at
         notifying_gateway(tmp_path, backend, hook, monkeypatch, max_attempts=3) as gateway,
     ):
         await request_refund(gateway, "unheard")
-        with anyio.fail_after(20):
-            while "dead" not in gateway.cli("approvals", "outbox").stdout:
-                await anyio.sleep(0.2)
+        await eventually(lambda: "dead" in gateway.cli("approvals", "outbox").stdout)
         listing = gateway.cli("approvals", "outbox", "--status", "dead").stdout
 
     assert "attempts=3" in listing and "error=http 503" in listing

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import httpx2
 import pytest
 
 from store import Store
 from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -17,12 +17,11 @@ ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late del
 
 
 async def settled_status(client, tool_call_id: str) -> dict:
-    with anyio.fail_after(20):
-        while True:
-            status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
-            if status.structured_content["status"] != "result_unknown":
-                return status.structured_content
-            await anyio.sleep(0.2)
+    status = await eventually(
+        lambda: client.call_tool("writ_call_status", {"toolCallId": tool_call_id}),
+        lambda s: s.structured_content["status"] != "result_unknown",
+    )
+    return status.structured_content
 
 
 @pytest.mark.parametrize("fault", ["drop_responses", "fail_after_commit"])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import anyio
 import httpx2
 import pytest
 
 from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_revocation import post, refund
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -28,11 +28,10 @@ async def test_an_approved_call_of_a_revoked_subject_is_refused_with_a_reason(
         == 200
     )
     call_url = f"/api/calls/{pending.structured_content['toolCallId']}"
-    with anyio.fail_after(15):
-        while (call := httpx2.get(gw.url + call_url, headers={"Authorization": f"Bearer {admin}"}).json())[
-            "status"
-        ] not in ("denied", "completed"):
-            await anyio.sleep(0.2)
+    call = await eventually(
+        lambda: httpx2.get(gw.url + call_url, headers={"Authorization": f"Bearer {admin}"}).json(),
+        lambda call: call["status"] in ("denied", "completed"),
+    )
     assert call["status"] == "denied" and call["reason"] == "principal_revoked"
     assert backend.refunds() == []
 

@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from tests.e2e.harness import REPO, Backend, Gateway, free_port, stop, wait_http, writ_gateway
-from tests.gateway.oauth_process import AuthServer, auth_server
-from tests.gateway.oauth_server import CLIENTS
+from tests.eventually import eventually
+from tests.gateway.auth.oauth_process import AuthServer, auth_server
+from tests.gateway.auth.oauth_server import CLIENTS
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -228,8 +229,9 @@ async def test_no_configured_secret_reaches_results_events_api_cli_or_logs_and_n
         assert len(echo.seen()) == sent_before
         oauth.set_token_endpoint(200)
 
-        while not any(r["path"] == "/hooks/writ" for r in echo.seen()):  # the approval's webhook
-            await anyio.sleep(0.1)
+        await eventually(
+            lambda: any(r["path"] == "/hooks/writ" for r in echo.seen())
+        )  # the approval's webhook
         seen = echo.seen()
         auditor = gateway.token("audra", roles="auditor,approver")
         api = httpx2.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {auditor}"}, timeout=10)

@@ -14,6 +14,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import Field, TypeAdapter
 
 from tests.e2e.harness import Backend, Gateway
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -225,8 +226,6 @@ async def test_cancelling_an_approved_task_does_not_undo_it_and_only_the_request
 
     assert answer["resultType"] == "complete"
     assert _approval_of(sqlite_gateway, pending.task_id)()["status"] == "awaiting_approval"
-    with anyio.fail_after(20):
-        while not backend.refunds("task-6"):
-            await anyio.sleep(0.1)
+    await eventually(lambda: backend.refunds("task-6"))
     task = await _send(sqlite_gateway, "alice", GetTaskRequest(params=TaskParams(taskId=approved.task_id)))
     assert task["status"] in ("working", "completed") and len(backend.refunds("task-6")) == 1

@@ -9,12 +9,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 import yaml
 
 from store import Store
 from tests.e2e.harness import WRIT, free_port, mcp_client, stop, wait_http, wait_listening, writ
+from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -121,12 +121,11 @@ async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_thro
                 "add_note", {"text": "late"}, meta={"writ/idempotencyKey": "slow-1"}
             )
             tool_call_id = first.meta["writ/toolCallId"]
-            with anyio.fail_after(30):
-                while True:
-                    status = await client.call_tool("writ_call_status", {"toolCallId": tool_call_id})
-                    if status.structured_content["status"] != "result_unknown":
-                        break
-                    await anyio.sleep(0.2)
+            status = await eventually(
+                lambda: client.call_tool("writ_call_status", {"toolCallId": tool_call_id}),
+                lambda s: s.structured_content["status"] != "result_unknown",
+                within_s=30,
+            )
         shown = writ("calls", "show", tool_call_id, "-c", str(config), cwd=tmp_path).stdout
 
     assert first.structured_content["status"] == "result_unknown"

@@ -22,6 +22,9 @@ from tests.faults.plug import Plug, plugged
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 DEFAULT_TRIALS = 100
+TRIALS = int(os.environ.get("WRIT_FAULT_TRIALS", DEFAULT_TRIALS))
+# A campaign runs as long as its trials (2 to 2.6 s each at load 10): 20 s a trial is only ever a hang.
+CAMPAIGN_TIMEOUT = pytest.mark.timeout(max(600, 20 * TRIALS))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -35,10 +38,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
         yield url, plug
 
 
+@CAMPAIGN_TIMEOUT
 async def test_no_crash_or_backend_fault_duplicates_an_effect_or_loses_an_intent(
     tmp_path: Path, store: tuple[str, Plug | None], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    target = int(os.environ.get("WRIT_FAULT_TRIALS", DEFAULT_TRIALS))
+    target = TRIALS
     store_url, plug = store
     with acme_backend(tmp_path) as backend:
         campaign = Campaign(tmp_path, backend, store_url, plug)

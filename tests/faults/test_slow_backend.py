@@ -20,8 +20,12 @@ from tests.faults.campaign import SLOW_FAULTS, Campaign, explain, format_table
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 DEFAULT_TRIALS = 60
+TRIALS = int(os.environ.get("WRIT_SLOW_TRIALS", DEFAULT_TRIALS))
+# A campaign runs as long as its trials (2 to 2.6 s each at load 10): 20 s a trial is only ever a hang.
+CAMPAIGN_TIMEOUT = pytest.mark.timeout(max(600, 20 * TRIALS))
 
 
+@CAMPAIGN_TIMEOUT
 @pytest.mark.parametrize(
     "replicas",
     [
@@ -37,7 +41,7 @@ async def test_a_backend_slow_before_it_commits_gets_one_effect_and_a_true_verdi
     replicas: int,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    target = int(os.environ.get("WRIT_SLOW_TRIALS", DEFAULT_TRIALS))
+    target = TRIALS
     store_url = request.getfixturevalue("pg_url") if replicas else f"sqlite:///{tmp_path / 'writ.db'}"
     campaign = Campaign(tmp_path, backend, store_url)
     await campaign.run_slow(target, replicas=max(replicas, 1))

@@ -17,7 +17,7 @@ def pg_schema_url(postgres_url: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path_factory.mktemp('store')}/writ.db"

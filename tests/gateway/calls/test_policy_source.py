@@ -117,7 +117,7 @@ def test_inline_rules_and_a_policy_file_together_are_refused() -> None:
 
 
 def config_with_demo_capabilities(tmp_path: Path) -> WritConfig:
-    text = (Path(__file__).parents[2] / "demo" / "demo.yaml").read_text()
+    text = (Path(__file__).parents[3] / "demo" / "demo.yaml").read_text()
     for name, value in {"gateway_port": "8080", "backend_port": "8081", "state_dir": str(tmp_path)}.items():
         text = text.replace("${" + name + "}", value)
     config = yaml.safe_load(text)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from demo.acme_chaos import DROP_SCOPE_KEY, ConnectionDropper
+from tests.eventually import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -110,16 +111,6 @@ def refunds_with_key(client: httpx2.Client, key: str) -> list[dict[str, object]]
     response = client.get("/refunds", params={"idempotency_key": key})
     assert response.status_code == 200
     return response.json()["refunds"]
-
-
-def eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    """Whether `condition` held within `timeout_s`, polled."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def stopped(pid: int) -> bool:
@@ -329,7 +320,7 @@ def test_a_held_refund_is_listed_as_held_until_it_commits(client: httpx2.Client)
     # Nothing yet: the refund is still in the queue, and says so, while its client is long gone.
     assert refunds_with_key(client, "queued") == []
     assert client.get("/_chaos/held").json() == {"held": ["queued"]}
-    assert eventually(lambda: not client.get("/_chaos/held").json()["held"])
+    eventually_sync(lambda: not client.get("/_chaos/held").json()["held"])
     assert [r["amount"] for r in refunds_with_key(client, "queued")] == [70.0]
     assert client.get("/_chaos/held").json() == {"held": []}
 
@@ -342,11 +333,12 @@ def test_a_frozen_backend_runs_the_refund_once_woken_although_its_client_gave_up
     with pytest.raises(httpx2.ReadTimeout):
         refund(client, key="frozen", amount=80, timeout=0.5)
     try:
-        assert eventually(lambda: stopped(backend.process.pid))  # by itself, the refund read and not run
+        # It stops by itself, the refund read and not run.
+        eventually_sync(lambda: stopped(backend.process.pid), within_s=10)
     finally:
         os.kill(backend.process.pid, signal.SIGCONT)
 
-    assert eventually(lambda: len(refunds_with_key(client, "frozen")) == 1)
+    eventually_sync(lambda: len(refunds_with_key(client, "frozen")) == 1)
     assert [r["amount"] for r in refunds_with_key(client, "frozen")] == [80.0]
     assert client.get("/_chaos").json()["freeze"] == 0
 
@@ -358,10 +350,7 @@ def test_a_refund_held_before_its_commit_commits_after_the_client_gave_up(client
         refund(client, key="held", amount=50, timeout=0.5)
     assert refunds_with_key(client, "held") == []  # not yet: a lookup now finds nothing
 
-    deadline = time.monotonic() + 20  # bounded polling, not a speed: it commits on its own
-    while not refunds_with_key(client, "held"):
-        assert time.monotonic() < deadline, "the held refund never committed"
-        time.sleep(0.1)
+    eventually_sync(lambda: refunds_with_key(client, "held"))  # it commits on its own
     assert client.get("/orders/1001").json()["refunded_total"] == 50.0
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.calls.pipeline import CallInput
 from policy.model import Principal
-from tests.gateway.approval_workers import decide_and_resume, parts
+from tests.gateway.calls.approval_workers import decide_and_resume, parts
 from tests.store import conftest as store_fixtures
 
 pg_schema_url = store_fixtures.pg_schema_url  # a throwaway PostgreSQL schema per test

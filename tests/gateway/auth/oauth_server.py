@@ -6,7 +6,7 @@ Test-only endpoints under `/_test/` rotate the keys, take the JWKS down and sign
 the server's own current key (for expired, not-yet-valid, wrong-audience tokens), make the token
 endpoint fail, and count token requests per client (Writ's own backend clients fetch tokens here).
 
-    python -m tests.gateway.oauth_server --port 9000 --audience http://127.0.0.1:8080/mcp
+    python -m tests.gateway.auth.oauth_server --port 9000 --audience http://127.0.0.1:8080/mcp
 """
 
 from __future__ import annotations

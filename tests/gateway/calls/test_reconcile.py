@@ -24,6 +24,7 @@ from policy.engine import Policy
 from policy.model import Principal
 from store.events import format_ts
 from store.store import Store
+from tests.eventually import eventually
 from tests.postgres import fresh_schema
 
 pytestmark = pytest.mark.anyio
@@ -55,7 +56,7 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'writ.db'}"
@@ -369,9 +370,7 @@ async def test_a_success_answered_after_the_call_was_settled_failed_is_recorded_
             reports.append(await pipeline.call(CallInput(ALICE, "slow_refund", {"order_id": "7"})))
 
         tg.start_soon(call)
-        with anyio.fail_after(10):
-            while not executor.invocations:
-                await anyio.sleep(0.01)
+        await eventually(lambda: executor.invocations, within_s=10)
         # The dispatcher is paused past its lease and the horizon: recovered, looked up, not found.
         clock.advance(HORIZON_S + 40)
         executor.reconcile_script.append(ReconcileResult("not_found"))

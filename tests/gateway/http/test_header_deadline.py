@@ -16,6 +16,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from gateway.http.header_deadline import protocol_class
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -145,9 +146,7 @@ async def test_complete_headers_stop_the_deadline_while_the_request_is_served(pa
     transport.protocol.data_received(REQUEST)  # type: ignore[union-attr]
     assert not await closed_within(transport, DEADLINE_S * 3)
     app.release.set()
-    with anyio.fail_after(5):
-        while b"ok" not in transport.written:
-            await anyio.sleep(0.01)
+    await eventually(lambda: b"ok" in transport.written, within_s=5)
     assert bytes(transport.written).startswith(b"HTTP/1.1 200 OK\r\n")
 
 

@@ -17,6 +17,7 @@ from gateway.errors import UnknownTool
 from policy.engine import Policy
 from policy.model import Principal
 from store.store import Store
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -209,14 +210,10 @@ async def test_a_client_that_goes_away_mid_dispatch_still_leaves_the_outcome_rec
     executor.gate = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(pipeline.call, call())
-        with anyio.fail_after(5):
-            while not executor.invocations and not store.list_calls(status="dispatching"):
-                await anyio.sleep(0.01)
+        await eventually(lambda: executor.invocations or store.list_calls(status="dispatching"), within_s=5)
         tg.cancel_scope.cancel()  # the client disconnects while the backend is working
         executor.gate.set()
-    with anyio.fail_after(5):
-        while not store.list_calls(status="completed"):
-            await anyio.sleep(0.01)
+    await eventually(lambda: store.list_calls(status="completed"), within_s=5)
     assert len(executor.invocations) == 1
 
 
@@ -232,9 +229,7 @@ async def test_an_identical_call_while_the_first_is_in_flight_joins_it_and_gets_
     async with anyio.create_task_group() as tg:
         tg.start_soon(one)
         tg.start_soon(one)
-        with anyio.fail_after(5):
-            while len(executor.invocations) < 1:
-                await anyio.sleep(0.01)
+        await eventually(lambda: executor.invocations, within_s=5)
         executor.gate.set()
     assert {r.call.tool_call_id for r in reports} == {reports[0].call.tool_call_id}
     assert {r.call.status for r in reports} == {"completed"}

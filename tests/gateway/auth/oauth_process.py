@@ -1,4 +1,4 @@
-"""Run the test authorization server (`tests/gateway/oauth_server.py`) as a real process and drive it."""
+"""Run the test authorization server (`tests/gateway/auth/oauth_server.py`) as a real process and drive it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import httpx2
 
 from tests.e2e.harness import REPO, free_port, stop, wait_http
-from tests.gateway.oauth_server import CLIENTS
+from tests.gateway.auth.oauth_server import CLIENTS
 
 
 @dataclass
@@ -66,7 +66,15 @@ class AuthServer:
 def auth_server(audience: str, *, port: int | None = None) -> Iterator[AuthServer]:
     port = port or free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.gateway.oauth_server", "--port", str(port), "--audience", audience],
+        [
+            sys.executable,
+            "-m",
+            "tests.gateway.auth.oauth_server",
+            "--port",
+            str(port),
+            "--audience",
+            audience,
+        ],
         cwd=REPO,
     )
     try:

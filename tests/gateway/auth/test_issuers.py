@@ -17,7 +17,7 @@ from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.auth.trust import trusted_issuers
 from gateway.config import AuthConfig, ClaimMapping, IssuerConfig
 from gateway.errors import ConfigurationError
-from tests.gateway.oauth_process import AuthServer, auth_server
+from tests.gateway.auth.oauth_process import AuthServer, auth_server
 
 pytestmark = pytest.mark.anyio
 
