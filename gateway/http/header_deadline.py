@@ -14,7 +14,7 @@ The body is bounded by `gateway.http.body_deadline`, in the application, where a
 
 Of uvicorn's internals this uses only `connection_made`, `data_received`, `connection_lost`,
 `on_response_complete`, `loop`, `transport` and `cycle.response_complete` (the request whose headers
-were parsed last, and whether it was answered); tests/gateway/test_header_deadline.py drives both
+were parsed last, and whether it was answered); tests/gateway/http/test_header_deadline.py drives both
 protocol classes through them, so an upstream rename fails there.
 """
 
