@@ -23,6 +23,7 @@ from gateway.calls.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.calls.rate_limits import RateLimited
 from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.mcp import rounds
+from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
 from store.limits import CLIENT_ID_CHARS
@@ -63,6 +64,7 @@ _STATUS_TOOL = types.Tool(
         "required": ["toolCallId"],
         "additionalProperties": False,
     },
+    output_schema=output_schema(),
     annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
 )
 
@@ -280,7 +282,7 @@ def build_mcp_server(
             return types.CallToolResult.model_validate(
                 {
                     "content": [{"type": "text", "text": f"Refused: {revoked_text(who)}."}],
-                    "structuredContent": {"status": "denied", "reason": REVOKED},
+                    "structuredContent": StatusDocument(status="denied", reason=REVOKED).dump(),
                     "isError": True,
                 }
             )
@@ -303,10 +305,11 @@ def build_mcp_server(
                             "text": f"No tool call {_shown(tool_call_id, 'toolCallId')} is known to Writ.",
                         }
                     ],
-                    "structuredContent": {
-                        "status": "not_found",
-                        **({"toolCallId": tool_call_id} if quotable else {}),
-                    },
+                    "structuredContent": (
+                        StatusDocument(status="not_found", tool_call_id=tool_call_id)
+                        if quotable
+                        else StatusDocument(status="not_found")
+                    ).dump(),
                     "isError": True,
                 }
             )
