@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api.routes import _error, guard
+from gateway.api.guard import Guard, error
 from policy.model import Principal
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import NotFound
@@ -26,6 +26,7 @@ from store.revoking import Revocation
 from store.store import Store
 
 ADMIN_ROLE = "admin"
+ADMINS = frozenset({ADMIN_ROLE})
 
 
 class StandingBody(BaseModel):
@@ -41,26 +42,24 @@ def principal_routes(
     *,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> list[Route]:
-    guarded = guard(store, principal_of, resource_metadata_url)
+    guarded = Guard(store, principal_of, resource_metadata_url)
 
-    async def checked(request: Request, who: Principal, act: str) -> StandingBody | Response:
-        if ADMIN_ROLE not in who.roles:
-            return _error(403, "insufficient_role", f"{act} a principal needs the admin role")
+    async def checked(request: Request) -> StandingBody | Response:
         raw = await request.body()
         try:
             body = StandingBody.model_validate_json(raw or b"{}")
         except ValidationError as exc:
-            return _error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
+            return error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
         subject = request.path_params["subject"]
         # Each was a database error (a 500) on PostgreSQL, where SQLite recorded it: store.limits.
         if (message := refusal("the subject", subject, SUBJECT_CHARS)) is not None:
-            return _error(400, "invalid_request", message)
+            return error(400, "invalid_request", message)
         if (why := text_unfit(body.reason or "")) is not None:
-            return _error(400, "invalid_request", f"the reason {why}")
+            return error(400, "invalid_request", f"the reason {why}")
         return body
 
     async def revoke(request: Request, who: Principal) -> Response:
-        body = await checked(request, who, "Revoking")
+        body = await checked(request)
         if isinstance(body, Response):
             return body
         subject = request.path_params["subject"]
@@ -72,7 +71,7 @@ def principal_routes(
         return JSONResponse(_revocation(revocation))
 
     async def restore(request: Request, who: Principal) -> Response:
-        body = await checked(request, who, "Restoring")
+        body = await checked(request)
         if isinstance(body, Response):
             return body
         subject = request.path_params["subject"]
@@ -84,7 +83,7 @@ def principal_routes(
                 )
             )
         except NotFound as exc:
-            return _error(404, "not_revoked", str(exc))
+            return error(404, "not_revoked", str(exc))
         return JSONResponse(
             {
                 "tenant": lifted.tenant,
@@ -97,8 +96,16 @@ def principal_routes(
         )
 
     return [
-        Route("/api/principals/{subject}/revocation", guarded(revoke), methods=["POST"]),
-        Route("/api/principals/{subject}/revocation", guarded(restore), methods=["DELETE"]),
+        Route(
+            "/api/principals/{subject}/revocation",
+            guarded(revoke, roles=ADMINS, refusal="Revoking a principal needs the admin role"),
+            methods=["POST"],
+        ),
+        Route(
+            "/api/principals/{subject}/revocation",
+            guarded(restore, roles=ADMINS, refusal="Restoring a principal needs the admin role"),
+            methods=["DELETE"],
+        ),
     ]
 
 
