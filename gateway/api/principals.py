@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api.routes import _error, guard
+from gateway.api.guard import Guard, error
 from policy.model import Principal
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import NotFound
@@ -26,6 +26,7 @@ from store.revoking import Revocation
 from store.store import Store
 
 ADMIN_ROLE = "admin"
+ADMINS = frozenset({ADMIN_ROLE})
 
 
 class StandingBody(BaseModel):
@@ -34,57 +35,56 @@ class StandingBody(BaseModel):
     reason: str | None = Field(default=None, max_length=500)
 
 
-def principal_routes(
-    store: Store,
-    principal_of: Callable[[AuthenticatedUser], Principal],
-    resource_metadata_url: str,
-    *,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-) -> list[Route]:
-    guarded = guard(store, principal_of, resource_metadata_url)
+class Principals:
+    """POST and DELETE /api/principals/{subject}/revocation, for admins: one method each."""
 
-    async def checked(request: Request, who: Principal, act: str) -> StandingBody | Response:
-        if ADMIN_ROLE not in who.roles:
-            return _error(403, "insufficient_role", f"{act} a principal needs the admin role")
-        raw = await request.body()
-        try:
-            body = StandingBody.model_validate_json(raw or b"{}")
-        except ValidationError as exc:
-            return _error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
-        subject = request.path_params["subject"]
-        # Each was a database error (a 500) on PostgreSQL, where SQLite recorded it: store.limits.
-        if (message := refusal("the subject", subject, SUBJECT_CHARS)) is not None:
-            return _error(400, "invalid_request", message)
-        if (why := text_unfit(body.reason or "")) is not None:
-            return _error(400, "invalid_request", f"the reason {why}")
-        return body
+    def __init__(self, store: Store, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.clock = clock
 
-    async def revoke(request: Request, who: Principal) -> Response:
-        body = await checked(request, who, "Revoking")
+    def routes(self, guarded: Guard) -> list[Route]:
+        """The routes, each behind `guarded` and needing the admin role."""
+        return [
+            Route(
+                "/api/principals/{subject}/revocation",
+                guarded(self.revoke, roles=ADMINS, refusal="Revoking a principal needs the admin role"),
+                methods=["POST"],
+            ),
+            Route(
+                "/api/principals/{subject}/revocation",
+                guarded(self.restore, roles=ADMINS, refusal="Restoring a principal needs the admin role"),
+                methods=["DELETE"],
+            ),
+        ]
+
+    async def revoke(self, request: Request, who: Principal) -> Response:
+        """Every power of the subject is refused from now on (`principal.revoked`)."""
+        body = await _checked(request)
         if isinstance(body, Response):
             return body
         subject = request.path_params["subject"]
         revocation = await anyio.to_thread.run_sync(
-            lambda: store.revoke_principal(
-                who.tenant, subject, revoked_by=who.subject, reason=body.reason, now=clock()
+            lambda: self.store.revoke_principal(
+                who.tenant, subject, revoked_by=who.subject, reason=body.reason, now=self.clock()
             )
         )
         return JSONResponse(_revocation(revocation))
 
-    async def restore(request: Request, who: Principal) -> Response:
-        body = await checked(request, who, "Restoring")
+    async def restore(self, request: Request, who: Principal) -> Response:
+        """The subject's revocation is lifted (404 `not_revoked` if there is none)."""
+        body = await _checked(request)
         if isinstance(body, Response):
             return body
         subject = request.path_params["subject"]
-        now = clock()
+        now = self.clock()
         try:
             lifted = await anyio.to_thread.run_sync(
-                lambda: store.restore_principal(
+                lambda: self.store.restore_principal(
                     who.tenant, subject, restored_by=who.subject, reason=body.reason, now=now
                 )
             )
         except NotFound as exc:
-            return _error(404, "not_revoked", str(exc))
+            return error(404, "not_revoked", str(exc))
         return JSONResponse(
             {
                 "tenant": lifted.tenant,
@@ -96,10 +96,32 @@ def principal_routes(
             }
         )
 
-    return [
-        Route("/api/principals/{subject}/revocation", guarded(revoke), methods=["POST"]),
-        Route("/api/principals/{subject}/revocation", guarded(restore), methods=["DELETE"]),
-    ]
+
+def principal_routes(
+    store: Store,
+    principal_of: Callable[[AuthenticatedUser], Principal],
+    resource_metadata_url: str,
+    *,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> list[Route]:
+    """The principal standing routes (see `Principals`)."""
+    return Principals(store, clock).routes(Guard(store, principal_of, resource_metadata_url))
+
+
+async def _checked(request: Request) -> StandingBody | Response:
+    """The request's body and subject, or the 400 that refuses them."""
+    raw = await request.body()
+    try:
+        body = StandingBody.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        return error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
+    subject = request.path_params["subject"]
+    # Each was a database error (a 500) on PostgreSQL, where SQLite recorded it: store.limits.
+    if (message := refusal("the subject", subject, SUBJECT_CHARS)) is not None:
+        return error(400, "invalid_request", message)
+    if (why := text_unfit(body.reason or "")) is not None:
+        return error(400, "invalid_request", f"the reason {why}")
+    return body
 
 
 def _revocation(revocation: Revocation) -> dict[str, str | None]:

@@ -45,22 +45,72 @@ REFUSAL_TEXT = {
 }
 
 
-def console_routes(
-    *,
-    store: Store,
-    decisions: Decisions,
-    verify: TokenVerifier,
-    secure_cookies: bool = False,
-    in_force: InForce | None = None,
-) -> list[BaseRoute]:
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    # Every value a page prints, argument or summary or name, shows hidden characters as code points.
-    templates.env.finalize = _shown
+STALE_FORM = "This form is stale or did not come from this console; reload the page and try again."
 
-    def render(request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
+Handler = Callable[[Request, Principal], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class Console:
+    """The console's pages, one method per route; `signed_in` is the one session guard."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        decisions: Decisions,
+        verify: TokenVerifier,
+        secure_cookies: bool = False,
+        in_force: InForce | None = None,
+    ) -> None:
+        self.store = store
+        self.decisions = decisions
+        self.verify = verify
+        self.secure_cookies = secure_cookies
+        self.in_force = in_force
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        # Every value a page prints, argument or summary or name, shows hidden characters as code points.
+        self.templates.env.finalize = _shown
+
+    def routes(self) -> list[BaseRoute]:
+        """The console's routes under /console."""
+        signed_in = self.signed_in
+        return [
+            Route("/console", self.index, methods=["GET"]),
+            Route("/console/login", self.login_form, methods=["GET"]),
+            Route("/console/login", self.login, methods=["POST"]),
+            Route("/console/logout", self.logout, methods=["POST"]),
+            Route("/console/inbox", signed_in(self.inbox), methods=["GET"]),
+            Route("/console/approvals/{approval_id}", signed_in(self.approval), methods=["GET"]),
+            Route("/console/approvals/{approval_id}/decision", signed_in(self.decide), methods=["POST"]),
+            Route("/console/calls/{tool_call_id}", signed_in(self.call), methods=["GET"]),
+            Route("/console/unresolved", signed_in(self.show_unresolved), methods=["GET"]),
+            Route("/console/calls/{tool_call_id}/resolution", signed_in(self.resolve), methods=["POST"]),
+            Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
+        ]
+
+    def signed_in(self, handler: Handler) -> Endpoint:
+        """`handler` for a session in good standing; anyone else goes to the login page."""
+
+        async def endpoint(request: Request) -> Response:
+            who = await self.session(request)
+            return _to_login() if who is None else await handler(request, who)
+
+        return endpoint
+
+    async def session(self, request: Request) -> Principal | None:
+        """The session's principal, None without a session or once the principal is revoked."""
+        # Every page and form asks the store, not only the login: a session opened before a
+        # revocation ends with it (back to the login page, where logging in again says why).
+        token = request.cookies.get(SESSION_COOKIE)
+        who = await self.verify(token) if token else None
+        return None if who is None or await is_revoked(self.store, who) else who
+
+    def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
+        """A page, never cached, framed or posting elsewhere."""
         context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
         context.setdefault("who", None)
-        response = templates.TemplateResponse(request, name, context, status_code=status_code)
+        response = self.templates.TemplateResponse(request, name, context, status_code=status_code)
         response.headers["Cache-Control"] = "no-store"
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["Content-Security-Policy"] = (
@@ -68,88 +118,74 @@ def console_routes(
         )
         return response
 
-    async def session(request: Request) -> Principal | None:
-        # Every page and form asks the store, not only the login: a session opened before a
-        # revocation ends with it (back to the login page, where logging in again says why).
-        token = request.cookies.get(SESSION_COOKIE)
-        who = await verify(token) if token else None
-        return None if who is None or await is_revoked(store, who) else who
+    async def index(self, request: Request) -> Response:
+        """GET /console: the inbox when signed in, else the login page."""
+        return RedirectResponse("/console/inbox" if await self.session(request) else "/console/login", 303)
 
-    def csrf_ok(request: Request, form: Any) -> bool:
-        expected = request.cookies.get(CSRF_COOKIE, "")
-        given = str(form.get("csrf", ""))
-        return bool(expected) and hmac.compare_digest(expected.encode(), given.encode())
+    async def login_form(self, request: Request) -> Response:
+        """GET /console/login."""
+        return self.render(request, "login.html")
 
-    def to_login() -> Response:
-        return RedirectResponse("/console/login", status_code=303)
-
-    async def index(request: Request) -> Response:
-        return RedirectResponse("/console/inbox" if await session(request) else "/console/login", 303)
-
-    async def login_form(request: Request) -> Response:
-        return render(request, "login.html")
-
-    async def login(request: Request) -> Response:
+    async def login(self, request: Request) -> Response:
+        """POST /console/login: a pasted token opens a session."""
         # The login form has no CSRF token (there is no session yet): another site could post its own
         # token here and have the approver's browser work, unknowingly, in that session. Browsers say
         # where a request comes from; one from another site is refused.
         if request.headers.get("sec-fetch-site") == "cross-site":
-            return render(request, "login.html", 403, error="Log in from this page, not from another site.")
+            return self.render(
+                request, "login.html", 403, error="Log in from this page, not from another site."
+            )
         form = await request.form()
         token = str(form.get("token", "")).strip()
         if token.lower().startswith("bearer "):
             token = token[7:].strip()
-        who = await verify(token) if token else None
+        who = await self.verify(token) if token else None
         if who is None:
-            return render(request, "login.html", 401, error="That token did not verify. Paste a valid token.")
-        if await is_revoked(store, who):
-            return render(request, "login.html", 403, error=f"Refused: {revoked_text(who)}.")
+            return self.render(
+                request, "login.html", 401, error="That token did not verify. Paste a valid token."
+            )
+        if await is_revoked(self.store, who):
+            return self.render(request, "login.html", 403, error=f"Refused: {revoked_text(who)}.")
         response = RedirectResponse("/console/inbox", status_code=303)
         for name, value in ((SESSION_COOKIE, token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
             response.set_cookie(
-                name, value, httponly=True, samesite="strict", secure=secure_cookies, path="/console"
+                name, value, httponly=True, samesite="strict", secure=self.secure_cookies, path="/console"
             )
         return response
 
-    async def logout(request: Request) -> Response:
+    async def logout(self, request: Request) -> Response:
+        """POST /console/logout: the session's cookies are dropped."""
         form = await request.form()
-        if not csrf_ok(request, form):
-            return render(request, "message.html", 403, message="The form was stale; log out again.")
-        response = to_login()
+        if not _csrf_ok(request, form):
+            return self.render(request, "message.html", 403, message="The form was stale; log out again.")
+        response = _to_login()
         response.delete_cookie(SESSION_COOKIE, path="/console")
         response.delete_cookie(CSRF_COOKIE, path="/console")
         return response
 
-    async def inbox(request: Request) -> Response:
-        who = await session(request)
-        if who is None:
-            return to_login()
+    async def inbox(self, request: Request, who: Principal) -> Response:
+        """GET /console/inbox: approvals waiting, and the latest decided, for overseers."""
         if not who.roles & OVERSEER_ROLES:
-            return render(
-                request,
-                "message.html",
-                403,
-                who=who,
-                message="The approval inbox needs the approver, auditor or admin role.",
-            )
+            message = "The approval inbox needs the approver, auditor or admin role."
+            return self.render(request, "message.html", 403, who=who, message=message)
         now = datetime.now(UTC)
 
         def load() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            store = self.store
             pending = store.list_approvals(tenant=who.tenant, status="awaiting_approval")
             decided = [a for a in store.list_approvals(tenant=who.tenant) if a.status != "awaiting_approval"]
-            cards = [approval_card(store, a, who, now, in_force) for a in pending]
+            cards = [approval_card(store, a, who, now, self.in_force) for a in pending]
             return cards, [approval_card(store, a, who, now) for a in decided[-20:][::-1]]
 
         pending, decided = await anyio.to_thread.run_sync(load)
-        return render(request, "inbox.html", who=who, pending=pending, decided=decided)
+        return self.render(request, "inbox.html", who=who, pending=pending, decided=decided)
 
-    async def approval(request: Request) -> Response:
-        who = await session(request)
-        if who is None:
-            return to_login()
-        return await show_approval(request, who, request.path_params["approval_id"])
+    async def approval(self, request: Request, who: Principal) -> Response:
+        """GET /console/approvals/{id}: the exact effect an approver decides on."""
+        return await self.show_approval(request, who, request.path_params["approval_id"])
 
     async def show_approval(
+        self,
         request: Request,
         who: Principal,
         approval_id: str,
@@ -157,36 +193,30 @@ def console_routes(
         error: str | None = None,
         status_code: int = 200,
     ) -> Response:
-        found = await anyio.to_thread.run_sync(lambda: store.get_approval(approval_id, tenant=who.tenant))
-        if found is None or not may_read(who, found.requester):
-            return render(request, "message.html", 404, who=who, message="No such approval.")
-        card = await anyio.to_thread.run_sync(
-            lambda: approval_card(store, found, who, datetime.now(UTC), in_force)
+        found = await anyio.to_thread.run_sync(
+            lambda: self.store.get_approval(approval_id, tenant=who.tenant)
         )
-        return render(request, "approval.html", status_code, who=who, card=card, error=error)
+        if found is None or not may_read(who, found.requester):
+            return self.render(request, "message.html", 404, who=who, message="No such approval.")
+        card = await anyio.to_thread.run_sync(
+            lambda: approval_card(self.store, found, who, datetime.now(UTC), self.in_force)
+        )
+        return self.render(request, "approval.html", status_code, who=who, card=card, error=error)
 
-    async def decide(request: Request) -> Response:
-        who = await session(request)
-        if who is None:
-            return to_login()
+    async def decide(self, request: Request, who: Principal) -> Response:
+        """POST /console/approvals/{id}/decision: approve or reject, then the call's timeline."""
         approval_id = request.path_params["approval_id"]
         form = await request.form()
-        if not csrf_ok(request, form):
-            return await show_approval(
-                request,
-                who,
-                approval_id,
-                status_code=403,
-                error="This form is stale or did not come from this console; reload the page and try again.",
-            )
+        if not _csrf_ok(request, form):
+            return await self.show_approval(request, who, approval_id, status_code=403, error=STALE_FORM)
         choice = str(form.get("decision", ""))
         if choice not in ("approve", "reject"):
-            return await show_approval(
+            return await self.show_approval(
                 request, who, approval_id, status_code=400, error="Choose approve or reject."
             )
         reason = str(form.get("reason", "")).strip()[:2000] or None
         try:
-            decided = await decisions.decide(
+            decided = await self.decisions.decide(
                 DecisionInput(
                     approval_id=approval_id,
                     approve=choice == "approve",
@@ -198,55 +228,37 @@ def console_routes(
                 )
             )
         except DecisionRefused as exc:
-            return await show_approval(
-                request,
-                who,
-                approval_id,
-                status_code=exc.http_status,
-                error=f"Refused ({exc.code}): {REFUSAL_TEXT[exc.code]}",
+            error = f"Refused ({exc.code}): {REFUSAL_TEXT[exc.code]}"
+            return await self.show_approval(
+                request, who, approval_id, status_code=exc.http_status, error=error
             )
         return RedirectResponse(f"/console/calls/{decided.tool_call_id}", status_code=303)
 
-    async def unresolved(request: Request) -> Response:
-        who = await session(request)
-        if who is None:
-            return to_login()
-        return await show_unresolved(request, who)
-
     async def show_unresolved(
-        request: Request, who: Principal, *, error: str | None = None, status_code: int = 200
+        self, request: Request, who: Principal, *, error: str | None = None, status_code: int = 200
     ) -> Response:
+        """GET /console/unresolved: calls whose outcome a person must settle, for resolvers."""
         if not who.roles & RESOLVER_ROLES:
-            return render(
-                request,
-                "message.html",
-                403,
-                who=who,
-                message="Resolving calls needs the approver or admin role.",
-            )
+            message = "Resolving calls needs the approver or admin role."
+            return self.render(request, "message.html", 403, who=who, message=message)
 
         def load() -> list[dict[str, Any]]:
-            calls = store.list_calls(tenant=who.tenant, unresolved=True)
-            return [unresolved_card(store, c) for c in calls]
+            calls = self.store.list_calls(tenant=who.tenant, unresolved=True)
+            return [unresolved_card(self.store, c) for c in calls]
 
         cards = await anyio.to_thread.run_sync(load)
-        return render(request, "unresolved.html", status_code, who=who, cards=cards, error=error)
+        return self.render(request, "unresolved.html", status_code, who=who, cards=cards, error=error)
 
-    async def resolve(request: Request) -> Response:
-        who = await session(request)
-        if who is None:
-            return to_login()
+    async def resolve(self, request: Request, who: Principal) -> Response:
+        """POST /console/calls/{id}/resolution: a person records what happened, with evidence."""
         form = await request.form()
-        if not csrf_ok(request, form):
-            return await show_unresolved(
-                request,
-                who,
-                status_code=403,
-                error="This form is stale or did not come from this console; reload the page and try again.",
-            )
+        if not _csrf_ok(request, form):
+            return await self.show_unresolved(request, who, status_code=403, error=STALE_FORM)
         outcome = str(form.get("outcome", ""))
         if outcome not in ("succeeded", "failed"):
-            return await show_unresolved(request, who, status_code=400, error="Choose succeeded or failed.")
+            return await self.show_unresolved(
+                request, who, status_code=400, error="Choose succeeded or failed."
+            )
         resolution = ResolutionInput(
             tool_call_id=request.path_params["tool_call_id"],
             succeeded=outcome == "succeeded",
@@ -257,24 +269,22 @@ def console_routes(
             producer="writ-console",
         )
         try:
-            resolved = await resolve_call(store, resolution, datetime.now(UTC))
+            resolved = await resolve_call(self.store, resolution, datetime.now(UTC))
         except ResolutionRefused as exc:
-            return await show_unresolved(
+            return await self.show_unresolved(
                 request, who, status_code=exc.http_status, error=f"Refused ({exc.code}): {exc}"
             )
         return RedirectResponse(f"/console/calls/{resolved.tool_call_id}", status_code=303)
 
-    async def call(request: Request) -> Response:
-        who = await session(request)
-        if who is None:
-            return to_login()
+    async def call(self, request: Request, who: Principal) -> Response:
+        """GET /console/calls/{id}: a call's timeline and what Writ knows of its effect."""
         tool_call_id = request.path_params["tool_call_id"]
-        found = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
+        found = await anyio.to_thread.run_sync(lambda: self.store.get_call(tool_call_id, tenant=who.tenant))
         if found is None or not may_read(who, found.subject):
-            return render(request, "message.html", 404, who=who, message="No such call.")
-        events = await anyio.to_thread.run_sync(lambda: store.events(tool_call_id=tool_call_id))
+            return self.render(request, "message.html", 404, who=who, message="No such call.")
+        events = await anyio.to_thread.run_sync(lambda: self.store.events(tool_call_id=tool_call_id))
         settled = found.status in TERMINAL_STATUSES or found.escalated
-        return render(
+        return self.render(
             request,
             "call.html",
             who=who,
@@ -284,19 +294,30 @@ def console_routes(
             outcome=outcome_text(found),
         )
 
-    return [
-        Route("/console", index, methods=["GET"]),
-        Route("/console/login", login_form, methods=["GET"]),
-        Route("/console/login", login, methods=["POST"]),
-        Route("/console/logout", logout, methods=["POST"]),
-        Route("/console/inbox", inbox, methods=["GET"]),
-        Route("/console/approvals/{approval_id}", approval, methods=["GET"]),
-        Route("/console/approvals/{approval_id}/decision", decide, methods=["POST"]),
-        Route("/console/calls/{tool_call_id}", call, methods=["GET"]),
-        Route("/console/unresolved", unresolved, methods=["GET"]),
-        Route("/console/calls/{tool_call_id}/resolution", resolve, methods=["POST"]),
-        Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
-    ]
+
+def console_routes(
+    *,
+    store: Store,
+    decisions: Decisions,
+    verify: TokenVerifier,
+    secure_cookies: bool = False,
+    in_force: InForce | None = None,
+) -> list[BaseRoute]:
+    """The console's routes (see `Console`)."""
+    console = Console(
+        store=store, decisions=decisions, verify=verify, secure_cookies=secure_cookies, in_force=in_force
+    )
+    return console.routes()
+
+
+def _to_login() -> Response:
+    return RedirectResponse("/console/login", status_code=303)
+
+
+def _csrf_ok(request: Request, form: Any) -> bool:
+    expected = request.cookies.get(CSRF_COOKIE, "")
+    given = str(form.get("csrf", ""))
+    return bool(expected) and hmac.compare_digest(expected.encode(), given.encode())
 
 
 def _shown(value: Any) -> Any:

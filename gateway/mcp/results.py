@@ -13,6 +13,7 @@ from typing import Any
 from capabilities.contract import Capability
 from gateway.calls.dispatch import OUTCOME_NOT_RECORDED
 from gateway.calls.pipeline import CallReport
+from gateway.mcp.documents import Effect, StatusDocument
 from store.model import CallView
 
 NEXT = {
@@ -78,8 +79,8 @@ def _meta(call: CallView) -> dict[str, Any]:
     }
 
 
-def _effect(call: CallView) -> dict[str, str]:
-    return {"capability": f"{call.capability_id}@{call.capability_version}", "summary": call.summary}
+def _effect(call: CallView) -> Effect:
+    return Effect(capability=f"{call.capability_id}@{call.capability_version}", summary=call.summary)
 
 
 def shape_report(report: CallReport) -> dict[str, Any]:
@@ -90,30 +91,30 @@ def shape_report(report: CallReport) -> dict[str, Any]:
         text = f"Invalid arguments for {report.capability.tool_name}: " + "; ".join(errors)
         return {
             "content": [{"type": "text", "text": text}],
-            "structuredContent": {
-                "status": "denied",
-                "reason": "invalid_arguments",
-                "toolCallId": call.tool_call_id,
-                "errors": errors,
-                "inputSchema": dict(report.capability.input_schema),
-                "next": "Fix the arguments to match the tool's input schema and call again.",
-            },
+            "structuredContent": StatusDocument(
+                status="denied",
+                reason="invalid_arguments",
+                tool_call_id=call.tool_call_id,
+                errors=errors,
+                input_schema=dict(report.capability.input_schema),
+                next="Fix the arguments to match the tool's input schema and call again.",
+            ).dump(),
             "isError": True,
             "_meta": _meta(call),
         }
     if report.kind == "conflict":
         existing = report.existing
-        body = {
-            "status": "denied",
-            "reason": "idempotency_conflict",
-            "toolCallId": call.tool_call_id,
-            "existingToolCallId": existing.tool_call_id if existing else None,
-            "policyVersion": call.policy_version,
-            "next": (
+        body = StatusDocument(
+            status="denied",
+            reason="idempotency_conflict",
+            tool_call_id=call.tool_call_id,
+            existing_tool_call_id=existing.tool_call_id if existing else None,
+            policy_version=call.policy_version,
+            next=(
                 "This idempotency key already names a different action. Use a new key for a new action, "
                 "or re-send the original arguments to get the original call's state."
             ),
-        }
+        ).dump()
         return _status_result(call, body, "Refused: idempotency key reused for a different action.")
     return shape_call(call, report.capability)
 
@@ -123,12 +124,12 @@ def rate_limited(tool_name: str, retry_after_s: float) -> dict[str, Any]:
     # Rounded up, so a client that waits exactly this long is not refused again for a rounding.
     wait = math.ceil(retry_after_s * 1000) / 1000
     text = f"Rate limited: too many calls. Nothing was done; call {tool_name} again in {wait} s."
-    body = {
-        "status": "denied",
-        "reason": "rate_limited",
-        "retryAfterS": wait,
-        "next": f"Nothing was recorded or run. Wait {wait} s before calling again.",
-    }
+    body = StatusDocument(
+        status="denied",
+        reason="rate_limited",
+        retry_after_s=wait,
+        next=f"Nothing was recorded or run. Wait {wait} s before calling again.",
+    ).dump()
     return {"content": [{"type": "text", "text": text}], "structuredContent": body, "isError": False}
 
 
@@ -155,12 +156,9 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
         return {
             "content": content,
             "structuredContent": result.get("structuredContent")
-            or {
-                "status": "failed",
-                "toolCallId": call.tool_call_id,
-                "error": call.error,
-                "next": outcome_text(call),
-            },
+            or StatusDocument(
+                status="failed", tool_call_id=call.tool_call_id, error=call.error, next=outcome_text(call)
+            ).dump(),
             "isError": True,
             "_meta": _meta(call),
         }
@@ -170,32 +168,41 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
 
 def status_document(call: CallView, *, include_result: bool = False) -> dict[str, Any]:
     """The structured state of a call, as `writ_call_status` and non-final results report it."""
-    body: dict[str, Any] = {"status": call.status, "toolCallId": call.tool_call_id}
+    return status_model(call, include_result=include_result).dump()
+
+
+def status_model(call: CallView, *, include_result: bool = False) -> StatusDocument:
+    """The `StatusDocument` of a call's recorded state."""
+    said: dict[str, Any] = {}
     if call.status == "approval_pending":
-        body["approvalId"] = call.approval_id
+        said["approval_id"] = call.approval_id
         if call.approval_expires_at is not None:
-            body["expiresAt"] = call.approval_expires_at.isoformat()
-    body["effect"] = _effect(call)
+            said["expires_at"] = call.approval_expires_at.isoformat()
     if call.status == "denied":
-        body["reason"] = call.reason
-        body["policyVersion"] = call.policy_version
+        said["reason"] = call.reason
+        said["policy_version"] = call.policy_version
     if call.status == "result_unknown":
         # Escalated: reconciliation gave up and a person must settle it (`writ calls resolve`).
-        body["reconciliation"] = "escalated" if call.escalated else "pending"
+        said["reconciliation"] = "escalated" if call.escalated else "pending"
     if call.contradicted:
-        body["reconciliation"] = "contradicted"
-    if call.status in ("failed",) and call.error:
-        body["error"] = call.error
-    body["verification"] = call.verification_status
-    body["createdAt"] = call.created_at.isoformat()
-    body["updatedAt"] = call.updated_at.isoformat()
+        said["reconciliation"] = "contradicted"
+    if call.status == "failed" and call.error:
+        said["error"] = call.error
     if include_result and call.result is not None:
-        body["result"] = dict(call.result)
+        said["result"] = dict(call.result)
     if call.status == "expired" and call.reason == "confirmation_expired":
-        body["next"] = "The user did not confirm in time; nothing was run. Ask the user before trying again."
+        said["next"] = "The user did not confirm in time; nothing was run. Ask the user before trying again."
     elif call.status in NEXT or call.contradicted:
-        body["next"] = outcome_text(call)
-    return body
+        said["next"] = outcome_text(call)
+    return StatusDocument(
+        status=call.status,
+        tool_call_id=call.tool_call_id,
+        effect=_effect(call),
+        verification=call.verification_status,
+        created_at=call.created_at.isoformat(),
+        updated_at=call.updated_at.isoformat(),
+        **said,
+    )
 
 
 def _status_result(call: CallView, body: Mapping[str, Any], text: str) -> dict[str, Any]:

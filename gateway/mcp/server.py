@@ -23,6 +23,7 @@ from gateway.calls.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.calls.rate_limits import RateLimited
 from gateway.errors import ConfirmationRefused, UnknownTool
 from gateway.mcp import rounds
+from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
 from store.limits import CLIENT_ID_CHARS
@@ -63,6 +64,7 @@ _STATUS_TOOL = types.Tool(
         "required": ["toolCallId"],
         "additionalProperties": False,
     },
+    output_schema=output_schema(),
     annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
 )
 
@@ -82,39 +84,59 @@ def _tool(capability: Capability) -> types.Tool:
     )
 
 
-def build_mcp_server(
-    pipeline: CallPipeline,
-    store: Store,
-    principal: PrincipalProvider,
-    *,
-    telemetry: Telemetry | None = None,
-    sealing: RequestStateSecurity | None = None,
-    name: str = "writ",
-) -> Server[Any]:
-    """The low-level MCP server for this gateway; `sealing` protects confirmation rounds' state."""
-    telemetry = telemetry or Telemetry()
+class McpFace:
+    """The MCP face's handlers, one method per request, each readable alone.
 
-    def caller() -> Any:
-        current = principal()
+    `caller` is the one authentication guard (the HTTP edge already refused a request without a
+    token; stdio always has a principal); a principal's standing is asked of the store per request,
+    and each handler answers a revoked principal in its own request's terms.
+    """
+
+    def __init__(
+        self, pipeline: CallPipeline, store: Store, principal: PrincipalProvider, telemetry: Telemetry
+    ) -> None:
+        self.pipeline = pipeline
+        self.store = store
+        self.principal = principal
+        self.telemetry = telemetry
+
+    def caller(self) -> Any:
+        """The current principal.
+
+        Raises:
+            MCPError: the request is unauthenticated.
+        """
+        current = self.principal()
         if current is None:  # the HTTP edge refuses these before they get here; stdio always has one
             raise MCPError(INVALID_PARAMS, "Unauthenticated request")
         return current
 
-    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        who = caller()
+    def input_schema(self, tool: str) -> dict[str, Any] | None:
+        """The input schema the SDK validates a tool's arguments against, None for an unknown tool."""
+        if tool == STATUS_TOOL:
+            return _STATUS_TOOL.input_schema
+        capability = self.pipeline.capability(tool)
+        return dict(capability.input_schema) if capability else None
+
+    async def list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        """tools/list: the tools this caller may call, and `writ_call_status`."""
+        who = self.caller()
         try:
-            revoked = await is_revoked(store, who)
+            revoked = await is_revoked(self.store, who)
         except Unavailable as exc:
             logger.error("tools/list: the store is unavailable: %s", exc)
             raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
         if revoked:  # a revoked principal may call nothing, so nothing is listed to it
             return types.ListToolsResult(tools=[])
-        visible = pipeline.visible_capabilities(who)
+        visible = self.pipeline.visible_capabilities(who)
         return types.ListToolsResult(tools=[*map(_tool, visible), _STATUS_TOOL])
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+        """tools/call, with every error Writ did not mean translated to one that names no detail."""
         try:
-            return await _call_tool(ctx, params)
+            return await self._call_tool(ctx, params)
         except Unavailable as exc:
             # Raised before anything was sent: once a call is dispatched, a store that goes away
             # makes its answer `result_unknown` instead (gateway.calls.dispatch).
@@ -129,17 +151,17 @@ def build_mcp_server(
             logger.exception("tools/call %r failed", params.name)
             raise MCPError(INTERNAL_ERROR, INTERNAL) from exc
 
-    async def _call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
-        who = caller()
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+        who = self.caller()
         if params.name == STATUS_TOOL:
-            return await _call_status(who, params.arguments or {})
+            return await self._call_status(who, params.arguments or {})
         if params.request_state is not None:
-            return await _confirmation_answer(who, params)
+            return await self._confirmation_answer(who, params)
         meta = params.meta or {}
         key, run = _meta_identifier(meta, META_KEY), _meta_identifier(meta, META_RUN)
-        with telemetry.tool_call(params.name, params.arguments or {}) as traced:
+        with self.telemetry.tool_call(params.name, params.arguments or {}) as traced:
             try:
-                report = await pipeline.call(
+                report = await self.pipeline.call(
                     CallInput(
                         principal=who,
                         tool_name=params.name,
@@ -159,10 +181,10 @@ def build_mcp_server(
         if report.call.status == "awaiting_confirmation":
             return rounds.ask_to_confirm(report.call, report.capability.ref)
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
-            return {"resultType": "task", **(await _task(report.call))}
+            return {"resultType": "task", **(await self._task(report.call))}
         return types.CallToolResult.model_validate(shape_report(report))
 
-    async def _confirmation_answer(who: Any, params: types.CallToolRequestParams) -> Any:
+    async def _confirmation_answer(self, who: Any, params: types.CallToolRequestParams) -> Any:
         """The client's retry of a confirmation round: the user's answer, consumed at most once."""
         bound = rounds.read_state(params.request_state or "")
         if bound is None:
@@ -170,15 +192,9 @@ def build_mcp_server(
         tool_call_id, confirmation_id, _ = bound
         action = rounds.answer_of(params.input_responses)
         if action is None:  # no answer yet: ask again while the call still waits
-            call = await anyio.to_thread.run_sync(lambda: store.get_call(tool_call_id, tenant=who.tenant))
-            capability = pipeline.capability(params.name)
-            if call is not None and capability is not None and call.status == "awaiting_confirmation":
-                return rounds.ask_to_confirm(call, capability.ref)
-            return rounds.refusal(
-                "confirmation_used", "the call no longer awaits a confirmation", tool_call_id
-            )
+            return await self._ask_again(who, params.name, tool_call_id)
         try:
-            report = await pipeline.confirm(
+            report = await self.pipeline.confirm(
                 ConfirmInput(
                     principal=who,
                     tool_name=params.name,
@@ -195,73 +211,78 @@ def build_mcp_server(
             return rounds.refusal(exc.reason, str(exc), exc.tool_call_id)
         return types.CallToolResult.model_validate(shape_report(report))
 
-    async def _task(call: CallView) -> dict[str, Any]:
-        final = shape_call(call, pipeline.capability(call.tool_name))
-        status = status_document(call)
-        return rounds.task_of(call, final, _status_text(status), withdrawn=await _withdrawn(call))
+    async def _ask_again(self, who: Any, tool_name: str, tool_call_id: str) -> Any:
+        call = await anyio.to_thread.run_sync(lambda: self.store.get_call(tool_call_id, tenant=who.tenant))
+        capability = self.pipeline.capability(tool_name)
+        if call is not None and capability is not None and call.status == "awaiting_confirmation":
+            return rounds.ask_to_confirm(call, capability.ref)
+        return rounds.refusal("confirmation_used", "the call no longer awaits a confirmation", tool_call_id)
 
-    async def _withdrawn(call: CallView) -> bool:
-        """Whether the call's approval was rejected by its own requester: the task was cancelled."""
-        if call.status != "rejected" or call.approval_id is None:
-            return False
-        approval_id = call.approval_id
-        approval = await anyio.to_thread.run_sync(lambda: store.get_approval(approval_id, tenant=call.tenant))
-        return approval is not None and approval.decided_by == approval.requester
+    async def _call_status(self, who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
+        """`writ_call_status`: the call's state and, once completed, its result."""
+        if await is_revoked(self.store, who):
+            refused = StatusDocument(status="denied", reason=REVOKED)
+            return _status_error(f"Refused: {revoked_text(who)}.", refused)
+        tool_call_id = arguments.get("toolCallId")
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            return _status_error("writ_call_status needs a toolCallId (string).")
+        call = await self._own_call(who, tool_call_id)
+        if call is None:
+            text = f"No tool call {_shown(tool_call_id, 'toolCallId')} is known to Writ."
+            if _is_identifier(tool_call_id):
+                return _status_error(text, StatusDocument(status="not_found", tool_call_id=tool_call_id))
+            return _status_error(text, StatusDocument(status="not_found"))
+        shaped = shape_call(call, self.pipeline.capability(call.tool_name))
+        status = status_document(call, include_result=True)
+        shaped["structuredContent"] = status
+        if call.status != "completed":
+            shaped["content"] = [{"type": "text", "text": _status_text(status)}]
+        return types.CallToolResult.model_validate(shaped)
 
-    async def _own_call(who: Any, call_id: object) -> CallView | None:
+    async def _own_call(self, who: Any, call_id: object) -> CallView | None:
         """The call with this id if the caller may read it (their own, or their tenant's as an
         overseer), else None, exactly as for an unknown id (one no call can have is not looked up)."""
         if not _is_identifier(call_id):
             return None
-        call = await anyio.to_thread.run_sync(lambda: store.get_call(call_id, tenant=who.tenant))
+        call = await anyio.to_thread.run_sync(lambda: self.store.get_call(call_id, tenant=who.tenant))
         return call if call is not None and may_read(who, call.subject) else None
 
-    async def _task_call(ctx: Any, params: rounds.TaskParams) -> CallView:
-        rounds.require_tasks(ctx)
-        who = caller()
+    async def tasks_get(self, ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        """tasks/get: the task of a pending call, final once the call is."""
+        call = await self._task_call(ctx, params)
         try:
-            if await is_revoked(store, who):
-                raise MCPError(INVALID_REQUEST, f"Refused: {revoked_text(who)}.")
-            call = await _own_call(who, params.task_id)
-        except Unavailable as exc:
-            logger.error("tasks: the store is unavailable: %s", exc)
-            raise MCPError(INTERNAL_ERROR, STATUS_UNAVAILABLE) from exc
-        if call is None:
-            raise MCPError(INVALID_PARAMS, f"No task {_shown(params.task_id, 'taskId')} is known to Writ.")
-        return call
-
-    async def tasks_get(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
-        call = await _task_call(ctx, params)
-        try:
-            task = await _task(call)
+            task = await self._task(call)
         except Unavailable as exc:
             logger.error("tasks/get: the store is unavailable: %s", exc)
             raise MCPError(INTERNAL_ERROR, STATUS_UNAVAILABLE) from exc
         return {"resultType": "complete", **task}
 
-    async def tasks_update(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
-        await _task_call(ctx, params)  # Writ's tasks never ask for input: nothing to update
+    async def tasks_update(self, ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+        """tasks/update: Writ's tasks never ask for input, so there is nothing to update."""
+        await self._task_call(ctx, params)
         return {"resultType": "complete"}
 
-    async def tasks_cancel(ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
+    async def tasks_cancel(self, ctx: Any, params: rounds.TaskParams) -> dict[str, Any]:
         """The requester withdraws a call still waiting for an approver: it is rejected, by them.
 
         Cancellation is cooperative (SEP-2663): a call already approved, sent or settled is not undone,
         and only its requester withdraws it (an approver rejects it in the console instead); either way
         the request is acknowledged, and `tasks/get` tells what became of the task.
         """
-        who, call = caller(), await _task_call(ctx, params)
-        approval_id = call.approval_id
-        if call.status != "approval_pending" or approval_id is None or call.subject != who.subject:
-            return {"resultType": "complete"}
+        who, call = self.caller(), await self._task_call(ctx, params)
+        if call.status == "approval_pending" and call.approval_id is not None and call.subject == who.subject:
+            await self._withdraw(who, call.approval_id)
+        return {"resultType": "complete"}
+
+    async def _withdraw(self, who: Any, approval_id: str) -> None:
         try:
             await anyio.to_thread.run_sync(
-                lambda: store.decide_approval(
+                lambda: self.store.decide_approval(
                     approval_id,
                     approve=False,
                     decided_by=who.subject,
                     reason=WITHDRAWN,
-                    now=pipeline.now(),
+                    now=self.pipeline.now(),
                     tenant=who.tenant,
                     decided_by_roles=who.roles,
                 )
@@ -273,50 +294,53 @@ def build_mcp_server(
             raise MCPError(
                 INTERNAL_ERROR, "Writ's store is unavailable: the task was not cancelled."
             ) from exc
-        return {"resultType": "complete"}
 
-    async def _call_status(who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
-        if await is_revoked(store, who):
-            return types.CallToolResult.model_validate(
-                {
-                    "content": [{"type": "text", "text": f"Refused: {revoked_text(who)}."}],
-                    "structuredContent": {"status": "denied", "reason": REVOKED},
-                    "isError": True,
-                }
-            )
-        tool_call_id = arguments.get("toolCallId")
-        if not isinstance(tool_call_id, str) or not tool_call_id:
-            return types.CallToolResult.model_validate(
-                {
-                    "content": [{"type": "text", "text": "writ_call_status needs a toolCallId (string)."}],
-                    "isError": True,
-                }
-            )
-        call = await _own_call(who, tool_call_id)
+    async def _task_call(self, ctx: Any, params: rounds.TaskParams) -> CallView:
+        """The call a tasks/* request names, for a caller in good standing who may read it.
+
+        Raises:
+            MCPError: tasks are not negotiated, the caller is revoked, or no such call is theirs.
+        """
+        rounds.require_tasks(ctx)
+        who = self.caller()
+        try:
+            if await is_revoked(self.store, who):
+                raise MCPError(INVALID_REQUEST, f"Refused: {revoked_text(who)}.")
+            call = await self._own_call(who, params.task_id)
+        except Unavailable as exc:
+            logger.error("tasks: the store is unavailable: %s", exc)
+            raise MCPError(INTERNAL_ERROR, STATUS_UNAVAILABLE) from exc
         if call is None:
-            quotable = _is_identifier(tool_call_id)
-            return types.CallToolResult.model_validate(
-                {
-                    "content": [
-                        {
-                            "type": "text",
-                            "text": f"No tool call {_shown(tool_call_id, 'toolCallId')} is known to Writ.",
-                        }
-                    ],
-                    "structuredContent": {
-                        "status": "not_found",
-                        **({"toolCallId": tool_call_id} if quotable else {}),
-                    },
-                    "isError": True,
-                }
-            )
-        shaped = shape_call(call, pipeline.capability(call.tool_name))
-        status = status_document(call, include_result=True)
-        shaped["structuredContent"] = status
-        if call.status != "completed":
-            shaped["content"] = [{"type": "text", "text": _status_text(status)}]
-        return types.CallToolResult.model_validate(shaped)
+            raise MCPError(INVALID_PARAMS, f"No task {_shown(params.task_id, 'taskId')} is known to Writ.")
+        return call
 
+    async def _task(self, call: CallView) -> dict[str, Any]:
+        final = shape_call(call, self.pipeline.capability(call.tool_name))
+        status = status_document(call)
+        return rounds.task_of(call, final, _status_text(status), withdrawn=await self._withdrawn(call))
+
+    async def _withdrawn(self, call: CallView) -> bool:
+        """Whether the call's approval was rejected by its own requester: the task was cancelled."""
+        if call.status != "rejected" or call.approval_id is None:
+            return False
+        approval_id = call.approval_id
+        approval = await anyio.to_thread.run_sync(
+            lambda: self.store.get_approval(approval_id, tenant=call.tenant)
+        )
+        return approval is not None and approval.decided_by == approval.requester
+
+
+def build_mcp_server(
+    pipeline: CallPipeline,
+    store: Store,
+    principal: PrincipalProvider,
+    *,
+    telemetry: Telemetry | None = None,
+    sealing: RequestStateSecurity | None = None,
+    name: str = "writ",
+) -> Server[Any]:
+    """The low-level MCP server for this gateway; `sealing` protects confirmation rounds' state."""
+    face = McpFace(pipeline, store, principal, telemetry or Telemetry())
     server: Server[Any] = Server(
         name,
         version=_version(),
@@ -325,21 +349,25 @@ def build_mcp_server(
             "(wait; a human decides), result_unknown (do not retry; Writ reconciles), denied (do not retry "
             "unchanged). Use writ_call_status with the toolCallId to follow a call."
         ),
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        get_tool_input_schema=lambda tool: (
-            _STATUS_TOOL.input_schema
-            if tool == STATUS_TOOL
-            else (dict(c.input_schema) if (c := pipeline.capability(tool)) else None)
-        ),
+        on_list_tools=face.list_tools,
+        on_call_tool=face.call_tool,
+        get_tool_input_schema=face.input_schema,
     )
     sealing = sealing or rounds.sealing(pipeline.confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}
-    server.add_request_handler("tasks/get", rounds.TaskParams, tasks_get)
-    server.add_request_handler("tasks/update", rounds.TaskParams, tasks_update)
-    server.add_request_handler("tasks/cancel", rounds.TaskParams, tasks_cancel)
+    server.add_request_handler("tasks/get", rounds.TaskParams, face.tasks_get)
+    server.add_request_handler("tasks/update", rounds.TaskParams, face.tasks_update)
+    server.add_request_handler("tasks/cancel", rounds.TaskParams, face.tasks_cancel)
     return server
+
+
+def _status_error(text: str, document: StatusDocument | None = None) -> types.CallToolResult:
+    """A `writ_call_status` answer that reports no call: an error result, with a document if any."""
+    body: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if document is not None:
+        body["structuredContent"] = document.dump()
+    return types.CallToolResult.model_validate({**body, "isError": True})
 
 
 def _meta_identifier(meta: Mapping[str, Any], name: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jsonschema
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -12,6 +13,7 @@ from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
 from gateway.calls.pipeline import CallInput, CallPipeline
+from gateway.mcp.documents import output_schema
 from gateway.mcp.server import build_mcp_server
 from policy.engine import Policy
 from policy.model import Principal
@@ -49,3 +51,56 @@ async def test_an_unexpected_error_is_an_internal_error_that_names_no_detail(
         store.close()
     assert raised.value.error.code == -32603
     assert "hunter2" not in str(raised.value) and "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_writ_call_status_publishes_an_output_schema_its_results_validate_against(
+    tmp_path: Path, mode: str
+) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    registry = Registry(
+        {"fake": FakeExecutor(default=completed({"ok": True}))},
+        [fake_capability("refund_order"), fake_capability("lookup_order")],
+    )
+    policy = Policy.from_mapping(
+        {
+            "rules": [
+                {"id": "reads", "tools": ["lookup_order"], "roles": ["agent"], "decision": "allow"},
+                {
+                    "id": "refunds",
+                    "tools": ["refund_order"],
+                    "roles": ["agent"],
+                    "decision": "require_approval",
+                    "approval": {"approver_role": "approver", "expires_in": "1h"},
+                },
+            ]
+        }
+    )
+    pipeline = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
+    server = build_mcp_server(pipeline, store, lambda: ALICE)
+    schema = output_schema()
+    try:
+        async with Client(server, mode=mode) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert listed["writ_call_status"].output_schema == schema
+            pending = await client.call_tool("refund_order", {"order_id": "1"})
+            done = await client.call_tool("lookup_order", {"order_id": "1"})
+            told = []
+            for call_id in (
+                pending.structured_content["toolCallId"],  # type: ignore[index]
+                done.meta["writ/toolCallId"],  # type: ignore[index]
+            ):
+                # The client validates a result against the tool's outputSchema, and refuses one
+                # that does not conform; the check below says so without relying on it.
+                status = await client.call_tool("writ_call_status", {"toolCallId": call_id})
+                assert not status.is_error
+                jsonschema.validate(status.structured_content, schema)
+                told.append(status.structured_content)
+            missing = await client.call_tool("writ_call_status", {"toolCallId": "tc_nobody"})
+            jsonschema.validate(missing.structured_content, schema)
+    finally:
+        store.close()
+    assert [t["status"] for t in told] == ["approval_pending", "completed"]  # type: ignore[index]
+    assert told[1]["result"]["structuredContent"] == {"ok": True}  # type: ignore[index]
+    assert missing.structured_content == {"status": "not_found", "toolCallId": "tc_nobody"}

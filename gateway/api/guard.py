@@ -1,0 +1,69 @@
+"""The one guard of every /api route: a verified bearer token, a principal in good standing, a role.
+
+The token was verified by the authentication middleware (`gateway.http.bearer`); this asks the store
+for the principal's standing, since a token still verifies after a revocation (it is not ours to
+recall), and checks the role a route needs before its handler runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Set
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from gateway.auth.standing import REVOKED, is_revoked, revoked_text
+from policy.model import Principal
+from store.store import Store
+
+PrincipalOf = Callable[[AuthenticatedUser], Principal]
+Handler = Callable[[Request, Principal], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def error(status: int, code: str, description: str, *, resource_metadata: str | None = None) -> Response:
+    """An OAuth-style error body; a 401 also carries the `WWW-Authenticate` challenge."""
+    headers = {}
+    if status == 401:
+        challenge = f'Bearer error="{code}", error_description="{description}"'
+        if resource_metadata:
+            challenge += f', resource_metadata="{resource_metadata}"'
+        headers["WWW-Authenticate"] = challenge
+    return JSONResponse(
+        {"error": code, "error_description": description}, status_code=status, headers=headers
+    )
+
+
+class Guard:
+    """Wraps a handler so it runs only for a verified principal in good standing with the role."""
+
+    def __init__(self, store: Store, principal_of: PrincipalOf, resource_metadata_url: str) -> None:
+        self.store = store
+        self.principal_of = principal_of
+        self.resource_metadata_url = resource_metadata_url
+
+    def __call__(self, handler: Handler, *, roles: Set[str] = frozenset(), refusal: str = "") -> Endpoint:
+        """`handler` behind the guard; with `roles`, one of them is needed, else 403 with `refusal`."""
+
+        async def endpoint(request: Request) -> Response:
+            who = await self.principal(request)
+            if isinstance(who, Response):
+                return who
+            if roles and not who.roles & roles:
+                return error(403, "insufficient_role", refusal)
+            return await handler(request, who)
+
+        return endpoint
+
+    async def principal(self, request: Request) -> Principal | Response:
+        """The request's principal, or the 401 or 403 that refuses it."""
+        user = request.scope.get("user")
+        if not isinstance(user, AuthenticatedUser):
+            return error(
+                401, "invalid_token", "Authentication required", resource_metadata=self.resource_metadata_url
+            )
+        who = self.principal_of(user)
+        if await is_revoked(self.store, who):
+            return error(403, REVOKED, revoked_text(who))
+        return who
