@@ -43,9 +43,10 @@ def decide(
         raise StaleLease(f"approval {approval_id} expired at {ev.format_ts(approval.expires_at)}")
     if approve and decided_by == approval.requester and not approval.requester_may_approve:
         raise StoreError(f"{decided_by} requested call {approval.tool_call_id} and may not approve it")
-    payload = ev.ApprovalDecided(decided_by=decided_by, reason=reason, break_glass=break_glass)
     roles = sorted(decided_by_roles) if decided_by_roles is not None else None
-    payload = ev.ApprovalDecided(decided_by=decided_by, reason=reason, decided_by_roles=roles)
+    payload = ev.ApprovalDecided(
+        decided_by=decided_by, reason=reason, break_glass=break_glass, decided_by_roles=roles
+    )
     envelope = _envelope(call_row, now, producer)
     log.add(
         ev.ApprovalGrantedEvent(**envelope, payload=payload)

@@ -181,6 +181,7 @@ async def test_a_break_glass_operator_decides_under_their_own_marked_name(
         "decided_by": operator,
         "reason": "idp down, ticket 42",
         "break_glass": True,
+        "decided_by_roles": None,  # an operator at the store holds no token, so no roles
     }
     bob = gateway.token("bob", roles="approver")
     assert (await settled(gateway, pending["toolCallId"], bob))["status"] == "completed"

@@ -55,6 +55,30 @@ def test_a_rejected_approval_rejects_the_call(store: Store) -> None:
         store.dispatch_approved("tc-1", now=SOON)
 
 
+@pytest.mark.parametrize("approve", [True, False], ids=["granted", "rejected"])
+def test_a_decision_records_its_break_glass_mark_and_the_deciders_roles_together(
+    store: Store, approve: bool
+) -> None:
+    approval_id = pending(store)
+
+    store.decide_approval(
+        approval_id,
+        approve=approve,
+        decided_by="operator:root@pod",
+        reason="idp down",
+        now=SOON,
+        break_glass=True,
+        decided_by_roles=["approver", "admin"],
+    )
+
+    decided = store.events(tool_call_id="tc-1")[-1]
+    assert decided.type == ("approval.granted" if approve else "approval.rejected")
+    assert (decided.payload["break_glass"], decided.payload["decided_by_roles"]) == (
+        True,
+        ["admin", "approver"],
+    )
+
+
 def test_an_approval_is_decided_only_once(store: Store) -> None:
     approval_id = pending(store)
     store.decide_approval(approval_id, approve=False, decided_by="bob", now=SOON)
