@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
-from store import approving, confirming, recording, revoking
+from store import approving, confirming, ports, recording, revoking
 from store.db import (
     IDLE_TRANSACTION_TIMEOUT_S,
     MAX_OVERFLOW,
@@ -434,3 +434,20 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
+
+
+# mypy checks here that the one SQL store implements every port (structurally, as callers rely on).
+_Standing: type[ports.Standing] = Store
+_CallReads: type[ports.CallReads] = Store
+_Contradictions: type[ports.Contradictions] = Store
+_Outcomes: type[ports.Outcomes] = Store
+_CallLedger: type[ports.CallLedger] = Store
+_Approvals: type[ports.Approvals] = Store
+_Resumption: type[ports.Resumption] = Store
+_Reconciliation: type[ports.Reconciliation] = Store
+_Recovery: type[ports.Recovery] = Store
+_ManualResolutions: type[ports.ManualResolutions] = Store
+_Outbox: type[ports.Outbox] = Store
+_Revocations: type[ports.Revocations] = Store
+_Oversight: type[ports.Oversight] = Store
+_CallStatus: type[ports.CallStatus] = Store

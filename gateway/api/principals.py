@@ -22,8 +22,8 @@ from gateway.api.routes import _error, guard
 from policy.model import Principal
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import NotFound
+from store.ports import Revocations
 from store.revoking import Revocation
-from store.store import Store
 
 ADMIN_ROLE = "admin"
 
@@ -35,7 +35,7 @@ class StandingBody(BaseModel):
 
 
 def principal_routes(
-    store: Store,
+    store: Revocations,
     principal_of: Callable[[AuthenticatedUser], Principal],
     resource_metadata_url: str,
     *,

@@ -26,7 +26,7 @@ from gateway.calls.run_ids import scoped_run_id
 from gateway.mcp.results import status_document
 from policy.model import Principal
 from store.model import StoredEvent
-from store.store import Store
+from store.ports import Oversight, Standing
 
 PrincipalOf = Callable[[AuthenticatedUser], Principal]
 
@@ -75,7 +75,7 @@ Handler = Callable[[Request, Principal], Awaitable[Response]]
 
 
 def guard(
-    store: Store, principal_of: PrincipalOf, resource_metadata_url: str
+    store: Standing, principal_of: PrincipalOf, resource_metadata_url: str
 ) -> Callable[[Handler], Callable[[Request], Awaitable[Response]]]:
     """Wrap a handler so it runs only for a verified token whose principal is in good standing."""
 
@@ -98,7 +98,7 @@ def guard(
 
 
 def api_routes(
-    store: Store,
+    store: Oversight,
     principal_of: PrincipalOf,
     resource_metadata_url: str,
     decisions: Decisions | None = None,

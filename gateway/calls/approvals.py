@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gateway.errors import GatewayError
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import ApprovalView, NotFound, StaleLease
-from store.store import Store
+from store.ports import Approvals
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Decisions:
     """Records decisions; wakes the local resume worker after a grant so the call runs promptly."""
 
     def __init__(
-        self, store: Store, clock: Callable[[], datetime], on_granted: Callable[[], None] | None = None
+        self, store: Approvals, clock: Callable[[], datetime], on_granted: Callable[[], None] | None = None
     ) -> None:
         self._store = store
         self._clock = clock

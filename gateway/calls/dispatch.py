@@ -20,7 +20,7 @@ import anyio.to_thread
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
 from gateway.calls.faults import NO_FAULTS, FaultPoints
 from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
-from store.store import Store
+from store.ports import Outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Outcomes,
         registry: Executors,
         clock: Callable[[], datetime],
         producer: str,

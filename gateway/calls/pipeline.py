@@ -35,7 +35,7 @@ from store.model import (
     RefusalRequest,
     StaleLease,
 )
-from store.store import Store
+from store.ports import CallLedger
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class CallPipeline:
     def __init__(
         self,
         *,
-        store: Store,
+        store: CallLedger,
         registry: RegistryLike,
         policy: Callable[[], PolicyLike],
         redactor: Redactor,

@@ -34,7 +34,7 @@ from capabilities.contract import Capability, CapabilityError, Invocation, Recon
 from gateway.calls.pipeline import CallPipeline, RegistryLike
 from store.events import format_ts
 from store.model import CallView, StaleLease
-from store.store import Store
+from store.ports import Reconciliation
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Reconciler:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Reconciliation,
         registry: RegistryLike,
         pipeline: CallPipeline,
         owner: str,

@@ -15,7 +15,7 @@ import anyio.to_thread
 from gateway.errors import GatewayError
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import CallView, NotFound, StaleLease
-from store.store import Store
+from store.ports import ManualResolutions
 
 RESOLVER_ROLES = frozenset({"approver", "admin"})
 
@@ -53,7 +53,7 @@ class ResolutionInput:
     producer: str = "writ-gateway"
 
 
-async def resolve_call(store: Store, resolution: ResolutionInput, now: datetime) -> CallView:
+async def resolve_call(store: ManualResolutions, resolution: ResolutionInput, now: datetime) -> CallView:
     """Record the person's verdict on an unknown call of their tenant.
 
     Raises:

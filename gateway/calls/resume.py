@@ -23,7 +23,7 @@ from gateway.calls.actions import action_hash, contract_hash
 from gateway.calls.pipeline import CallPipeline
 from policy.model import CallContext, PolicyInput, Principal
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
-from store.store import Store
+from store.ports import Resumption
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Resumer:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Resumption,
         pipeline: CallPipeline,
         clock: Callable[[], datetime],
         interval_s: float = 1.0,

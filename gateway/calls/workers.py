@@ -17,7 +17,7 @@ import anyio
 import anyio.to_thread
 
 from gateway.calls.reconcile import Reconciler
-from store.store import Store
+from store.ports import Recovery
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class Workers:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Recovery,
         reconciler: Reconciler,
         clock: Callable[[], datetime],
         interval_s: float = 1.0,

@@ -29,7 +29,7 @@ from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_
 from store.model import StoreError
 
 if TYPE_CHECKING:
-    from store.store import Store
+    from store.ports import Standing
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
 store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
@@ -436,7 +436,7 @@ def _authority(cfg: WritConfig, **given: Any) -> Authority:
         raise typer.Exit(exc.code) from exc
 
 
-def _standing(store: Store, who: Authority) -> None:
+def _standing(store: Standing, who: Authority) -> None:
     try:
         check_standing(store, who)
     except Refused as exc:

@@ -26,7 +26,7 @@ from gateway.display import visible
 from gateway.mcp.results import outcome_text
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
-from store.store import Store
+from store.ports import Oversight
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
@@ -47,7 +47,7 @@ REFUSAL_TEXT = {
 
 def console_routes(
     *,
-    store: Store,
+    store: Oversight,
     decisions: Decisions,
     verify: TokenVerifier,
     secure_cookies: bool = False,

@@ -27,7 +27,7 @@ from gateway.mcp.results import rate_limited, shape_call, shape_report, status_d
 from gateway.telemetry import Telemetry
 from store.limits import CLIENT_ID_CHARS
 from store.model import CallView, NotFound, StaleLease, Unavailable
-from store.store import Store
+from store.ports import CallStatus
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _tool(capability: Capability) -> types.Tool:
 
 def build_mcp_server(
     pipeline: CallPipeline,
-    store: Store,
+    store: CallStatus,
     principal: PrincipalProvider,
     *,
     telemetry: Telemetry | None = None,
