@@ -75,7 +75,6 @@ class Contradictions(Protocol):
         evidence: Mapping[str, Any],
         detail: str | None,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView | None: ...
 
 
@@ -91,7 +90,6 @@ class Outcomes(Contradictions, Protocol):
         *,
         token: int,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView: ...
 
 
@@ -113,7 +111,6 @@ class CallLedger(Outcomes, Standing, Protocol):
         action: Answer,
         answered_by: str,
         now: datetime,
-        producer: str = "writ-gateway",
         lease_owner: str = "writ-gateway",
         lease_s: float = 60.0,
     ) -> CallView: ...
@@ -133,14 +130,11 @@ class Approvals(Protocol):
         now: datetime,
         reason: str | None = None,
         tenant: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
         decided_by_roles: Collection[str] | None = None,
     ) -> ApprovalView: ...
 
-    def expire_approval(
-        self, approval_id: str, *, now: datetime, producer: str = "writ-gateway"
-    ) -> ApprovalView: ...
+    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView: ...
 
 
 class Resumption(Protocol):
@@ -171,7 +165,6 @@ class Resumption(Protocol):
         *,
         now: datetime,
         policy_version: str | None = None,
-        producer: str = "writ-gateway",
         lease_owner: str = "writ-gateway",
         lease_s: float = 60.0,
     ) -> CallView: ...
@@ -183,18 +176,13 @@ class Resumption(Protocol):
         reason: str,
         now: datetime,
         detail: str | None = None,
-        producer: str = "writ-gateway",
         policy_version: str | None = None,
         rule_id: str | None = None,
     ) -> CallView: ...
 
-    def expire_approval(
-        self, approval_id: str, *, now: datetime, producer: str = "writ-gateway"
-    ) -> ApprovalView: ...
+    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView: ...
 
-    def expire_confirmations(
-        self, *, now: datetime, producer: str = "writ-gateway", limit: int = 100
-    ) -> list[CallView]: ...
+    def expire_confirmations(self, *, now: datetime, limit: int = 100) -> list[CallView]: ...
 
 
 class Reconciliation(Contradictions, Protocol):
@@ -213,7 +201,6 @@ class Reconciliation(Contradictions, Protocol):
         owner: str,
         lease_s: float,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView: ...
 
     def record_inconclusive(
@@ -224,7 +211,6 @@ class Reconciliation(Contradictions, Protocol):
         evidence: Mapping[str, Any],
         next_attempt_at: datetime,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView: ...
 
     def resolve_reconciliation(
@@ -237,7 +223,6 @@ class Reconciliation(Contradictions, Protocol):
         now: datetime,
         result: Mapping[str, Any] | None = None,
         detail: str | None = None,
-        producer: str = "writ-gateway",
     ) -> CallView: ...
 
     def escalate_reconciliation(
@@ -249,7 +234,6 @@ class Reconciliation(Contradictions, Protocol):
         now: datetime,
         detail: str | None = None,
         evidence: Mapping[str, Any] | None = None,
-        producer: str = "writ-gateway",
     ) -> CallView: ...
 
     def redispatch(
@@ -260,16 +244,13 @@ class Reconciliation(Contradictions, Protocol):
         owner: str,
         lease_s: float,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView: ...
 
 
 class Recovery(Protocol):
     """Calls left `dispatching` past their lease become `result_unknown`."""
 
-    def recover_expired(
-        self, *, now: datetime, producer: str = "writ-gateway", limit: int = 100
-    ) -> list[CallView]: ...
+    def recover_expired(self, *, now: datetime, limit: int = 100) -> list[CallView]: ...
 
 
 class ManualResolutions(Protocol):
@@ -284,7 +265,6 @@ class ManualResolutions(Protocol):
         by: str,
         now: datetime,
         tenant: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
         reason: str | None = None,
     ) -> CallView: ...
@@ -315,7 +295,6 @@ class Revocations(Standing, Protocol):
         revoked_by: str,
         now: datetime,
         reason: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
     ) -> Revocation: ...
 
@@ -327,7 +306,6 @@ class Revocations(Standing, Protocol):
         restored_by: str,
         now: datetime,
         reason: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
     ) -> Revocation: ...
 

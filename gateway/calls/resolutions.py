@@ -50,7 +50,6 @@ class ResolutionInput:
     resolved_by: str
     roles: frozenset[str]
     tenant: str
-    producer: str = "writ-gateway"
 
 
 async def resolve_call(store: ManualResolutions, resolution: ResolutionInput, now: datetime) -> CallView:
@@ -78,7 +77,6 @@ async def resolve_call(store: ManualResolutions, resolution: ResolutionInput, no
                 by=resolution.resolved_by,
                 now=now,
                 tenant=resolution.tenant,
-                producer=resolution.producer,
             )
         )
     except NotFound:

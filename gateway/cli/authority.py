@@ -26,6 +26,9 @@ from policy.model import Principal
 if TYPE_CHECKING:
     from store.ports import Standing
 
+CLI = "writ-cli"
+"""The producer every event the CLI records names."""
+
 TokenOption = Annotated[
     str | None,
     typer.Option(

@@ -194,7 +194,6 @@ def console_routes(
                     reason=reason,
                     roles=who.roles,
                     tenant=who.tenant,
-                    producer="writ-console",
                 )
             )
         except DecisionRefused as exc:
@@ -254,7 +253,6 @@ def console_routes(
             resolved_by=who.subject,
             roles=who.roles,
             tenant=who.tenant,
-            producer="writ-console",
         )
         try:
             resolved = await resolve_call(store, resolution, datetime.now(UTC))
