@@ -66,9 +66,11 @@ from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
-from store.store import Store
+from store.store import PRODUCER, Store
 
 logger = logging.getLogger(__name__)
+CONSOLE = "writ-console"
+"""The producer the web console records its decisions and resolutions as."""
 
 
 @dataclass
@@ -88,7 +90,9 @@ class Runtime:
     workers: Workers | None = None
     """Lease recovery and reconciliation, run in the background while the runtime runs."""
     decisions: Decisions | None = None
-    """Approval decisions (API, console); the resume worker in `background` executes approved calls."""
+    """Approval decisions (API); the resume worker in `background` executes approved calls."""
+    console_decisions: Decisions | None = None
+    """The same, recorded in the console's name."""
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Further workers run while the runtime runs: approvals (resume, expiry), outbox delivery."""
 
@@ -116,8 +120,9 @@ class Runtime:
             self.telemetry.shutdown()
 
 
-def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
-    """Open the configured store; an empty database is migrated, an outdated one is refused.
+def open_store(config: WritConfig, *, migrate_empty: bool = True, producer: str = PRODUCER) -> Store:
+    """Open the configured store, recording as `producer`; an empty database is migrated, an outdated
+    one is refused.
 
     Raises:
         ConfigurationError: the database holds an older schema (run `writ store migrate`).
@@ -128,6 +133,7 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True) -> Store:
         idle_transaction_timeout_s=config.store.idle_transaction_timeout_s,
         pool_size=config.store.pool_size,
         max_overflow=config.store.max_overflow,
+        producer=producer,
     )
     if not store.is_migrated():
         empty = store.is_empty()
@@ -257,6 +263,10 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         store=runtime.store, pipeline=runtime.pipeline, clock=clock, interval_s=config.poll_interval_s
     )
     runtime.decisions = Decisions(runtime.store, clock, on_granted=resumer.wake)
+    # The console records its decisions in its own name, on the same database and pool.
+    runtime.console_decisions = Decisions(
+        runtime.store.with_producer(CONSOLE), clock, on_granted=resumer.wake, expiring=runtime.store
+    )
     runtime.background.append(resumer.run)
     if config.webhook is not None:
         secret = environ.get(config.webhook.secret_env)
@@ -356,11 +366,11 @@ def build_app(runtime: Runtime) -> Starlette:
         *api_routes(runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions),
         *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url),
     ]
-    if runtime.decisions is not None:
+    if runtime.console_decisions is not None:
         routes.extend(
             console_routes(
-                store=runtime.store,
-                decisions=runtime.decisions,
+                store=runtime.store.with_producer(CONSOLE),
+                decisions=runtime.console_decisions,
                 verify=_principal_of_token(runtime),
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(

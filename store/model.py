@@ -113,7 +113,6 @@ class CallRequest:
     approval_id: str | None = None
     """Set when the decision is `require_approval`."""
     approval_expires_at: datetime | None = None
-    producer: str = "writ-gateway"
     lease_owner: str = "writ-gateway"
     """Who dispatches an allowed call; the dispatch lease is theirs until `now + lease_s`."""
     lease_s: float = 60.0
@@ -248,7 +247,6 @@ class RefusalRequest:
     policy_version: str
     correlation_id: str
     now: datetime
-    producer: str = "writ-gateway"
     summary: str = ""
     contract_hash: str | None = None
     client_run_id: str | None = None

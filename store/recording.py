@@ -58,7 +58,7 @@ _ADMIT_LOOKUP = Statement(
 _RUN_TENANT = Statement(select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id")))
 
 
-def admit(conn: Connection, req: CallRequest) -> Admission:
+def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     """Record a call's intent and decision, claiming its idempotency key unless another call holds it."""
     log = Append(conn)
     # After the head lock, so under PostgreSQL's read committed this statement sees every earlier claim.
@@ -73,36 +73,40 @@ def admit(conn: Connection, req: CallRequest) -> Admission:
     if lookup.revoked:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
         refusal = _refusal_of(req, "principal_revoked", f"{req.subject} is revoked in tenant {req.tenant}")
-        return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant))
+        return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
     supersedes: str | None = None
     if lookup.holder is not None:
         existing = load_call(conn, lookup.holder)
         if existing is None:
             raise StoreError(f"effect ledger names call {lookup.holder}, which has no projection row")
         if lookup.holder_hash != req.action_hash:
-            call = _record_conflict(conn, log, req, existing, run_is_new=lookup.run_tenant is None)
+            call = _record_conflict(
+                conn, log, req, existing, run_is_new=lookup.run_tenant is None, producer=producer
+            )
             return Admission("conflict", call=call, existing=existing)
         if req.key_source == "client" or _joinable(existing, req):
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
-    _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None)
+    _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None, producer=producer)
     queues.on_admitted(conn, req)
     log.flush()
     return Admission("new", call=log.call(req.tool_call_id))
 
 
-def refuse(conn: Connection, req: RefusalRequest) -> CallView:
+def refuse(conn: Connection, req: RefusalRequest, *, producer: str) -> CallView:
     """Record a call refused before it could claim a key: requested, then denied."""
     log = Append(conn)
     found = _RUN_TENANT.one_or_none(conn, {"b_run_id": req.run_id})
     run_tenant: str | None = None if found is None else found.tenant
     _check_run_tenant(req.run_id, run_tenant, req.tenant)
-    return _record_refusal(conn, log, req, run_tenant)
+    return _record_refusal(conn, log, req, run_tenant, producer)
 
 
-def _record_refusal(conn: Connection, log: Append, req: RefusalRequest, run_tenant: str | None) -> CallView:
+def _record_refusal(
+    conn: Connection, log: Append, req: RefusalRequest, run_tenant: str | None, producer: str
+) -> CallView:
     req = bounded(req)
-    base = _base(req)
+    base = _base(req, producer)
     if run_tenant is None:
         _add_run_started(log, req, base)
     decision = {
@@ -185,10 +189,10 @@ def _joinable(existing: CallView, req: CallRequest) -> bool:
     return existing.status == "completed" and req.now - existing.created_at < window
 
 
-def _base(req: CallRequest | RefusalRequest) -> dict[str, Any]:
+def _base(req: CallRequest | RefusalRequest, producer: str) -> dict[str, Any]:
     return {
         "occurred_at": ev.format_ts(req.now),
-        "producer": req.producer,
+        "producer": producer,
         "run_id": req.run_id,
         "capability_id": req.capability_id,
         "capability_version": req.capability_version,
@@ -238,8 +242,10 @@ def _call_requested(
     )
 
 
-def _record_new(log: Append, req: CallRequest, *, supersedes: str | None, run_is_new: bool) -> None:
-    base = _base(req)
+def _record_new(
+    log: Append, req: CallRequest, *, supersedes: str | None, run_is_new: bool, producer: str
+) -> None:
+    base = _base(req, producer)
     if run_is_new:
         _add_run_started(log, req, base)
     call = {**base, "tool_call_id": req.tool_call_id}
@@ -290,9 +296,9 @@ def _record_new(log: Append, req: CallRequest, *, supersedes: str | None, run_is
 
 
 def _record_conflict(
-    conn: Connection, log: Append, req: CallRequest, existing: CallView, *, run_is_new: bool
+    conn: Connection, log: Append, req: CallRequest, existing: CallView, *, run_is_new: bool, producer: str
 ) -> CallView:
-    base = _base(req)
+    base = _base(req, producer)
     if run_is_new:
         _add_run_started(log, req, base)
     call = {**base, "tool_call_id": req.tool_call_id}

@@ -16,7 +16,9 @@ T = TypeVar("T")
 
 
 class Settlement:
-    """Mixed into `Store`, which provides `_write` (one write transaction) and `_read`."""
+    """Mixed into `Store`, which provides `_write` (one write transaction), `_read` and `_producer`."""
+
+    _producer: str
 
     def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
         raise NotImplementedError
@@ -24,9 +26,7 @@ class Settlement:
     def _read(self) -> AbstractContextManager[Connection]:
         raise NotImplementedError
 
-    def recover_expired(
-        self, *, now: datetime, producer: str = "writ-gateway", limit: int = 100
-    ) -> list[CallView]:
+    def recover_expired(self, *, now: datetime, limit: int = 100) -> list[CallView]:
         """Calls left `dispatching` past their lease become `result_unknown`, with the evidence known."""
         # Every worker tick runs this. Looking first, without the log's head lock, means a replica paused
         # in the middle of a tick with nothing to recover holds no lock every other writer waits on.
@@ -34,7 +34,7 @@ class Settlement:
             if not leasing.any_expired(conn, now=now):
                 return []
         return self._write(
-            now, lambda conn: leasing.recover_expired(conn, now=now, producer=producer, limit=limit)
+            now, lambda conn: leasing.recover_expired(conn, now=now, producer=self._producer, limit=limit)
         )
 
     def due_reconciliations(self, *, now: datetime, limit: int = 20) -> list[CallView]:
@@ -51,7 +51,6 @@ class Settlement:
         owner: str,
         lease_s: float,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView:
         """Take the reconciliation lease (`reconciliation.started`); the view carries the new token.
 
@@ -69,7 +68,7 @@ class Settlement:
                 owner=owner,
                 lease_s=lease_s,
                 now=now,
-                producer=producer,
+                producer=self._producer,
             ),
         )
 
@@ -81,7 +80,6 @@ class Settlement:
         evidence: Mapping[str, Any],
         next_attempt_at: datetime,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView:
         """A lookup could not tell; try again from `next_attempt_at`.
 
@@ -97,7 +95,7 @@ class Settlement:
                 evidence=evidence,
                 next_attempt_at=next_attempt_at,
                 now=now,
-                producer=producer,
+                producer=self._producer,
             ),
         )
 
@@ -111,7 +109,6 @@ class Settlement:
         now: datetime,
         result: Mapping[str, Any] | None = None,
         detail: str | None = None,
-        producer: str = "writ-gateway",
     ) -> CallView:
         """The backend confirmed success (call `completed`) or failure (call `failed`).
 
@@ -129,7 +126,7 @@ class Settlement:
                 evidence=evidence,
                 detail=detail,
                 now=now,
-                producer=producer,
+                producer=self._producer,
             ),
         )
 
@@ -142,7 +139,6 @@ class Settlement:
         now: datetime,
         detail: str | None = None,
         evidence: Mapping[str, Any] | None = None,
-        producer: str = "writ-gateway",
     ) -> CallView:
         """Give up looking: the call waits for a human (`writ calls resolve`).
 
@@ -159,7 +155,7 @@ class Settlement:
                 detail=detail,
                 evidence=evidence or {},
                 now=now,
-                producer=producer,
+                producer=self._producer,
             ),
         )
 
@@ -171,7 +167,6 @@ class Settlement:
         owner: str,
         lease_s: float,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView:
         """Re-send the same key (backends that deduplicate on it only): `dispatching`, next attempt.
 
@@ -181,7 +176,13 @@ class Settlement:
         return self._write(
             now,
             lambda conn: reconciling.redispatch(
-                conn, tool_call_id, token=token, owner=owner, lease_s=lease_s, now=now, producer=producer
+                conn,
+                tool_call_id,
+                token=token,
+                owner=owner,
+                lease_s=lease_s,
+                now=now,
+                producer=self._producer,
             ),
         )
 
@@ -194,7 +195,6 @@ class Settlement:
         by: str,
         now: datetime,
         tenant: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
         reason: str | None = None,
     ) -> CallView:
@@ -215,7 +215,7 @@ class Settlement:
                 evidence=evidence,
                 by=by,
                 now=now,
-                producer=producer,
+                producer=self._producer,
                 tenant=tenant,
                 break_glass=break_glass,
                 reason=reason,
@@ -231,7 +231,6 @@ class Settlement:
         evidence: Mapping[str, Any],
         detail: str | None,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView | None:
         """Record evidence against a settled verdict (`reconciliation.contradicted`) and escalate the
         call; None when the call is not settled or the evidence agrees (nothing recorded).
@@ -249,6 +248,6 @@ class Settlement:
                 evidence=evidence,
                 detail=detail,
                 now=now,
-                producer=producer,
+                producer=self._producer,
             ),
         )

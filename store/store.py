@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
-from store import approving, confirming, recording, revoking
+from store import approving, confirming, ports, recording, revoking
 from store.db import (
     IDLE_TRANSACTION_TIMEOUT_S,
     MAX_OVERFLOW,
@@ -47,6 +47,8 @@ from store.schema import PROJECTION_TABLES
 from store.settling import Settlement
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+PRODUCER = "writ-gateway"
+"""The producer a store records as unless it is opened with another (the CLI is `writ-cli`)."""
 T = TypeVar("T")
 
 
@@ -77,8 +79,9 @@ def _aware(moment: datetime) -> None:
 class Store(Settlement, Queues, Reads, RateLimits):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, producer: str = PRODUCER) -> None:
         self._engine = engine
+        self._producer = producer
 
     @classmethod
     def open(
@@ -90,6 +93,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         ping_after_idle_s: float = PING_AFTER_IDLE_S,
         pool_size: int = POOL_SIZE,
         max_overflow: int = MAX_OVERFLOW,
+        producer: str = PRODUCER,
     ) -> Store:
         """Connect lazily to `sqlite:///path` or `postgresql://...`.
 
@@ -97,7 +101,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         `idle_transaction_timeout_s` is ended by the server, so a writer frozen mid-transaction holds the
         log head at most that long (0 leaves the server's setting); a pooled connection unused for longer
         than `ping_after_idle_s` is checked before it is used again; a process keeps `pool_size`
-        connections and opens at most `max_overflow` more.
+        connections and opens at most `max_overflow` more. Every event it records names `producer`.
         """
         return cls(
             create_store_engine(
@@ -107,12 +111,22 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 ping_after_idle_s=ping_after_idle_s,
                 pool_size=pool_size,
                 max_overflow=max_overflow,
-            )
+            ),
+            producer=producer,
         )
 
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @property
+    def producer(self) -> str:
+        """What every event this store records names as its `producer`."""
+        return self._producer
+
+    def with_producer(self, producer: str) -> Store:
+        """The same database and connection pool, recording its events as `producer` (a face's own name)."""
+        return type(self)(self._engine, producer=producer)
 
     def __enter__(self) -> Store:
         return self
@@ -163,12 +177,12 @@ class Store(Settlement, Queues, Reads, RateLimits):
     def admit(self, req: CallRequest) -> Admission:
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
         _aware(req.now)
-        return self._write_retrying(lambda conn: recording.admit(conn, req))
+        return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
 
     def refuse(self, req: RefusalRequest) -> CallView:
         """Record a call refused before it could claim a key (requested + denied)."""
         _aware(req.now)
-        return self._write_retrying(lambda conn: recording.refuse(conn, req))
+        return self._write_retrying(lambda conn: recording.refuse(conn, req, producer=self._producer))
 
     def record_outcome(
         self,
@@ -177,7 +191,6 @@ class Store(Settlement, Queues, Reads, RateLimits):
         *,
         token: int,
         now: datetime,
-        producer: str = "writ-gateway",
     ) -> CallView:
         """Record the observed outcome of a dispatching call, under the dispatch lease's fencing `token`.
 
@@ -189,7 +202,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         return self._write(
             now,
             lambda conn: recording.record_outcome(
-                conn, tool_call_id, outcome, token=token, now=now, producer=producer
+                conn, tool_call_id, outcome, token=token, now=now, producer=self._producer
             ),
         )
 
@@ -202,7 +215,6 @@ class Store(Settlement, Queues, Reads, RateLimits):
         now: datetime,
         reason: str | None = None,
         tenant: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
         decided_by_roles: Collection[str] | None = None,
     ) -> ApprovalView:
@@ -224,15 +236,13 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 decided_by=decided_by,
                 reason=reason,
                 now=now,
-                producer=producer,
+                producer=self._producer,
                 tenant=tenant,
                 break_glass=break_glass,
                 decided_by_roles=decided_by_roles,
             )
 
-    def expire_approval(
-        self, approval_id: str, *, now: datetime, producer: str = "writ-gateway"
-    ) -> ApprovalView:
+    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView:
         """Expire an awaiting approval past its expiry; the call becomes `expired`.
 
         Raises:
@@ -241,7 +251,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         """
         _aware(now)
         with _translated(), self._engine.begin() as conn:
-            return approving.expire(conn, approval_id, now=now, producer=producer)
+            return approving.expire(conn, approval_id, now=now, producer=self._producer)
 
     def dispatch_approved(
         self,
@@ -249,7 +259,6 @@ class Store(Settlement, Queues, Reads, RateLimits):
         *,
         now: datetime,
         policy_version: str | None = None,
-        producer: str = "writ-gateway",
         lease_owner: str = "writ-gateway",
         lease_s: float = 60.0,
     ) -> CallView:
@@ -265,7 +274,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 conn,
                 tool_call_id,
                 now=now,
-                producer=producer,
+                producer=self._producer,
                 policy_version=policy_version,
                 lease_owner=lease_owner,
                 lease_s=lease_s,
@@ -278,7 +287,6 @@ class Store(Settlement, Queues, Reads, RateLimits):
         reason: str,
         now: datetime,
         detail: str | None = None,
-        producer: str = "writ-gateway",
         policy_version: str | None = None,
         rule_id: str | None = None,
     ) -> CallView:
@@ -298,7 +306,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 reason=reason,
                 detail=detail,
                 now=now,
-                producer=producer,
+                producer=self._producer,
                 policy_version=policy_version,
                 rule_id=rule_id,
             )
@@ -312,7 +320,6 @@ class Store(Settlement, Queues, Reads, RateLimits):
         action: confirming.Answer,
         answered_by: str,
         now: datetime,
-        producer: str = "writ-gateway",
         lease_owner: str = "writ-gateway",
         lease_s: float = 60.0,
     ) -> CallView:
@@ -333,21 +340,19 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 action=action,
                 answered_by=answered_by,
                 now=now,
-                producer=producer,
+                producer=self._producer,
                 lease_owner=lease_owner,
                 lease_s=lease_s,
             )
 
-    def expire_confirmations(
-        self, *, now: datetime, producer: str = "writ-gateway", limit: int = 100
-    ) -> list[CallView]:
+    def expire_confirmations(self, *, now: datetime, limit: int = 100) -> list[CallView]:
         """Expire calls still awaiting confirmation past their expiry (`expired`, never dispatched)."""
         _aware(now)
         with self._read() as conn:  # a look first, without the head lock, as in `recover_expired`
             if not confirming.any_due(conn, now=now):
                 return []
         with _translated(), self._engine.begin() as conn:
-            return confirming.expire_due(conn, now=now, producer=producer, limit=limit)
+            return confirming.expire_due(conn, now=now, producer=self._producer, limit=limit)
 
     def revoke_principal(
         self,
@@ -357,12 +362,11 @@ class Store(Settlement, Queues, Reads, RateLimits):
         revoked_by: str,
         now: datetime,
         reason: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
     ) -> revoking.Revocation:
         """Revoke a subject's standing in a tenant: every later call and resume of theirs is refused."""
         _aware(now)
-        change = revoking.Standing(revoked_by, reason, now, producer, break_glass)
+        change = revoking.Standing(revoked_by, reason, now, self._producer, break_glass)
         with _translated(), self._engine.begin() as conn:
             return revoking.revoke(conn, tenant=tenant, subject=subject, change=change)
 
@@ -374,7 +378,6 @@ class Store(Settlement, Queues, Reads, RateLimits):
         restored_by: str,
         now: datetime,
         reason: str | None = None,
-        producer: str = "writ-gateway",
         break_glass: bool = False,
     ) -> revoking.Revocation:
         """Give a revoked subject its standing back in a tenant; returns the revocation it lifted.
@@ -383,7 +386,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
             NotFound: the subject is not revoked in the tenant.
         """
         _aware(now)
-        change = revoking.Standing(restored_by, reason, now, producer, break_glass)
+        change = revoking.Standing(restored_by, reason, now, self._producer, break_glass)
         with _translated(), self._engine.begin() as conn:
             return revoking.restore(conn, tenant=tenant, subject=subject, change=change)
 
@@ -434,3 +437,20 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
+
+
+# mypy checks here that the one SQL store implements every port (structurally, as callers rely on).
+_Standing: type[ports.Standing] = Store
+_CallReads: type[ports.CallReads] = Store
+_Contradictions: type[ports.Contradictions] = Store
+_Outcomes: type[ports.Outcomes] = Store
+_CallLedger: type[ports.CallLedger] = Store
+_Approvals: type[ports.Approvals] = Store
+_Resumption: type[ports.Resumption] = Store
+_Reconciliation: type[ports.Reconciliation] = Store
+_Recovery: type[ports.Recovery] = Store
+_ManualResolutions: type[ports.ManualResolutions] = Store
+_Outbox: type[ports.Outbox] = Store
+_Revocations: type[ports.Revocations] = Store
+_Oversight: type[ports.Oversight] = Store
+_CallStatus: type[ports.CallStatus] = Store

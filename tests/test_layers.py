@@ -136,3 +136,19 @@ def test_the_gateway_check_reports_an_upward_or_sideways_import() -> None:
         "gateway.api.routes imports demo.run"
     ]
     assert gateway_violations("gateway.cli.main", {"demo.run", "gateway.app"}) == []
+
+
+def test_only_the_composition_root_and_the_cli_import_the_whole_store() -> None:
+    # The rest of the gateway takes the narrow port it needs (store.ports), so its signature says which
+    # facts it reads and writes; the CLI opens a store of its own for `writ store migrate`.
+    whole = {"store.store"}
+    importers = set()
+    for path in modules("gateway"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in ("store", "store.store"):
+                if node.module == "store.store" or any(a.name == "Store" for a in node.names):
+                    importers.add(gateway_module(path))
+            elif isinstance(node, ast.Import) and any(a.name in whole for a in node.names):
+                importers.add(gateway_module(path))
+    assert importers <= {"gateway.app", "gateway.cli.main"}

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.auth.standing import REVOKED, is_revoked, revoked_text
 from policy.model import Principal
-from store.store import Store
+from store.ports import Standing
 
 PrincipalOf = Callable[[AuthenticatedUser], Principal]
 Handler = Callable[[Request, Principal], Awaitable[Response]]
@@ -38,7 +38,7 @@ def error(status: int, code: str, description: str, *, resource_metadata: str | 
 class Guard:
     """Wraps a handler so it runs only for a verified principal in good standing with the role."""
 
-    def __init__(self, store: Store, principal_of: PrincipalOf, resource_metadata_url: str) -> None:
+    def __init__(self, store: Standing, principal_of: PrincipalOf, resource_metadata_url: str) -> None:
         self.store = store
         self.principal_of = principal_of
         self.resource_metadata_url = resource_metadata_url

@@ -22,8 +22,8 @@ from gateway.api.guard import Guard, error
 from policy.model import Principal
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import NotFound
+from store.ports import Revocations
 from store.revoking import Revocation
-from store.store import Store
 
 ADMIN_ROLE = "admin"
 ADMINS = frozenset({ADMIN_ROLE})
@@ -38,7 +38,7 @@ class StandingBody(BaseModel):
 class Principals:
     """POST and DELETE /api/principals/{subject}/revocation, for admins: one method each."""
 
-    def __init__(self, store: Store, clock: Callable[[], datetime]) -> None:
+    def __init__(self, store: Revocations, clock: Callable[[], datetime]) -> None:
         self.store = store
         self.clock = clock
 
@@ -98,7 +98,7 @@ class Principals:
 
 
 def principal_routes(
-    store: Store,
+    store: Revocations,
     principal_of: Callable[[AuthenticatedUser], Principal],
     resource_metadata_url: str,
     *,

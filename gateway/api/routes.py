@@ -24,7 +24,7 @@ from gateway.calls.run_ids import scoped_run_id
 from gateway.mcp.results import status_document
 from policy.model import Principal
 from store.model import StoredEvent
-from store.store import Store
+from store.ports import Oversight
 
 
 class DecisionBody(BaseModel):
@@ -63,7 +63,7 @@ def _invalid(exc: ValidationError) -> Response:
 class Api:
     """The /api handlers, one method per route; `Guard` checks token, standing and role first."""
 
-    def __init__(self, store: Store, decisions: Decisions | None = None) -> None:
+    def __init__(self, store: Oversight, decisions: Decisions | None = None) -> None:
         self.store = store
         self.decisions = decisions
 
@@ -196,7 +196,7 @@ class Api:
 
 
 def api_routes(
-    store: Store,
+    store: Oversight,
     principal_of: PrincipalOf,
     resource_metadata_url: str,
     decisions: Decisions | None = None,

@@ -14,7 +14,7 @@ import anyio.to_thread
 from policy.model import Principal
 
 if TYPE_CHECKING:
-    from store.store import Store
+    from store.ports import Standing
 
 REVOKED = "principal_revoked"
 
@@ -23,11 +23,11 @@ def revoked_text(who: Principal) -> str:
     return f"{who.subject} is revoked in tenant {who.tenant}; an admin can restore them"
 
 
-def is_revoked_now(store: Store, who: Principal) -> bool:
+def is_revoked_now(store: Standing, who: Principal) -> bool:
     """Whether `who` is revoked in their tenant now (blocking: the CLI, or inside a worker thread)."""
     return store.is_revoked(who.tenant, who.subject)
 
 
-async def is_revoked(store: Store, who: Principal) -> bool:
+async def is_revoked(store: Standing, who: Principal) -> bool:
     """Whether `who` is revoked in their tenant now."""
     return await anyio.to_thread.run_sync(is_revoked_now, store, who)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gateway.errors import GatewayError
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import ApprovalView, NotFound, StaleLease
-from store.store import Store
+from store.ports import Approvals
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,6 @@ class DecisionInput:
     """The decider's roles; None only for a break-glass operator, whom access to the store authorizes."""
     tenant: str | None = None
     """The decider's tenant; approvals of other tenants are not found. None: any tenant (CLI)."""
-    producer: str = "writ-gateway"
     break_glass: bool = False
     """An operator deciding at the store without a token (`writ approvals ... --break-glass`)."""
 
@@ -109,11 +108,19 @@ class Decisions:
     """Records decisions; wakes the local resume worker after a grant so the call runs promptly."""
 
     def __init__(
-        self, store: Store, clock: Callable[[], datetime], on_granted: Callable[[], None] | None = None
+        self,
+        store: Approvals,
+        clock: Callable[[], datetime],
+        on_granted: Callable[[], None] | None = None,
+        *,
+        expiring: Approvals | None = None,
     ) -> None:
+        """`expiring` records the expiries a decision runs into (default: `store`); the CLI and the
+        console hand in the gateway's own store, so an expiry names the producer the expiry worker does."""
         self._store = store
         self._clock = clock
         self._on_granted = on_granted
+        self._expiring = store if expiring is None else expiring
 
     async def decide(self, inp: DecisionInput) -> ApprovalView:
         """Record one decision.
@@ -163,7 +170,6 @@ class Decisions:
                 reason=inp.reason,
                 now=now,
                 tenant=inp.tenant,
-                producer=inp.producer,
                 break_glass=inp.break_glass,
                 # With the decision, the authority it was made with (none known for a CLI operator).
                 decided_by_roles=inp.roles,
@@ -191,4 +197,4 @@ class Decisions:
         # Record the expiry the decision ran into, rather than leave it to the worker's next pass.
         # StaleLease/NotFound: expired or decided by someone else meanwhile; the record already says so.
         with contextlib.suppress(StaleLease, NotFound):
-            self._store.expire_approval(approval.approval_id, now=now)
+            self._expiring.expire_approval(approval.approval_id, now=now)

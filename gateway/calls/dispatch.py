@@ -20,7 +20,7 @@ import anyio.to_thread
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
 from gateway.calls.faults import NO_FAULTS, FaultPoints
 from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
-from store.store import Store
+from store.ports import Outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +40,9 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Outcomes,
         registry: Executors,
         clock: Callable[[], datetime],
-        producer: str,
         executor_grace_s: float = 5.0,
         lease_margin_s: float = 10.0,
         faults: FaultPoints = NO_FAULTS,
@@ -51,7 +50,6 @@ class Dispatcher:
         self._store = store
         self._registry = registry
         self._clock = clock
-        self._producer = producer
         self._executor_grace_s = executor_grace_s
         self._lease_margin_s = lease_margin_s
         self._faults = faults
@@ -132,7 +130,6 @@ class Dispatcher:
                     evidence=evidence,
                     detail="the backend answered with success after the call was settled",
                     now=now,
-                    producer=self._producer,
                 )
             )
         except StoreError as exc:
@@ -152,9 +149,7 @@ class Dispatcher:
         token, now = call.lease_token, self._clock()
         try:
             return await anyio.to_thread.run_sync(
-                lambda: self._store.record_outcome(
-                    call.tool_call_id, record, token=token, now=now, producer=self._producer
-                )
+                lambda: self._store.record_outcome(call.tool_call_id, record, token=token, now=now)
             )
         except StaleLease as exc:
             # Our lease ran out and another worker settled the call meanwhile; its record stands.

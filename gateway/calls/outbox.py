@@ -25,7 +25,7 @@ import httpx2
 from gateway.calls.actions import canonical_json
 from gateway.calls.approvals import WebhookConfig
 from store.model import OutboxMessage
-from store.store import Store
+from store.ports import Outbox
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Notifier:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Outbox,
         webhook: WebhookConfig,
         secret: bytes,
         clock: Callable[[], datetime],

@@ -35,7 +35,7 @@ from store.model import (
     RefusalRequest,
     StaleLease,
 )
-from store.store import Store
+from store.ports import CallLedger
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +106,11 @@ class CallPipeline:
     def __init__(
         self,
         *,
-        store: Store,
+        store: CallLedger,
         registry: RegistryLike,
         policy: Callable[[], PolicyLike],
         redactor: Redactor,
         clock: Clock = lambda: datetime.now(UTC),
-        producer: str = "writ-gateway",
         join_wait_s: float = 10.0,
         executor_grace_s: float = 5.0,
         owner: str = "writ-gateway",
@@ -129,14 +128,12 @@ class CallPipeline:
         self._policy = policy
         self._redactor = redactor
         self._clock = clock
-        self._producer = producer
         self._join_wait_s = join_wait_s
         self._owner = owner
         self._dispatcher = Dispatcher(
             store=store,
             registry=registry,
             clock=clock,
-            producer=producer,
             executor_grace_s=executor_grace_s,
             lease_margin_s=lease_margin_s,
             faults=faults,
@@ -272,7 +269,6 @@ class CallPipeline:
             "key_source": key_source,
             "correlation_id": correlation_id,
             "now": now,
-            "producer": self._producer,
         }
 
         def refusal(reason: str, detail: str, policy_version: str) -> RefusalRequest:
@@ -387,7 +383,6 @@ class CallPipeline:
                     action=inp.action,
                     answered_by=principal.subject,
                     now=self._clock(),
-                    producer=self._producer,
                     lease_owner=self._owner,
                     lease_s=self.lease_s(capability),
                 )

@@ -34,7 +34,7 @@ from capabilities.contract import Capability, CapabilityError, Invocation, Recon
 from gateway.calls.pipeline import CallPipeline, RegistryLike
 from store.events import format_ts
 from store.model import CallView, StaleLease
-from store.store import Store
+from store.ports import Reconciliation
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +56,12 @@ class Reconciler:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Reconciliation,
         registry: RegistryLike,
         pipeline: CallPipeline,
         owner: str,
         clock: Callable[[], datetime],
         policy: ReconcilePolicy = ReconcilePolicy(),
-        producer: str = "writ-gateway",
     ) -> None:
         self._store = store
         self._registry = registry
@@ -70,7 +69,6 @@ class Reconciler:
         self._owner = owner
         self._clock = clock
         self._policy = policy
-        self._producer = producer
 
     async def run_once(self, limit: int = 20) -> int:
         """Try each due call once; returns how many this worker took a lease on."""
@@ -184,7 +182,6 @@ class Reconciler:
                     evidence={**evidence, **({"result": result} if result is not None else {})},
                     detail=detail or "the backend has the effect",
                     now=now,
-                    producer=self._producer,
                 )
             )
             raise
@@ -286,6 +283,4 @@ class Reconciler:
 
     async def _write(self, write: Callable[..., CallView], tool_call_id: str, **kwargs: Any) -> CallView:
         now = self._clock()
-        return await anyio.to_thread.run_sync(
-            lambda: write(tool_call_id, now=now, producer=self._producer, **kwargs)
-        )
+        return await anyio.to_thread.run_sync(lambda: write(tool_call_id, now=now, **kwargs))

@@ -15,7 +15,7 @@ import anyio.to_thread
 from gateway.errors import GatewayError
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import CallView, NotFound, StaleLease
-from store.store import Store
+from store.ports import ManualResolutions
 
 RESOLVER_ROLES = frozenset({"approver", "admin"})
 
@@ -50,10 +50,9 @@ class ResolutionInput:
     resolved_by: str
     roles: frozenset[str]
     tenant: str
-    producer: str = "writ-gateway"
 
 
-async def resolve_call(store: Store, resolution: ResolutionInput, now: datetime) -> CallView:
+async def resolve_call(store: ManualResolutions, resolution: ResolutionInput, now: datetime) -> CallView:
     """Record the person's verdict on an unknown call of their tenant.
 
     Raises:
@@ -78,7 +77,6 @@ async def resolve_call(store: Store, resolution: ResolutionInput, now: datetime)
                 by=resolution.resolved_by,
                 now=now,
                 tenant=resolution.tenant,
-                producer=resolution.producer,
             )
         )
     except NotFound:

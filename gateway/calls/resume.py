@@ -23,7 +23,7 @@ from gateway.calls.actions import action_hash, contract_hash
 from gateway.calls.pipeline import CallPipeline
 from policy.model import CallContext, PolicyInput, Principal
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
-from store.store import Store
+from store.ports import Resumption
 
 logger = logging.getLogger(__name__)
 
@@ -66,18 +66,16 @@ class Resumer:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Resumption,
         pipeline: CallPipeline,
         clock: Callable[[], datetime],
         interval_s: float = 1.0,
-        producer: str = "writ-gateway",
         batch: int = 20,
     ) -> None:
         self._store = store
         self._pipeline = pipeline
         self._clock = clock
         self._interval_s = interval_s
-        self._producer = producer
         self._batch = batch
         self._wake: anyio.Event | None = None
 
@@ -130,7 +128,6 @@ class Resumer:
                         reason=outcome.reason,
                         detail=outcome.detail,
                         now=now,
-                        producer=self._producer,
                         # The policy in force now, not the request's, even where policy was not
                         # what refused it: the record says under which policy the refusal was made.
                         policy_version=outcome.policy_version or self._pipeline.current_policy().version,
@@ -144,7 +141,6 @@ class Resumer:
                     call.tool_call_id,
                     now=now,
                     policy_version=outcome.policy_version,
-                    producer=self._producer,
                     lease_owner=self._pipeline.owner,
                     lease_s=self._pipeline.lease_s(outcome.capability),
                 )
@@ -230,12 +226,10 @@ class Resumer:
 
     def _expire_due(self) -> int:
         # Calls whose user never answered the confirmation round: they will never run.
-        expired = len(
-            self._store.expire_confirmations(now=self._clock(), producer=self._producer, limit=self._batch)
-        )
+        expired = len(self._store.expire_confirmations(now=self._clock(), limit=self._batch))
         for approval in self._store.due_approvals(now=self._clock(), limit=self._batch):
             try:
-                self._store.expire_approval(approval.approval_id, now=self._clock(), producer=self._producer)
+                self._store.expire_approval(approval.approval_id, now=self._clock())
                 expired += 1
             except (StaleLease, NotFound):
                 continue  # decided or expired by someone else since we looked

@@ -17,7 +17,7 @@ import anyio
 import anyio.to_thread
 
 from gateway.calls.reconcile import Reconciler
-from store.store import Store
+from store.ports import Recovery
 
 logger = logging.getLogger(__name__)
 
@@ -33,23 +33,19 @@ class Workers:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Recovery,
         reconciler: Reconciler,
         clock: Callable[[], datetime],
         interval_s: float = 1.0,
-        producer: str = "writ-gateway",
     ) -> None:
         self._store = store
         self._reconciler = reconciler
         self._clock = clock
         self._interval_s = interval_s
-        self._producer = producer
 
     async def tick(self) -> tuple[int, int]:
         """One pass: recover expired dispatches, then try each due reconciliation once."""
-        recovered = await anyio.to_thread.run_sync(
-            lambda: self._store.recover_expired(now=self._clock(), producer=self._producer)
-        )
+        recovered = await anyio.to_thread.run_sync(lambda: self._store.recover_expired(now=self._clock()))
         for call in recovered:
             logger.warning(
                 "call %s was left dispatching past its lease (holder %s): now result_unknown",

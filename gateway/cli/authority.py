@@ -24,7 +24,10 @@ from gateway.config import WritConfig
 from policy.model import Principal
 
 if TYPE_CHECKING:
-    from store.store import Store
+    from store.ports import Standing
+
+CLI = "writ-cli"
+"""The producer every event the CLI records names."""
 
 TokenOption = Annotated[
     str | None,
@@ -131,7 +134,7 @@ def _verified(config: WritConfig, token: str) -> tuple[str, Principal]:
     return principal.subject, principal
 
 
-def check_standing(store: Store, who: Authority) -> None:
+def check_standing(store: Standing, who: Authority) -> None:
     """Raises Refused when the token's principal is revoked in its tenant (break-glass has no standing)."""
     if who.principal is not None and is_revoked_now(store, who.principal):
         raise Refused(f"refused (principal_revoked): {revoked_text(who.principal)}", code=1)

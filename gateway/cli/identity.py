@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from gateway.cli.authority import (
+    CLI,
     AsOption,
     BreakGlassOption,
     Refused,
@@ -175,7 +176,7 @@ def _change_standing(
                 f"not {tenant}; nothing was recorded",
                 1,
             )
-    store = open_store(cfg, migrate_empty=False)
+    store = open_store(cfg, migrate_empty=False, producer=CLI)
     try:
         try:
             check_standing(store, who)
@@ -197,7 +198,6 @@ def _change_standing(
                 revoked_by=who.name,
                 reason=reason,
                 now=now,
-                producer="writ-cli",
                 break_glass=who.break_glass,
             )
         else:
@@ -208,7 +208,6 @@ def _change_standing(
                     restored_by=who.name,
                     reason=reason,
                     now=now,
-                    producer="writ-cli",
                     break_glass=who.break_glass,
                 )
             except NotFound as exc:

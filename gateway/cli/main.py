@@ -12,6 +12,7 @@ import anyio
 import typer
 
 from gateway.cli.authority import (
+    CLI,
     AsOption,
     Authority,
     BreakGlassOption,
@@ -29,7 +30,7 @@ from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_
 from store.model import StoreError
 
 if TYPE_CHECKING:
-    from store.store import Store
+    from store.ports import Standing
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
 store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
@@ -283,7 +284,6 @@ def calls_resolve(
                     resolved_by=who.name,
                     roles=who.principal.roles,
                     tenant=who.principal.tenant,
-                    producer="writ-cli",
                 )
                 call = anyio.run(resolve_call, store, resolution, datetime.now(UTC))
             else:
@@ -293,7 +293,6 @@ def calls_resolve(
                     evidence=evidence,
                     by=who.name,
                     now=datetime.now(UTC),
-                    producer="writ-cli",
                     break_glass=True,
                     reason=who.reason,
                 )
@@ -403,6 +402,7 @@ def _decide(
     from datetime import UTC, datetime
 
     from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+    from store.store import PRODUCER
 
     cfg = _config(config)
     who = _authority(cfg, token=token, break_glass=break_glass, reason=reason, impersonated=as_)
@@ -410,7 +410,9 @@ def _decide(
     with _store(config) as store:
         _standing(store, who)
         try:
-            approval = Decisions(store, lambda: datetime.now(UTC)).decide_now(
+            # An expiry the decision runs into is recorded in the gateway's name, as the worker does.
+            expiring = store.with_producer(PRODUCER)
+            approval = Decisions(store, lambda: datetime.now(UTC), expiring=expiring).decide_now(
                 DecisionInput(
                     approval_id,
                     approve,
@@ -418,7 +420,6 @@ def _decide(
                     reason=reason,
                     roles=principal.roles if principal else None,
                     tenant=principal.tenant if principal else None,
-                    producer="writ-cli",
                     break_glass=who.break_glass,
                 )
             )
@@ -436,7 +437,7 @@ def _authority(cfg: WritConfig, **given: Any) -> Authority:
         raise typer.Exit(exc.code) from exc
 
 
-def _standing(store: Store, who: Authority) -> None:
+def _standing(store: Standing, who: Authority) -> None:
     try:
         check_standing(store, who)
     except Refused as exc:
@@ -470,7 +471,7 @@ class _store:
     def __enter__(self):  # type: ignore[no-untyped-def]
         from gateway.app import open_store
 
-        self._store = open_store(_config(self._config), migrate_empty=False)
+        self._store = open_store(_config(self._config), migrate_empty=False, producer=CLI)
         return self._store
 
     def __exit__(self, *exc: object) -> None:

@@ -26,7 +26,7 @@ from gateway.display import visible
 from gateway.mcp.results import outcome_text
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
-from store.store import Store
+from store.ports import Oversight
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
@@ -57,7 +57,7 @@ class Console:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Oversight,
         decisions: Decisions,
         verify: TokenVerifier,
         secure_cookies: bool = False,
@@ -224,7 +224,6 @@ class Console:
                     reason=reason,
                     roles=who.roles,
                     tenant=who.tenant,
-                    producer="writ-console",
                 )
             )
         except DecisionRefused as exc:
@@ -266,7 +265,6 @@ class Console:
             resolved_by=who.subject,
             roles=who.roles,
             tenant=who.tenant,
-            producer="writ-console",
         )
         try:
             resolved = await resolve_call(self.store, resolution, datetime.now(UTC))
@@ -297,7 +295,7 @@ class Console:
 
 def console_routes(
     *,
-    store: Store,
+    store: Oversight,
     decisions: Decisions,
     verify: TokenVerifier,
     secure_cookies: bool = False,

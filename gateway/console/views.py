@@ -12,7 +12,7 @@ from gateway.calls.actions import contract_hash
 from gateway.mcp.results import outcome_text
 from policy.model import Principal
 from store.model import ApprovalView, CallView, StoredEvent
-from store.store import Store
+from store.ports import CallReads
 
 REDACTED_PREFIX = "redacted:"
 _DECISIONS = frozenset({"approval.granted", "approval.rejected"})
@@ -54,7 +54,7 @@ def changes_since_request(call: CallView, now: InForce) -> list[str]:
 
 
 def approval_card(
-    store: Store, approval: ApprovalView, who: Principal, now: datetime, in_force: InForce | None = None
+    store: CallReads, approval: ApprovalView, who: Principal, now: datetime, in_force: InForce | None = None
 ) -> dict[str, Any]:
     """Everything a reviewer needs to see the exact effect before deciding."""
     call = store.get_call(approval.tool_call_id)
@@ -88,7 +88,7 @@ def approval_card(
     }
 
 
-def unresolved_card(store: Store, call: CallView) -> dict[str, Any]:
+def unresolved_card(store: CallReads, call: CallView) -> dict[str, Any]:
     """An unknown call as a resolver sees it: the effect, what is known, and each reconciliation try."""
     evidence: list[dict[str, Any]] = []
     attempts: list[dict[str, Any]] = []

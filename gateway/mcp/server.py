@@ -28,7 +28,7 @@ from gateway.mcp.results import rate_limited, shape_call, shape_report, status_d
 from gateway.telemetry import Telemetry
 from store.limits import CLIENT_ID_CHARS
 from store.model import CallView, NotFound, StaleLease, Unavailable
-from store.store import Store
+from store.ports import CallStatus
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class McpFace:
     """
 
     def __init__(
-        self, pipeline: CallPipeline, store: Store, principal: PrincipalProvider, telemetry: Telemetry
+        self, pipeline: CallPipeline, store: CallStatus, principal: PrincipalProvider, telemetry: Telemetry
     ) -> None:
         self.pipeline = pipeline
         self.store = store
@@ -332,7 +332,7 @@ class McpFace:
 
 def build_mcp_server(
     pipeline: CallPipeline,
-    store: Store,
+    store: CallStatus,
     principal: PrincipalProvider,
     *,
     telemetry: Telemetry | None = None,

@@ -210,3 +210,18 @@ def test_a_reused_tool_call_id_is_refused_as_a_store_error_not_a_driver_error(st
 
     assert type(raised.value) is StoreError
     assert [e.seq for e in store.events()] == [1, 2, 3]
+
+
+def test_every_event_names_the_producer_the_store_was_given_and_writ_gateway_by_default(
+    store: Store,
+) -> None:
+    store.admit(call_request(tool_call_id="tc-1"))
+    cli = store.with_producer("writ-cli")
+    cli.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=NOW)
+
+    assert (store.producer, cli.producer) == ("writ-gateway", "writ-cli")
+    assert [(e.type, e.producer) for e in store.events(tool_call_id="tc-1")] == [
+        ("tool_call.requested", "writ-gateway"),
+        ("tool_call.dispatching", "writ-gateway"),
+        ("tool_call.completed", "writ-cli"),
+    ]

@@ -46,7 +46,7 @@ def test_recovery_declares_an_expired_dispatch_unknown_with_evidence_and_fences_
 ) -> None:
     store.admit(call_request(tool_call_id="tc-1", lease_owner="gw-a", lease_s=LEASE_S))
 
-    recovered = store.recover_expired(now=EXPIRED, producer="gw-b")
+    recovered = store.with_producer("gw-b").recover_expired(now=EXPIRED)
 
     assert [c.tool_call_id for c in recovered] == ["tc-1"]
     assert (recovered[0].status, recovered[0].verification_status) == ("result_unknown", "pending")

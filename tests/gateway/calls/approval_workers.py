@@ -50,7 +50,7 @@ def parts(url: str, owner: str) -> tuple[Store, FakeExecutor, CallPipeline, Resu
     def clock() -> datetime:
         return datetime.now(UTC)
 
-    resumer = Resumer(store=store, pipeline=pipeline, clock=clock, producer=owner)
+    resumer = Resumer(store=store.with_producer(owner), pipeline=pipeline, clock=clock)
     return store, executor, pipeline, resumer, Decisions(store, clock, on_granted=resumer.wake)
 
 

@@ -1,0 +1,318 @@
+"""The store as each gateway component sees it: narrow ports, all implemented by the one SQL `Store`.
+
+A component takes the port it needs, not the whole store, so its signature says which facts it reads
+and writes, and a unit test can hand it a small fake. `Store` satisfies every port structurally (mypy
+checks it where the composition root hands the store in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from store.confirming import Answer
+from store.model import (
+    Admission,
+    ApprovalView,
+    CallRequest,
+    CallView,
+    OutboxMessage,
+    OutcomeRecord,
+    RefusalRequest,
+    StoredEvent,
+)
+from store.reconciling import Verdict
+from store.revoking import Revocation
+
+
+class Standing(Protocol):
+    """Whether a principal's standing in a tenant has been revoked."""
+
+    def is_revoked(self, tenant: str, subject: str) -> bool: ...
+
+
+class CallReads(Protocol):
+    """The projections of calls and approvals, as the faces show them."""
+
+    def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None: ...
+
+    def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None: ...
+
+    def list_calls(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
+    ) -> list[CallView]: ...
+
+    def list_approvals(
+        self, *, tenant: str | None = None, status: str | None = None
+    ) -> list[ApprovalView]: ...
+
+    def events(
+        self,
+        *,
+        run_id: str | None = None,
+        tool_call_id: str | None = None,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[StoredEvent]: ...
+
+
+class Contradictions(Protocol):
+    """Evidence that contradicts a settled verdict: recorded and escalated, never overwritten."""
+
+    def record_contradiction(
+        self,
+        tool_call_id: str,
+        *,
+        source: Literal["lookup", "late_response", "resolution"],
+        verdict: Literal["confirmed_success", "confirmed_failure"],
+        evidence: Mapping[str, Any],
+        detail: str | None,
+        now: datetime,
+    ) -> CallView | None: ...
+
+
+class Outcomes(Contradictions, Protocol):
+    """What the dispatcher records: the outcome an executor reported, under the lease's fencing token."""
+
+    def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None: ...
+
+    def record_outcome(
+        self,
+        tool_call_id: str,
+        outcome: OutcomeRecord,
+        *,
+        token: int,
+        now: datetime,
+    ) -> CallView: ...
+
+
+class CallLedger(Outcomes, Standing, Protocol):
+    """The pipeline's store: intent and decision, the key claim, refusals and confirmations."""
+
+    def admit(self, req: CallRequest) -> Admission: ...
+
+    def refuse(self, req: RefusalRequest) -> CallView: ...
+
+    def run_call_count(self, run_id: str, tenant: str) -> int: ...
+
+    def answer_confirmation(
+        self,
+        tool_call_id: str,
+        *,
+        confirmation_id: str,
+        action_hash: str,
+        action: Answer,
+        answered_by: str,
+        now: datetime,
+        lease_owner: str = "writ-gateway",
+        lease_s: float = 60.0,
+    ) -> CallView: ...
+
+
+class Approvals(Protocol):
+    """Deciding and expiring approvals."""
+
+    def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None: ...
+
+    def decide_approval(
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        decided_by: str,
+        now: datetime,
+        reason: str | None = None,
+        tenant: str | None = None,
+        break_glass: bool = False,
+        decided_by_roles: Collection[str] | None = None,
+    ) -> ApprovalView: ...
+
+    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView: ...
+
+
+class Resumption(Protocol):
+    """Resuming approved calls: their held arguments, the dispatch claim or the refusal, expiries."""
+
+    def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None: ...
+
+    def list_calls(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        unresolved: bool = False,
+        limit: int = 100,
+    ) -> list[CallView]: ...
+
+    def run_call_count(self, run_id: str, tenant: str) -> int: ...
+
+    def held_arguments(self, approval_id: str) -> Mapping[str, Any] | None: ...
+
+    def release_held_arguments(self, approval_id: str, *, now: datetime) -> None: ...
+
+    def due_approvals(self, *, now: datetime, limit: int = 100) -> list[ApprovalView]: ...
+
+    def dispatch_approved(
+        self,
+        tool_call_id: str,
+        *,
+        now: datetime,
+        policy_version: str | None = None,
+        lease_owner: str = "writ-gateway",
+        lease_s: float = 60.0,
+    ) -> CallView: ...
+
+    def deny_approved(
+        self,
+        tool_call_id: str,
+        *,
+        reason: str,
+        now: datetime,
+        detail: str | None = None,
+        policy_version: str | None = None,
+        rule_id: str | None = None,
+    ) -> CallView: ...
+
+    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView: ...
+
+    def expire_confirmations(self, *, now: datetime, limit: int = 100) -> list[CallView]: ...
+
+
+class Reconciliation(Contradictions, Protocol):
+    """Settling `result_unknown` calls from backend evidence, with leases and escalation."""
+
+    def dispatch_times(self, tool_call_id: str) -> tuple[datetime, datetime | None] | None: ...
+
+    def due_reconciliations(self, *, now: datetime, limit: int = 20) -> list[CallView]: ...
+
+    def start_reconciliation(
+        self,
+        tool_call_id: str,
+        *,
+        expected_token: int,
+        method: str,
+        owner: str,
+        lease_s: float,
+        now: datetime,
+    ) -> CallView: ...
+
+    def record_inconclusive(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        evidence: Mapping[str, Any],
+        next_attempt_at: datetime,
+        now: datetime,
+    ) -> CallView: ...
+
+    def resolve_reconciliation(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        verdict: Verdict,
+        evidence: Mapping[str, Any],
+        now: datetime,
+        result: Mapping[str, Any] | None = None,
+        detail: str | None = None,
+    ) -> CallView: ...
+
+    def escalate_reconciliation(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        reason: str,
+        now: datetime,
+        detail: str | None = None,
+        evidence: Mapping[str, Any] | None = None,
+    ) -> CallView: ...
+
+    def redispatch(
+        self,
+        tool_call_id: str,
+        *,
+        token: int,
+        owner: str,
+        lease_s: float,
+        now: datetime,
+    ) -> CallView: ...
+
+
+class Recovery(Protocol):
+    """Calls left `dispatching` past their lease become `result_unknown`."""
+
+    def recover_expired(self, *, now: datetime, limit: int = 100) -> list[CallView]: ...
+
+
+class ManualResolutions(Protocol):
+    """A human settling an unresolved call with evidence."""
+
+    def resolve_manually(
+        self,
+        tool_call_id: str,
+        *,
+        succeeded: bool,
+        evidence: str,
+        by: str,
+        now: datetime,
+        tenant: str | None = None,
+        break_glass: bool = False,
+        reason: str | None = None,
+    ) -> CallView: ...
+
+
+class Outbox(Protocol):
+    """Approval notifications waiting for delivery, claimed with a lease."""
+
+    def claim_outbox(
+        self, *, owner: str, now: datetime, lease_s: float = 30.0, limit: int = 10
+    ) -> list[OutboxMessage]: ...
+
+    def outbox_delivered(self, message_id: str, *, owner: str, now: datetime) -> bool: ...
+
+    def outbox_failed(
+        self, message_id: str, *, owner: str, error: str, retry_at: datetime | None, now: datetime
+    ) -> bool: ...
+
+
+class Revocations(Standing, Protocol):
+    """Revoking and restoring a principal's standing, and checking it."""
+
+    def revoke_principal(
+        self,
+        tenant: str,
+        subject: str,
+        *,
+        revoked_by: str,
+        now: datetime,
+        reason: str | None = None,
+        break_glass: bool = False,
+    ) -> Revocation: ...
+
+    def restore_principal(
+        self,
+        tenant: str,
+        subject: str,
+        *,
+        restored_by: str,
+        now: datetime,
+        reason: str | None = None,
+        break_glass: bool = False,
+    ) -> Revocation: ...
+
+
+class Oversight(CallReads, Standing, ManualResolutions, Protocol):
+    """What the approvals API and the console read, and the manual resolutions they record."""
+
+
+class CallStatus(CallReads, Standing, Approvals, Protocol):
+    """What a client is told of its calls, and the approvals it may withdraw."""
