@@ -230,6 +230,13 @@ class WritConfig(_Section):
         return self
 
 
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of the configuration file, for editors (`writ config schema`)."""
+    schema = WritConfig.model_json_schema()
+    schema["properties"].pop("source", None)  # set by load_config, never read from the file
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
 def find_config_file(explicit: str | None) -> Path | None:
     """`-c FILE`, else $WRIT_CONFIG, ./writ.yaml, the demo's ./.writ/demo.yaml; None means defaults."""
     if explicit:

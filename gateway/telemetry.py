@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from pydantic import BaseModel, ConfigDict
 
-from gateway.calls.actions import canonical_json
 from gateway.calls.pipeline import CallReport
 from gateway.errors import ConfigurationError
+from store.canonical import canonical_json
 
 
 class TelemetryConfig(BaseModel):

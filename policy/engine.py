@@ -9,13 +9,13 @@ be evaluated fails closed: the call is denied with reason `policy_error`.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
+import rfc8785
 import yaml
 from pydantic import ValidationError
 
@@ -76,8 +76,11 @@ class Policy:
             _CompiledRule(rule, Condition.compile(rule.id, rule.when) if rule.when else None)
             for rule in config.rules
         )
-        canonical = json.dumps(config.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        self._version = "p-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        # RFC 8785, as every other hash (store.canonical, which policy may not import): the rules hold
+        # strings, small integers and booleans, which it spells as the earlier json.dumps did, so a
+        # policy keeps its version across the change.
+        canonical = rfc8785.dumps(config.canonical())
+        self._version = "p-" + hashlib.sha256(canonical).hexdigest()[:16]
 
     @classmethod
     def from_config(cls, config: PolicyConfig) -> Policy:

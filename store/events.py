@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-SCHEMA_VERSION = 1
+from store.canonical import canonical_json, legacy_json
+
+SCHEMA_VERSION = 2
+"""Version 2 events are hashed over RFC 8785 canonical JSON; version 1 events over `legacy_json`."""
 GENESIS_HASH = "0" * 64
 ENVELOPE_FIELDS: tuple[str, ...] = (
     "event_id",
@@ -35,15 +38,18 @@ ENVELOPE_FIELDS: tuple[str, ...] = (
 )
 
 
-def canonical_json(value: Any) -> str:
-    """The one JSON spelling that hashes are computed over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def json_for(schema_version: int) -> Callable[[Any], str]:
+    """The JSON spelling events of `schema_version` are hashed and stored in."""
+    # A log written before the bump stays verifiable: each event names the spelling it was hashed in,
+    # and schema_version is itself hashed, so relabelling an event breaks its hash like any edit.
+    return legacy_json if schema_version == 1 else canonical_json
 
 
 def compute_hash(envelope: dict[str, Any]) -> str:
     """sha256 over every envelope field except `hash` itself (seq and prev_hash included)."""
     body = {name: envelope[name] for name in ENVELOPE_FIELDS if name != "hash"}
-    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+    text = json_for(envelope["schema_version"])(body)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def format_ts(moment: datetime) -> str:

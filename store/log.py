@@ -85,7 +85,7 @@ def row_of(event: ev.Envelope) -> dict[str, Any]:
 
 
 def _row(envelope: dict[str, Any]) -> dict[str, Any]:
-    envelope["payload"] = ev.canonical_json(envelope["payload"])
+    envelope["payload"] = ev.json_for(envelope["schema_version"])(envelope["payload"])
     return envelope
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from store import events as ev
+from store.canonical import canonical_json
 from store.model import KeyClaimLost, StoreError
 from store.raw import Record, Statement
 from store.schema import approvals, effect_ledger, revocations, runs, tool_calls
@@ -79,7 +80,7 @@ _TAKE_OVER_KEY = Statement(
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else ev.canonical_json(value)
+    return None if value is None else canonical_json(value)
 
 
 def _named(event: ev.Envelope, field: str, value: str | None) -> str:

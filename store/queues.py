@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Row, delete, insert, select, update
 
-from store.events import canonical_json
+from store.canonical import canonical_json
 from store.model import ApprovalView, CallRequest, OutboxMessage
 from store.schema import approvals, held_arguments, outbox
 from store.views import approval_view

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +19,23 @@ from capabilities.contract import Capability
 from gateway.errors import ConfigurationError
 from gateway.secret_files import create_once
 from policy.model import Principal
+from store.canonical import canonical_json, legacy_json
+
+__all__ = ["Redactor", "action_hash", "canonical_json", "contract_hash", "derived_key", "new_id"]
+
+Spelling = Callable[[Any], str]
+SPELLINGS: tuple[Spelling, ...] = (canonical_json, legacy_json)
+"""Every JSON spelling a stored hash may have been computed over: RFC 8785 now, `legacy_json` before.
+
+A hash is checked against the spelling it was computed with: an approval granted before the change
+still binds its call (a float such as `timeout_s: 30.0` is spelled `30` now, `30.0` then, so every
+contract hash, and every action hash with it, differs between the two).
+"""
 
 
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON: sorted keys, no insignificant whitespace, UTF-8 kept as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def contract_hash(capability: Capability) -> str:
+def contract_hash(capability: Capability, *, spelling: Spelling = canonical_json) -> str:
     """sha256 over what the capability does with a call: everything but its labels."""
-    body = canonical_json(
+    body = spelling(
         {
             "id": capability.id,
             "version": capability.version,
@@ -49,23 +55,43 @@ def contract_hash(capability: Capability) -> str:
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
-def action_hash(capability: Capability, arguments: Mapping[str, Any], principal: Principal) -> str:
+def action_hash(
+    capability: Capability,
+    arguments: Mapping[str, Any],
+    principal: Principal,
+    *,
+    spelling: Spelling = canonical_json,
+) -> str:
     """sha256 over what makes two calls the same effect."""
     # The contract joined the hash after events were recorded without it. Old events stay verifiable:
     # each stores the action hash itself and the audit chain covers that stored value, never a
     # recomputation. What changes is what a new hash binds: an approval (or a derived key) given under
     # one contract does not match the same arguments under another, whatever the version says.
-    body = canonical_json(
+    body = spelling(
         {
             "capability": capability.id,
             "version": capability.version,
-            "contract": contract_hash(capability),
+            "contract": contract_hash(capability, spelling=spelling),
             "arguments": _numbers_by_value(arguments),
             "tenant": principal.tenant,
             "requester": principal.subject,
         }
     )
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def is_contract_hash(stored: str, capability: Capability) -> bool:
+    """Whether `stored` is the contract hash of `capability`, in whichever spelling it was taken."""
+    return any(stored == contract_hash(capability, spelling=spelling) for spelling in SPELLINGS)
+
+
+def is_action_hash(
+    stored: str, capability: Capability, arguments: Mapping[str, Any], principal: Principal
+) -> bool:
+    """Whether `stored` is the action hash of this call, in whichever spelling it was taken."""
+    return any(
+        stored == action_hash(capability, arguments, principal, spelling=spelling) for spelling in SPELLINGS
+    )
 
 
 def _numbers_by_value(value: Any) -> Any:

@@ -22,8 +22,8 @@ import anyio
 import anyio.to_thread
 import httpx2
 
-from gateway.calls.actions import canonical_json
 from gateway.calls.approvals import WebhookConfig
+from store.canonical import canonical_json
 from store.model import OutboxMessage
 from store.ports import Outbox
 

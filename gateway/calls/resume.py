@@ -19,7 +19,7 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability
-from gateway.calls.actions import action_hash, contract_hash
+from gateway.calls.actions import is_action_hash, is_contract_hash
 from gateway.calls.pipeline import CallPipeline
 from policy.model import CallContext, PolicyInput, Principal
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
@@ -168,7 +168,7 @@ class Resumer:
                 "capability_changed",
                 f"approved for {call.capability_id}@{call.capability_version}, now {capability.ref}",
             )
-        if call.contract_hash is not None and call.contract_hash != contract_hash(capability):
+        if call.contract_hash is not None and not is_contract_hash(call.contract_hash, capability):
             # Same id and version, another contract (schema, request, backend, key handling, effect):
             # the approver saw an effect this capability no longer performs.
             return Refusal(
@@ -179,7 +179,10 @@ class Resumer:
             return Refusal("arguments_unavailable", "the full arguments of the approved call are gone")
         arguments = held if held is not None else call.arguments
         principal = principal_of_record(call.principal or {"subject": call.subject, "tenant": call.tenant})
-        if not (approval.action_hash == call.action_hash == action_hash(capability, arguments, principal)):
+        if not (
+            approval.action_hash == call.action_hash
+            and is_action_hash(call.action_hash, capability, arguments, principal)
+        ):
             return Refusal(
                 "approval_binding_mismatch", "the action to run is not the action that was approved"
             )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 
-from gateway.calls.actions import canonical_json
 from policy.model import Principal
+from store.canonical import canonical_json
 
 
 def scoped_run_id(principal: Principal, client_run_id: str) -> str:

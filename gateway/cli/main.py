@@ -37,6 +37,8 @@ store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
 audit_app = typer.Typer(help="Audit the tamper-evident effect log.", no_args_is_help=True)
 calls_app = typer.Typer(help="Inspect tool calls.", no_args_is_help=True)
 approvals_app = typer.Typer(help="Inspect and decide approvals.", no_args_is_help=True)
+config_app = typer.Typer(help="The configuration file.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
 app.add_typer(store_app, name="store")
 app.add_typer(audit_app, name="audit")
 app.add_typer(calls_app, name="calls")
@@ -145,6 +147,14 @@ def token(
         err=True,
     )
     typer.echo(minted)
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the configuration file's JSON schema (deploy/writ.schema.json is this, for editors)."""
+    from gateway.config import json_schema
+
+    typer.echo(json.dumps(json_schema(), indent=2))
 
 
 @store_app.command("migrate")

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from capabilities.contract import Capability
-from gateway.calls.actions import contract_hash
+from gateway.calls.actions import is_contract_hash
 from gateway.mcp.results import outcome_text
 from policy.model import Principal
 from store.model import ApprovalView, CallView, StoredEvent
@@ -38,7 +38,7 @@ def changes_since_request(call: CallView, now: InForce) -> list[str]:
     if capability is None:
         changes.append(f"The tool {call.tool_name} is no longer offered: this call cannot run.")
     elif (capability.id, capability.version) != (call.capability_id, call.capability_version) or (
-        call.contract_hash is not None and call.contract_hash != contract_hash(capability)
+        call.contract_hash is not None and not is_contract_hash(call.contract_hash, capability)
     ):
         changes.append(
             f"The capability's contract changed since the call was requested (now {capability.ref}): "

@@ -89,3 +89,37 @@ def test_no_config_file_means_the_embedded_defaults() -> None:
     config = load_config(None)
     assert config.store.url.startswith("sqlite:///")
     assert yaml.safe_dump(config.model_dump())
+
+
+SCHEMA_FILE = REPO / "deploy" / "writ.schema.json"
+
+
+def test_the_published_schema_is_the_one_writ_config_schema_prints() -> None:
+    # Regenerate with: writ config schema > deploy/writ.schema.json
+    import json
+
+    from typer.testing import CliRunner
+
+    from gateway.cli.main import app
+
+    out = CliRunner().invoke(app, ["config", "schema"])
+
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == json.loads(SCHEMA_FILE.read_text())
+
+
+def test_the_example_config_is_valid_under_the_published_schema() -> None:
+    import json
+
+    import jsonschema
+
+    schema = json.loads(SCHEMA_FILE.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    example = yaml.safe_load((SCHEMA_FILE.parent / "writ.example.yaml").read_text())
+
+    assert [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(example)] == []
+    assert (
+        (SCHEMA_FILE.parent / "writ.example.yaml")
+        .read_text()
+        .startswith("# yaml-language-server: $schema=./writ.schema.json\n")
+    )

@@ -262,3 +262,18 @@ def test_a_cel_syntax_error_is_refused_at_load_naming_rule_and_expression() -> N
 def test_an_unknown_variable_is_refused_at_load() -> None:
     with pytest.raises(PolicyError, match=r"rule 'typo'.*unknown variable 'arg'"):
         Policy.from_mapping({"rules": [{"id": "typo", "when": "arg.amount > 1", "decision": "allow"}]})
+
+
+def test_the_version_is_the_one_hashed_before_rfc8785_so_a_policy_keeps_it_across_the_change() -> None:
+    # Rules hold strings, small integers and booleans, which RFC 8785 spells as json.dumps did: a
+    # pending approval's policy version still matches the policy in force after the upgrade.
+    import hashlib
+
+    from store.canonical import legacy_json
+
+    policy = Policy.from_mapping(DEMO_POLICY)
+
+    assert (
+        policy.version
+        == "p-" + hashlib.sha256(legacy_json(policy.config.canonical()).encode()).hexdigest()[:16]
+    )

@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 
 from store import Store
-from store.events import ToolCallDenied, ToolCallDeniedEvent, canonical_json
+from store.canonical import canonical_json
+from store.events import ToolCallDenied, ToolCallDeniedEvent
 from store.schema import events, log_head
 
 
@@ -113,3 +114,25 @@ def rewrite_with_recomputed_hash(store: Store, seq: int) -> None:
             .where(events.c.seq == seq)
             .values(payload=canonical_json(envelope["payload"]), hash=compute_hash(envelope))
         )
+
+
+def as_written_before_rfc8785(store: Store, upto: int | None = None) -> None:
+    """Re-seal events 1..`upto` (all by default) as schema_version 1 events, hashed and stored in the
+    JSON spelling used before RFC 8785, and re-chain the rest: the log an older Writ would have left."""
+    from store.canonical import legacy_json
+    from store.events import compute_hash, json_for
+
+    prev_hash, resealed = "0" * 64, []
+    for row in rows(store):
+        envelope = {**row, "payload": json.loads(row["payload"]), "prev_hash": prev_hash}
+        if upto is None or row["seq"] <= upto:
+            envelope["schema_version"] = 1
+        envelope["hash"] = compute_hash(envelope)
+        spelled = json_for(envelope["schema_version"])(envelope["payload"])
+        assert envelope["schema_version"] != 1 or spelled == legacy_json(envelope["payload"])
+        resealed.append({**envelope, "payload": spelled})
+        prev_hash = envelope["hash"]
+    with store.engine.begin() as conn:
+        conn.execute(delete(events))
+        conn.execute(insert(events), resealed)
+        conn.execute(update(log_head).values(last_hash=prev_hash))

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import update
 
 from store import OutcomeRecord, Store
+from store.schema import events
 from tests.store import tamper
 from tests.store.builders import DENY, NOW, call_request
 
@@ -137,3 +139,75 @@ def test_an_edit_with_a_recomputed_hash_breaks_the_chain_at_the_edited_event(log
     report = logged.verify()
 
     assert (report.problem, report.first_bad_seq) == ("broken_chain", 4)
+
+
+@pytest.fixture
+def with_floats(store: Store) -> Store:
+    """Four events whose payloads hold floats, which the two spellings write differently (30.0 and 30,
+    1e-07 and 1e-7), and a key past U+FFFF, which they order differently."""
+    store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))  # seq 1-3
+    result = {"amount": 30.0, "rate": 1e-7, "big": 1e16, "id": 2**63, "\U0001f600": 1, "\uff01": 2}
+    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result=result), token=1, now=NOW)  # 4
+    return store
+
+
+def test_a_log_written_before_rfc8785_verifies_by_each_events_schema_version(with_floats: Store) -> None:
+    tamper.as_written_before_rfc8785(with_floats)
+
+    assert [e.schema_version for e in with_floats.events()] == [1, 1, 1, 1]
+    assert with_floats.verify().ok
+
+
+def test_a_log_continued_after_rfc8785_verifies_across_the_change(with_floats: Store) -> None:
+    tamper.as_written_before_rfc8785(with_floats, upto=2)
+    with_floats.admit(call_request(tool_call_id="tc-2", idempotency_key="k2", decision=DENY))  # 5-6
+
+    assert [e.schema_version for e in with_floats.events()] == [1, 1, 2, 2, 2, 2]
+    assert with_floats.verify().ok
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_edit_is_caught_in_either_schema_version(with_floats: Store, version: int) -> None:
+    if version == 1:
+        tamper.as_written_before_rfc8785(with_floats)
+    tamper.edit_payload(with_floats, 4)
+
+    report = with_floats.verify()
+
+    assert (report.ok, report.problem, report.first_bad_seq) == (False, "edited", 4)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_relabelling_an_events_schema_version_is_caught(with_floats: Store, version: int) -> None:
+    if version == 1:
+        tamper.as_written_before_rfc8785(with_floats)
+    with with_floats.engine.begin() as conn:
+        conn.execute(update(events).where(events.c.seq == 4).values(schema_version=3 - version))
+
+    report = with_floats.verify()
+
+    assert (report.ok, report.problem, report.first_bad_seq) == (False, "edited", 4)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_rewritten_event_with_a_recomputed_hash_is_caught_in_either_version(
+    with_floats: Store, version: int
+) -> None:
+    if version == 1:
+        tamper.as_written_before_rfc8785(with_floats)
+    tamper.rewrite_with_recomputed_hash(with_floats, 2)
+
+    report = with_floats.verify()
+
+    assert (report.ok, report.problem, report.first_bad_seq) == (False, "broken_chain", 2)
+
+
+@pytest.mark.parametrize("text", ['{"amount": NaN}', '{"note": "\\ud800"}'], ids=["nan", "surrogate"])
+def test_a_payload_edited_into_json_that_cannot_be_hashed_is_reported_at_its_seq(
+    logged: Store, text: str
+) -> None:
+    tamper.set_payload_text(logged, 4, text)
+
+    report = logged.verify()
+
+    assert (report.ok, report.problem, report.first_bad_seq) == (False, "edited", 4)

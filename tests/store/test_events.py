@@ -49,7 +49,7 @@ def test_a_sealed_event_round_trips_through_its_envelope_with_the_same_hash() ->
     assert parsed == event
     assert isinstance(parsed, ev.LoopDetectedEvent)
     assert ev.compute_hash(parsed.envelope()) == event.hash
-    assert event.schema_version == 1
+    assert event.schema_version == ev.SCHEMA_VERSION == 2
 
 
 def test_sealing_returns_the_envelope_that_the_sealed_event_dumps_to() -> None:

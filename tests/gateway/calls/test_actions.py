@@ -11,8 +11,18 @@ from hypothesis import strategies as st
 
 from capabilities.contract import Capability
 from capabilities.registry import Registry
-from gateway.calls.actions import Redactor, action_hash, canonical_json, contract_hash, derived_key, new_id
+from gateway.calls.actions import (
+    Redactor,
+    action_hash,
+    canonical_json,
+    contract_hash,
+    derived_key,
+    is_action_hash,
+    is_contract_hash,
+    new_id,
+)
 from policy.model import Principal
+from store.canonical import legacy_json
 
 CAP = Capability(id="refund-order", version="2", tool_name="refund_order", backend="acme", input_schema={})
 ALICE = Principal(subject="alice", tenant="acme")
@@ -64,6 +74,29 @@ def test_the_action_hash_covers_capability_version_tenant_and_requester() -> Non
     assert action_hash(other_version, args, ALICE) != base
     assert action_hash(CAP, args, Principal(subject="alice", tenant="other")) != base
     assert action_hash(CAP, args, Principal(subject="bob", tenant="acme")) != base
+
+
+def test_hashes_are_taken_over_rfc8785_json_so_a_float_in_the_contract_is_spelled_as_jcs_does() -> None:
+    # timeout_s is a float: 30.0 before, 30 in RFC 8785. Every contract hash, and so every action
+    # hash, changed with the spelling; derived keys and run ids (strings only) did not.
+    args = {"order_id": "1001", "amount": 20.5}
+    assert contract_hash(CAP) != contract_hash(CAP, spelling=legacy_json)
+    assert action_hash(CAP, args, ALICE) != action_hash(CAP, args, ALICE, spelling=legacy_json)
+
+
+def test_a_hash_taken_in_the_earlier_spelling_still_binds_the_same_call_and_no_other() -> None:
+    # An approval granted before the change is checked against the spelling its hash was taken in.
+    args = {"order_id": "1001", "amount": 20.5}
+    legacy_action = action_hash(CAP, args, ALICE, spelling=legacy_json)
+    legacy_contract = contract_hash(CAP, spelling=legacy_json)
+    changed = replace(CAP, timeout_s=31.0)
+
+    assert is_action_hash(legacy_action, CAP, args, ALICE)
+    assert is_action_hash(action_hash(CAP, args, ALICE), CAP, args, ALICE)
+    assert not is_action_hash(legacy_action, CAP, {**args, "amount": 20.25}, ALICE)
+    assert not is_action_hash(legacy_action, changed, args, ALICE)
+    assert is_contract_hash(legacy_contract, CAP) and is_contract_hash(contract_hash(CAP), CAP)
+    assert not is_contract_hash(legacy_contract, changed)
 
 
 def test_derived_keys_are_stable_per_run_and_differ_across_runs() -> None:

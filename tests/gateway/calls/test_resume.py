@@ -13,13 +13,14 @@ import sqlalchemy as sa
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
-from gateway.calls.actions import Redactor
+from gateway.calls.actions import Redactor, action_hash, contract_hash
 from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
 from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.calls.resume import Resumer
 from policy.engine import Policy
 from policy.model import Principal
-from store.schema import held_arguments
+from store.canonical import legacy_json
+from store.schema import approvals, effect_ledger, held_arguments, tool_calls
 from store.store import Store
 
 pytestmark = pytest.mark.anyio
@@ -250,6 +251,30 @@ async def test_an_approval_used_for_a_changed_action_is_refused(world: World) ->
     refused = world.store.get_call(call.tool_call_id)
     assert refused is not None and refused.reason == "approval_binding_mismatch"
     assert world.executor.invocations == []
+
+
+async def test_an_approval_whose_hashes_were_taken_before_rfc8785_still_runs_its_call(world: World) -> None:
+    # A call that waited for approval across the upgrade: its action and contract hashes were taken
+    # in the earlier JSON spelling (1e-05 there, 0.00001 now) and are checked in that spelling.
+    arguments = {"order_id": "1001", "amount": 250, "fee": 1e-05, "iban": "DE89370400440532013000"}
+    report = await world.pipeline.call(
+        CallInput(principal=ALICE, tool_name="refund_order", arguments=arguments, idempotency_key="k1")
+    )
+    call = report.call
+    assert call.status == "approval_pending" and call.approval_id is not None
+    earlier = action_hash(REFUND, arguments, ALICE, spelling=legacy_json)
+    assert earlier != call.action_hash
+    with world.store.engine.begin() as conn:
+        for table in (tool_calls, approvals, effect_ledger):
+            conn.execute(sa.update(table).values(action_hash=earlier))
+        conn.execute(sa.update(tool_calls).values(contract_hash=contract_hash(REFUND, spelling=legacy_json)))
+    await world.decide(call.approval_id)
+
+    assert await world.resumer.tick() == (0, 1)
+
+    done = world.store.get_call(call.tool_call_id)
+    assert done is not None and done.status == "completed"
+    assert len(world.executor.invocations) == 1
 
 
 async def test_a_principal_revoked_after_requesting_is_refused(world: World) -> None:
