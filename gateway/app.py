@@ -205,11 +205,12 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     store = open_store(config)
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
+    redactor = Redactor.from_file(config.privacy.salt_file)
     pipeline = CallPipeline(
         store=store,
         registry=registry,
         policy=policy_source,
-        redactor=Redactor.from_file(config.privacy.salt_file),
+        redactor=redactor,
         owner=owner,
         executor_grace_s=timing.executor_grace_s,
         lease_margin_s=timing.lease_margin_s,
@@ -231,7 +232,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         sealing=sealing,
     )
     if timing.enabled:
-        runtime.workers = _workers(runtime, owner)
+        runtime.workers = _workers(runtime, owner, redactor)
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     return runtime
 
@@ -286,13 +287,14 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         runtime.background.append(notifier.run)
 
 
-def _workers(runtime: Runtime, owner: str) -> Workers:
+def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
     timing = runtime.config.workers
     clock = lambda: datetime.now(UTC)  # noqa: E731
     reconciler = Reconciler(
         store=runtime.store,
         registry=runtime.registry,
         pipeline=runtime.pipeline,
+        redactor=redactor,
         owner=owner,
         clock=clock,
         policy=ReconcilePolicy(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,11 @@ from gateway.errors import ConfigurationError
 from gateway.secret_files import create_once
 from policy.model import Principal
 from store.canonical import canonical_json, legacy_json
+
+DIGEST_PREFIX = "redacted:hmac-sha256:"
+MIN_ECHO_CHARS = 4
+"""A shorter redacted string is withheld only where a whole string equals it: inside longer text it
+would match by chance (and withholding it would garble the rest)."""
 
 __all__ = ["Redactor", "action_hash", "canonical_json", "contract_hash", "derived_key", "new_id"]
 
@@ -157,6 +163,75 @@ class Redactor:
             for name, value in arguments.items()
         }
 
+    def withhold_echoes(self, capability: Capability, arguments: Mapping[str, Any], data: Any) -> Any:
+        """`data` (JSON: a result, an error's detail, evidence) with every echo of a redacted value withheld.
+
+        A backend that repeats a redacted argument (a card number in its receipt, the reason in its record)
+        would put it into the log in clear, where the hash chain keeps it for good. `arguments` are the
+        call's as sent (values: withheld wherever they stand inside a string or key) or as stored (salted
+        digests: withheld wherever a whole string or number hashes to one, also inside JSON quoted as
+        text), each as `[redacted:FIELD]`.
+        """
+        values: list[tuple[str, Any]] = []
+        digests: dict[str, str] = {}
+        for name in capability.redact:
+            if name not in arguments:
+                continue
+            value = arguments[name]
+            if isinstance(value, str) and value.startswith(DIGEST_PREFIX):
+                digests[value] = name
+            else:
+                values.append((name, value))
+        if not values and not digests:
+            return data
+        return _withheld(data, values, digests, self.digest)
+
     def digest(self, value: Any) -> str:
         mac = hmac.new(self._salt, canonical_json(value).encode(), hashlib.sha256).hexdigest()
-        return f"redacted:hmac-sha256:{mac[:32]}"
+        return f"{DIGEST_PREFIX}{mac[:32]}"
+
+
+def _withheld(
+    data: Any, values: list[tuple[str, Any]], digests: Mapping[str, str], digest: Callable[[Any], str]
+) -> Any:
+    def marker(name: str) -> str:
+        return f"[redacted:{name}]"
+
+    def text(leaf: str) -> str:
+        for name, value in values:
+            if leaf == value:
+                return marker(name)
+            if isinstance(value, str) and len(value) >= MIN_ECHO_CHARS:
+                # As it stands, and as JSON text inside a string spells it (quotes, backslashes, \u).
+                for form in {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}:
+                    leaf = leaf.replace(form, marker(name))
+        if digests and (field := digests.get(digest(leaf))) is not None:
+            return marker(field)
+        if digests and leaf[:1] in ("{", "["):
+            # A body quoted as text (an MCP text block, an HTTP body): its values are leaves too. Spelled
+            # anew only where something in it was withheld.
+            try:
+                parsed = json.loads(leaf)
+            except ValueError:
+                return leaf
+            walked = walk(parsed)
+            return leaf if walked == parsed else json.dumps(walked, ensure_ascii=False)
+        return leaf
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return text(node)
+        if isinstance(node, dict):
+            return {text(key): walk(item) for key, item in node.items()}
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if isinstance(node, bool) or node is None:
+            return node
+        for name, value in values:
+            if not isinstance(value, (bool, str)) and node == value:
+                return marker(name)
+        if digests and (field := digests.get(digest(node))) is not None:
+            return marker(field)
+        return node
+
+    return walk(data)

@@ -18,6 +18,7 @@ import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
+from gateway.calls.actions import Redactor
 from gateway.calls.faults import NO_FAULTS, FaultPoints
 from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
 from store.ports import Outcomes
@@ -42,6 +43,7 @@ class Dispatcher:
         *,
         store: Outcomes,
         registry: Executors,
+        redactor: Redactor,
         clock: Callable[[], datetime],
         executor_grace_s: float = 5.0,
         lease_margin_s: float = 10.0,
@@ -49,6 +51,7 @@ class Dispatcher:
     ) -> None:
         self._store = store
         self._registry = registry
+        self._redactor = redactor
         self._clock = clock
         self._executor_grace_s = executor_grace_s
         self._lease_margin_s = lease_margin_s
@@ -105,7 +108,9 @@ class Dispatcher:
                     detail="the dispatch lease ran out before the request was sent; nothing was sent",
                     evidence={"sent": False},
                 )
-            settled = await self._record(call, outcome)
+            settled = await self._record(
+                call, outcome, lambda data: self._redactor.withhold_echoes(capability, arguments, data)
+            )
             self._faults.reach("after_outcome_commit")
         # Returned after the scope, not inside it: a cancel scope may swallow an exception (this
         # unshared, deadline-free one never does), so a `return` inside leaves a path returning None.
@@ -136,15 +141,19 @@ class Dispatcher:
             logger.error("contradiction of %s not recorded: %s", call.tool_call_id, exc)
             return None
 
-    async def _record(self, call: CallView, outcome: Outcome) -> CallView:
-        """Record the outcome under our fencing token; if we were fenced, report the recorded state."""
+    async def _record(self, call: CallView, outcome: Outcome, withhold: Callable[[Any], Any]) -> CallView:
+        """Record the outcome under our fencing token; if we were fenced, report the recorded state.
+
+        What the backend said passes `withhold` first: an echo of a redacted argument never reaches the
+        log, nor the client's answer, which is read from the record.
+        """
         record = OutcomeRecord(
             kind=outcome.kind,
-            result=outcome.result.to_json() if outcome.result is not None else None,
+            result=withhold(outcome.result.to_json()) if outcome.result is not None else None,
             error=outcome.error,
-            detail=outcome.detail,
+            detail=withhold(outcome.detail) if outcome.detail is not None else None,
             external_request_id=outcome.external_request_id,
-            evidence=dict(outcome.evidence),
+            evidence=withhold(dict(outcome.evidence)),
         )
         token, now = call.lease_token, self._clock()
         try:

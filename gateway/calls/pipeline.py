@@ -133,6 +133,7 @@ class CallPipeline:
         self._dispatcher = Dispatcher(
             store=store,
             registry=registry,
+            redactor=redactor,
             clock=clock,
             executor_grace_s=executor_grace_s,
             lease_margin_s=lease_margin_s,

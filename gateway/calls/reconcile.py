@@ -30,7 +30,8 @@ from typing import Any, Literal
 import anyio
 import anyio.to_thread
 
-from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult
+from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult, ToolResult
+from gateway.calls.actions import Redactor
 from gateway.calls.pipeline import CallPipeline, RegistryLike
 from store.events import format_ts
 from store.model import CallView, StaleLease
@@ -59,11 +60,13 @@ class Reconciler:
         store: Reconciliation,
         registry: RegistryLike,
         pipeline: CallPipeline,
+        redactor: Redactor,
         owner: str,
         clock: Callable[[], datetime],
         policy: ReconcilePolicy = ReconcilePolicy(),
     ) -> None:
         self._store = store
+        self._redactor = redactor
         self._registry = registry
         self._pipeline = pipeline
         self._owner = owner
@@ -127,7 +130,16 @@ class Reconciler:
     async def _lookup(self, capability: Capability, call: CallView) -> None:
         # The backend's state is read some time during the lookup; judged at its start, the earliest.
         looked_up_at = self._clock()
-        result = await self._ask_backend(capability, call)
+        asked = await self._ask_backend(capability, call)
+        # What the backend's record says passes the echo guard first, as a dispatch's answer does: its
+        # record may repeat a redacted argument, known here only by its salted digest.
+        result = ReconcileResult(
+            asked.verdict,
+            result=ToolResult.from_json(self._withhold(capability, call, asked.result.to_json()))
+            if asked.result is not None
+            else None,
+            evidence=self._withhold(capability, call, dict(asked.evidence)),
+        )
         if result.verdict == "succeeded":
             await self._resolve(
                 call,
@@ -150,6 +162,9 @@ class Reconciler:
             await self._escalate(call, "inconclusive_after_retries", None, dict(result.evidence))
         else:
             await self._retry_later(call, dict(result.evidence), self._backoff(call))
+
+    def _withhold(self, capability: Capability, call: CallView, data: Any) -> Any:
+        return self._redactor.withhold_echoes(capability, call.arguments, data)
 
     async def _resolve(
         self,

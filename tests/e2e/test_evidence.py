@@ -4,6 +4,7 @@ decided with which roles, under which policy a call was refused, and approvals b
 from __future__ import annotations
 
 import copy
+import json
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,8 +208,22 @@ async def test_held_arguments_are_released_when_an_approved_call_settles_after_a
     assert settled["status"] == ("failed" if by_hand else "completed")
     assert "reconciliation.resolved" in events_of(store_url, call_id) or by_hand
     assert held_count(store_url) == 0
-    if by_hand:  # (reconciled, the demo backend's own result quotes the reason back: not ours to hold)
-        assert SECRET_REASON not in stored(store_url)
+    # Reconciled, the demo backend's record quotes the reason back: withheld by its digest.
+    assert SECRET_REASON not in stored(store_url)
+
+
+async def test_a_backend_echoing_a_redacted_argument_puts_it_neither_into_the_log_nor_the_answer(
+    evidence: Gateway, store_url: str
+) -> None:
+    # acme-payments answers a refund with its record, reason included: the log would keep it for good.
+    args = {"order_id": "1002", "amount": 20, "currency": "EUR", "reason": SECRET_REASON}
+    async with evidence.client(evidence.token("alice")) as client:
+        done = await client.call_tool("refund_order", args, meta={"writ/idempotencyKey": "echo"})
+
+    assert done.structured_content is not None and done.structured_content["reason"] == "[redacted:reason]"
+    assert SECRET_REASON not in json.dumps(done.model_dump(mode="json"))
+    assert SECRET_REASON not in stored(store_url)
+    assert SECRET_REASON not in evidence.cli("audit", "export").stdout
 
 
 # -- item 9: who decided, with what authority, under which policy --------------------------------------

@@ -119,6 +119,66 @@ def test_redacted_fields_are_stored_as_salted_hashes_and_the_salt_persists(tmp_p
     assert Redactor(b"other salt").redact(cap, {"card": "4111 1111 1111 1111"})["card"] != stored["card"]
 
 
+PAY = Capability(id="pay", version="1", tool_name="pay", backend="b", input_schema={}, redact=("card", "pin"))
+CARD = "4111 1111 1111 1111"
+
+
+def test_an_echo_of_a_redacted_value_is_withheld_wherever_it_stands_in_a_string_or_key() -> None:
+    sent = {"card": CARD, "pin": 1234, "amount": 5}
+    result = {
+        "content": [{"type": "text", "text": f'{{"card": "{CARD}", "ok": true}}'}],
+        "receipt": {"card": CARD, "amount": 5, "pin": 1234, CARD: "as a key"},
+        "note": "charged card 4111 1111 1111 1111 today",
+    }
+
+    withheld = Redactor(b"salt").withhold_echoes(PAY, sent, result)
+
+    assert CARD not in canonical_json(withheld)
+    assert withheld["receipt"] == {
+        "card": "[redacted:card]",
+        "amount": 5,  # not redacted, though equal to nothing secret
+        "pin": "[redacted:pin]",
+        "[redacted:card]": "as a key",
+    }
+    assert withheld["note"] == "charged card [redacted:card] today"
+    assert withheld["content"][0]["text"] == '{"card": "[redacted:card]", "ok": true}'
+
+
+def test_an_echo_spelled_as_json_text_spells_is_withheld_too() -> None:
+    quoted = 'he said "refund" \\ now'
+    cap = replace(PAY, redact=("reason",))
+    text = canonical_json({"reason": quoted})  # as a backend's JSON body quotes it inside a text block
+
+    withheld = Redactor(b"salt").withhold_echoes(cap, {"reason": quoted}, {"text": text})
+
+    assert withheld == {"text": '{"reason":"[redacted:reason]"}'}
+
+
+def test_a_short_redacted_value_is_withheld_only_where_a_whole_string_is_it() -> None:
+    cap = replace(PAY, redact=("code",))
+    withheld = Redactor(b"salt").withhold_echoes(cap, {"code": "ab"}, {"code": "ab", "text": "about tabs"})
+    assert withheld == {"code": "[redacted:code]", "text": "about tabs"}
+
+
+def test_an_echo_is_withheld_by_its_digest_where_only_the_stored_arguments_are_known() -> None:
+    redactor = Redactor(b"salt")
+    stored = redactor.redact(PAY, {"card": CARD, "pin": 1234, "amount": 5})
+
+    withheld = redactor.withhold_echoes(PAY, stored, {"card": CARD, "pin": 1234, "amount": 5, "x": [CARD]})
+
+    assert withheld == {
+        "card": "[redacted:card]",
+        "pin": "[redacted:pin]",
+        "amount": 5,
+        "x": ["[redacted:card]"],
+    }
+
+
+def test_without_redacted_fields_nothing_is_touched() -> None:
+    data = {"card": CARD}
+    assert Redactor(b"salt").withhold_echoes(CAP, {"card": CARD}, data) is data
+
+
 def test_new_ids_are_prefixed_and_unique() -> None:
     ids = {new_id("tc") for _ in range(1000)}
     assert len(ids) == 1000 and all(i.startswith("tc_") for i in ids)

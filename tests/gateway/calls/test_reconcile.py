@@ -105,6 +105,7 @@ def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
         store=store,
         registry=pipeline._registry,  # the same registry the pipeline dispatches through
         pipeline=pipeline,
+        redactor=Redactor(b"salt"),
         owner="gw-b",
         clock=clock,
         policy=ReconcilePolicy(max_attempts=2, backoff_s=10),
