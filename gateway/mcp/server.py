@@ -126,8 +126,11 @@ class McpFace:
         try:
             revoked = await is_revoked(self.store, who)
         except Unavailable as exc:
-            logger.error("tools/list: the store is unavailable: %s", exc)
-            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
+            # Listed by policy alone: no call can be admitted without the store, and a client that
+            # validates a call's answer lists the tools first (the SDK does), so refusing the list
+            # would lose the answer it is waiting for, `result_unknown` included.
+            logger.warning("tools/list: the store is unavailable, standing not checked: %s", exc)
+            revoked = False
         if revoked:  # a revoked principal may call nothing, so nothing is listed to it
             return types.ListToolsResult(tools=[])
         visible = self.pipeline.visible_capabilities(who)
