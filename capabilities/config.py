@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from capabilities.contract import ConfigError, EffectClass
+from capabilities.contract import ConfigError, EffectClass, config_problems
 
 
 class _Model(BaseModel):
@@ -116,7 +116,6 @@ class OAuth2ClientCredentialsAuth(_Model):
 AuthConfig = Annotated[
     BearerAuth | HeaderAuth | BasicAuth | OAuth2ClientCredentialsAuth, Field(discriminator="type")
 ]
-_AUTH_TAGS = ("bearer", "header", "basic", "oauth2_client_credentials")
 
 
 # --- backends --------------------------------------------------------------------------------------
@@ -380,26 +379,5 @@ def parse_config(backends: Mapping[str, Any] | None, capabilities: list[Any] | N
     try:
         return CapabilitiesConfig.model_validate(data)
     except ValidationError as exc:
-        lines = [_describe(error, data) for error in exc.errors()]
+        lines = config_problems(exc.errors(), data)
         raise ConfigError("invalid backends/capabilities config:\n  " + "\n  ".join(lines)) from None
-
-
-def _describe(error: Mapping[str, Any], data: Mapping[str, Any]) -> str:
-    loc = list(error.get("loc", ()))
-    parts: list[str] = []
-    if loc[:1] == ["backends"] and len(loc) > 1:
-        parts.append(f"backend {loc[1]!r}")
-        loc = loc[2:]
-        if loc and loc[0] in ("http", "mcp", "python"):  # the discriminator tag pydantic puts in loc
-            loc = loc[1:]
-    elif loc[:1] == ["capabilities"] and len(loc) > 1 and isinstance(loc[1], int):
-        entry = data["capabilities"][loc[1]]
-        ident = entry.get("id") if isinstance(entry, Mapping) else None
-        parts.append(f"capability {ident!r}" if ident else f"capabilities[{loc[1]}]")
-        loc = loc[2:]
-    kept = [p for i, p in enumerate(loc) if not (i and loc[i - 1] == "auth" and p in _AUTH_TAGS)]
-    field = ".".join(str(p) for p in kept if not str(p).startswith("function-"))
-    if field:
-        parts.append(field)
-    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"{': '.join(parts)}: {message}" if parts else message

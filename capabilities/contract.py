@@ -10,7 +10,7 @@ the gateway's pipeline records what they report.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -33,6 +33,53 @@ class CapabilityError(Exception):
 
 class ConfigError(CapabilityError):
     """A backend or capability definition is invalid."""
+
+
+def config_problems(errors: Iterable[Mapping[str, Any]], data: object = None) -> list[str]:
+    """One line per pydantic error, `where: message`, without pydantic's echo of the input and its links
+    (the value may be long, or a secret, and the message is what to fix).
+
+    `where` is the field's path in `data`, the input that was validated, without the steps pydantic
+    adds of its own (a union's tag, a validator's name); a backend or a capability is named as people
+    name it. Every config section (and the policy file) is described by this one function, so an
+    operator reads one style of message whichever section is wrong.
+    """
+    return [_problem(error, data) for error in errors]
+
+
+def _problem(error: Mapping[str, Any], data: object) -> str:
+    path: list[str | int] = []
+    node, tag_skipped = data, False
+    for part in error.get("loc", ()):
+        if str(part).startswith("function-"):
+            continue
+        if isinstance(node, Mapping) and node.get("type") == part and not tag_skipped:
+            tag_skipped = True  # a discriminated union's tag (`header`), perhaps before a field so named
+            continue
+        path.append(part)
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+        tag_skipped = False
+    where: list[str] = []
+    if len(path) > 1 and path[0] == "backends":
+        where.append(f"backend {path[1]!r}")
+        path = path[2:]
+    elif len(path) > 1 and path[0] == "capabilities" and isinstance(path[1], int):
+        entries = data.get("capabilities") if isinstance(data, Mapping) else None
+        entry = entries[path[1]] if isinstance(entries, list) and path[1] < len(entries) else None
+        ident = entry.get("id") if isinstance(entry, Mapping) else None
+        where.append(
+            f"capability {ident!r}" if isinstance(ident, str) and ident else f"capabilities[{path[1]}]"
+        )
+        path = path[2:]
+    if path:
+        where.append(".".join(str(part) for part in path))
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{': '.join(where)}: {message}" if where else message
 
 
 class BackendUnavailable(CapabilityError):

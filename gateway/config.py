@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from capabilities.contract import config_problems
 from gateway.calls.approvals import ApprovalsConfig
 from gateway.calls.rate_limits import RateLimitsConfig
 from gateway.calls.validation import MAX_ARGUMENT_BYTES
@@ -269,16 +270,6 @@ def load_config(path: str | Path | None) -> WritConfig:
     try:
         config = WritConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigurationError(f"{path}: invalid config:\n  " + "\n  ".join(_problems(exc))) from None
+        problems = config_problems(exc.errors(), raw)
+        raise ConfigurationError(f"{path}: invalid config:\n  " + "\n  ".join(problems)) from None
     return config.model_copy(update={"source": str(path)})
-
-
-def _problems(exc: ValidationError) -> list[str]:
-    """One line per problem, `section.field: message`, without pydantic's echo of the input and its
-    documentation links (the value may be long, and the message is what to fix)."""
-    lines = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        lines.append(f"{where}: {message}" if where else message)
-    return lines

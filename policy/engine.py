@@ -19,11 +19,11 @@ import rfc8785
 import yaml
 from pydantic import ValidationError
 
-from capabilities.contract import Capability
+from capabilities.contract import Capability, config_problems
 
 from .cel import Activation, Condition, ExpressionError, activation_for
 from .model import ApprovalRequirement, Decision, Effect, PolicyError, PolicyInput, Principal
-from .rules import PolicyConfig, Rule, describe_validation_error
+from .rules import PolicyConfig, Rule
 
 NO_MATCH = "no_matching_rule"
 POLICY_ERROR = "policy_error"
@@ -101,7 +101,7 @@ class Policy:
         try:
             config = PolicyConfig.model_validate(data)
         except ValidationError as exc:
-            raise PolicyError(f"invalid policy:\n{describe_validation_error(exc)}") from exc
+            raise PolicyError("invalid policy:\n" + "\n".join(config_problems(exc.errors(), data))) from exc
         return cls(config)
 
     @property

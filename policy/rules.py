@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from capabilities.contract import EffectClass
+from capabilities.contract import EffectClass, config_problems
 
 from .model import Effect
 
@@ -98,7 +98,7 @@ class Rule(_Strict):
         except ValidationError as exc:
             rule_id = data.get("id") if isinstance(data, Mapping) else None
             label = f"rule {rule_id!r}" if isinstance(rule_id, str) else "rule without a valid id"
-            problems = "; ".join(_describe(err) for err in exc.errors())
+            problems = "; ".join(config_problems(exc.errors(), data))
             raise ValueError(f"{label}: {problems}") from None
 
     @field_validator("id")
@@ -169,14 +169,3 @@ class PolicyConfig(_Strict):
     def canonical(self) -> dict[str, Any]:
         """The rules as plain JSON with every default filled in: what the policy version hashes."""
         return self.model_dump(mode="json")
-
-
-def _describe(err: Any) -> str:
-    loc = ".".join(str(part) for part in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    return f"{loc}: {msg}" if loc else msg
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line per problem, each starting with where it is (`rules.2: rule 'x': when: ...`)."""
-    return "\n".join(_describe(err) for err in exc.errors())
