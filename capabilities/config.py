@@ -1,14 +1,15 @@
 """The `backends:` and `capabilities:` sections of Writ's YAML config, as pydantic models.
 
-Parsing checks shape and cross references (a capability names an existing backend of a fitting
-type); it resolves no credentials and imports no code. That happens when the registry is built.
+The gateway's config model holds them, so the whole file is validated at load. Parsing checks shape
+and cross references (a capability names an existing backend of a fitting type); it resolves no
+credentials and imports no code. That happens when the registry is built.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -266,11 +267,16 @@ def template_fields(template: str) -> list[str]:
     return names
 
 
+_METHOD = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+_METHOD_LOWER = Literal["get", "post", "put", "patch", "delete"]
+
+
 class RequestSpec(_Model):
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    method: _METHOD = "POST"
     path: str
 
-    @field_validator("method", mode="before")
+    # The schema says what the file may hold (editors complete from it), the model what it holds.
+    @field_validator("method", mode="before", json_schema_input_type=_METHOD | _METHOD_LOWER)
     @classmethod
     def _upper(cls, value: Any) -> Any:
         return value.upper() if isinstance(value, str) else value
@@ -315,7 +321,7 @@ class CapabilityConfig(_Model):
     def _deadline_header(cls, value: str | None) -> str | None:
         return _header_name(value) if value is not None else None
 
-    @field_validator("version", mode="before")
+    @field_validator("version", mode="before", json_schema_input_type=str | int | float)
     @classmethod
     def _version_text(cls, value: Any) -> Any:
         return str(value) if isinstance(value, int | float) else value
@@ -332,45 +338,55 @@ class CapabilityConfig(_Model):
         return self.tool or self.id
 
 
+def check_references(backends: Mapping[str, BackendConfig], capabilities: Sequence[CapabilityConfig]) -> None:
+    """Each capability names a backend that exists and suits it, and ids are unique.
+
+    Raises:
+        ValueError: naming the capability and what to fix.
+    """
+    seen: set[str] = set()
+    for cap in capabilities:
+        where = f"capability {cap.id!r}"
+        if cap.id in seen:
+            raise ValueError(f"{where}: duplicate id")
+        seen.add(cap.id)
+        backend = backends.get(cap.backend)
+        if backend is None:
+            raise ValueError(f"{where}: unknown backend {cap.backend!r}")
+        if isinstance(backend, McpBackend):
+            raise ValueError(
+                f"{where}: backend {cap.backend!r} is an MCP upstream; its tools are discovered "
+                "(configure them with tools/rename/defaults/overrides)"
+            )
+        if isinstance(backend, HttpBackend):
+            if cap.request is None:
+                raise ValueError(f"{where}: an http backend needs request: {{method, path}}")
+            if cap.input_schema is None:
+                raise ValueError(f"{where}: an http backend needs input_schema")
+            if cap.callable is not None:
+                raise ValueError(f"{where}: callable applies to python backends only")
+        if isinstance(backend, PythonBackend):
+            if cap.callable is None:
+                raise ValueError(f"{where}: a python backend needs callable: 'module:function'")
+            if cap.request is not None or cap.reconcile is not None:
+                raise ValueError(f"{where}: request and reconcile apply to http backends only")
+
+
 class CapabilitiesConfig(_Model):
-    """Both sections together, cross-checked."""
+    """Both sections together, cross-checked: what the registry is built from."""
 
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     capabilities: list[CapabilityConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _cross_check(self) -> CapabilitiesConfig:
-        seen: set[str] = set()
-        for cap in self.capabilities:
-            where = f"capability {cap.id!r}"
-            if cap.id in seen:
-                raise ValueError(f"{where}: duplicate id")
-            seen.add(cap.id)
-            backend = self.backends.get(cap.backend)
-            if backend is None:
-                raise ValueError(f"{where}: unknown backend {cap.backend!r}")
-            if isinstance(backend, McpBackend):
-                raise ValueError(
-                    f"{where}: backend {cap.backend!r} is an MCP upstream; its tools are discovered "
-                    "(configure them with tools/rename/defaults/overrides)"
-                )
-            if isinstance(backend, HttpBackend):
-                if cap.request is None:
-                    raise ValueError(f"{where}: an http backend needs request: {{method, path}}")
-                if cap.input_schema is None:
-                    raise ValueError(f"{where}: an http backend needs input_schema")
-                if cap.callable is not None:
-                    raise ValueError(f"{where}: callable applies to python backends only")
-            if isinstance(backend, PythonBackend):
-                if cap.callable is None:
-                    raise ValueError(f"{where}: a python backend needs callable: 'module:function'")
-                if cap.request is not None or cap.reconcile is not None:
-                    raise ValueError(f"{where}: request and reconcile apply to http backends only")
+        check_references(self.backends, self.capabilities)
         return self
 
 
 def parse_config(backends: Mapping[str, Any] | None, capabilities: list[Any] | None) -> CapabilitiesConfig:
-    """Validate the two sections.
+    """Validate the two sections given apart from a config file (the file is validated whole by the
+    gateway's config model, which holds the same models).
 
     Raises:
         ConfigError: with one line per problem, each naming the backend or capability.

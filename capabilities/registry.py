@@ -24,7 +24,6 @@ from capabilities.config import (
     McpBackend,
     PythonBackend,
     check_horizon,
-    parse_config,
     template_fields,
 )
 from capabilities.contract import Capability, CapabilityError, ConfigError, Executor
@@ -56,39 +55,17 @@ class Registry:
     @classmethod
     def from_config(
         cls,
-        backends: Mapping[str, Any] | None,
-        capabilities: Sequence[Any] | None,
-        *,
-        environ: Mapping[str, str] = os.environ,
-        base_dir: Path | None = None,
-        reserved: frozenset[str] = frozenset(),
-    ) -> Registry:
-        """Build executors and static capabilities from the two config sections; `reserved` are tool
-        names the gateway serves itself, which no capability may take.
-
-        Raises:
-            ConfigError: invalid config, a missing credential, an unimportable callable, a bad schema.
-        """
-        return cls.from_section(
-            parse_config(backends, list(capabilities or [])),
-            environ=environ,
-            base_dir=base_dir,
-            reserved=reserved,
-        )
-
-    @classmethod
-    def from_section(
-        cls,
         config: CapabilitiesConfig,
         *,
         environ: Mapping[str, str] = os.environ,
         base_dir: Path | None = None,
         reserved: frozenset[str] = frozenset(),
     ) -> Registry:
-        """Like `from_config`, from already parsed sections.
+        """Build executors and static capabilities from the validated sections; `reserved` are tool
+        names the gateway serves itself, which no capability may take.
 
         Raises:
-            ConfigError: see `from_config`.
+            ConfigError: a missing credential, an unimportable callable, a bad schema.
         """
         executors: dict[str, Executor] = {}
         for name, backend in config.backends.items():

@@ -189,8 +189,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     base_dir = Path(config.source).parent if config.source else Path.cwd()
     try:
         registry = Registry.from_config(
-            config.backends,
-            config.capabilities,
+            config.capabilities_config,
             environ=environ or dict(os.environ),
             base_dir=base_dir,
             reserved=frozenset({STATUS_TOOL}),

@@ -1,7 +1,7 @@
-"""Writ's configuration file: one YAML document, validated once at startup.
+"""Writ's configuration file: one YAML document, validated whole when it is loaded.
 
-The `backends`, `capabilities` and `policy` sections belong to their packages and are validated there;
-this module owns the rest (server, store, auth) and finds the file.
+The models of the `backends`, `capabilities` and `policy` sections belong to their packages; this
+module owns the rest (server, store, auth), holds them all in one model, and finds the file.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from capabilities.config import BackendConfig, CapabilitiesConfig, CapabilityConfig, check_references
 from capabilities.contract import config_problems
 from gateway.calls.approvals import ApprovalsConfig
 from gateway.calls.rate_limits import RateLimitsConfig
 from gateway.calls.validation import MAX_ARGUMENT_BYTES
 from gateway.errors import ConfigurationError
 from gateway.telemetry import TelemetryConfig
+from policy.rules import PolicyConfig
 from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
 from store.limits import TENANT_CHARS, refusal
 
@@ -216,9 +218,10 @@ class WritConfig(_Section):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     confirmations: ConfirmationsConfig = Field(default_factory=ConfirmationsConfig)
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
-    backends: dict[str, Any] = Field(default_factory=dict)
-    capabilities: list[dict[str, Any]] = Field(default_factory=list)
-    policy: dict[str, Any] = Field(default_factory=lambda: {"rules": []})
+    backends: dict[str, BackendConfig] = Field(default_factory=dict)
+    capabilities: list[CapabilityConfig] = Field(default_factory=list)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    """Inline rules; its CEL conditions are compiled when the gateway is built."""
     policy_file: str | None = None
     """A YAML file with the policy (`rules:`), re-read when it changes; excludes an inline `policy:`."""
     source: str | None = Field(default=None, exclude=True)
@@ -226,9 +229,19 @@ class WritConfig(_Section):
 
     @model_validator(mode="after")
     def _one_policy(self) -> WritConfig:
-        if self.policy_file is not None and self.policy.get("rules"):
+        if self.policy_file is not None and self.policy.rules:
             raise ValueError("set either policy (inline rules) or policy_file, not both")
         return self
+
+    @model_validator(mode="after")
+    def _references(self) -> WritConfig:
+        check_references(self.backends, self.capabilities)
+        return self
+
+    @property
+    def capabilities_config(self) -> CapabilitiesConfig:
+        """The `backends` and `capabilities` sections, as the registry is built from them."""
+        return CapabilitiesConfig(backends=self.backends, capabilities=self.capabilities)
 
 
 def json_schema() -> dict[str, Any]:

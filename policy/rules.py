@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -30,6 +30,8 @@ RESERVED_REASONS = frozenset({"no_matching_rule", "policy_error"})
 _CODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_INPUT = Annotated[int, Field(gt=0)] | Annotated[str, Field(pattern=_DURATION.pattern)]
+"""What the file may hold for a duration, as the published schema says it."""
 
 
 def parse_duration(value: object) -> int:
@@ -63,7 +65,7 @@ class ApprovalConfig(_Strict):
     """Seconds; the config also accepts "90s", "30m", "1h", "2d"."""
     requester_may_approve: bool = False
 
-    @field_validator("expires_in", mode="before")
+    @field_validator("expires_in", mode="before", json_schema_input_type=_DURATION_INPUT)
     @classmethod
     def _duration(cls, value: object) -> int:
         return parse_duration(value)

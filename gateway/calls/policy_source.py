@@ -17,6 +17,7 @@ from pathlib import Path
 
 from policy.engine import Policy, load_policy_file
 from policy.model import PolicyError
+from policy.rules import PolicyConfig
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class WatchedPolicyFile:
 
 
 def policy_provider(
-    inline: dict[str, object], policy_file: str | None, *, base_dir: Path, interval_s: float = 1.0
+    inline: PolicyConfig, policy_file: str | None, *, base_dir: Path, interval_s: float = 1.0
 ) -> PolicyProvider:
     """The policy in force: from `policy_file` (relative to the config's directory) if set, else inline.
 
@@ -98,7 +99,7 @@ def policy_provider(
         PolicyError: the policy does not load.
     """
     if policy_file is None:
-        policy = Policy.from_mapping(inline)
+        policy = Policy.from_config(inline)
         return lambda: policy
     path = Path(policy_file)
     return WatchedPolicyFile(path if path.is_absolute() else base_dir / path, interval_s=interval_s)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from capabilities.config import McpBackend
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.calls.policy_source import policy_provider
@@ -90,16 +91,14 @@ def check_policy(
     base_dir = Path(config.source).parent if config.source else Path.cwd()
     try:
         registry = Registry.from_config(
-            config.backends, config.capabilities, environ=dict(os.environ), base_dir=base_dir
+            config.capabilities_config, environ=dict(os.environ), base_dir=base_dir
         )
         policy = policy_provider(config.policy, config.policy_file, base_dir=base_dir)()
     except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
     capability = registry.get(tool)
     if capability is None:
-        upstreams = sorted(
-            n for n, b in config.backends.items() if isinstance(b, dict) and b.get("type") == "mcp"
-        )
+        upstreams = sorted(n for n, b in config.backends.items() if isinstance(b, McpBackend))
         if upstreams:
             # Said plainly: `Unknown tool` for a tool the running gateway serves reads as a typo.
             raise ConfigurationError(

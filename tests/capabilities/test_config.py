@@ -76,7 +76,7 @@ def test_the_documented_example_parses_with_defaults_filled_in() -> None:
 
 def test_the_registry_builds_static_capabilities_from_the_example() -> None:
     data = example()
-    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+    registry = Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
     refund = registry.get("refund_order")
     assert refund is not None
@@ -157,7 +157,9 @@ def test_a_missing_credential_variable_is_named_and_no_secret_value_is_shown() -
     data = example()
 
     with pytest.raises(ConfigError) as caught:
-        Registry.from_config(data["backends"], data["capabilities"], environ={"FILES_TOKEN": "files-secret"})
+        Registry.from_config(
+            parse_config(data["backends"], data["capabilities"]), environ={"FILES_TOKEN": "files-secret"}
+        )
     assert "ACME_TOKEN" in str(caught.value)
     assert "files-secret" not in str(caught.value)
 
@@ -167,10 +169,14 @@ def test_a_missing_or_empty_secret_file_is_a_config_error(tmp_path: Path) -> Non
     data["backends"]["acme"]["auth"] = {"type": "bearer", "token_file": "acme.token"}
 
     with pytest.raises(ConfigError, match="acme.token"):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+        Registry.from_config(
+            parse_config(data["backends"], data["capabilities"]), environ=ENV, base_dir=tmp_path
+        )
     (tmp_path / "acme.token").write_text("\n")
     with pytest.raises(ConfigError, match="empty"):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+        Registry.from_config(
+            parse_config(data["backends"], data["capabilities"]), environ=ENV, base_dir=tmp_path
+        )
 
 
 @pytest.mark.parametrize("auth", [{"type": "bearer"}, {"type": "header", "header": "X-Key"}])
@@ -184,7 +190,9 @@ def test_a_secret_of_more_than_one_line_is_a_config_error_that_does_not_show_it(
     (tmp_path / "acme.token").write_text("first-SECRET\nsecond-SECRET\n")
 
     with pytest.raises(ConfigError, match="acme.token holds a line break") as refused:
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV, base_dir=tmp_path)
+        Registry.from_config(
+            parse_config(data["backends"], data["capabilities"]), environ=ENV, base_dir=tmp_path
+        )
     assert "SECRET" not in str(refused.value)
 
 
@@ -204,7 +212,7 @@ def test_an_invalid_input_schema_is_a_config_error() -> None:
     with pytest.raises(
         ConfigError, match="capability 'refund-order': input_schema is not a valid JSON Schema"
     ):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+        Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
 
 def test_a_path_field_missing_from_the_input_schema_is_a_config_error() -> None:
@@ -212,7 +220,7 @@ def test_a_path_field_missing_from_the_input_schema_is_a_config_error() -> None:
     data["capabilities"][0]["request"]["path"] = "/orders/{order_ref}/refunds"
 
     with pytest.raises(ConfigError, match="order_ref"):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+        Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
 
 def test_duplicate_tool_names_are_a_config_error() -> None:
@@ -220,7 +228,7 @@ def test_duplicate_tool_names_are_a_config_error() -> None:
     data["capabilities"][1]["tool"] = "refund_order"
 
     with pytest.raises(ConfigError, match="refund_order"):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+        Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
 
 def test_a_redact_field_missing_from_the_input_schema_is_a_config_error() -> None:
@@ -229,7 +237,7 @@ def test_a_redact_field_missing_from_the_input_schema_is_a_config_error() -> Non
     data["capabilities"][0]["redact"] = ["card_last_4"]
 
     with pytest.raises(ConfigError, match="capability 'refund-order': redact names card_last_4"):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+        Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
 
 def test_a_reconcile_lookup_naming_a_redacted_field_is_a_config_error() -> None:
@@ -239,7 +247,7 @@ def test_a_reconcile_lookup_naming_a_redacted_field_is_a_config_error() -> None:
     data["capabilities"][0]["reconcile"]["path"] = "/refunds?order_id={order_id}"
 
     with pytest.raises(ConfigError, match="reconcile.path uses order_id, which is redacted"):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+        Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
 
 def test_a_tool_name_the_gateway_reserves_is_a_config_error() -> None:
@@ -248,7 +256,9 @@ def test_a_tool_name_the_gateway_reserves_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="'writ_call_status' is Writ's own tool"):
         Registry.from_config(
-            data["backends"], data["capabilities"], environ=ENV, reserved=frozenset({"writ_call_status"})
+            parse_config(data["backends"], data["capabilities"]),
+            environ=ENV,
+            reserved=frozenset({"writ_call_status"}),
         )
 
 
@@ -256,7 +266,7 @@ def test_stdio_upstreams_take_secrets_from_env_from_and_refuse_http_auth() -> No
     stdio = {"type": "mcp", "command": ["srv"], "env_from": {"TOKEN": "HOST_TOKEN"}}
 
     with pytest.raises(ConfigError, match="HOST_TOKEN"):
-        Registry.from_config({"up": stdio}, [], environ={})
+        Registry.from_config(parse_config({"up": stdio}, []), environ={})
     with pytest.raises(ConfigError, match="auth and headers apply to HTTP"):
         parse_config({"up": {**stdio, "auth": {"type": "bearer", "token_env": "X"}}}, [])
 
@@ -278,7 +288,7 @@ def test_a_python_backend_runs_callables_on_at_most_max_threads() -> None:
 
 def test_the_commit_horizon_defaults_to_well_past_the_timeout() -> None:
     data = example()
-    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+    registry = Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
     refund = registry.get("refund_order")
     assert refund is not None and refund.horizon_s == 10 + DEFAULT_HORIZON_MARGIN_S
@@ -287,11 +297,11 @@ def test_the_commit_horizon_defaults_to_well_past_the_timeout() -> None:
 def test_a_capability_horizon_overrides_its_backend_horizon() -> None:
     data = example()
     data["backends"]["acme"]["commit_horizon_s"] = 40
-    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+    registry = Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
     assert registry.get("refund_order").horizon_s == 40  # type: ignore[union-attr]
 
     data["capabilities"][0]["commit_horizon_s"] = 25
-    registry = Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+    registry = Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
     assert registry.get("refund_order").horizon_s == 25  # type: ignore[union-attr]
 
 
@@ -304,7 +314,7 @@ def test_a_commit_horizon_shorter_than_the_timeout_refuses_to_start(where: str) 
     with pytest.raises(
         ConfigError, match=r"capability 'refund-order': commit_horizon_s 5 is shorter than timeout_s 10"
     ):
-        Registry.from_config(data["backends"], data["capabilities"], environ=ENV)
+        Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
 
 def test_an_mcp_tool_horizon_shorter_than_its_timeout_is_refused() -> None:

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
+from capabilities.config import parse_config
 from capabilities.http import PathSegmentError, fill_template
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
@@ -72,7 +73,7 @@ def build(url: str, auth: dict[str, Any] | None = None, **environ: str) -> Regis
     }
     if auth is not None:
         backend["auth"] = auth
-    return Registry.from_config({"acme": backend}, CAPABILITIES, environ=environ)
+    return Registry.from_config(parse_config({"acme": backend}, CAPABILITIES), environ=environ)
 
 
 @pytest.fixture
@@ -290,14 +291,16 @@ async def test_a_token_from_a_file_is_sent(
 ) -> None:
     (tmp_path / "acme.token").write_text(TOKEN + "\n")
     registry = Registry.from_config(
-        {
-            "acme": {
-                "type": "http",
-                "base_url": backend_url,
-                "auth": {"type": "bearer", "token_file": "acme.token"},
-            }
-        },
-        CAPABILITIES,
+        parse_config(
+            {
+                "acme": {
+                    "type": "http",
+                    "base_url": backend_url,
+                    "auth": {"type": "bearer", "token_file": "acme.token"},
+                }
+            },
+            CAPABILITIES,
+        ),
         environ={},
         base_dir=tmp_path,
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from capabilities.config import parse_config
 from capabilities.contract import Outcome
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
@@ -209,7 +210,7 @@ async def registry(hostile: Hostile) -> AsyncIterator[Registry]:
     }
     silent = {**backend, "base_url": hostile.silent_url}
     built = Registry.from_config(
-        {"hostile": backend, "silent": silent}, capabilities, environ={"HOSTILE_TOKEN": TOKEN}
+        parse_config({"hostile": backend, "silent": silent}, capabilities), environ={"HOSTILE_TOKEN": TOKEN}
     )
     async with built:
         yield built

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from capabilities.config import parse_config
 from capabilities.registry import Registry
 from tests.capabilities import hostile_upstream
 from tests.capabilities.conftest import invocation
@@ -75,7 +76,9 @@ async def test_every_lie_ends_in_an_honest_outcome_within_the_timeout(
     cases = {**WRITE, **(OVER_STDIO if transport == "stdio" else OVER_HTTP)}
     seen: dict[str, tuple[str, str | None]] = {}
     expected: dict[str, tuple[str, str | None]] = {}
-    async with Registry.from_config({"h": backend(transport, http_url, effect)}, [], environ={}) as registry:
+    async with Registry.from_config(
+        parse_config({"h": backend(transport, http_url, effect)}, []), environ={}
+    ) as registry:
         for tool, (kind, error) in cases.items():
             cap = registry.get(tool)
             assert cap is not None, tool
@@ -98,7 +101,9 @@ async def test_every_lie_ends_in_an_honest_outcome_within_the_timeout(
 async def test_a_stdio_server_that_exits_between_calls_is_started_again_for_the_next_one(
     http_url: str,
 ) -> None:
-    async with Registry.from_config({"h": backend("stdio", http_url, "write")}, [], environ={}) as registry:
+    async with Registry.from_config(
+        parse_config({"h": backend("stdio", http_url, "write")}, []), environ={}
+    ) as registry:
         cap, pid = registry.get("answer_then_exit"), registry.get("pid")
         assert cap is not None and pid is not None
         executor = registry.executor(cap)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from capabilities.config import parse_config
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
 from tests.capabilities.limits import LIMIT, assert_too_large, call
@@ -183,7 +184,7 @@ async def registry(upstream: tuple[Upstream, str]) -> AsyncIterator[Registry]:
             "defaults": {"effect": "read", "timeout_s": TIMEOUT_S},
         },
     }
-    async with Registry.from_config(backends, [], environ={}) as built:
+    async with Registry.from_config(parse_config(backends, []), environ={}) as built:
         yield built
 
 

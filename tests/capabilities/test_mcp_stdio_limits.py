@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from capabilities.config import parse_config
 from capabilities.contract import Outcome
 from capabilities.registry import Registry
 from tests.capabilities import hostile_upstream
@@ -61,7 +62,7 @@ async def registry() -> AsyncIterator[Registry]:
             "defaults": {"effect": "read", "timeout_s": TIMEOUT_S},
         },
     }
-    async with Registry.from_config(backends, [], environ={}) as built:
+    async with Registry.from_config(parse_config(backends, []), environ={}) as built:
         yield built
 
 

@@ -15,7 +15,7 @@ import anyio
 import mcp_types
 import pytest
 
-from capabilities.config import McpBackend
+from capabilities.config import McpBackend, parse_config
 from capabilities.contract import BackendUnavailable, CapabilityError, ConfigError, Outcome
 from capabilities.mcp_tools import capabilities_from_tools
 from capabilities.registry import Registry
@@ -38,7 +38,9 @@ def files_backend(url: str, **settings: Any) -> dict[str, Any]:
 
 
 def build(backend: dict[str, Any], **environ: str) -> Registry:
-    return Registry.from_config({"files": backend}, [], environ={"FILES_TOKEN": TOKEN, **environ})
+    return Registry.from_config(
+        parse_config({"files": backend}, []), environ={"FILES_TOKEN": TOKEN, **environ}
+    )
 
 
 @pytest.fixture
@@ -325,7 +327,7 @@ def stdio_registry(gate: Path) -> Registry:
         "defaults": {"effect": "write"},
         "timeout_s": 10,
     }
-    return Registry.from_config({"local": backend}, [], environ={"HOST_SECRET": "child-secret"})
+    return Registry.from_config(parse_config({"local": backend}, []), environ={"HOST_SECRET": "child-secret"})
 
 
 async def test_a_stdio_upstream_is_called_with_secrets_passed_through_its_environment(gate: Path) -> None:
@@ -353,7 +355,7 @@ async def test_a_stdio_upstream_that_cannot_be_spawned_names_the_command_or_the_
     settings: dict[str, Any], named: str
 ) -> None:
     # Both were "cannot connect: FileNotFoundError: [Errno 2] No such file or directory".
-    registry = Registry.from_config({"local": {"type": "mcp", **settings}}, [])
+    registry = Registry.from_config(parse_config({"local": {"type": "mcp", **settings}}, []))
 
     with pytest.raises(BackendUnavailable, match=named):
         await registry.start()

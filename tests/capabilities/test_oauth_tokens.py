@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from capabilities.config import HttpBackend, McpBackend, RequestSpec
+from capabilities.config import HttpBackend, McpBackend, RequestSpec, parse_config
 from capabilities.contract import Capability, ConfigError
 from capabilities.credentials import Credentials
 from capabilities.http import HttpExecutor, HttpRoute
@@ -74,7 +74,9 @@ def http_registry(url: str, auth: dict[str, Any], secret: str = SECRET) -> Regis
         },
     ]
     backend = {"type": "http", "base_url": url, "timeout_s": 5, "auth": auth}
-    return Registry.from_config({"acme": backend}, capabilities, environ={"BACKEND_CLIENT_SECRET": secret})
+    return Registry.from_config(
+        parse_config({"acme": backend}, capabilities), environ={"BACKEND_CLIENT_SECRET": secret}
+    )
 
 
 async def call(registry: Registry, tool: str, arguments: dict[str, Any] | None = None) -> Any:
@@ -217,14 +219,16 @@ async def test_a_failing_token_endpoint_fails_the_call_as_unreachable_before_any
 async def test_a_missing_client_secret_is_a_config_error_naming_the_variable(oauth: AuthServer) -> None:
     with pytest.raises(ConfigError, match="BACKEND_CLIENT_SECRET"):
         Registry.from_config(
-            {
-                "acme": {
-                    "type": "http",
-                    "base_url": "http://x.invalid",
-                    "auth": client_credentials(oauth.issuer),
-                }
-            },
-            [],
+            parse_config(
+                {
+                    "acme": {
+                        "type": "http",
+                        "base_url": "http://x.invalid",
+                        "auth": client_credentials(oauth.issuer),
+                    }
+                },
+                [],
+            ),
             environ={},
         )
 
@@ -234,7 +238,9 @@ def test_client_credentials_config_needs_exactly_one_secret_source_and_a_plain_t
     userinfo = client_credentials("https://user:pw@login.example/token")
     for auth in (both, userinfo):
         with pytest.raises(ConfigError, match="backend 'acme': auth"):
-            Registry.from_config({"acme": {"type": "http", "base_url": "http://x.invalid", "auth": auth}}, [])
+            Registry.from_config(
+                parse_config({"acme": {"type": "http", "base_url": "http://x.invalid", "auth": auth}}, [])
+            )
 
 
 # --- upstream MCP over streamable HTTP ---------------------------------------------------------------
@@ -242,7 +248,9 @@ def test_client_credentials_config_needs_exactly_one_secret_source_and_a_plain_t
 
 def mcp_registry(url: str, auth: dict[str, Any]) -> Registry:
     backend = {"type": "mcp", "url": url, "auth": auth, "timeout_s": 5, "tools": ["write_file"]}
-    return Registry.from_config({"files": backend}, [], environ={"BACKEND_CLIENT_SECRET": SECRET})
+    return Registry.from_config(
+        parse_config({"files": backend}, []), environ={"BACKEND_CLIENT_SECRET": SECRET}
+    )
 
 
 async def test_an_mcp_upstream_gets_the_token_on_every_request_and_fetches_it_once(

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from capabilities.config import parse_config
 from capabilities.contract import CapabilityError, ConfigError, Outcome, ToolResult
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
@@ -20,7 +21,7 @@ MODULE = "tests.capabilities.sample_tools"
 
 def build(*entries: dict[str, Any]) -> Registry:
     capabilities = [{"backend": "local", "effect": "read", **entry} for entry in entries]
-    return Registry.from_config({"local": {"type": "python"}}, capabilities, environ={})
+    return Registry.from_config(parse_config({"local": {"type": "python"}}, capabilities), environ={})
 
 
 async def run(registry: Registry, tool: str, arguments: dict[str, Any] | None = None) -> Outcome:
@@ -207,8 +208,10 @@ def capped(release_blocked: Any) -> Registry:
         {"id": "add", "callable": f"{MODULE}:add", "effect": "read", "timeout_s": 2},
     ]
     return Registry.from_config(
-        {"capped": {"type": "python", "max_threads": 2}},
-        [{"backend": "capped", **c} for c in capabilities],
+        parse_config(
+            {"capped": {"type": "python", "max_threads": 2}},
+            [{"backend": "capped", **c} for c in capabilities],
+        ),
         environ={},
     )
 

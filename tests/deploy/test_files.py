@@ -17,7 +17,7 @@ from psycopg import pq
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from capabilities.config import parse_config
+from capabilities.config import HttpBackend
 from gateway.cli.main import app
 from gateway.config import WritConfig, load_config
 from policy.engine import Policy
@@ -31,8 +31,7 @@ def _config(text: str, tmp_path: Path) -> WritConfig:
     path = tmp_path / "writ.yaml"
     path.write_text(text)
     config = load_config(path)
-    parse_config(config.backends, config.capabilities)
-    Policy.from_mapping(config.policy)
+    Policy.from_config(config.policy)  # compiles the rules' CEL, which loading leaves to the gateway
     return config
 
 
@@ -91,7 +90,8 @@ def test_every_compose_replica_shares_the_config_the_secrets_and_the_database(tm
     url = make_url(config.store.url)
     assert url.host == "postgres" and url.username == services["postgres"]["environment"]["POSTGRES_USER"]
     assert url.database == services["postgres"]["environment"]["POSTGRES_DB"]
-    assert config.backends["acme"]["base_url"].endswith(":8081")
+    acme = config.backends["acme"]
+    assert isinstance(acme, HttpBackend) and acme.base_url.endswith(":8081")
     assert "8081" in services["acme-payments"]["command"]
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from capabilities.config import parse_config
+from capabilities.config import PythonBackend
 from capabilities.contract import Capability
+from capabilities.registry import Registry
 from gateway.config import load_config
 from gateway.errors import ConfigurationError
 from policy.engine import Policy
@@ -20,9 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_commented_example_in_deploy_is_a_valid_configuration() -> None:
     config = load_config(REPO / "deploy" / "writ.example.yaml")
-    parsed = parse_config(config.backends, config.capabilities)
-    assert {c.id for c in parsed.capabilities} == {"refund-order", "lookup-order", "word-count"}
-    policy = Policy.from_mapping(config.policy)
+    assert {c.id for c in config.capabilities} == {"refund-order", "lookup-order", "word-count"}
+    policy = Policy.from_config(config.policy)
     refund = Capability(
         id="refund-order", version="2", tool_name="refund_order", backend="payments", input_schema={}
     )
@@ -42,7 +42,7 @@ def test_the_demo_config_is_valid_once_its_ports_are_filled_in(tmp_path: Path) -
     path.write_text(text.replace("${state_dir}", str(tmp_path)))
     config = load_config(path)
     assert config.server.resource_url == "http://127.0.0.1:8080/mcp"
-    assert len(parse_config(config.backends, config.capabilities).capabilities) == 2
+    assert len(config.capabilities) == 2
 
 
 @pytest.mark.parametrize(
@@ -78,6 +78,58 @@ def test_a_bad_config_file_gets_one_line_per_problem_without_pydantic_links(tmp_
         "  server.port: Input should be a valid integer, unable to parse string as an integer\n"
         "  polcy: Extra inputs are not permitted"
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        (
+            "backends: {acme: {type: http, base_url: 'http://x', colour: blue}}",
+            "backend 'acme': colour: Extra inputs are not permitted",
+        ),
+        (
+            "backends: {acme: {type: http, base_url: 'http://x', auth: {type: header, header: 'X Key', "
+            "token_env: K}}}",
+            "backend 'acme': auth.header: 'X Key' is not an HTTP header name",
+        ),
+        (
+            "backends: {local: {type: python}}\ncapabilities: [{id: add, backend: local, effect: delete}]",
+            "capability 'add': effect: Input should be 'read', 'write', 'irreversible' or 'confirm'",
+        ),
+        (
+            "capabilities: [{id: add, backend: nope, callable: 'm:f'}]",
+            "capability 'add': unknown backend 'nope'",
+        ),
+        (
+            "policy: {rules: [{id: big, decision: require_approval}]}",
+            "policy.rules.0: rule 'big': approval: decision require_approval needs approval.approver_role",
+        ),
+        ("policy: {rulez: []}", "policy.rulez: Extra inputs are not permitted"),
+    ],
+)
+def test_backends_capabilities_and_policy_are_validated_when_the_file_is_loaded(
+    tmp_path: Path, content: str, line: str
+) -> None:
+    path = tmp_path / "writ.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigurationError) as refused:
+        load_config(path)
+
+    assert str(refused.value).startswith(f"{path}: invalid config:\n  {line}")
+
+
+def test_the_loaded_sections_are_typed_models_the_registry_and_policy_take(tmp_path: Path) -> None:
+    path = tmp_path / "writ.yaml"
+    path.write_text(
+        "backends: {local: {type: python}}\n"
+        "capabilities: [{id: add, backend: local, callable: 'tests.capabilities.sample_tools:add'}]\n"
+        "policy: {rules: [{id: all, decision: allow, approval: null}]}\n"
+    )
+    config = load_config(path)
+
+    assert isinstance(config.backends["local"], PythonBackend)
+    assert Registry.from_config(config.capabilities_config).get("add") is not None
+    assert Policy.from_config(config.policy).config.rules[0].id == "all"
 
 
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
@@ -123,3 +175,39 @@ def test_the_example_config_is_valid_under_the_published_schema() -> None:
         .read_text()
         .startswith("# yaml-language-server: $schema=./writ.schema.json\n")
     )
+
+
+def test_the_published_schema_describes_backends_and_capabilities_for_editors() -> None:
+    import json
+
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    good = {
+        "backends": {"acme": {"type": "http", "base_url": "https://acme.example"}},
+        "capabilities": [
+            {
+                "id": "refund",
+                "backend": "acme",
+                "request": {"method": "post", "path": "/r"},
+                "input_schema": {},
+            }
+        ],
+        "policy": {
+            "rules": [
+                {
+                    "id": "big",
+                    "decision": "require_approval",
+                    "approval": {"approver_role": "finance", "expires_in": "1h"},
+                }
+            ]
+        },
+    }
+    assert [e.message for e in validator.iter_errors(good)] == []
+    for bad in (
+        {"backends": {"acme": {"type": "ftp"}}},
+        {"backends": {"acme": {"type": "http", "base_url": "https://acme.example", "colour": "blue"}}},
+        {"capabilities": [{"id": "refund", "backend": "acme", "effect": "delete"}]},
+        {"policy": {"rules": [{"id": "x", "decision": "maybe"}]}},
+    ):
+        assert list(validator.iter_errors(bad)), bad

@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from capabilities.config import parse_config
 from capabilities.contract import Capability
 from capabilities.registry import Registry
 from gateway.calls.actions import (
@@ -210,7 +211,7 @@ def configured(**changes: Any) -> Capability:
     for name, value in changes.items():
         target = backend if name in ("base_url", "headers") else capability
         target[name] = value
-    built = Registry.from_config({"acme": backend}, [capability]).get("refund_order")
+    built = Registry.from_config(parse_config({"acme": backend}, [capability])).get("refund_order")
     assert built is not None
     return built
 

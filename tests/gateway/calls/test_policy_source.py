@@ -16,6 +16,7 @@ from gateway.cli.policy_check import check_policy
 from gateway.config import WritConfig, load_config
 from gateway.errors import UnknownTool
 from policy.model import PolicyError
+from policy.rules import PolicyConfig
 
 ALLOW = {
     "rules": [{"id": "agents-refund", "tools": ["refund_order"], "roles": ["agent"], "decision": "allow"}]
@@ -108,7 +109,7 @@ def test_a_deleted_file_keeps_the_policy_in_force(tmp_path: Path, caplog: pytest
 
 def test_a_policy_file_that_does_not_load_at_start_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PolicyError):
-        policy_provider({}, "missing.yaml", base_dir=tmp_path)
+        policy_provider(PolicyConfig(), "missing.yaml", base_dir=tmp_path)
 
 
 def test_inline_rules_and_a_policy_file_together_are_refused() -> None:
