@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+from tests import test_types
+
 POSTGRES_URL = os.environ.get("WRIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # mypy runs for minutes with a cold cache: start it now, beside the other tests, not after them.
+    if any(item.path == Path(test_types.__file__) for item in session.items):
+        test_types.mypy()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    test_types.stop_mypy()
 
 
 @pytest.fixture

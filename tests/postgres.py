@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
+from psycopg import sql
 
 
 @contextlib.contextmanager
@@ -25,3 +28,54 @@ def fresh_schema(postgres_url: str, prefix: str = "writ_t") -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A migrated schema's tables and the rows its migrations left in them (the log head, the revision).
+
+    `restore` empties the schema back to them: what a fresh migrated schema holds, in a few
+    milliseconds instead of a migration's second.
+    """
+
+    url: str
+    tables: tuple[str, ...]
+    seeds: dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]
+
+    @classmethod
+    def take(cls, url: str) -> Snapshot:
+        """The schema at `url` as its migrations left it.
+
+        Raises:
+            AssertionError: the schema has sequences or foreign keys, which `restore` does not handle.
+        """
+        with psycopg.connect(url, autocommit=True) as conn:
+            kept = conn.execute(
+                "SELECT count(*) FROM information_schema.sequences WHERE sequence_schema = current_schema()"
+                " UNION ALL SELECT count(*) FROM information_schema.table_constraints"
+                " WHERE constraint_schema = current_schema() AND constraint_type = 'FOREIGN KEY'"
+            ).fetchall()
+            assert kept == [(0,), (0,)], "sequences or foreign keys: restore must reset or order them"
+            names = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+            tables = tuple(sorted(name for (name,) in names))
+            seeds = {}
+            for table in tables:
+                cursor = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(table)))
+                rows = cursor.fetchall()
+                if rows:
+                    seeds[table] = (tuple(c.name for c in cursor.description or ()), rows)
+        return cls(url, tables, seeds)
+
+    def restore(self) -> None:
+        with psycopg.connect(self.url) as conn:  # one transaction: all emptied and seeded, or none
+            # DELETE, not TRUNCATE: a few rows each, and TRUNCATE's new files take half a second. The
+            # schema has no sequences and no foreign keys (`take` would have to order the tables).
+            for table in self.tables:
+                conn.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(table)))
+            for table, (columns, rows) in self.seeds.items():
+                insert = sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    sql.Identifier(table),
+                    sql.SQL(", ").join(map(sql.Identifier, columns)),
+                    sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+                )
+                conn.cursor().executemany(insert, rows)

@@ -57,8 +57,9 @@ def test_the_ledger_is_rebuilt_with_each_claims_subject(store: Store) -> None:
 
 
 def test_upgrading_from_0001_gives_each_claim_its_calls_subject_and_downgrading_keeps_the_first(
-    store: Store,
+    own_store: Store,
 ) -> None:
+    store = own_store  # the downgrade changes the schema: never the suite's shared one
     store.admit(call_request(tool_call_id="tc-alice"))
     store.admit(as_bob(tool_call_id="tc-bob", action_hash="action-b"))
     config = store._alembic_config()

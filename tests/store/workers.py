@@ -1,4 +1,4 @@
-"""Code run in spawned processes by the concurrency tests (importable, so spawn can find it)."""
+"""Code run in other processes by the concurrency tests (importable, so spawn and forkserver find it)."""
 
 from __future__ import annotations
 
