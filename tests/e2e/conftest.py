@@ -68,3 +68,19 @@ def module_gateway(
 ) -> Iterator[Gateway]:
     with writ_gateway(tmp_path_factory.mktemp("writ"), module_backend, module_store_url) as g:
         yield g
+
+
+@pytest.fixture(scope="module")
+def module_sqlite_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with acme_backend(tmp_path_factory.mktemp("acme")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def module_sqlite_gateway(
+    tmp_path_factory: pytest.TempPathFactory, module_sqlite_backend: Backend
+) -> Iterator[Gateway]:
+    """The module's one gateway on SQLite, for cases that are about the edge, not the store."""
+    workdir = tmp_path_factory.mktemp("writ")
+    with writ_gateway(workdir, module_sqlite_backend, f"sqlite:///{workdir / 'writ.db'}") as g:
+        yield g
