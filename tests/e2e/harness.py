@@ -20,7 +20,7 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.app import dev_issuer_for
+from gateway.app import dev_issuer_for, open_store
 from gateway.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,6 +207,15 @@ class Gateway:
             roles=[r.strip() for r in roles.split(",") if r.strip()],
             ttl_s=config.auth.dev_issuer.token_ttl_s,
         )
+
+    def recorded_calls(self) -> list[tuple[str, str]]:
+        """The ids and statuses of the calls `writ calls list` shows (the newest 100), read through the
+        gateway's own store in this process: what a case compares before and after, at no process."""
+        store = open_store(load_config(self.config), migrate_empty=False)
+        try:
+            return [(call.tool_call_id, call.status) for call in store.list_calls()]
+        finally:
+            store.close()
 
     def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
         return mcp_client(self.mcp_url, token, mode=mode, **kwargs)

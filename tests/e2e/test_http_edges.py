@@ -241,7 +241,7 @@ def test_a_key_or_run_id_that_cannot_be_stored_or_sent_is_refused_before_anythin
     # stores, and a key with a control character was recorded, dispatched and failed in the executor
     # (an HTTP header cannot carry it).
     token = gateway.token("alice")
-    refunds, calls = module_backend.refunds(), gateway.cli("calls", "list").stdout
+    refunds, calls = module_backend.refunds(), gateway.recorded_calls()
     arguments = '{"order_id":"1001","amount":20,"currency":"EUR","reason":"r"}'
     for name in ("writ/idempotencyKey", "writ/runId"):
         for value in BAD_IDS:
@@ -249,7 +249,7 @@ def test_a_key_or_run_id_that_cannot_be_stored_or_sent_is_refused_before_anythin
             assert status == 400, (name, value, answer)
             assert answer["error"]["code"] == -32602 and name in answer["error"]["message"]
     assert module_backend.refunds() == refunds
-    assert gateway.cli("calls", "list").stdout == calls  # nothing recorded
+    assert gateway.recorded_calls() == calls  # nothing recorded
 
 
 def test_writ_call_status_with_an_odd_tool_call_id_says_not_found(gateway: Gateway) -> None:
