@@ -20,6 +20,9 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.app import dev_issuer_for, open_store
+from gateway.config import load_config
+
 REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
 
@@ -191,19 +194,28 @@ class Gateway:
         return f"{self.url}/mcp"
 
     def token(self, sub: str, roles: str = "agent", tenant: str = "acme") -> str:
-        out = writ(
-            "token",
-            "--sub",
-            sub,
-            "--roles",
-            roles,
-            "--tenant",
-            tenant,
-            "-c",
-            str(self.config),
-            cwd=self.workdir,
+        """A token from the gateway's dev issuer, minted as `writ token` mints it but in this process:
+        a `writ` process per token cost more than most tests (`writ token` itself is tested in
+        gateway/cli/test_cli_token.py and e2e/test_cli.py)."""
+        config = load_config(self.config)
+        issuer = dev_issuer_for(config)
+        assert issuer is not None, "the demo config turns the dev issuer on"
+        return issuer.mint(
+            subject=sub,
+            audience=config.server.resource_url,
+            tenant=tenant,
+            roles=[r.strip() for r in roles.split(",") if r.strip()],
+            ttl_s=config.auth.dev_issuer.token_ttl_s,
         )
-        return out.stdout.strip().splitlines()[-1]
+
+    def recorded_calls(self) -> list[tuple[str, str]]:
+        """The ids and statuses of the calls `writ calls list` shows (the newest 100), read through the
+        gateway's own store in this process: what a case compares before and after, at no process."""
+        store = open_store(load_config(self.config), migrate_empty=False)
+        try:
+            return [(call.tool_call_id, call.status) for call in store.list_calls()]
+        finally:
+            store.close()
 
     def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
         return mcp_client(self.mcp_url, token, mode=mode, **kwargs)

@@ -16,7 +16,25 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 ERAS = ["legacy", "2026-07-28"]
 
 
-def refund_args(amount: float = 20, order: str = "1001", currency: str = "EUR") -> dict[str, object]:
+# The cases share one gateway and backend per store (conftest's module_gateway): each uses keys and
+# principals of its own, and counts refunds against what the backend held before it.
+@pytest.fixture
+def gateway(module_gateway: Gateway) -> Gateway:
+    return module_gateway
+
+
+@pytest.fixture
+def backend(module_backend: Backend) -> Backend:
+    return module_backend
+
+
+def fresh(name: str) -> str:
+    """A key or subject no other case uses."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+# Order 1002 (5000 EUR) can take every case's small refunds; 1001 (120 EUR) would run out.
+def refund_args(amount: float = 20, order: str = "1002", currency: str = "EUR") -> dict[str, object]:
     return {"order_id": order, "amount": amount, "currency": currency, "reason": "damaged in transit"}
 
 
@@ -24,6 +42,7 @@ def refund_args(amount: float = 20, order: str = "1001", currency: str = "EUR") 
 async def test_a_client_of_either_era_lists_tools_and_makes_a_read_and_a_write_call(
     gateway: Gateway, backend: Backend, mode: str
 ) -> None:
+    key = fresh(f"k-{mode}")
     async with gateway.client(gateway.token("alice"), mode=mode) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
         names = {tool.name for tool in (await client.list_tools()).tools}
@@ -34,47 +53,48 @@ async def test_a_client_of_either_era_lists_tools_and_makes_a_read_and_a_write_c
         assert read.structured_content["order_id"] == "1001"
         assert read.meta["writ/toolCallId"].startswith("tc_")
 
-        write = await client.call_tool(
-            "refund_order", refund_args(), meta={"writ/idempotencyKey": f"k-{mode}"}
-        )
+        write = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": key})
         assert write.is_error is False, write
         assert write.structured_content["status"] == "succeeded"
         assert write.meta["writ/status"] == "completed"
-    assert [r["idempotency_key"] for r in backend.refunds(f"k-{mode}")] == [f"k-{mode}"]
+    assert [r["idempotency_key"] for r in backend.refunds(key)] == [key]
 
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_the_same_write_resent_with_the_same_key_has_one_effect_and_one_tool_call_id(
     gateway: Gateway, backend: Backend, mode: str
 ) -> None:
+    same = fresh("same")
     async with gateway.client(gateway.token("alice"), mode=mode) as client:
-        first = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "same"})
-        again = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "same"})
+        first = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": same})
+        again = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": same})
     assert first.meta["writ/toolCallId"] == again.meta["writ/toolCallId"]
     assert again.structured_content == first.structured_content
-    assert len(backend.refunds("same")) == 1
+    assert len(backend.refunds(same)) == 1
 
 
 async def test_the_same_arguments_with_a_new_key_are_a_legitimate_second_effect(
     gateway: Gateway, backend: Backend
 ) -> None:
+    a, b = fresh("a"), fresh("b")
     async with gateway.client(gateway.token("alice")) as client:
-        one = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "a"})
-        two = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": "b"})
+        one = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": a})
+        two = await client.call_tool("refund_order", refund_args(), meta={"writ/idempotencyKey": b})
     assert one.meta["writ/toolCallId"] != two.meta["writ/toolCallId"]
-    assert len(backend.refunds("a")) == 1 and len(backend.refunds("b")) == 1
+    assert len(backend.refunds(a)) == 1 and len(backend.refunds(b)) == 1
 
 
 async def test_the_same_key_with_other_arguments_is_refused_as_an_idempotency_conflict(
     gateway: Gateway, backend: Backend
 ) -> None:
+    k = fresh("k")
     async with gateway.client(gateway.token("alice")) as client:
-        await client.call_tool("refund_order", refund_args(20), meta={"writ/idempotencyKey": "k"})
-        other = await client.call_tool("refund_order", refund_args(30), meta={"writ/idempotencyKey": "k"})
+        await client.call_tool("refund_order", refund_args(20), meta={"writ/idempotencyKey": k})
+        other = await client.call_tool("refund_order", refund_args(30), meta={"writ/idempotencyKey": k})
     assert other.is_error is False
     assert other.structured_content["status"] == "denied"
     assert other.structured_content["reason"] == "idempotency_conflict"
-    assert [r["amount"] for r in backend.refunds("k")] in (["20.00"], [20], [20.0], ["20"])
+    assert [r["amount"] for r in backend.refunds(k)] in (["20.00"], [20], [20.0], ["20"])
     refused = gateway.cli("calls", "show", other.structured_content["toolCallId"]).stdout
     assert "tool_call.denied" in refused
 
@@ -82,12 +102,13 @@ async def test_the_same_key_with_other_arguments_is_refused_as_an_idempotency_co
 async def test_without_a_key_an_identical_call_joins_the_earlier_one_instead_of_repeating_it(
     gateway: Gateway, backend: Backend
 ) -> None:
-    async with gateway.client(gateway.token("alice")) as client:
+    before = len(backend.refunds())
+    async with gateway.client(gateway.token(fresh("alice"))) as client:
         first = await client.call_tool("refund_order", refund_args(12))
         again = await client.call_tool("refund_order", refund_args(12))
     assert first.meta["writ/toolCallId"] == again.meta["writ/toolCallId"]
     assert len(backend.refunds(first.meta["writ/idempotencyKey"])) == 1
-    assert len(backend.refunds()) == 1
+    assert len(backend.refunds()) == before + 1
 
 
 async def test_an_amount_resent_as_a_float_is_the_same_call_not_a_second_refund(
@@ -95,17 +116,16 @@ async def test_an_amount_resent_as_a_float_is_the_same_call_not_a_second_refund(
 ) -> None:
     # 13 and 13.0 are one JSON number: the resend hashed differently, so it got a new derived key and
     # a second refund (or, under the client's own key, idempotency_conflict).
-    async with gateway.client(gateway.token("alice")) as client:
+    before, k14 = len(backend.refunds()), fresh("k14")
+    async with gateway.client(gateway.token(fresh("alice"))) as client:
         first = await client.call_tool("refund_order", refund_args(13))
         again = await client.call_tool("refund_order", refund_args(13.0))
-        keyed = await client.call_tool("refund_order", refund_args(14), meta={"writ/idempotencyKey": "k14"})
-        rekeyed = await client.call_tool(
-            "refund_order", refund_args(14.0), meta={"writ/idempotencyKey": "k14"}
-        )
+        keyed = await client.call_tool("refund_order", refund_args(14), meta={"writ/idempotencyKey": k14})
+        rekeyed = await client.call_tool("refund_order", refund_args(14.0), meta={"writ/idempotencyKey": k14})
     assert first.meta["writ/toolCallId"] == again.meta["writ/toolCallId"]
     assert keyed.meta["writ/toolCallId"] == rekeyed.meta["writ/toolCallId"]
     assert rekeyed.meta["writ/status"] == "completed"
-    assert len(backend.refunds()) == 2
+    assert len(backend.refunds()) == before + 2
 
 
 async def test_twenty_concurrent_calls_with_one_key_dispatch_exactly_once(
@@ -133,25 +153,33 @@ async def test_twenty_concurrent_calls_with_one_key_dispatch_exactly_once(
 async def test_a_backend_that_times_out_after_receiving_the_call_gives_result_unknown_and_no_retry(
     gateway: Gateway, backend: Backend
 ) -> None:
+    slow = fresh("slow")
     backend.chaos(delay_ms=4000)  # longer than the gateway's 2 s backend timeout
-    async with gateway.client(gateway.token("alice")) as client:
-        result = await client.call_tool("refund_order", refund_args(11), meta={"writ/idempotencyKey": "slow"})
-        assert result.is_error is False
-        assert result.structured_content["status"] == "result_unknown"
-        assert result.structured_content["reconciliation"] == "pending"
-        again = await client.call_tool("refund_order", refund_args(11), meta={"writ/idempotencyKey": "slow"})
-        assert again.meta["writ/toolCallId"] == result.meta["writ/toolCallId"]
-        # Reconciliation may already have found the refund; it never sends it again.
-        assert again.meta["writ/status"] in ("result_unknown", "completed")
-    backend.chaos(delay_ms=0)
-    await eventually(lambda: backend.refunds("slow"))
-    assert len(backend.refunds("slow")) == 1  # it did act, once; Writ did not send it again
+    try:
+        async with gateway.client(gateway.token("alice")) as client:
+            result = await client.call_tool(
+                "refund_order", refund_args(11), meta={"writ/idempotencyKey": slow}
+            )
+            assert result.is_error is False
+            assert result.structured_content["status"] == "result_unknown"
+            assert result.structured_content["reconciliation"] == "pending"
+            again = await client.call_tool(
+                "refund_order", refund_args(11), meta={"writ/idempotencyKey": slow}
+            )
+            assert again.meta["writ/toolCallId"] == result.meta["writ/toolCallId"]
+            # Reconciliation may already have found the refund; it never sends it again.
+            assert again.meta["writ/status"] in ("result_unknown", "completed")
+    finally:
+        backend.chaos(delay_ms=0)  # the next case shares this backend
+    await eventually(lambda: backend.refunds(slow))
+    assert len(backend.refunds(slow)) == 1  # it did act, once; Writ did not send it again
 
 
 async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(
     gateway: Gateway, backend: Backend
 ) -> None:
-    async with gateway.client(gateway.token("alice")) as client:
+    before = backend.refunds()
+    async with gateway.client(gateway.token(fresh("alice"))) as client:
         result = await client.call_tool("refund_order", refund_args(250, order="1002"))
         body = result.structured_content
         assert body["status"] == "approval_pending"
@@ -160,7 +188,7 @@ async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(
         assert "Do not call again" in body["next"]
         status = await client.call_tool("writ_call_status", {"toolCallId": body["toolCallId"]})
         assert status.structured_content["status"] == "approval_pending"
-    assert backend.refunds() == []
+    assert backend.refunds() == before
     approvals = gateway.cli("approvals", "list").stdout
     assert body["approvalId"] in approvals and "awaiting_approval" in approvals
     assert "refund 250 EUR to order 1002" in approvals  # what the approver is asked to let happen
@@ -169,25 +197,27 @@ async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(
 async def test_a_refund_over_the_limit_is_denied_with_a_reason_and_never_dispatched(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = backend.refunds()
     async with gateway.client(gateway.token("alice")) as client:
         result = await client.call_tool("refund_order", refund_args(20000, order="1003", currency="USD"))
     assert result.is_error is False
     assert result.structured_content["status"] == "denied"
     assert result.structured_content["reason"] == "amount_over_limit"
     assert result.structured_content["policyVersion"]
-    assert backend.refunds() == []
+    assert backend.refunds() == before
 
 
 async def test_a_principal_without_the_agent_role_sees_no_backend_tools_and_is_denied(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = backend.refunds()
     async with gateway.client(gateway.token("mallory", roles="viewer")) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert names == {"writ_call_status"}
         result = await client.call_tool("refund_order", refund_args())
     assert result.structured_content["status"] == "denied"
     assert result.structured_content["reason"] == "no_matching_rule"
-    assert backend.refunds() == []
+    assert backend.refunds() == before
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -200,6 +230,7 @@ async def test_an_unknown_tool_is_a_protocol_error(gateway: Gateway, mode: str) 
 async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatched(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = backend.refunds()
     async with gateway.client(gateway.token("alice")) as client:
         result = await client.call_tool(
             "refund_order", {"order_id": "1001", "amount": -5, "currency": "euro"}
@@ -209,7 +240,7 @@ async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatc
     assert body["status"] == "denied" and body["reason"] == "invalid_arguments"
     joined = " ".join(body["errors"])
     assert "reason" in joined and "amount" in joined and "currency" in joined
-    assert backend.refunds() == []
+    assert backend.refunds() == before
     shown = gateway.cli("calls", "show", body["toolCallId"]).stdout
     assert (
         "tool_call.requested" in shown

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -31,13 +30,29 @@ LONG_RUNS = {
 }
 
 
-@pytest.fixture
-def gateway(tmp_path: Path, backend: Backend, store_url: str) -> Iterator[Gateway]:
-    with writ_gateway(tmp_path, backend, store_url, extra_rules=[LONG_RUNS]) as g:
+# One gateway and backend per store for the module: each case names runs and keys of its own, and
+# compares the backend's refunds and the call list with what they held before it.
+@pytest.fixture(scope="module")
+def scoped_gateway(
+    tmp_path_factory: pytest.TempPathFactory, module_backend: Backend, module_store_url: str
+) -> Iterator[Gateway]:
+    workdir = tmp_path_factory.mktemp("writ")
+    with writ_gateway(workdir, module_backend, module_store_url, extra_rules=[LONG_RUNS]) as g:
         yield g
 
 
-def refund(amount: float, order: str = "1001") -> dict[str, Any]:
+@pytest.fixture
+def gateway(scoped_gateway: Gateway) -> Gateway:
+    return scoped_gateway
+
+
+@pytest.fixture
+def backend(module_backend: Backend) -> Backend:
+    return module_backend
+
+
+# Order 1002 (5000 EUR) can take every case's refunds; 1001 (120 EUR) would run out.
+def refund(amount: float, order: str = "1002") -> dict[str, Any]:
     return {"order_id": order, "amount": amount, "currency": "EUR", "reason": "damaged in transit"}
 
 
@@ -60,6 +75,7 @@ async def test_another_agent_naming_my_run_first_neither_reads_it_nor_counts_int
     gateway: Gateway, backend: Backend
 ) -> None:
     bob, alice = gateway.token("bob"), gateway.token("alice")
+    before = len(backend.refunds())
     async with gateway.client(bob) as client:
         for _ in range(3):
             squat = await client.call_tool("lookup_order", {"order_id": "1001"}, meta={"writ/runId": "daily"})
@@ -69,7 +85,7 @@ async def test_another_agent_naming_my_run_first_neither_reads_it_nor_counts_int
 
     # Bob's three calls were not counted into Alice's run: her first two refunds ran.
     assert [r.meta["writ/status"] for r in (mine, again)] == ["completed", "completed"]
-    assert len(backend.refunds()) == 2
+    assert len(backend.refunds()) == before + 2
     my_run = mine.meta["writ/runId"]
     assert my_run == again.meta["writ/runId"] != squat.meta["writ/runId"]
     my_calls = {mine.meta["writ/toolCallId"], again.meta["writ/toolCallId"]}
@@ -99,6 +115,7 @@ async def test_another_agent_naming_my_run_first_neither_reads_it_nor_counts_int
 async def test_a_run_name_used_in_another_tenant_is_another_run_not_an_error(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = len(backend.refunds())
     async with gateway.client(gateway.token("eve", tenant="globex")) as client:
         theirs = await client.call_tool("lookup_order", {"order_id": "1001"}, meta={"writ/runId": "nightly"})
     async with gateway.client(gateway.token("alice")) as client:
@@ -106,12 +123,13 @@ async def test_a_run_name_used_in_another_tenant_is_another_run_not_an_error(
 
     assert (theirs.meta["writ/status"], mine.meta["writ/status"]) == ("completed", "completed")
     assert theirs.meta["writ/runId"] != mine.meta["writ/runId"]
-    assert len(backend.refunds()) == 1
+    assert len(backend.refunds()) == before + 1
 
 
 async def test_another_agents_idempotency_key_neither_joins_nor_conflicts_with_mine(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = len(backend.refunds())
     async with gateway.client(gateway.token("bob")) as client:
         his_same = await client.call_tool("refund_order", refund(20), meta={"writ/idempotencyKey": "k-1"})
         his_other = await client.call_tool("refund_order", refund(40), meta={"writ/idempotencyKey": "k-2"})
@@ -126,7 +144,7 @@ async def test_another_agents_idempotency_key_neither_joins_nor_conflicts_with_m
     assert [r.meta["writ/status"] for r in (same, other)] == ["completed", "completed"]
     his = {his_same.meta["writ/toolCallId"], his_other.meta["writ/toolCallId"]}
     assert not his & {same.meta["writ/toolCallId"], other.meta["writ/toolCallId"]}
-    assert len(backend.refunds()) == 4
+    assert len(backend.refunds()) == before + 4
     conflict = mine_again.structured_content
     assert conflict["reason"] == "idempotency_conflict"
     assert not any(call in str(conflict) for call in his)
@@ -164,6 +182,7 @@ def test_a_signed_token_with_a_claim_the_store_cannot_hold_gets_401_naming_it_an
     # On PostgreSQL each of these was a -32603 (or a 500 from the API) after Writ had begun the call;
     # on SQLite most were recorded, a tenant or subject no later read could name.
     token = minted(gateway, **claims)
+    refunds, calls = backend.refunds(), gateway.recorded_calls()
     status, answer = call_2026(
         gateway, token, "refund_order", '{"order_id":"1001","amount":20,"currency":"EUR","reason":"r"}'
     )
@@ -173,8 +192,8 @@ def test_a_signed_token_with_a_claim_the_store_cannot_hold_gets_401_naming_it_an
     assert approvals.status_code == 401 and reason in approvals.json()["error_description"]
     challenge = approvals.headers["www-authenticate"]
     assert challenge.isascii() and 'resource_metadata="' in challenge and "error_description=" in challenge
-    assert backend.refunds() == []
-    assert "refund_order" not in gateway.cli("calls", "list").stdout
+    assert backend.refunds() == refunds
+    assert gateway.recorded_calls() == calls  # nothing recorded
 
 
 async def test_a_tenant_and_subject_at_their_limits_are_served(gateway: Gateway, backend: Backend) -> None:

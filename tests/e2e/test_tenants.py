@@ -13,7 +13,20 @@ from tests.e2e.harness import Backend, Gateway
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 
-def refund(amount: float, order: str = "1001") -> dict[str, Any]:
+# One gateway and backend per store for the module (conftest): the cases use keys and amounts of their
+# own, and count refunds against what the backend held before them.
+@pytest.fixture
+def gateway(module_gateway: Gateway) -> Gateway:
+    return module_gateway
+
+
+@pytest.fixture
+def backend(module_backend: Backend) -> Backend:
+    return module_backend
+
+
+# Order 1002 (5000 EUR) can take every case's refunds; 1001 (120 EUR) would run out.
+def refund(amount: float, order: str = "1002") -> dict[str, Any]:
     return {"order_id": order, "amount": amount, "currency": "EUR", "reason": "damaged in transit"}
 
 
@@ -24,6 +37,7 @@ def api(gateway: Gateway, path: str, token: str) -> httpx2.Response:
 async def test_the_same_idempotency_key_in_two_tenants_is_two_effects_not_a_join_or_a_conflict(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = len(backend.refunds())
     async with gateway.client(gateway.token("alice", tenant="acme")) as client:
         acme = await client.call_tool("refund_order", refund(20), meta={"writ/idempotencyKey": "shared"})
     async with gateway.client(gateway.token("alice", tenant="globex")) as client:
@@ -33,17 +47,17 @@ async def test_the_same_idempotency_key_in_two_tenants_is_two_effects_not_a_join
         different = await client.call_tool("refund_order", refund(30), meta={"writ/idempotencyKey": "k2"})
     assert {r.meta["writ/status"] for r in (acme, same, other, different)} == {"completed"}
     assert acme.meta["writ/toolCallId"] != same.meta["writ/toolCallId"]
-    assert len(backend.refunds()) == 4
+    assert len(backend.refunds()) == before + 4
 
 
 async def test_identical_calls_without_a_key_in_two_tenants_do_not_join(
     gateway: Gateway, backend: Backend
 ) -> None:
-    ids = []
+    ids, before = [], len(backend.refunds())
     for tenant in ("acme", "globex"):
         async with gateway.client(gateway.token("alice", tenant=tenant)) as client:
             ids.append((await client.call_tool("refund_order", refund(25))).meta["writ/toolCallId"])
-    assert ids[0] != ids[1] and len(backend.refunds()) == 2
+    assert ids[0] != ids[1] and len(backend.refunds()) == before + 2
 
 
 async def test_no_read_path_shows_a_call_run_or_approval_to_another_tenant(gateway: Gateway) -> None:
