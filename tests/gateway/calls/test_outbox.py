@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import anyio
 import httpx2
@@ -12,6 +11,7 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from gateway.calls.approvals import WebhookConfig
 from gateway.calls.outbox import Notifier, backoff, sign, verify
+from store.commands import OutboxDelivered, OutboxFailed
 from store.model import OutboxMessage
 
 
@@ -44,11 +44,11 @@ class _Outbox:
         self.failed: list[str] = []
         self.delivered: list[str] = []
 
-    def outbox_failed(self, message_id: str, *, error: str, **_: Any) -> None:
-        self.failed.append(error)
+    def outbox_failed(self, cmd: OutboxFailed) -> None:
+        self.failed.append(cmd.error)
 
-    def outbox_delivered(self, message_id: str, **_: Any) -> None:
-        self.delivered.append(message_id)
+    def outbox_delivered(self, cmd: OutboxDelivered) -> None:
+        self.delivered.append(cmd.message_id)
 
 
 def _message() -> OutboxMessage:
