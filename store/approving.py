@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +9,7 @@ from sqlalchemy import Connection, Row, select
 
 from store import events as ev
 from store import queues
+from store.commands import DecideApproval, ExpireApproval
 from store.leasing import grant
 from store.log import Append
 from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
@@ -17,19 +17,7 @@ from store.schema import approvals, tool_calls
 from store.views import approval_view, load_approval
 
 
-def decide(
-    conn: Connection,
-    approval_id: str,
-    *,
-    approve: bool,
-    decided_by: str,
-    reason: str | None,
-    now: datetime,
-    producer: str,
-    tenant: str | None,
-    break_glass: bool = False,
-    decided_by_roles: Collection[str] | None = None,
-) -> ApprovalView:
+def decide(conn: Connection, cmd: DecideApproval, *, producer: str) -> ApprovalView:
     """Grant or reject an approval that is still awaiting a decision and not yet past its expiry.
 
     Raises:
@@ -38,28 +26,29 @@ def decide(
         StoreError: the requester tried to approve their own call where that is not allowed.
     """
     log = Append(conn)
-    approval, call_row = _awaiting(conn, approval_id, tenant)
-    if now >= approval.expires_at:
+    approval_id, decided_by = cmd.approval_id, cmd.decided_by
+    approval, call_row = _awaiting(conn, approval_id, cmd.tenant)
+    if cmd.now >= approval.expires_at:
         raise StaleLease(f"approval {approval_id} expired at {ev.format_ts(approval.expires_at)}")
-    if approve and decided_by == approval.requester and not approval.requester_may_approve:
+    if cmd.approve and decided_by == approval.requester and not approval.requester_may_approve:
         raise StoreError(f"{decided_by} requested call {approval.tool_call_id} and may not approve it")
-    roles = sorted(decided_by_roles) if decided_by_roles is not None else None
+    roles = sorted(cmd.decided_by_roles) if cmd.decided_by_roles is not None else None
     payload = ev.ApprovalDecided(
-        decided_by=decided_by, reason=reason, break_glass=break_glass, decided_by_roles=roles
+        decided_by=decided_by, reason=cmd.reason, break_glass=cmd.break_glass, decided_by_roles=roles
     )
-    envelope = _envelope(call_row, now, producer)
+    envelope = _envelope(call_row, cmd.now, producer)
     log.add(
         ev.ApprovalGrantedEvent(**envelope, payload=payload)
-        if approve
+        if cmd.approve
         else ev.ApprovalRejectedEvent(**envelope, payload=payload)
     )
-    if not approve:
+    if not cmd.approve:
         queues.release(conn, approval_id)
     log.flush()
     return _reload_approval(conn, approval_id)
 
 
-def expire(conn: Connection, approval_id: str, *, now: datetime, producer: str) -> ApprovalView:
+def expire(conn: Connection, cmd: ExpireApproval, *, producer: str) -> ApprovalView:
     """Expire an approval still awaiting a decision once its expiry has passed.
 
     Raises:
@@ -67,6 +56,7 @@ def expire(conn: Connection, approval_id: str, *, now: datetime, producer: str) 
         StaleLease: the approval was decided meanwhile, or is not yet due to expire.
     """
     log = Append(conn)
+    approval_id, now = cmd.approval_id, cmd.now
     approval, call_row = _awaiting(conn, approval_id, None)
     if now < approval.expires_at:
         raise StaleLease(f"approval {approval_id} does not expire until {ev.format_ts(approval.expires_at)}")

@@ -7,10 +7,26 @@ checks it where the composition root hands the store in).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
+from store.commands import (
+    ClaimOutbox,
+    DecideApproval,
+    EscalateReconciliation,
+    ExpireApproval,
+    OutboxDelivered,
+    OutboxFailed,
+    RecordContradiction,
+    RecordInconclusive,
+    Redispatch,
+    ResolveManually,
+    ResolveReconciliation,
+    RestorePrincipal,
+    RevokePrincipal,
+    StartReconciliation,
+)
 from store.confirming import Answer
 from store.model import (
     Admission,
@@ -22,7 +38,6 @@ from store.model import (
     RefusalRequest,
     StoredEvent,
 )
-from store.reconciling import Verdict
 from store.revoking import Revocation
 
 
@@ -66,16 +81,7 @@ class CallReads(Protocol):
 class Contradictions(Protocol):
     """Evidence that contradicts a settled verdict: recorded and escalated, never overwritten."""
 
-    def record_contradiction(
-        self,
-        tool_call_id: str,
-        *,
-        source: Literal["lookup", "late_response", "resolution"],
-        verdict: Literal["confirmed_success", "confirmed_failure"],
-        evidence: Mapping[str, Any],
-        detail: str | None,
-        now: datetime,
-    ) -> CallView | None: ...
+    def record_contradiction(self, cmd: RecordContradiction) -> CallView | None: ...
 
 
 class Outcomes(Contradictions, Protocol):
@@ -121,20 +127,9 @@ class Approvals(Protocol):
 
     def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None: ...
 
-    def decide_approval(
-        self,
-        approval_id: str,
-        *,
-        approve: bool,
-        decided_by: str,
-        now: datetime,
-        reason: str | None = None,
-        tenant: str | None = None,
-        break_glass: bool = False,
-        decided_by_roles: Collection[str] | None = None,
-    ) -> ApprovalView: ...
+    def decide_approval(self, cmd: DecideApproval) -> ApprovalView: ...
 
-    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView: ...
+    def expire_approval(self, cmd: ExpireApproval) -> ApprovalView: ...
 
 
 class Resumption(Protocol):
@@ -180,7 +175,7 @@ class Resumption(Protocol):
         rule_id: str | None = None,
     ) -> CallView: ...
 
-    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView: ...
+    def expire_approval(self, cmd: ExpireApproval) -> ApprovalView: ...
 
     def expire_confirmations(self, *, now: datetime, limit: int = 100) -> list[CallView]: ...
 
@@ -192,59 +187,15 @@ class Reconciliation(Contradictions, Protocol):
 
     def due_reconciliations(self, *, now: datetime, limit: int = 20) -> list[CallView]: ...
 
-    def start_reconciliation(
-        self,
-        tool_call_id: str,
-        *,
-        expected_token: int,
-        method: str,
-        owner: str,
-        lease_s: float,
-        now: datetime,
-    ) -> CallView: ...
+    def start_reconciliation(self, cmd: StartReconciliation) -> CallView: ...
 
-    def record_inconclusive(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        evidence: Mapping[str, Any],
-        next_attempt_at: datetime,
-        now: datetime,
-    ) -> CallView: ...
+    def record_inconclusive(self, cmd: RecordInconclusive) -> CallView: ...
 
-    def resolve_reconciliation(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        verdict: Verdict,
-        evidence: Mapping[str, Any],
-        now: datetime,
-        result: Mapping[str, Any] | None = None,
-        detail: str | None = None,
-    ) -> CallView: ...
+    def resolve_reconciliation(self, cmd: ResolveReconciliation) -> CallView: ...
 
-    def escalate_reconciliation(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        reason: str,
-        now: datetime,
-        detail: str | None = None,
-        evidence: Mapping[str, Any] | None = None,
-    ) -> CallView: ...
+    def escalate_reconciliation(self, cmd: EscalateReconciliation) -> CallView: ...
 
-    def redispatch(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        owner: str,
-        lease_s: float,
-        now: datetime,
-    ) -> CallView: ...
+    def redispatch(self, cmd: Redispatch) -> CallView: ...
 
 
 class Recovery(Protocol):
@@ -256,58 +207,25 @@ class Recovery(Protocol):
 class ManualResolutions(Protocol):
     """A human settling an unresolved call with evidence."""
 
-    def resolve_manually(
-        self,
-        tool_call_id: str,
-        *,
-        succeeded: bool,
-        evidence: str,
-        by: str,
-        now: datetime,
-        tenant: str | None = None,
-        break_glass: bool = False,
-        reason: str | None = None,
-    ) -> CallView: ...
+    def resolve_manually(self, cmd: ResolveManually) -> CallView: ...
 
 
 class Outbox(Protocol):
     """Approval notifications waiting for delivery, claimed with a lease."""
 
-    def claim_outbox(
-        self, *, owner: str, now: datetime, lease_s: float = 30.0, limit: int = 10
-    ) -> list[OutboxMessage]: ...
+    def claim_outbox(self, cmd: ClaimOutbox) -> list[OutboxMessage]: ...
 
-    def outbox_delivered(self, message_id: str, *, owner: str, now: datetime) -> bool: ...
+    def outbox_delivered(self, cmd: OutboxDelivered) -> bool: ...
 
-    def outbox_failed(
-        self, message_id: str, *, owner: str, error: str, retry_at: datetime | None, now: datetime
-    ) -> bool: ...
+    def outbox_failed(self, cmd: OutboxFailed) -> bool: ...
 
 
 class Revocations(Standing, Protocol):
     """Revoking and restoring a principal's standing, and checking it."""
 
-    def revoke_principal(
-        self,
-        tenant: str,
-        subject: str,
-        *,
-        revoked_by: str,
-        now: datetime,
-        reason: str | None = None,
-        break_glass: bool = False,
-    ) -> Revocation: ...
+    def revoke_principal(self, cmd: RevokePrincipal) -> Revocation: ...
 
-    def restore_principal(
-        self,
-        tenant: str,
-        subject: str,
-        *,
-        restored_by: str,
-        now: datetime,
-        reason: str | None = None,
-        break_glass: bool = False,
-    ) -> Revocation: ...
+    def restore_principal(self, cmd: RestorePrincipal) -> Revocation: ...
 
 
 class Oversight(CallReads, Standing, ManualResolutions, Protocol):

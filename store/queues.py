@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Row, delete, insert, select, update
 
 from store.canonical import canonical_json
+from store.commands import ClaimOutbox, OutboxDelivered, OutboxFailed
 from store.model import ApprovalView, CallRequest, OutboxMessage
 from store.schema import approvals, held_arguments, outbox
 from store.views import approval_view
@@ -126,10 +127,9 @@ class Queues:
         with self._read() as conn:
             return [message_of(row) for row in conn.execute(query)]
 
-    def claim_outbox(
-        self, *, owner: str, now: datetime, lease_s: float = 30.0, limit: int = 10
-    ) -> list[OutboxMessage]:
+    def claim_outbox(self, cmd: ClaimOutbox) -> list[OutboxMessage]:
         """Lease due pending messages to `owner`; each claim counts as one delivery attempt."""
+        now = cmd.now
 
         def work(conn: Connection) -> list[OutboxMessage]:
             # SKIP LOCKED: replicas claiming at once take disjoint messages (SQLite has one writer).
@@ -141,7 +141,7 @@ class Queues:
                     (outbox.c.lease_expires_at.is_(None)) | (outbox.c.lease_expires_at < now),
                 )
                 .order_by(outbox.c.next_attempt_at)
-                .limit(limit)
+                .limit(cmd.limit)
                 .with_for_update(skip_locked=True)
             )
             ids = list(conn.execute(due).scalars())
@@ -151,8 +151,8 @@ class Queues:
                 update(outbox)
                 .where(outbox.c.message_id.in_(ids))
                 .values(
-                    lease_owner=owner,
-                    lease_expires_at=now + timedelta(seconds=lease_s),
+                    lease_owner=cmd.owner,
+                    lease_expires_at=now + timedelta(seconds=cmd.lease_s),
                     attempts=outbox.c.attempts + 1,
                 )
             )
@@ -161,20 +161,25 @@ class Queues:
 
         return self._write(now, work)
 
-    def outbox_delivered(self, message_id: str, *, owner: str, now: datetime) -> bool:
+    def outbox_delivered(self, cmd: OutboxDelivered) -> bool:
         """Mark a message this owner holds as delivered; False if its lease was lost meanwhile."""
         return self._settle_outbox(
-            message_id, owner, now, status="delivered", delivered_at=now, last_error=None
+            cmd.message_id, cmd.owner, cmd.now, status="delivered", delivered_at=cmd.now, last_error=None
         )
 
-    def outbox_failed(
-        self, message_id: str, *, owner: str, error: str, retry_at: datetime | None, now: datetime
-    ) -> bool:
+    def outbox_failed(self, cmd: OutboxFailed) -> bool:
         """Record a failed attempt: retry at `retry_at`, or give up (`dead`) when it is None."""
-        if retry_at is None:
-            return self._settle_outbox(message_id, owner, now, status="dead", last_error=error)
+        if cmd.retry_at is None:
+            return self._settle_outbox(
+                cmd.message_id, cmd.owner, cmd.now, status="dead", last_error=cmd.error
+            )
         return self._settle_outbox(
-            message_id, owner, now, status="pending", next_attempt_at=retry_at, last_error=error
+            cmd.message_id,
+            cmd.owner,
+            cmd.now,
+            status="pending",
+            next_attempt_at=cmd.retry_at,
+            last_error=cmd.error,
         )
 
     def _settle_outbox(self, message_id: str, owner: str, now: datetime, **values: Any) -> bool:

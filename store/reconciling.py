@@ -12,18 +12,26 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Connection, or_, select
 
 from store import events as ev
+from store.commands import (
+    EscalateReconciliation,
+    RecordContradiction,
+    RecordInconclusive,
+    Redispatch,
+    ResolveManually,
+    ResolveReconciliation,
+    StartReconciliation,
+    Verdict,
+)
 from store.leasing import call_envelope, call_row, fenced, grant
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease, StoreError
 from store.schema import events, tool_calls
 from store.views import call_view
-
-Verdict = Literal["confirmed_success", "confirmed_failure"]
 
 
 def due(conn: Connection, *, now: datetime, limit: int) -> list[CallView]:
@@ -43,17 +51,7 @@ def due(conn: Connection, *, now: datetime, limit: int) -> list[CallView]:
     return [call_view(row) for row in conn.execute(query)]
 
 
-def start(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    expected_token: int,
-    method: str,
-    owner: str,
-    lease_s: float,
-    now: datetime,
-    producer: str,
-) -> CallView:
+def start(conn: Connection, cmd: StartReconciliation, *, producer: str) -> CallView:
     """Take the reconciliation lease of an unknown call (compare-and-set on its fencing token).
 
     Raises:
@@ -61,144 +59,98 @@ def start(
         StaleLease: settled, escalated, leased by someone else, or its token moved on.
     """
     log = Append(conn)
-    row = fenced(conn, tool_call_id, expected_token, "result_unknown")
+    row = fenced(conn, cmd.tool_call_id, cmd.expected_token, "result_unknown")
     if row.verification_status != "pending":
-        raise StaleLease(f"call {tool_call_id} is {row.verification_status}, not awaiting reconciliation")
-    if row.lease_expires_at is not None and row.lease_expires_at >= now:
-        raise StaleLease(f"call {tool_call_id} is being reconciled by {row.lease_owner}")
+        raise StaleLease(f"call {cmd.tool_call_id} is {row.verification_status}, not awaiting reconciliation")
+    if row.lease_expires_at is not None and row.lease_expires_at >= cmd.now:
+        raise StaleLease(f"call {cmd.tool_call_id} is being reconciled by {row.lease_owner}")
     payload = ev.ReconciliationStarted(
-        method=method, attempt=row.reconcile_attempts + 1, **grant(owner, row.lease_token, now, lease_s)
+        method=cmd.method,
+        attempt=row.reconcile_attempts + 1,
+        **grant(cmd.owner, row.lease_token, cmd.now, cmd.lease_s),
     )
-    log.add(ev.ReconciliationStartedEvent(**call_envelope(row, now, producer), payload=payload))
+    log.add(ev.ReconciliationStartedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
-    return log.call(tool_call_id)
+    return log.call(cmd.tool_call_id)
 
 
-def inconclusive(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    token: int,
-    evidence: Mapping[str, Any],
-    next_attempt_at: datetime,
-    now: datetime,
-    producer: str,
-) -> CallView:
+def inconclusive(conn: Connection, cmd: RecordInconclusive, *, producer: str) -> CallView:
     """Record a lookup that could not tell, and when to try again; the lease ends.
 
     Raises:
         NotFound, StaleLease.
     """
     log = Append(conn)
-    row = fenced(conn, tool_call_id, token, "result_unknown")
+    row = fenced(conn, cmd.tool_call_id, cmd.token, "result_unknown")
     payload = ev.ReconciliationInconclusive(
-        attempt=row.reconcile_attempts, evidence=dict(evidence), next_attempt_at=ev.format_ts(next_attempt_at)
+        attempt=row.reconcile_attempts,
+        evidence=dict(cmd.evidence),
+        next_attempt_at=ev.format_ts(cmd.next_attempt_at),
     )
-    log.add(ev.ReconciliationInconclusiveEvent(**call_envelope(row, now, producer), payload=payload))
+    log.add(ev.ReconciliationInconclusiveEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
-    return log.call(tool_call_id)
+    return log.call(cmd.tool_call_id)
 
 
-def resolve(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    token: int,
-    verdict: Verdict,
-    result: Mapping[str, Any] | None,
-    evidence: Mapping[str, Any],
-    detail: str | None,
-    now: datetime,
-    producer: str,
-) -> CallView:
+def resolve(conn: Connection, cmd: ResolveReconciliation, *, producer: str) -> CallView:
     """Record the backend's answer: the call becomes `completed` or `failed`, verification confirmed.
 
     Raises:
         NotFound, StaleLease.
     """
     log = Append(conn)
-    row = fenced(conn, tool_call_id, token, "result_unknown")
+    row = fenced(conn, cmd.tool_call_id, cmd.token, "result_unknown")
     payload = ev.ReconciliationResolved(
-        verdict=verdict,
-        result=dict(result) if result is not None else None,
-        evidence=dict(evidence),
-        detail=detail,
+        verdict=cmd.verdict,
+        result=dict(cmd.result) if cmd.result is not None else None,
+        evidence=dict(cmd.evidence),
+        detail=cmd.detail,
     )
-    log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, now, producer), payload=payload))
+    log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
-    return log.call(tool_call_id)
+    return log.call(cmd.tool_call_id)
 
 
-def escalate(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    token: int,
-    reason: str,
-    detail: str | None,
-    evidence: Mapping[str, Any],
-    now: datetime,
-    producer: str,
-) -> CallView:
+def escalate(conn: Connection, cmd: EscalateReconciliation, *, producer: str) -> CallView:
     """Hand the call to a human: it stays `result_unknown`, verification `inconclusive`.
 
     Raises:
         NotFound, StaleLease.
     """
     log = Append(conn)
-    row = fenced(conn, tool_call_id, token, "result_unknown")
+    row = fenced(conn, cmd.tool_call_id, cmd.token, "result_unknown")
     payload = ev.ReconciliationEscalated(
-        reason=reason, detail=detail, attempts=row.reconcile_attempts, evidence=dict(evidence)
+        reason=cmd.reason, detail=cmd.detail, attempts=row.reconcile_attempts, evidence=dict(cmd.evidence)
     )
-    log.add(ev.ReconciliationEscalatedEvent(**call_envelope(row, now, producer), payload=payload))
+    log.add(ev.ReconciliationEscalatedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
-    return log.call(tool_call_id)
+    return log.call(cmd.tool_call_id)
 
 
-def redispatch(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    token: int,
-    owner: str,
-    lease_s: float,
-    now: datetime,
-    producer: str,
-) -> CallView:
+def redispatch(conn: Connection, cmd: Redispatch, *, producer: str) -> CallView:
     """Re-send with the same key (only for backends that deduplicate on it): a new attempt and lease.
 
     Raises:
         NotFound, StaleLease.
     """
     log = Append(conn)
-    row = fenced(conn, tool_call_id, token, "result_unknown")
+    row = fenced(conn, cmd.tool_call_id, cmd.token, "result_unknown")
     payload = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
         idempotency_key=row.idempotency_key,
         external_request_id=row.external_request_id,
         retry_of_attempt=row.attempts,
-        **grant(owner, row.lease_token, now, lease_s),
+        **grant(cmd.owner, row.lease_token, cmd.now, cmd.lease_s),
     )
-    log.add(ev.ToolCallDispatchingEvent(**call_envelope(row, now, producer), payload=payload))
+    log.add(ev.ToolCallDispatchingEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
-    return log.call(tool_call_id)
+    return log.call(cmd.tool_call_id)
 
 
 SETTLED_EVENTS = ("tool_call.completed", "tool_call.failed", "reconciliation.resolved")
 
 
-def contradict(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    source: Literal["lookup", "late_response", "resolution"],
-    verdict: Verdict,
-    evidence: Mapping[str, Any],
-    detail: str | None,
-    now: datetime,
-    producer: str,
-    by: str | None = None,
-) -> CallView | None:
+def contradict(conn: Connection, cmd: RecordContradiction, *, producer: str) -> CallView | None:
     """Record evidence that disagrees with the call's settled verdict, with the settled verdict's own
     evidence beside it; the call keeps its status and waits for a person. None (nothing recorded) when
     the call is not settled or the evidence agrees.
@@ -207,8 +159,9 @@ def contradict(
         NotFound: no such call.
     """
     log = Append(conn)
+    tool_call_id = cmd.tool_call_id
     row = call_row(conn, tool_call_id)
-    agrees = "completed" if verdict == "confirmed_success" else "failed"
+    agrees = "completed" if cmd.verdict == "confirmed_success" else "failed"
     if row.status not in ("completed", "failed") or row.status == agrees:
         return None
     settled = conn.execute(
@@ -219,17 +172,17 @@ def contradict(
     ).first()
     settled_payload = json.loads(settled.payload) if settled is not None else {}
     payload = ev.ReconciliationContradicted(
-        source=source,
+        source=cmd.source,
         settled_status=row.status,
         settled_verification=row.verification_status,
         settled_event_id=settled.event_id if settled is not None else None,
         settled_evidence=_evidence_of(settled_payload),
-        verdict=verdict,
-        evidence=dict(evidence),
-        detail=detail,
-        by=by,
+        verdict=cmd.verdict,
+        evidence=dict(cmd.evidence),
+        detail=cmd.detail,
+        by=cmd.by,
     )
-    log.add(ev.ReconciliationContradictedEvent(**call_envelope(row, now, producer), payload=payload))
+    log.add(ev.ReconciliationContradictedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
     return log.call(tool_call_id)
 
@@ -242,19 +195,7 @@ def _evidence_of(payload: Mapping[str, Any]) -> dict[str, Any]:
     return evidence
 
 
-def resolve_by_human(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    succeeded: bool,
-    evidence: str,
-    by: str,
-    now: datetime,
-    producer: str,
-    tenant: str | None,
-    break_glass: bool = False,
-    reason: str | None = None,
-) -> CallView:
+def resolve_by_human(conn: Connection, cmd: ResolveManually, *, producer: str) -> CallView:
     """A person settles an unknown or contradicted call with their evidence, or contradicts a settled
     one; recorded with who.
 
@@ -263,27 +204,27 @@ def resolve_by_human(
         StaleLease: the call is settled and the person agrees with it (nothing to record).
     """
     log = Append(conn)
+    tool_call_id, evidence, by = cmd.tool_call_id, cmd.evidence, cmd.by
     row = call_row(conn, tool_call_id)
-    if tenant is not None and row.tenant != tenant:
+    if cmd.tenant is not None and row.tenant != cmd.tenant:
         raise NotFound(f"no tool call {tool_call_id}")
     if not evidence.strip() or not by.strip():
         raise StoreError("a manual resolution needs evidence and the name of who resolved it")
-    verdict: Verdict = "confirmed_success" if succeeded else "confirmed_failure"
+    verdict: Verdict = "confirmed_success" if cmd.succeeded else "confirmed_failure"
     contradicted = row.status in ("completed", "failed") and row.verification_status == "inconclusive"
     if row.status != "result_unknown" and not contradicted:
         # A person disagreeing with a settled verdict is a contradiction: recorded and escalated
         # beside the verdict, which is not overwritten. Agreeing with it changes nothing.
-        call = contradict(
-            conn,
+        contradiction = RecordContradiction(
             tool_call_id,
             source="resolution",
             verdict=verdict,
             evidence={"manual": evidence},
             detail=f"contradicted by {by}",
+            now=cmd.now,
             by=by,
-            now=now,
-            producer=producer,
         )
+        call = contradict(conn, contradiction, producer=producer)
         if call is None:
             raise StaleLease(
                 f"call {tool_call_id} is {row.status}: nothing unknown to settle, nothing to contradict"
@@ -294,9 +235,9 @@ def resolve_by_human(
         evidence={"manual": evidence},
         detail=f"resolved by {by}",
         resolved_by=by,
-        break_glass=break_glass,
-        reason=reason,
+        break_glass=cmd.break_glass,
+        reason=cmd.reason,
     )
-    log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, now, producer), payload=payload))
+    log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
     return log.call(tool_call_id)

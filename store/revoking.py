@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection, select, union
 
 from store import events as ev
+from store.commands import RestorePrincipal, RevokePrincipal
 from store.log import Append
 from store.model import NotFound
 from store.schema import approvals, revocations, runs, tool_calls
@@ -23,53 +24,45 @@ class Revocation:
     reason: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Standing:
-    """Who changes a subject's standing, and whether they are a break-glass operator without a token."""
-
-    by: str
-    reason: str | None
-    now: datetime
-    producer: str
-    break_glass: bool = False
-
-
-def revoke(conn: Connection, *, tenant: str, subject: str, change: Standing) -> Revocation:
+def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocation:
     """Append `principal.revoked` (a repeated one is recorded too); return the standing revocation."""
     log = Append(conn)
     log.add(
         ev.PrincipalRevokedEvent(
-            occurred_at=ev.format_ts(change.now),
-            producer=change.producer,
-            tenant=tenant,
+            occurred_at=ev.format_ts(cmd.now),
+            producer=producer,
+            tenant=cmd.tenant,
             payload=ev.PrincipalRevoked(
-                subject=subject, revoked_by=change.by, reason=change.reason, break_glass=change.break_glass
+                subject=cmd.subject, revoked_by=cmd.revoked_by, reason=cmd.reason, break_glass=cmd.break_glass
             ),
         )
     )
     log.flush()
-    found = get(conn, tenant, subject)
+    found = get(conn, cmd.tenant, cmd.subject)
     assert found is not None
     return found
 
 
-def restore(conn: Connection, *, tenant: str, subject: str, change: Standing) -> Revocation:
+def restore(conn: Connection, cmd: RestorePrincipal, *, producer: str) -> Revocation:
     """Append `principal.restored`; return the revocation it lifted.
 
     Raises:
         NotFound: the subject is not revoked in the tenant (nothing is recorded).
     """
     log = Append(conn)  # the head lock first, so two restores cannot both find the revocation
-    lifted = get(conn, tenant, subject)
+    lifted = get(conn, cmd.tenant, cmd.subject)
     if lifted is None:
-        raise NotFound(f"{subject} is not revoked in tenant {tenant}")
+        raise NotFound(f"{cmd.subject} is not revoked in tenant {cmd.tenant}")
     log.add(
         ev.PrincipalRestoredEvent(
-            occurred_at=ev.format_ts(change.now),
-            producer=change.producer,
-            tenant=tenant,
+            occurred_at=ev.format_ts(cmd.now),
+            producer=producer,
+            tenant=cmd.tenant,
             payload=ev.PrincipalRestored(
-                subject=subject, restored_by=change.by, reason=change.reason, break_glass=change.break_glass
+                subject=cmd.subject,
+                restored_by=cmd.restored_by,
+                reason=cmd.reason,
+                break_glass=cmd.break_glass,
             ),
         )
     )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection
 
-from store import leasing, reconciling
+from store import commands, leasing, reconciling
 from store.model import CallView
 
 T = TypeVar("T")
@@ -42,162 +42,48 @@ class Settlement:
         with self._read() as conn:
             return reconciling.due(conn, now=now, limit=limit)
 
-    def start_reconciliation(
-        self,
-        tool_call_id: str,
-        *,
-        expected_token: int,
-        method: str,
-        owner: str,
-        lease_s: float,
-        now: datetime,
-    ) -> CallView:
+    def start_reconciliation(self, cmd: commands.StartReconciliation) -> CallView:
         """Take the reconciliation lease (`reconciliation.started`); the view carries the new token.
 
         Raises:
             NotFound: no such call.
             StaleLease: another worker took it, or it was settled or escalated meanwhile.
         """
-        return self._write(
-            now,
-            lambda conn: reconciling.start(
-                conn,
-                tool_call_id,
-                expected_token=expected_token,
-                method=method,
-                owner=owner,
-                lease_s=lease_s,
-                now=now,
-                producer=self._producer,
-            ),
-        )
+        return self._write(cmd.now, lambda conn: reconciling.start(conn, cmd, producer=self._producer))
 
-    def record_inconclusive(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        evidence: Mapping[str, Any],
-        next_attempt_at: datetime,
-        now: datetime,
-    ) -> CallView:
+    def record_inconclusive(self, cmd: commands.RecordInconclusive) -> CallView:
         """A lookup could not tell; try again from `next_attempt_at`.
 
         Raises:
             NotFound, StaleLease.
         """
-        return self._write(
-            now,
-            lambda conn: reconciling.inconclusive(
-                conn,
-                tool_call_id,
-                token=token,
-                evidence=evidence,
-                next_attempt_at=next_attempt_at,
-                now=now,
-                producer=self._producer,
-            ),
-        )
+        return self._write(cmd.now, lambda conn: reconciling.inconclusive(conn, cmd, producer=self._producer))
 
-    def resolve_reconciliation(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        verdict: reconciling.Verdict,
-        evidence: Mapping[str, Any],
-        now: datetime,
-        result: Mapping[str, Any] | None = None,
-        detail: str | None = None,
-    ) -> CallView:
+    def resolve_reconciliation(self, cmd: commands.ResolveReconciliation) -> CallView:
         """The backend confirmed success (call `completed`) or failure (call `failed`).
 
         Raises:
             NotFound, StaleLease.
         """
-        return self._write(
-            now,
-            lambda conn: reconciling.resolve(
-                conn,
-                tool_call_id,
-                token=token,
-                verdict=verdict,
-                result=result,
-                evidence=evidence,
-                detail=detail,
-                now=now,
-                producer=self._producer,
-            ),
-        )
+        return self._write(cmd.now, lambda conn: reconciling.resolve(conn, cmd, producer=self._producer))
 
-    def escalate_reconciliation(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        reason: str,
-        now: datetime,
-        detail: str | None = None,
-        evidence: Mapping[str, Any] | None = None,
-    ) -> CallView:
+    def escalate_reconciliation(self, cmd: commands.EscalateReconciliation) -> CallView:
         """Give up looking: the call waits for a human (`writ calls resolve`).
 
         Raises:
             NotFound, StaleLease.
         """
-        return self._write(
-            now,
-            lambda conn: reconciling.escalate(
-                conn,
-                tool_call_id,
-                token=token,
-                reason=reason,
-                detail=detail,
-                evidence=evidence or {},
-                now=now,
-                producer=self._producer,
-            ),
-        )
+        return self._write(cmd.now, lambda conn: reconciling.escalate(conn, cmd, producer=self._producer))
 
-    def redispatch(
-        self,
-        tool_call_id: str,
-        *,
-        token: int,
-        owner: str,
-        lease_s: float,
-        now: datetime,
-    ) -> CallView:
+    def redispatch(self, cmd: commands.Redispatch) -> CallView:
         """Re-send the same key (backends that deduplicate on it only): `dispatching`, next attempt.
 
         Raises:
             NotFound, StaleLease.
         """
-        return self._write(
-            now,
-            lambda conn: reconciling.redispatch(
-                conn,
-                tool_call_id,
-                token=token,
-                owner=owner,
-                lease_s=lease_s,
-                now=now,
-                producer=self._producer,
-            ),
-        )
+        return self._write(cmd.now, lambda conn: reconciling.redispatch(conn, cmd, producer=self._producer))
 
-    def resolve_manually(
-        self,
-        tool_call_id: str,
-        *,
-        succeeded: bool,
-        evidence: str,
-        by: str,
-        now: datetime,
-        tenant: str | None = None,
-        break_glass: bool = False,
-        reason: str | None = None,
-    ) -> CallView:
+    def resolve_manually(self, cmd: commands.ResolveManually) -> CallView:
         """A person settles an unknown or contradicted outcome with evidence, or contradicts a settled
         one (`reconciliation.contradicted`: the verdict stands, the call is escalated); recorded with who.
 
@@ -207,47 +93,14 @@ class Settlement:
             StoreError: empty evidence or name.
         """
         return self._write(
-            now,
-            lambda conn: reconciling.resolve_by_human(
-                conn,
-                tool_call_id,
-                succeeded=succeeded,
-                evidence=evidence,
-                by=by,
-                now=now,
-                producer=self._producer,
-                tenant=tenant,
-                break_glass=break_glass,
-                reason=reason,
-            ),
+            cmd.now, lambda conn: reconciling.resolve_by_human(conn, cmd, producer=self._producer)
         )
 
-    def record_contradiction(
-        self,
-        tool_call_id: str,
-        *,
-        source: Literal["lookup", "late_response", "resolution"],
-        verdict: Literal["confirmed_success", "confirmed_failure"],
-        evidence: Mapping[str, Any],
-        detail: str | None,
-        now: datetime,
-    ) -> CallView | None:
+    def record_contradiction(self, cmd: commands.RecordContradiction) -> CallView | None:
         """Record evidence against a settled verdict (`reconciliation.contradicted`) and escalate the
         call; None when the call is not settled or the evidence agrees (nothing recorded).
 
         Raises:
             NotFound: no such call.
         """
-        return self._write(
-            now,
-            lambda conn: reconciling.contradict(
-                conn,
-                tool_call_id,
-                source=source,
-                verdict=verdict,
-                evidence=evidence,
-                detail=detail,
-                now=now,
-                producer=self._producer,
-            ),
-        )
+        return self._write(cmd.now, lambda conn: reconciling.contradict(conn, cmd, producer=self._producer))

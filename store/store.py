@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, ports, recording, revoking
+from store.commands import DecideApproval, ExpireApproval, RestorePrincipal, RevokePrincipal
 from store.db import (
     IDLE_TRANSACTION_TIMEOUT_S,
     MAX_OVERFLOW,
@@ -206,52 +207,28 @@ class Store(Settlement, Queues, Reads, RateLimits):
             ),
         )
 
-    def decide_approval(
-        self,
-        approval_id: str,
-        *,
-        approve: bool,
-        decided_by: str,
-        now: datetime,
-        reason: str | None = None,
-        tenant: str | None = None,
-        break_glass: bool = False,
-        decided_by_roles: Collection[str] | None = None,
-    ) -> ApprovalView:
+    def decide_approval(self, cmd: DecideApproval) -> ApprovalView:
         """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.
-
-        `decided_by_roles`, the roles the decider holds now, are recorded with the decision.
 
         Raises:
             NotFound: no such approval (for `tenant`, when given).
             StaleLease: already decided, or past its expiry.
             StoreError: the requester approving their own call where the policy forbids it.
         """
-        _aware(now)
+        _aware(cmd.now)
         with _translated(), self._engine.begin() as conn:
-            return approving.decide(
-                conn,
-                approval_id,
-                approve=approve,
-                decided_by=decided_by,
-                reason=reason,
-                now=now,
-                producer=self._producer,
-                tenant=tenant,
-                break_glass=break_glass,
-                decided_by_roles=decided_by_roles,
-            )
+            return approving.decide(conn, cmd, producer=self._producer)
 
-    def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView:
+    def expire_approval(self, cmd: ExpireApproval) -> ApprovalView:
         """Expire an awaiting approval past its expiry; the call becomes `expired`.
 
         Raises:
             NotFound: no such approval.
             StaleLease: decided meanwhile, or not yet due.
         """
-        _aware(now)
+        _aware(cmd.now)
         with _translated(), self._engine.begin() as conn:
-            return approving.expire(conn, approval_id, now=now, producer=self._producer)
+            return approving.expire(conn, cmd, producer=self._producer)
 
     def dispatch_approved(
         self,
@@ -354,41 +331,21 @@ class Store(Settlement, Queues, Reads, RateLimits):
         with _translated(), self._engine.begin() as conn:
             return confirming.expire_due(conn, now=now, producer=self._producer, limit=limit)
 
-    def revoke_principal(
-        self,
-        tenant: str,
-        subject: str,
-        *,
-        revoked_by: str,
-        now: datetime,
-        reason: str | None = None,
-        break_glass: bool = False,
-    ) -> revoking.Revocation:
+    def revoke_principal(self, cmd: RevokePrincipal) -> revoking.Revocation:
         """Revoke a subject's standing in a tenant: every later call and resume of theirs is refused."""
-        _aware(now)
-        change = revoking.Standing(revoked_by, reason, now, self._producer, break_glass)
+        _aware(cmd.now)
         with _translated(), self._engine.begin() as conn:
-            return revoking.revoke(conn, tenant=tenant, subject=subject, change=change)
+            return revoking.revoke(conn, cmd, producer=self._producer)
 
-    def restore_principal(
-        self,
-        tenant: str,
-        subject: str,
-        *,
-        restored_by: str,
-        now: datetime,
-        reason: str | None = None,
-        break_glass: bool = False,
-    ) -> revoking.Revocation:
+    def restore_principal(self, cmd: RestorePrincipal) -> revoking.Revocation:
         """Give a revoked subject its standing back in a tenant; returns the revocation it lifted.
 
         Raises:
             NotFound: the subject is not revoked in the tenant.
         """
-        _aware(now)
-        change = revoking.Standing(restored_by, reason, now, self._producer, break_glass)
+        _aware(cmd.now)
         with _translated(), self._engine.begin() as conn:
-            return revoking.restore(conn, tenant=tenant, subject=subject, change=change)
+            return revoking.restore(conn, cmd, producer=self._producer)
 
     def tenants_of(self, subject: str) -> list[str]:
         """The tenants where `subject` has been seen (runs, calls, approvals, revocations), sorted."""

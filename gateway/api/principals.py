@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from gateway.api.guard import Guard, error
 from policy.model import Principal
+from store.commands import RestorePrincipal, RevokePrincipal
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import NotFound
 from store.ports import Revocations
@@ -65,7 +66,9 @@ class Principals:
         subject = request.path_params["subject"]
         revocation = await anyio.to_thread.run_sync(
             lambda: self.store.revoke_principal(
-                who.tenant, subject, revoked_by=who.subject, reason=body.reason, now=self.clock()
+                RevokePrincipal(
+                    who.tenant, subject, revoked_by=who.subject, reason=body.reason, now=self.clock()
+                )
             )
         )
         return JSONResponse(_revocation(revocation))
@@ -80,7 +83,9 @@ class Principals:
         try:
             lifted = await anyio.to_thread.run_sync(
                 lambda: self.store.restore_principal(
-                    who.tenant, subject, restored_by=who.subject, reason=body.reason, now=now
+                    RestorePrincipal(
+                        who.tenant, subject, restored_by=who.subject, reason=body.reason, now=now
+                    )
                 )
             )
         except NotFound as exc:

@@ -19,6 +19,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.errors import GatewayError
+from store.commands import DecideApproval, ExpireApproval
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import ApprovalView, NotFound, StaleLease
 from store.ports import Approvals
@@ -164,15 +165,17 @@ class Decisions:
             raise DecisionRefused("expired", f"approval {approval.approval_id} expired")
         try:
             return self._store.decide_approval(
-                inp.approval_id,
-                approve=inp.approve,
-                decided_by=inp.decided_by,
-                reason=inp.reason,
-                now=now,
-                tenant=inp.tenant,
-                break_glass=inp.break_glass,
-                # With the decision, the authority it was made with (none known for a CLI operator).
-                decided_by_roles=inp.roles,
+                DecideApproval(
+                    inp.approval_id,
+                    approve=inp.approve,
+                    decided_by=inp.decided_by,
+                    reason=inp.reason,
+                    now=now,
+                    tenant=inp.tenant,
+                    break_glass=inp.break_glass,
+                    # With the decision, the authority it was made with (none known for a CLI operator).
+                    decided_by_roles=inp.roles,
+                )
             )
         except NotFound as exc:
             raise DecisionRefused("not_found", f"no approval {inp.approval_id}") from exc
@@ -197,4 +200,4 @@ class Decisions:
         # Record the expiry the decision ran into, rather than leave it to the worker's next pass.
         # StaleLease/NotFound: expired or decided by someone else meanwhile; the record already says so.
         with contextlib.suppress(StaleLease, NotFound):
-            self._expiring.expire_approval(approval.approval_id, now=now)
+            self._expiring.expire_approval(ExpireApproval(approval.approval_id, now=now))

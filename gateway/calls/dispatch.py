@@ -20,6 +20,7 @@ import anyio.to_thread
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
 from gateway.calls.actions import Redactor
 from gateway.calls.faults import NO_FAULTS, FaultPoints
+from store.commands import RecordContradiction
 from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
 from store.ports import Outcomes
 
@@ -129,12 +130,14 @@ class Dispatcher:
         try:
             return await anyio.to_thread.run_sync(
                 lambda: self._store.record_contradiction(
-                    call.tool_call_id,
-                    source="late_response",
-                    verdict="confirmed_success",
-                    evidence=evidence,
-                    detail="the backend answered with success after the call was settled",
-                    now=now,
+                    RecordContradiction(
+                        call.tool_call_id,
+                        source="late_response",
+                        verdict="confirmed_success",
+                        evidence=evidence,
+                        detail="the backend answered with success after the call was settled",
+                        now=now,
+                    )
                 )
             )
         except StoreError as exc:

@@ -24,6 +24,7 @@ import httpx2
 
 from gateway.calls.approvals import WebhookConfig
 from store.canonical import canonical_json
+from store.commands import ClaimOutbox, OutboxDelivered, OutboxFailed
 from store.model import OutboxMessage
 from store.ports import Outbox
 
@@ -88,7 +89,9 @@ class Notifier:
         """Deliver every due message once; returns how many were delivered."""
         lease_s = self._webhook.timeout_s * 2 + 5
         claimed = await anyio.to_thread.run_sync(
-            lambda: self._store.claim_outbox(owner=self._owner, now=self._clock(), lease_s=lease_s)
+            lambda: self._store.claim_outbox(
+                ClaimOutbox(owner=self._owner, now=self._clock(), lease_s=lease_s)
+            )
         )
         delivered = 0
         for message in claimed:
@@ -122,7 +125,9 @@ class Notifier:
         now = self._clock()
         if error is None:
             await anyio.to_thread.run_sync(
-                lambda: self._store.outbox_delivered(message.message_id, owner=self._owner, now=now)
+                lambda: self._store.outbox_delivered(
+                    OutboxDelivered(message.message_id, owner=self._owner, now=now)
+                )
             )
             return True
         retry_at = (
@@ -135,7 +140,7 @@ class Notifier:
         )
         await anyio.to_thread.run_sync(
             lambda: self._store.outbox_failed(
-                message.message_id, owner=self._owner, error=error, retry_at=retry_at, now=now
+                OutboxFailed(message.message_id, owner=self._owner, error=error, retry_at=retry_at, now=now)
             )
         )
         return False

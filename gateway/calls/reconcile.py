@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -33,13 +33,22 @@ import anyio.to_thread
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult, ToolResult
 from gateway.calls.actions import Redactor
 from gateway.calls.pipeline import CallPipeline, RegistryLike
+from store.commands import (
+    EscalateReconciliation,
+    RecordContradiction,
+    RecordInconclusive,
+    Redispatch,
+    ResolveReconciliation,
+    StartReconciliation,
+    Verdict,
+)
 from store.events import format_ts
 from store.model import CallView, StaleLease
 from store.ports import Reconciliation
 
 logger = logging.getLogger(__name__)
 
-Verdict = Literal["confirmed_success", "confirmed_failure"]
+C = TypeVar("C")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +107,14 @@ class Reconciler:
         try:
             leased = await self._write(
                 self._store.start_reconciliation,
-                call.tool_call_id,
-                expected_token=call.lease_token,
-                method=method,
-                owner=self._owner,
-                lease_s=lease_s,
+                StartReconciliation(
+                    call.tool_call_id,
+                    expected_token=call.lease_token,
+                    method=method,
+                    owner=self._owner,
+                    lease_s=lease_s,
+                    now=self._clock(),
+                ),
             )
         except StaleLease:
             return False
@@ -178,27 +190,28 @@ class Reconciler:
         try:
             await self._write(
                 self._store.resolve_reconciliation,
-                call.tool_call_id,
-                token=call.lease_token,
-                verdict=verdict,
-                result=result,
-                evidence=evidence,
-                detail=detail,
+                ResolveReconciliation(
+                    call.tool_call_id,
+                    token=call.lease_token,
+                    verdict=verdict,
+                    result=result,
+                    evidence=evidence,
+                    detail=detail,
+                    now=self._clock(),
+                ),
             )
         except StaleLease:
             # Settled by someone else while we asked (a person): if the backend just said otherwise,
             # that is recorded beside their verdict and escalated, never dropped.
-            now = self._clock()
-            await anyio.to_thread.run_sync(
-                lambda: self._store.record_contradiction(
-                    call.tool_call_id,
-                    source="lookup",
-                    verdict=verdict,
-                    evidence={**evidence, **({"result": result} if result is not None else {})},
-                    detail=detail or "the backend has the effect",
-                    now=now,
-                )
+            contradiction = RecordContradiction(
+                call.tool_call_id,
+                source="lookup",
+                verdict=verdict,
+                evidence={**evidence, **({"result": result} if result is not None else {})},
+                detail=detail or "the backend has the effect",
+                now=self._clock(),
             )
+            await anyio.to_thread.run_sync(self._store.record_contradiction, contradiction)
             raise
 
     async def _not_found(
@@ -234,10 +247,13 @@ class Reconciler:
         next_at = min(self._clock() + self._backoff(call), horizon_at)
         await self._write(
             self._store.record_inconclusive,
-            call.tool_call_id,
-            token=call.lease_token,
-            evidence={**evidence, "reason": "before_commit_horizon"},
-            next_attempt_at=next_at,
+            RecordInconclusive(
+                call.tool_call_id,
+                token=call.lease_token,
+                evidence={**evidence, "reason": "before_commit_horizon"},
+                next_attempt_at=next_at,
+                now=self._clock(),
+            ),
         )
 
     def _backoff(self, call: CallView) -> timedelta:
@@ -245,12 +261,16 @@ class Reconciler:
         return timedelta(seconds=min(seconds, self._policy.backoff_max_s))
 
     async def _retry_later(self, call: CallView, evidence: dict[str, Any], delay: timedelta) -> None:
+        now = self._clock()
         await self._write(
             self._store.record_inconclusive,
-            call.tool_call_id,
-            token=call.lease_token,
-            evidence=evidence,
-            next_attempt_at=self._clock() + delay,
+            RecordInconclusive(
+                call.tool_call_id,
+                token=call.lease_token,
+                evidence=evidence,
+                next_attempt_at=now + delay,
+                now=now,
+            ),
         )
 
     async def _ask_backend(self, capability: Capability, call: CallView) -> ReconcileResult:
@@ -267,10 +287,13 @@ class Reconciler:
     async def _resend(self, capability: Capability, call: CallView) -> None:
         retry = await self._write(
             self._store.redispatch,
-            call.tool_call_id,
-            token=call.lease_token,
-            owner=self._owner,
-            lease_s=self._pipeline.lease_s(capability),
+            Redispatch(
+                call.tool_call_id,
+                token=call.lease_token,
+                owner=self._owner,
+                lease_s=self._pipeline.lease_s(capability),
+                now=self._clock(),
+            ),
         )
         await self._pipeline.redispatch(capability, retry)
 
@@ -279,11 +302,14 @@ class Reconciler:
     ) -> None:
         await self._write(
             self._store.escalate_reconciliation,
-            call.tool_call_id,
-            token=call.lease_token,
-            reason=reason,
-            detail=detail,
-            evidence=evidence or {},
+            EscalateReconciliation(
+                call.tool_call_id,
+                token=call.lease_token,
+                reason=reason,
+                detail=detail,
+                evidence=evidence or {},
+                now=self._clock(),
+            ),
         )
 
     def _invocation(self, capability: Capability, call: CallView) -> Invocation:
@@ -296,6 +322,6 @@ class Reconciler:
             attempt=call.attempts,
         )
 
-    async def _write(self, write: Callable[..., CallView], tool_call_id: str, **kwargs: Any) -> CallView:
-        now = self._clock()
-        return await anyio.to_thread.run_sync(lambda: write(tool_call_id, now=now, **kwargs))
+    @staticmethod
+    async def _write(write: Callable[[C], CallView], command: C) -> CallView:
+        return await anyio.to_thread.run_sync(write, command)

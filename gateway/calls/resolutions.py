@@ -13,6 +13,7 @@ from typing import Literal
 import anyio.to_thread
 
 from gateway.errors import GatewayError
+from store.commands import ResolveManually
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import CallView, NotFound, StaleLease
 from store.ports import ManualResolutions
@@ -71,12 +72,14 @@ async def resolve_call(store: ManualResolutions, resolution: ResolutionInput, no
     try:
         return await anyio.to_thread.run_sync(
             lambda: store.resolve_manually(
-                resolution.tool_call_id,
-                succeeded=resolution.succeeded,
-                evidence=evidence,
-                by=resolution.resolved_by,
-                now=now,
-                tenant=resolution.tenant,
+                ResolveManually(
+                    resolution.tool_call_id,
+                    succeeded=resolution.succeeded,
+                    evidence=evidence,
+                    by=resolution.resolved_by,
+                    now=now,
+                    tenant=resolution.tenant,
+                )
             )
         )
     except NotFound:

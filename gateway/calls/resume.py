@@ -22,6 +22,7 @@ from capabilities.contract import Capability
 from gateway.calls.actions import is_action_hash, is_contract_hash
 from gateway.calls.pipeline import CallPipeline
 from policy.model import CallContext, PolicyInput, Principal
+from store.commands import ExpireApproval
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.ports import Resumption
 
@@ -232,7 +233,7 @@ class Resumer:
         expired = len(self._store.expire_confirmations(now=self._clock(), limit=self._batch))
         for approval in self._store.due_approvals(now=self._clock(), limit=self._batch):
             try:
-                self._store.expire_approval(approval.approval_id, now=self._clock())
+                self._store.expire_approval(ExpireApproval(approval.approval_id, now=self._clock()))
                 expired += 1
             except (StaleLease, NotFound):
                 continue  # decided or expired by someone else since we looked

@@ -18,6 +18,7 @@ from gateway.cli.authority import (
     check_standing,
 )
 from gateway.config import find_config_file, load_config
+from store.commands import RestorePrincipal, RevokePrincipal
 from store.limits import SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 
 policy_app = typer.Typer(help="Dry-run the policy.", no_args_is_help=True)
@@ -193,22 +194,26 @@ def _change_standing(
                     1,
                 )
             store.revoke_principal(
-                tenant,
-                sub,
-                revoked_by=who.name,
-                reason=reason,
-                now=now,
-                break_glass=who.break_glass,
+                RevokePrincipal(
+                    tenant,
+                    sub,
+                    revoked_by=who.name,
+                    reason=reason,
+                    now=now,
+                    break_glass=who.break_glass,
+                )
             )
         else:
             try:
                 store.restore_principal(
-                    tenant,
-                    sub,
-                    restored_by=who.name,
-                    reason=reason,
-                    now=now,
-                    break_glass=who.break_glass,
+                    RestorePrincipal(
+                        tenant,
+                        sub,
+                        restored_by=who.name,
+                        reason=reason,
+                        now=now,
+                        break_glass=who.break_glass,
+                    )
                 )
             except NotFound as exc:
                 _fail(f"{exc}; nothing was recorded", 1)

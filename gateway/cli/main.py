@@ -26,6 +26,7 @@ from gateway.cli.identity import policy_app, principals_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
 from gateway.errors import GatewayError
+from store.commands import ResolveManually
 from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 from store.model import StoreError
 
@@ -298,13 +299,15 @@ def calls_resolve(
                 call = anyio.run(resolve_call, store, resolution, datetime.now(UTC))
             else:
                 call = store.resolve_manually(
-                    tool_call_id,
-                    succeeded=outcome == "succeeded",
-                    evidence=evidence,
-                    by=who.name,
-                    now=datetime.now(UTC),
-                    break_glass=True,
-                    reason=who.reason,
+                    ResolveManually(
+                        tool_call_id,
+                        succeeded=outcome == "succeeded",
+                        evidence=evidence,
+                        by=who.name,
+                        now=datetime.now(UTC),
+                        break_glass=True,
+                        reason=who.reason,
+                    )
                 )
         except ResolutionRefused as exc:
             _fail(f"refused ({exc.code}): {exc}", code=1)

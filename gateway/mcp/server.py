@@ -26,6 +26,7 @@ from gateway.mcp import rounds
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
 from gateway.telemetry import Telemetry
+from store.commands import DecideApproval
 from store.limits import CLIENT_ID_CHARS
 from store.model import CallView, NotFound, StaleLease, Unavailable
 from store.ports import CallStatus
@@ -281,13 +282,15 @@ class McpFace:
         try:
             await anyio.to_thread.run_sync(
                 lambda: self.store.decide_approval(
-                    approval_id,
-                    approve=False,
-                    decided_by=who.subject,
-                    reason=WITHDRAWN,
-                    now=self.pipeline.now(),
-                    tenant=who.tenant,
-                    decided_by_roles=who.roles,
+                    DecideApproval(
+                        approval_id,
+                        approve=False,
+                        decided_by=who.subject,
+                        reason=WITHDRAWN,
+                        now=self.pipeline.now(),
+                        tenant=who.tenant,
+                        decided_by_roles=who.roles,
+                    )
                 )
             )
         except (StaleLease, NotFound):

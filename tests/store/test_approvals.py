@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from store import NotFound, OutcomeRecord, StaleLease, Store, StoreError
+from store.commands import DecideApproval, ExpireApproval
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 
 SOON = NOW + timedelta(minutes=5)
@@ -22,7 +23,9 @@ def pending(store: Store, **changes: object) -> str:
 def test_a_granted_approval_lets_exactly_one_worker_dispatch_the_call(store: Store) -> None:
     approval_id = pending(store)
 
-    approval = store.decide_approval(approval_id, approve=True, decided_by="bob", reason="ok", now=SOON)
+    approval = store.decide_approval(
+        DecideApproval(approval_id, approve=True, decided_by="bob", reason="ok", now=SOON)
+    )
     assert (approval.status, approval.decided_by, approval.decided_at) == ("approved", "bob", SOON)
     call = store.get_call("tc-1")
     assert call is not None and call.status == "approved"
@@ -46,7 +49,9 @@ def test_a_granted_approval_lets_exactly_one_worker_dispatch_the_call(store: Sto
 def test_a_rejected_approval_rejects_the_call(store: Store) -> None:
     approval_id = pending(store)
 
-    approval = store.decide_approval(approval_id, approve=False, decided_by="bob", reason="no", now=SOON)
+    approval = store.decide_approval(
+        DecideApproval(approval_id, approve=False, decided_by="bob", reason="no", now=SOON)
+    )
 
     assert (approval.status, approval.reason) == ("rejected", "no")
     call = store.get_call("tc-1")
@@ -62,13 +67,15 @@ def test_a_decision_records_its_break_glass_mark_and_the_deciders_roles_together
     approval_id = pending(store)
 
     store.decide_approval(
-        approval_id,
-        approve=approve,
-        decided_by="operator:root@pod",
-        reason="idp down",
-        now=SOON,
-        break_glass=True,
-        decided_by_roles=["approver", "admin"],
+        DecideApproval(
+            approval_id,
+            approve=approve,
+            decided_by="operator:root@pod",
+            reason="idp down",
+            now=SOON,
+            break_glass=True,
+            decided_by_roles=["approver", "admin"],
+        )
     )
 
     decided = store.events(tool_call_id="tc-1")[-1]
@@ -81,24 +88,26 @@ def test_a_decision_records_its_break_glass_mark_and_the_deciders_roles_together
 
 def test_an_approval_is_decided_only_once(store: Store) -> None:
     approval_id = pending(store)
-    store.decide_approval(approval_id, approve=False, decided_by="bob", now=SOON)
+    store.decide_approval(DecideApproval(approval_id, approve=False, decided_by="bob", now=SOON))
 
     with pytest.raises(StaleLease, match="already rejected"):
-        store.decide_approval(approval_id, approve=True, decided_by="carol", now=SOON)
+        store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="carol", now=SOON))
 
 
 def test_the_requester_may_not_approve_their_own_call_unless_allowed(store: Store) -> None:
     approval_id = pending(store)
 
     with pytest.raises(StoreError, match="may not approve"):
-        store.decide_approval(approval_id, approve=True, decided_by="alice", now=SOON)
+        store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="alice", now=SOON))
 
 
 def test_an_approval_of_another_tenant_is_not_found(store: Store) -> None:
     approval_id = pending(store)
 
     with pytest.raises(NotFound):
-        store.decide_approval(approval_id, approve=True, decided_by="bob", now=SOON, tenant="globex")
+        store.decide_approval(
+            DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON, tenant="globex")
+        )
 
 
 def test_an_approval_past_its_expiry_cannot_be_granted_and_expires(store: Store) -> None:
@@ -106,10 +115,10 @@ def test_an_approval_past_its_expiry_cannot_be_granted_and_expires(store: Store)
     late = NOW + timedelta(hours=1)
 
     with pytest.raises(StaleLease, match="expired"):
-        store.decide_approval(approval_id, approve=True, decided_by="bob", now=late)
+        store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=late))
     with pytest.raises(StaleLease, match="does not expire until"):
-        store.expire_approval(approval_id, now=SOON)
-    expired = store.expire_approval(approval_id, now=late)
+        store.expire_approval(ExpireApproval(approval_id, now=SOON))
+    expired = store.expire_approval(ExpireApproval(approval_id, now=late))
 
     assert expired.status == "expired"
     call = store.get_call("tc-1")
@@ -118,7 +127,7 @@ def test_an_approval_past_its_expiry_cannot_be_granted_and_expires(store: Store)
 
 def test_an_approved_call_that_fails_reauthorization_is_denied(store: Store) -> None:
     approval_id = pending(store)
-    store.decide_approval(approval_id, approve=True, decided_by="bob", now=SOON)
+    store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
 
     call = store.deny_approved("tc-1", reason="policy_changed", detail="now over limit", now=SOON)
 
@@ -127,7 +136,7 @@ def test_an_approved_call_that_fails_reauthorization_is_denied(store: Store) -> 
 
 def test_rebuild_reproduces_the_approval_leg(store: Store) -> None:
     approval_id = pending(store)
-    store.decide_approval(approval_id, approve=True, decided_by="bob", now=SOON)
+    store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
     store.dispatch_approved("tc-1", now=SOON)
     before = (store.get_call("tc-1"), store.get_approval(approval_id))
 

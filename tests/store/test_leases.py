@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from store import OutcomeRecord, StaleLease, Store
+from store.commands import DecideApproval
 from store.schema import log_head
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 
@@ -85,7 +86,7 @@ def test_recovery_run_twice_records_each_expired_dispatch_once(store: Store) -> 
 
 def test_an_approved_call_is_dispatched_under_a_new_lease(store: Store) -> None:
     admitted = store.admit(call_request(tool_call_id="tc-1", decision=REQUIRE_APPROVAL)).call
-    store.decide_approval(admitted.approval_id, approve=True, decided_by="bob", now=NOW)
+    store.decide_approval(DecideApproval(admitted.approval_id, approve=True, decided_by="bob", now=NOW))
 
     call = store.dispatch_approved("tc-1", now=NOW, lease_owner="gw-b", lease_s=LEASE_S)
 

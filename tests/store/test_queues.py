@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from store import Store
+from store.commands import ClaimOutbox, DecideApproval, ExpireApproval, OutboxDelivered, OutboxFailed
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 
 SOON = NOW + timedelta(minutes=5)
@@ -29,7 +30,7 @@ def test_an_approval_holds_the_full_arguments_until_it_is_rejected(store: Store)
     approval_id = pending(store)
     assert store.held_arguments(approval_id) == FULL
 
-    store.decide_approval(approval_id, approve=False, decided_by="bob", now=SOON)
+    store.decide_approval(DecideApproval(approval_id, approve=False, decided_by="bob", now=SOON))
 
     assert store.held_arguments(approval_id) is None
 
@@ -37,8 +38,8 @@ def test_an_approval_holds_the_full_arguments_until_it_is_rejected(store: Store)
 def test_expiring_or_refusing_an_approved_call_releases_its_held_arguments(store: Store) -> None:
     expiring = pending(store, "tc-1", "key-1")
     refused = pending(store, "tc-2", "key-2")
-    store.expire_approval(expiring, now=NOW + timedelta(hours=2))
-    store.decide_approval(refused, approve=True, decided_by="bob", now=SOON)
+    store.expire_approval(ExpireApproval(expiring, now=NOW + timedelta(hours=2)))
+    store.decide_approval(DecideApproval(refused, approve=True, decided_by="bob", now=SOON))
     store.deny_approved("tc-2", reason="policy_changed", now=SOON)
 
     assert store.held_arguments(expiring) is None and store.held_arguments(refused) is None
@@ -65,36 +66,42 @@ def test_the_notification_is_queued_in_the_approvals_transaction(store: Store) -
 def test_a_claimed_message_is_not_claimed_again_until_its_lease_runs_out(store: Store) -> None:
     pending(store)
 
-    [claimed] = store.claim_outbox(owner="w1", now=NOW, lease_s=30)
+    [claimed] = store.claim_outbox(ClaimOutbox(owner="w1", now=NOW, lease_s=30))
     assert claimed.attempts == 1 and claimed.lease_owner == "w1"
-    assert store.claim_outbox(owner="w2", now=NOW + timedelta(seconds=10)) == []
-    [again] = store.claim_outbox(owner="w2", now=NOW + timedelta(seconds=31))
+    assert store.claim_outbox(ClaimOutbox(owner="w2", now=NOW + timedelta(seconds=10))) == []
+    [again] = store.claim_outbox(ClaimOutbox(owner="w2", now=NOW + timedelta(seconds=31)))
     assert again.attempts == 2
-    assert not store.outbox_delivered(claimed.message_id, owner="w1", now=NOW)  # fenced out
+    assert not store.outbox_delivered(OutboxDelivered(claimed.message_id, owner="w1", now=NOW))  # fenced out
 
 
 def test_a_failed_attempt_is_retried_after_its_backoff_then_delivered(store: Store) -> None:
     pending(store)
-    [message] = store.claim_outbox(owner="w1", now=NOW)
+    [message] = store.claim_outbox(ClaimOutbox(owner="w1", now=NOW))
 
     assert store.outbox_failed(
-        message.message_id, owner="w1", error="http 503", retry_at=NOW + timedelta(seconds=2), now=NOW
+        OutboxFailed(
+            message.message_id, owner="w1", error="http 503", retry_at=NOW + timedelta(seconds=2), now=NOW
+        )
     )
-    assert store.claim_outbox(owner="w1", now=NOW + timedelta(seconds=1)) == []
-    [retry] = store.claim_outbox(owner="w1", now=NOW + timedelta(seconds=2))
+    assert store.claim_outbox(ClaimOutbox(owner="w1", now=NOW + timedelta(seconds=1))) == []
+    [retry] = store.claim_outbox(ClaimOutbox(owner="w1", now=NOW + timedelta(seconds=2)))
     assert retry.last_error == "http 503"
-    assert store.outbox_delivered(retry.message_id, owner="w1", now=NOW + timedelta(seconds=3))
+    assert store.outbox_delivered(
+        OutboxDelivered(retry.message_id, owner="w1", now=NOW + timedelta(seconds=3))
+    )
 
     [done] = store.outbox_messages(status="delivered")
     assert (done.attempts, done.delivered_at) == (2, NOW + timedelta(seconds=3))
-    assert store.claim_outbox(owner="w1", now=NOW + timedelta(hours=1)) == []
+    assert store.claim_outbox(ClaimOutbox(owner="w1", now=NOW + timedelta(hours=1))) == []
 
 
 def test_a_message_given_up_on_is_dead_and_stays_visible(store: Store) -> None:
     pending(store)
-    [message] = store.claim_outbox(owner="w1", now=NOW)
+    [message] = store.claim_outbox(ClaimOutbox(owner="w1", now=NOW))
 
-    store.outbox_failed(message.message_id, owner="w1", error="http 410", retry_at=None, now=NOW)
+    store.outbox_failed(
+        OutboxFailed(message.message_id, owner="w1", error="http 410", retry_at=None, now=NOW)
+    )
 
     [dead] = store.outbox_messages(status="dead")
     assert (dead.last_error, dead.attempts) == ("http 410", 1)

@@ -7,6 +7,15 @@ from datetime import timedelta
 import pytest
 
 from store import CallView, OutcomeRecord, StaleLease, Store, StoreError
+from store.commands import (
+    EscalateReconciliation,
+    RecordContradiction,
+    RecordInconclusive,
+    Redispatch,
+    ResolveManually,
+    ResolveReconciliation,
+    StartReconciliation,
+)
 from tests.store.builders import NOW, call_request
 
 LATER = NOW + timedelta(seconds=5)
@@ -22,7 +31,14 @@ def unknown_call(store: Store, tool_call_id: str = "tc-1", key: str = "key-1") -
 
 def start(store: Store, call: CallView, owner: str = "rec-a", now=LATER) -> CallView:
     return store.start_reconciliation(
-        call.tool_call_id, expected_token=call.lease_token, method="lookup", owner=owner, lease_s=30, now=now
+        StartReconciliation(
+            call.tool_call_id,
+            expected_token=call.lease_token,
+            method="lookup",
+            owner=owner,
+            lease_s=30,
+            now=now,
+        )
     )
 
 
@@ -56,12 +72,14 @@ def test_confirmed_success_completes_the_call_with_the_found_result_and_separate
     leased = start(store, unknown_call(store))
 
     call = store.resolve_reconciliation(
-        "tc-1",
-        token=leased.lease_token,
-        verdict="confirmed_success",
-        result=RESULT,
-        evidence={"lookup": "/refunds?idempotency_key=key-1"},
-        now=LATER,
+        ResolveReconciliation(
+            "tc-1",
+            token=leased.lease_token,
+            verdict="confirmed_success",
+            result=RESULT,
+            evidence={"lookup": "/refunds?idempotency_key=key-1"},
+            now=LATER,
+        )
     )
 
     assert (call.status, call.verification_status, call.result) == ("completed", "confirmed_success", RESULT)
@@ -76,7 +94,9 @@ def test_confirmed_failure_fails_the_call(store: Store) -> None:
     leased = start(store, unknown_call(store))
 
     call = store.resolve_reconciliation(
-        "tc-1", token=leased.lease_token, verdict="confirmed_failure", evidence={"records": 0}, now=LATER
+        ResolveReconciliation(
+            "tc-1", token=leased.lease_token, verdict="confirmed_failure", evidence={"records": 0}, now=LATER
+        )
     )
 
     assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
@@ -88,7 +108,9 @@ def test_the_dispatcher_cannot_record_after_reconciliation_took_over(store: Stor
 
     with pytest.raises(StaleLease):
         store.resolve_reconciliation(
-            "tc-1", token=call.lease_token, verdict="confirmed_failure", evidence={}, now=LATER
+            ResolveReconciliation(
+                "tc-1", token=call.lease_token, verdict="confirmed_failure", evidence={}, now=LATER
+            )
         )
     assert store.get_call("tc-1").lease_token == leased.lease_token
 
@@ -98,11 +120,13 @@ def test_an_inconclusive_lookup_backs_off_until_its_next_attempt(store: Store) -
     retry_at = LATER + timedelta(seconds=10)
 
     store.record_inconclusive(
-        "tc-1",
-        token=leased.lease_token,
-        evidence={"error": "ConnectError"},
-        next_attempt_at=retry_at,
-        now=LATER,
+        RecordInconclusive(
+            "tc-1",
+            token=leased.lease_token,
+            evidence={"error": "ConnectError"},
+            next_attempt_at=retry_at,
+            now=LATER,
+        )
     )
 
     assert store.due_reconciliations(now=retry_at - timedelta(seconds=1)) == []
@@ -116,7 +140,9 @@ def test_an_escalated_call_waits_for_a_human_and_is_no_longer_due(store: Store) 
     leased = start(store, unknown_call(store))
 
     call = store.escalate_reconciliation(
-        "tc-1", token=leased.lease_token, reason="inconclusive_after_retries", now=LATER
+        EscalateReconciliation(
+            "tc-1", token=leased.lease_token, reason="inconclusive_after_retries", now=LATER
+        )
     )
 
     assert (call.status, call.verification_status, call.escalated) == ("result_unknown", "inconclusive", True)
@@ -125,10 +151,14 @@ def test_an_escalated_call_waits_for_a_human_and_is_no_longer_due(store: Store) 
 
 def test_a_human_resolves_an_escalated_call_and_is_recorded_as_who(store: Store) -> None:
     leased = start(store, unknown_call(store))
-    store.escalate_reconciliation("tc-1", token=leased.lease_token, reason="no_lookup", now=LATER)
+    store.escalate_reconciliation(
+        EscalateReconciliation("tc-1", token=leased.lease_token, reason="no_lookup", now=LATER)
+    )
 
     call = store.resolve_manually(
-        "tc-1", succeeded=True, evidence="refund r1 seen in the bank statement", by="carol", now=LATER
+        ResolveManually(
+            "tc-1", succeeded=True, evidence="refund r1 seen in the bank statement", by="carol", now=LATER
+        )
     )
 
     assert (call.status, call.verification_status, call.resolved_by) == (
@@ -146,21 +176,31 @@ def test_a_human_cannot_resolve_another_tenants_call_without_evidence_or_agree_w
 ) -> None:
     unknown_call(store)
     with pytest.raises(StoreError):
-        store.resolve_manually("tc-1", succeeded=False, evidence=" ", by="carol", now=LATER)
+        store.resolve_manually(ResolveManually("tc-1", succeeded=False, evidence=" ", by="carol", now=LATER))
     with pytest.raises(StoreError):
-        store.resolve_manually("tc-1", succeeded=False, evidence="x", by="carol", now=LATER, tenant="other")
-    store.resolve_manually("tc-1", succeeded=False, evidence="no refund at the bank", by="carol", now=LATER)
+        store.resolve_manually(
+            ResolveManually("tc-1", succeeded=False, evidence="x", by="carol", now=LATER, tenant="other")
+        )
+    store.resolve_manually(
+        ResolveManually("tc-1", succeeded=False, evidence="no refund at the bank", by="carol", now=LATER)
+    )
     with pytest.raises(StaleLease):  # agreeing with a settled verdict records nothing
-        store.resolve_manually("tc-1", succeeded=False, evidence="me neither", by="dave", now=LATER)
+        store.resolve_manually(
+            ResolveManually("tc-1", succeeded=False, evidence="me neither", by="dave", now=LATER)
+        )
 
 
 def test_a_human_resolution_fences_a_reconciler_still_holding_its_lease(store: Store) -> None:
     leased = start(store, unknown_call(store))
-    store.resolve_manually("tc-1", succeeded=False, evidence="checked by phone", by="carol", now=LATER)
+    store.resolve_manually(
+        ResolveManually("tc-1", succeeded=False, evidence="checked by phone", by="carol", now=LATER)
+    )
 
     with pytest.raises(StaleLease):
         store.resolve_reconciliation(
-            "tc-1", token=leased.lease_token, verdict="confirmed_success", evidence={}, now=LATER
+            ResolveReconciliation(
+                "tc-1", token=leased.lease_token, verdict="confirmed_success", evidence={}, now=LATER
+            )
         )
 
 
@@ -169,7 +209,9 @@ def test_a_retry_to_a_deduplicating_backend_is_recorded_as_attempt_two_under_a_n
 ) -> None:
     leased = start(store, unknown_call(store))
 
-    retry = store.redispatch("tc-1", token=leased.lease_token, owner="rec-a", lease_s=30, now=LATER)
+    retry = store.redispatch(
+        Redispatch("tc-1", token=leased.lease_token, owner="rec-a", lease_s=30, now=LATER)
+    )
 
     assert (retry.status, retry.attempts, retry.lease_token) == ("dispatching", 2, 3)
     dispatching = store.events(tool_call_id="tc-1")[-1]
@@ -185,7 +227,9 @@ def failed_by_lookup(store: Store, tool_call_id: str = "tc-1", key: str = "key-1
     leased = start(store, unknown_call(store, tool_call_id, key))
     evidence = {"verdict": "not_found", "horizon_at": "2026-01-01T00:00:00Z"}
     return store.resolve_reconciliation(
-        tool_call_id, token=leased.lease_token, verdict="confirmed_failure", evidence=evidence, now=LATER
+        ResolveReconciliation(
+            tool_call_id, token=leased.lease_token, verdict="confirmed_failure", evidence=evidence, now=LATER
+        )
     )
 
 
@@ -197,12 +241,14 @@ def test_a_later_lookup_finding_the_effect_contradicts_a_failure_without_overwri
     failed_by_lookup(store)
 
     call = store.record_contradiction(
-        "tc-1",
-        source="lookup",
-        verdict="confirmed_success",
-        evidence={"records": 1, "refund_id": "r1"},
-        detail="the refund was found after all",
-        now=LATER + timedelta(seconds=60),
+        RecordContradiction(
+            "tc-1",
+            source="lookup",
+            verdict="confirmed_success",
+            evidence={"records": 1, "refund_id": "r1"},
+            detail="the refund was found after all",
+            now=LATER + timedelta(seconds=60),
+        )
     )
 
     assert call is not None
@@ -230,10 +276,14 @@ def test_evidence_that_agrees_or_a_call_not_yet_settled_records_no_contradiction
     unknown_call(store, "tc-2", "key-2")
 
     agrees = store.record_contradiction(
-        "tc-1", source="lookup", verdict="confirmed_failure", evidence={}, detail=None, now=LATER
+        RecordContradiction(
+            "tc-1", source="lookup", verdict="confirmed_failure", evidence={}, detail=None, now=LATER
+        )
     )
     unsettled = store.record_contradiction(
-        "tc-2", source="late_response", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+        RecordContradiction(
+            "tc-2", source="late_response", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+        )
     )
 
     assert agrees is None and unsettled is None
@@ -245,10 +295,14 @@ def test_a_person_disagreeing_with_a_settled_verdict_contradicts_it_and_then_set
     failed_by_lookup(store)
 
     contradicted = store.resolve_manually(
-        "tc-1", succeeded=True, evidence="refund r1 in the bank statement", by="carol", now=LATER
+        ResolveManually(
+            "tc-1", succeeded=True, evidence="refund r1 in the bank statement", by="carol", now=LATER
+        )
     )
     settled = store.resolve_manually(
-        "tc-1", succeeded=True, evidence="checked with acme: r1 is real", by="dave", now=LATER
+        ResolveManually(
+            "tc-1", succeeded=True, evidence="checked with acme: r1 is real", by="dave", now=LATER
+        )
     )
 
     assert (contradicted.status, contradicted.verification_status) == ("failed", "inconclusive")
@@ -271,7 +325,9 @@ def test_an_identical_keyless_call_joins_a_contradicted_failure_instead_of_actin
 
     failed_by_lookup(store)
     store.record_contradiction(
-        "tc-1", source="lookup", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+        RecordContradiction(
+            "tc-1", source="lookup", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+        )
     )
     again = replace(
         call_request(tool_call_id="tc-2", idempotency_key="key-1"), key_source="derived", now=LATER
@@ -285,23 +341,38 @@ def test_an_identical_keyless_call_joins_a_contradicted_failure_instead_of_actin
 def test_rebuild_reproduces_every_reconciliation_state(store: Store) -> None:
     resolved = start(store, unknown_call(store, "tc-1", "k1"))
     store.resolve_reconciliation(
-        "tc-1", token=resolved.lease_token, verdict="confirmed_success", result=RESULT, evidence={}, now=LATER
+        ResolveReconciliation(
+            "tc-1",
+            token=resolved.lease_token,
+            verdict="confirmed_success",
+            result=RESULT,
+            evidence={},
+            now=LATER,
+        )
     )
     backing_off = start(store, unknown_call(store, "tc-2", "k2"))
     store.record_inconclusive(
-        "tc-2",
-        token=backing_off.lease_token,
-        evidence={},
-        next_attempt_at=LATER + timedelta(seconds=9),
-        now=LATER,
+        RecordInconclusive(
+            "tc-2",
+            token=backing_off.lease_token,
+            evidence={},
+            next_attempt_at=LATER + timedelta(seconds=9),
+            now=LATER,
+        )
     )
     escalated = start(store, unknown_call(store, "tc-3", "k3"))
-    store.escalate_reconciliation("tc-3", token=escalated.lease_token, reason="gave_up", now=LATER)
-    store.resolve_manually("tc-3", succeeded=False, evidence="none at the bank", by="carol", now=LATER)
+    store.escalate_reconciliation(
+        EscalateReconciliation("tc-3", token=escalated.lease_token, reason="gave_up", now=LATER)
+    )
+    store.resolve_manually(
+        ResolveManually("tc-3", succeeded=False, evidence="none at the bank", by="carol", now=LATER)
+    )
     start(store, unknown_call(store, "tc-4", "k4"))  # leased right now
     failed_by_lookup(store, "tc-5", "k5")
     store.record_contradiction(
-        "tc-5", source="lookup", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+        RecordContradiction(
+            "tc-5", source="lookup", verdict="confirmed_success", evidence={}, detail=None, now=LATER
+        )
     )
     before = {c.tool_call_id: c for c in store.list_calls()}
 

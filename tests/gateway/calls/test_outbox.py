@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import anyio
 import httpx2
@@ -13,6 +12,7 @@ from anyio.abc import SocketAttribute, SocketStream
 from gateway.calls.approvals import WebhookConfig
 from gateway.calls.outbox import Notifier, backoff, sign, verify
 from store.model import OutboxMessage
+from tests.fakes import FakeOutbox
 
 
 def test_a_signature_covers_the_timestamp_and_the_exact_body() -> None:
@@ -35,20 +35,6 @@ class _Hang(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         await anyio.sleep(3600)
         raise AssertionError("unreachable")
-
-
-class _Outbox:
-    """The two store calls a delivery makes, remembered."""
-
-    def __init__(self) -> None:
-        self.failed: list[str] = []
-        self.delivered: list[str] = []
-
-    def outbox_failed(self, message_id: str, *, error: str, **_: Any) -> None:
-        self.failed.append(error)
-
-    def outbox_delivered(self, message_id: str, **_: Any) -> None:
-        self.delivered.append(message_id)
 
 
 def _message() -> OutboxMessage:
@@ -76,10 +62,10 @@ async def _trickle(stream: SocketStream) -> None:
             await anyio.sleep(0.05)
 
 
-async def _deliver_through(transport: httpx2.AsyncBaseTransport | None, url: str) -> tuple[bool, _Outbox]:
-    outbox = _Outbox()
+async def _deliver_through(transport: httpx2.AsyncBaseTransport | None, url: str) -> tuple[bool, FakeOutbox]:
+    outbox = FakeOutbox()
     notifier = Notifier(
-        store=outbox,  # type: ignore[arg-type]
+        store=outbox,
         webhook=WebhookConfig(url=url, timeout_s=0.3),
         secret=b"s",
         clock=lambda: datetime.now(UTC),
@@ -103,11 +89,12 @@ async def test_a_receiver_that_trickles_its_answer_fails_the_delivery_within_tim
         tg.cancel_scope.cancel()
 
     assert not delivered and outbox.delivered == []
-    assert outbox.failed == ["no complete answer within 0.3s (timeout_s)"]
+    assert [f.error for f in outbox.failed] == ["no complete answer within 0.3s (timeout_s)"]
 
 
 @pytest.mark.anyio
 async def test_a_receiver_that_never_answers_fails_the_delivery_within_timeout_s() -> None:
     delivered, outbox = await _deliver_through(_Hang(), "http://receiver.test/hook")
 
-    assert not delivered and outbox.failed == ["no complete answer within 0.3s (timeout_s)"]
+    assert not delivered
+    assert [f.error for f in outbox.failed] == ["no complete answer within 0.3s (timeout_s)"]

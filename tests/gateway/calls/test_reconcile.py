@@ -22,6 +22,7 @@ from gateway.calls.workers import Workers
 from gateway.mcp.results import CONTRADICTED, FAILED_BY, NEXT, shape_call, status_document
 from policy.engine import Policy
 from policy.model import Principal
+from store.commands import ResolveManually
 from store.events import format_ts
 from store.store import Store
 from tests.eventually import eventually
@@ -337,7 +338,9 @@ async def test_a_lookup_finding_the_effect_after_a_person_settled_it_failed_is_r
     found = ReconcileResult("succeeded", json_result({"refund_id": "r1"}), evidence={"records": 1})
 
     async def a_person_settles_while_we_look(invocation: Invocation) -> ReconcileResult:
-        store.resolve_manually(tool_call_id, succeeded=False, evidence="no refund", by="carol", now=clock())
+        store.resolve_manually(
+            ResolveManually(tool_call_id, succeeded=False, evidence="no refund", by="carol", now=clock())
+        )
         return found
 
     executor.reconcile = a_person_settles_while_we_look  # type: ignore[method-assign]

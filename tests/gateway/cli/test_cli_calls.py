@@ -14,6 +14,7 @@ from gateway.app import dev_issuer_for
 from gateway.cli.main import app
 from gateway.config import load_config
 from store import OutcomeRecord, Store
+from store.commands import EscalateReconciliation, RevokePrincipal, StartReconciliation
 from store.model import StoredEvent
 from tests.store.builders import NOW, call_request
 
@@ -25,9 +26,13 @@ def escalated_store(tmp_path: Path) -> Path:
         store.admit(call_request(tool_call_id="tc-lost", idempotency_key="k-lost"))
         call = store.record_outcome("tc-lost", OutcomeRecord(kind="unknown"), token=1, now=NOW)
         leased = store.start_reconciliation(
-            "tc-lost", expected_token=call.lease_token, method="lookup", owner="w", lease_s=5, now=NOW
+            StartReconciliation(
+                "tc-lost", expected_token=call.lease_token, method="lookup", owner="w", lease_s=5, now=NOW
+            )
         )
-        store.escalate_reconciliation("tc-lost", token=leased.lease_token, reason="gave_up", now=NOW)
+        store.escalate_reconciliation(
+            EscalateReconciliation("tc-lost", token=leased.lease_token, reason="gave_up", now=NOW)
+        )
         store.admit(call_request(tool_call_id="tc-done", idempotency_key="k-done"))
         store.record_outcome("tc-done", OutcomeRecord(kind="completed"), token=1, now=NOW)
     config = tmp_path / "writ.yaml"
@@ -110,7 +115,7 @@ def test_a_resolution_with_a_token_is_recorded_under_the_tokens_subject(tmp_path
 def test_a_resolution_with_a_token_is_checked_as_the_api_checks_it(tmp_path: Path) -> None:
     config = escalated_store(tmp_path)
     with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
-        store.revoke_principal("acme", "dan", revoked_by="root", now=NOW)
+        store.revoke_principal(RevokePrincipal("acme", "dan", revoked_by="root", now=NOW))
 
     agent = resolve(config, "--token", token(config, "eve", ["agent"]))
     assert agent.exit_code == 1 and "insufficient_role" in agent.output
