@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.reasons import ReasonCode, http_status
+
 
 class GatewayError(Exception):
     """Root of the errors raised by the gateway package."""
@@ -25,10 +27,16 @@ class AuthenticationError(GatewayError):
     """A bearer token was missing, malformed, forged, expired or meant for another resource."""
 
 
-class ConfirmationRefused(GatewayError):
-    """A confirmation answer that may not run the call: used before, expired, replayed, or rebound."""
+class Refused(GatewayError):
+    """Writ will not do what was asked, for a stable reason code; each face translates it in one place.
 
-    def __init__(self, reason: str, detail: str, tool_call_id: str | None = None) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.tool_call_id = tool_call_id
+    `code` is a `ReasonCode`, or a policy rule's own reason where the current policy refused.
+    """
+
+    def __init__(self, code: ReasonCode | str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def http_status(self) -> int:
+        return http_status(self.code)

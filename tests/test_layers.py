@@ -25,7 +25,7 @@ FORBIDDEN_FOREIGN = {"store": {"mcp", "mcp_types", "starlette", "httpx2", "httpx
 # gateway's own layers, lowest first: a module may import its own layer's units and those below it,
 # plus what EXTRA names. A unit is a subpackage (gateway.calls) or a top-level module (gateway.app).
 GATEWAY_LAYERS = [
-    {"gateway.errors", "gateway.secret_files", "gateway.display"},
+    {"gateway.errors", "gateway.reasons", "gateway.secret_files", "gateway.display"},
     {"gateway.calls"},
     {"gateway.config", "gateway.telemetry"},
     {"gateway.auth"},

@@ -13,7 +13,9 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.auth.standing import REVOKED, is_revoked, revoked_text
+from gateway.auth.standing import is_revoked, revoked_text
+from gateway.errors import Refused
+from gateway.reasons import ReasonCode, http_status
 from policy.model import Principal
 from store.ports import Standing
 
@@ -22,8 +24,9 @@ Handler = Callable[[Request, Principal], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def error(status: int, code: str, description: str, *, resource_metadata: str | None = None) -> Response:
-    """An OAuth-style error body; a 401 also carries the `WWW-Authenticate` challenge."""
+def error(code: ReasonCode | str, description: str, *, resource_metadata: str | None = None) -> Response:
+    """An OAuth-style error body with the code's HTTP status; a 401 also carries the challenge."""
+    status = http_status(code)
     headers = {}
     if status == 401:
         challenge = f'Bearer error="{code}", error_description="{description}"'
@@ -33,6 +36,11 @@ def error(status: int, code: str, description: str, *, resource_metadata: str | 
     return JSONResponse(
         {"error": code, "error_description": description}, status_code=status, headers=headers
     )
+
+
+def refused(exc: Refused) -> Response:
+    """The API's answer to a refusal: its code's HTTP status, the code, and the sentence."""
+    return error(exc.code, str(exc))
 
 
 class Guard:
@@ -51,7 +59,7 @@ class Guard:
             if isinstance(who, Response):
                 return who
             if roles and not who.roles & roles:
-                return error(403, "insufficient_role", refusal)
+                return error(ReasonCode.INSUFFICIENT_ROLE, refusal)
             return await handler(request, who)
 
         return endpoint
@@ -61,9 +69,11 @@ class Guard:
         user = request.scope.get("user")
         if not isinstance(user, AuthenticatedUser):
             return error(
-                401, "invalid_token", "Authentication required", resource_metadata=self.resource_metadata_url
+                ReasonCode.INVALID_TOKEN,
+                "Authentication required",
+                resource_metadata=self.resource_metadata_url,
             )
         who = self.principal_of(user)
         if await is_revoked(self.store, who):
-            return error(403, REVOKED, revoked_text(who))
+            return error(ReasonCode.PRINCIPAL_REVOKED, revoked_text(who))
         return who

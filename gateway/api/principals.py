@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.api.guard import Guard, error
+from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.commands import RestorePrincipal, RevokePrincipal
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
@@ -89,7 +90,7 @@ class Principals:
                 )
             )
         except NotFound as exc:
-            return error(404, "not_revoked", str(exc))
+            return error(ReasonCode.NOT_REVOKED, str(exc))
         return JSONResponse(
             {
                 "tenant": lifted.tenant,
@@ -119,13 +120,13 @@ async def _checked(request: Request) -> StandingBody | Response:
     try:
         body = StandingBody.model_validate_json(raw or b"{}")
     except ValidationError as exc:
-        return error(400, "invalid_request", "; ".join(e["msg"] for e in exc.errors()))
+        return error(ReasonCode.INVALID_REQUEST, "; ".join(e["msg"] for e in exc.errors()))
     subject = request.path_params["subject"]
     # Each was a database error (a 500) on PostgreSQL, where SQLite recorded it: store.limits.
     if (message := refusal("the subject", subject, SUBJECT_CHARS)) is not None:
-        return error(400, "invalid_request", message)
+        return error(ReasonCode.INVALID_REQUEST, message)
     if (why := text_unfit(body.reason or "")) is not None:
-        return error(400, "invalid_request", f"the reason {why}")
+        return error(ReasonCode.INVALID_REQUEST, f"the reason {why}")
     return body
 
 

@@ -16,12 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api.guard import Guard, PrincipalOf, error
+from gateway.api.guard import Guard, PrincipalOf, error, refused
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
-from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
-from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
+from gateway.calls.approvals import DecisionInput, Decisions
+from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
 from gateway.calls.run_ids import scoped_run_id
+from gateway.errors import Refused
 from gateway.mcp.results import status_document
+from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import StoredEvent
 from store.ports import Oversight
@@ -57,7 +59,7 @@ def _json(value: Any) -> Any:
 
 def _invalid(exc: ValidationError) -> Response:
     detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-    return error(400, "invalid_request", detail)
+    return error(ReasonCode.INVALID_REQUEST, detail)
 
 
 class Api:
@@ -103,7 +105,7 @@ class Api:
         tool_call_id = request.path_params["tool_call_id"]
         call = await anyio.to_thread.run_sync(lambda: self.store.get_call(tool_call_id, tenant=who.tenant))
         if call is None or not may_read(who, call.subject):
-            return error(404, "not_found", "No such tool call")
+            return error(ReasonCode.NOT_FOUND, "No such tool call")
         body = status_document(call, include_result=True)
         body.update(
             runId=call.run_id,
@@ -130,7 +132,7 @@ class Api:
 
         run_id, events = await anyio.to_thread.run_sync(read)
         if not events or not may_read(who, _run_subject(events)):
-            return error(404, "not_found", "No such run")
+            return error(ReasonCode.NOT_FOUND, "No such run")
         return JSONResponse({"runId": run_id, "events": [_json(asdict(e)) for e in events]})
 
     async def list_approvals(self, request: Request, who: Principal) -> Response:
@@ -148,7 +150,7 @@ class Api:
             lambda: self.store.get_approval(approval_id, tenant=who.tenant)
         )
         if approval is None or not may_read(who, approval.requester):
-            return error(404, "not_found", "No such approval")
+            return error(ReasonCode.NOT_FOUND, "No such approval")
         return JSONResponse(_json(asdict(approval)))
 
     async def decide(self, request: Request, who: Principal) -> Response:
@@ -169,8 +171,8 @@ class Api:
                     tenant=who.tenant,
                 )
             )
-        except DecisionRefused as exc:
-            return error(exc.http_status, exc.code, str(exc))
+        except Refused as exc:
+            return refused(exc)
         return JSONResponse(_json(asdict(approval)))
 
     async def resolve(self, request: Request, who: Principal) -> Response:
@@ -189,8 +191,8 @@ class Api:
         )
         try:
             call = await resolve_call(self.store, resolution, datetime.now(UTC))
-        except ResolutionRefused as exc:
-            return error(exc.http_status, exc.code, str(exc))
+        except Refused as exc:
+            return refused(exc)
         body_out = status_document(call, include_result=True) | {"resolvedBy": call.resolved_by}
         return JSONResponse(_json(body_out))
 

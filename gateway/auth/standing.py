@@ -16,8 +16,6 @@ from policy.model import Principal
 if TYPE_CHECKING:
     from store.ports import Standing
 
-REVOKED = "principal_revoked"
-
 
 def revoked_text(who: Principal) -> str:
     return f"{who.subject} is revoked in tenant {who.tenant}; an admin can restore them"

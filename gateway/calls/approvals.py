@@ -12,32 +12,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 from urllib.parse import urlsplit
 
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.errors import GatewayError
+from gateway.errors import Refused
+from gateway.reasons import ReasonCode
 from store.commands import DecideApproval, ExpireApproval
 from store.limits import SUBJECT_CHARS, refusal, text_unfit
 from store.model import ApprovalView, NotFound, StaleLease
 from store.ports import Approvals
 
 logger = logging.getLogger(__name__)
-
-RefusalCode = Literal[
-    "not_found", "not_approver", "self_approval_forbidden", "already_decided", "expired", "invalid_request"
-]
-
-HTTP_STATUS: dict[str, int] = {
-    "not_found": 404,
-    "not_approver": 403,
-    "self_approval_forbidden": 403,
-    "already_decided": 409,
-    "expired": 409,
-    "invalid_request": 400,
-}
 
 
 class WebhookConfig(BaseModel):
@@ -75,18 +62,6 @@ class ApprovalsConfig(BaseModel):
     console_url: str | None = None
     """The console's address in notifications; default `{public_url}/console`."""
     webhook: WebhookConfig | None = None
-
-
-class DecisionRefused(GatewayError):
-    """A decision that must not be recorded, with its stable code."""
-
-    def __init__(self, code: RefusalCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-    @property
-    def http_status(self) -> int:
-        return HTTP_STATUS[self.code]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +102,7 @@ class Decisions:
         """Record one decision.
 
         Raises:
-            DecisionRefused: not found, not an approver, self-approval, already decided or expired.
+            Refused: not found, not an approver, self-approval, already decided or expired.
         """
         approval = await anyio.to_thread.run_sync(self.decide_now, inp)
         if approval.status == "approved" and self._on_granted is not None:
@@ -138,23 +113,23 @@ class Decisions:
         """The blocking form of `decide`, for the CLI.
 
         Raises:
-            DecisionRefused: as `decide`.
+            Refused: as `decide`.
         """
         if inp.reason is not None and (why := text_unfit(inp.reason)) is not None:
             # Recording it failed with a database error (a 500): store.limits.
-            raise DecisionRefused("invalid_request", f"the reason {why}")
+            raise Refused(ReasonCode.INVALID_REQUEST, f"the reason {why}")
         if (message := refusal("the decider", inp.decided_by, SUBJECT_CHARS)) is not None:
-            raise DecisionRefused("invalid_request", message)
+            raise Refused(ReasonCode.INVALID_REQUEST, message)
         approval = self._store.get_approval(inp.approval_id, tenant=inp.tenant)
         if approval is None:
-            raise DecisionRefused("not_found", f"no approval {inp.approval_id}")
+            raise Refused(ReasonCode.NOT_FOUND, f"no approval {inp.approval_id}")
         if inp.roles is not None and approval.approver_role not in inp.roles:
-            raise DecisionRefused(
-                "not_approver", f"deciding this approval needs the role {approval.approver_role!r}"
+            raise Refused(
+                ReasonCode.NOT_APPROVER, f"deciding this approval needs the role {approval.approver_role!r}"
             )
         if inp.approve and inp.decided_by == approval.requester and not approval.requester_may_approve:
-            raise DecisionRefused(
-                "self_approval_forbidden",
+            raise Refused(
+                ReasonCode.SELF_APPROVAL_FORBIDDEN,
                 f"{inp.decided_by} requested this call and the policy does not let them approve it",
             )
         now = self._clock()
@@ -162,7 +137,7 @@ class Decisions:
             raise self._settled(approval)
         if now >= approval.expires_at:
             self._expire(approval, now)
-            raise DecisionRefused("expired", f"approval {approval.approval_id} expired")
+            raise Refused(ReasonCode.EXPIRED, f"approval {approval.approval_id} expired")
         try:
             return self._store.decide_approval(
                 DecideApproval(
@@ -178,21 +153,21 @@ class Decisions:
                 )
             )
         except NotFound as exc:
-            raise DecisionRefused("not_found", f"no approval {inp.approval_id}") from exc
+            raise Refused(ReasonCode.NOT_FOUND, f"no approval {inp.approval_id}") from exc
         except StaleLease as exc:
             # Decided or expired between our read and the store's compare-and-set under the log lock.
             latest = self._store.get_approval(inp.approval_id) or approval
             if latest.status == "awaiting_approval":
                 self._expire(latest, now)
-                raise DecisionRefused("expired", f"approval {inp.approval_id} expired") from exc
+                raise Refused(ReasonCode.EXPIRED, f"approval {inp.approval_id} expired") from exc
             raise self._settled(latest) from exc
 
     @staticmethod
-    def _settled(approval: ApprovalView) -> DecisionRefused:
+    def _settled(approval: ApprovalView) -> Refused:
         if approval.status == "expired":
-            return DecisionRefused("expired", f"approval {approval.approval_id} expired")
-        return DecisionRefused(
-            "already_decided",
+            return Refused(ReasonCode.EXPIRED, f"approval {approval.approval_id} expired")
+        return Refused(
+            ReasonCode.ALREADY_DECIDED,
             f"approval {approval.approval_id} was already {approval.status} by {approval.decided_by}",
         )
 

@@ -24,7 +24,8 @@ from gateway.calls.faults import NO_FAULTS, FaultPoints
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.run_ids import scoped_run_id
 from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
-from gateway.errors import ConfirmationRefused, UnknownTool
+from gateway.errors import Refused, UnknownTool
+from gateway.reasons import ReasonCode
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
@@ -272,7 +273,7 @@ class CallPipeline:
             "now": now,
         }
 
-        def refusal(reason: str, detail: str, policy_version: str) -> RefusalRequest:
+        def refusal(reason: ReasonCode | str, detail: str, policy_version: str) -> RefusalRequest:
             return RefusalRequest(
                 **identity,
                 reason=reason,
@@ -284,7 +285,7 @@ class CallPipeline:
         errors = unfit or self._schemas.errors(capability, arguments)
         if errors:
             refused = await anyio.to_thread.run_sync(
-                self._store.refuse, refusal("invalid_arguments", "; ".join(errors), policy.version)
+                self._store.refuse, refusal(ReasonCode.INVALID_ARGUMENTS, "; ".join(errors), policy.version)
             )
             return CallReport("invalid_arguments", refused, capability, validation_errors=tuple(errors))
 
@@ -309,7 +310,8 @@ class CallPipeline:
                     "cannot be asked (it needs MCP 2026-07-28 input-required rounds and form elicitation)"
                 )
                 unconfirmable = await anyio.to_thread.run_sync(
-                    self._store.refuse, refusal("confirmation_unavailable", detail, decision.policy_version)
+                    self._store.refuse,
+                    refusal(ReasonCode.CONFIRMATION_UNAVAILABLE, detail, decision.policy_version),
                 )
                 return CallReport("new", unconfirmable, capability)
             confirmation_id = new_id("cf")
@@ -359,7 +361,7 @@ class CallPipeline:
         Raises:
             UnknownTool: no capability has this tool name.
             RateLimited: the principal called too often; nothing was recorded.
-            ConfirmationRefused: the confirmation is used, expired, bound elsewhere, or no longer allowed.
+            Refused: the confirmation is used, expired, bound elsewhere, or no longer allowed.
         """
         capability = self._registry.get(inp.tool_name)
         if capability is None:
@@ -367,14 +369,12 @@ class CallPipeline:
         principal, arguments = inp.principal, dict(inp.arguments)
         unfit, _ = unrecordable(arguments)
         if unfit:  # never the arguments the confirmation was asked for: those were recorded
-            raise ConfirmationRefused("invalid_arguments", "; ".join(unfit), inp.tool_call_id)
+            raise Refused(ReasonCode.INVALID_ARGUMENTS, "; ".join(unfit))
         action = action_hash(capability, arguments, principal)
         if inp.action == "accept":
             refusal = await self._still_allowed(capability, principal, arguments, inp.tool_call_id)
             if refusal is not None:
-                raise ConfirmationRefused(
-                    refusal, f"the call may no longer run ({refusal})", inp.tool_call_id
-                )
+                raise Refused(refusal, f"the call may no longer run ({refusal})")
         try:
             call = await anyio.to_thread.run_sync(
                 lambda: self._store.answer_confirmation(
@@ -389,24 +389,24 @@ class CallPipeline:
                 )
             )
         except ConfirmationMismatch as exc:
-            raise ConfirmationRefused("confirmation_mismatch", str(exc), inp.tool_call_id) from exc
+            raise Refused(ReasonCode.CONFIRMATION_MISMATCH, str(exc)) from exc
         except (StaleLease, NotFound) as exc:
-            raise ConfirmationRefused("confirmation_used", str(exc), inp.tool_call_id) from exc
+            raise Refused(ReasonCode.CONFIRMATION_USED, str(exc)) from exc
         if call.status == "dispatching":
             call = await self._dispatcher.dispatch(capability, call, arguments)
         return CallReport("new", call, capability)
 
     async def _still_allowed(
         self, capability: Capability, principal: Principal, arguments: Mapping[str, Any], tool_call_id: str
-    ) -> str | None:
+    ) -> ReasonCode | str | None:
         """None if the call is still allowed outright now; else the reason it is not."""
         call = await anyio.to_thread.run_sync(
             lambda: self._store.get_call(tool_call_id, tenant=principal.tenant)
         )
         if call is None:
-            return "confirmation_mismatch"
+            return ReasonCode.CONFIRMATION_MISMATCH
         if await anyio.to_thread.run_sync(self._store.is_revoked, principal.tenant, principal.subject):
-            return "principal_revoked"
+            return ReasonCode.PRINCIPAL_REVOKED
         # The call itself is already counted in its run; policy sees the calls before it, as at first.
         earlier = await anyio.to_thread.run_sync(self._store.run_call_count, call.run_id, call.tenant)
         context = CallContext(now=self._clock(), run_call_count=max(earlier - 1, 0))

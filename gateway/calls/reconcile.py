@@ -33,6 +33,7 @@ import anyio.to_thread
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult, ToolResult
 from gateway.calls.actions import Redactor
 from gateway.calls.pipeline import CallPipeline, RegistryLike
+from gateway.reasons import ReasonCode
 from store.commands import (
     EscalateReconciliation,
     RecordContradiction,
@@ -119,7 +120,7 @@ class Reconciler:
         except StaleLease:
             return False
         if capability is None or method == "none":
-            reason = "no_reconciliation_method" if capability else "capability_unknown"
+            reason = ReasonCode.NO_RECONCILIATION_METHOD if capability else ReasonCode.CAPABILITY_UNKNOWN
             await self._escalate(leased, reason, f"{call.capability_id} offers no way to learn the outcome")
         elif method == "resend":
             await self._resend(capability, leased)
@@ -171,7 +172,7 @@ class Reconciler:
         if result.verdict == "not_found":
             await self._not_found(capability, call, result, looked_up_at)
         elif call.reconcile_attempts >= self._policy.max_attempts:
-            await self._escalate(call, "inconclusive_after_retries", None, dict(result.evidence))
+            await self._escalate(call, ReasonCode.INCONCLUSIVE_AFTER_RETRIES, None, dict(result.evidence))
         else:
             await self._retry_later(call, dict(result.evidence), self._backoff(call))
 
@@ -250,7 +251,7 @@ class Reconciler:
             RecordInconclusive(
                 call.tool_call_id,
                 token=call.lease_token,
-                evidence={**evidence, "reason": "before_commit_horizon"},
+                evidence={**evidence, "reason": ReasonCode.BEFORE_COMMIT_HORIZON},
                 next_attempt_at=next_at,
                 now=self._clock(),
             ),

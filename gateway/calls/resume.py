@@ -21,6 +21,7 @@ import anyio.to_thread
 from capabilities.contract import Capability
 from gateway.calls.actions import is_action_hash, is_contract_hash
 from gateway.calls.pipeline import CallPipeline
+from gateway.reasons import ReasonCode
 from policy.model import CallContext, PolicyInput, Principal
 from store.commands import ExpireApproval
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
@@ -33,7 +34,8 @@ logger = logging.getLogger(__name__)
 class Refusal:
     """Why an approved call may not run now: a stable reason code and a sentence."""
 
-    reason: str
+    reason: ReasonCode | str
+    """A catalogued code, or the current policy's own reason where policy refused it."""
     detail: str
     policy_version: str | None = None
     """The policy in force when it was refused; None for a refusal policy was not asked about."""
@@ -160,24 +162,28 @@ class Resumer:
     ) -> Clearance | Refusal:
         """Authorize the approved call again, now: binding, standing, then the current policy (blocking)."""
         if approval is None or approval.status != "approved":
-            return Refusal("approval_missing", "the call has no granted approval")
+            return Refusal(ReasonCode.APPROVAL_MISSING, "the call has no granted approval")
         capability = self._pipeline.capability(call.tool_name)
         if capability is None:
-            return Refusal("capability_unavailable", f"tool {call.tool_name} is no longer registered")
+            return Refusal(
+                ReasonCode.CAPABILITY_UNAVAILABLE, f"tool {call.tool_name} is no longer registered"
+            )
         if (capability.id, capability.version) != (call.capability_id, call.capability_version):
             return Refusal(
-                "capability_changed",
+                ReasonCode.CAPABILITY_CHANGED,
                 f"approved for {call.capability_id}@{call.capability_version}, now {capability.ref}",
             )
         if call.contract_hash is not None and not is_contract_hash(call.contract_hash, capability):
             # Same id and version, another contract (schema, request, backend, key handling, effect):
             # the approver saw an effect this capability no longer performs.
             return Refusal(
-                "capability_changed",
+                ReasonCode.CAPABILITY_CHANGED,
                 f"approved under another contract of {capability.ref} (it changed while the call waited)",
             )
         if held is None and capability.redact:
-            return Refusal("arguments_unavailable", "the full arguments of the approved call are gone")
+            return Refusal(
+                ReasonCode.ARGUMENTS_UNAVAILABLE, "the full arguments of the approved call are gone"
+            )
         arguments = held if held is not None else call.arguments
         principal = principal_of_record(call.principal or {"subject": call.subject, "tenant": call.tenant})
         if not (
@@ -185,12 +191,12 @@ class Resumer:
             and is_action_hash(call.action_hash, capability, arguments, principal)
         ):
             return Refusal(
-                "approval_binding_mismatch", "the action to run is not the action that was approved"
+                ReasonCode.APPROVAL_BINDING_MISMATCH, "the action to run is not the action that was approved"
             )
         if self._revoked(principal.tenant, principal.subject):
-            return Refusal("principal_revoked", f"{principal.subject} was revoked after requesting")
+            return Refusal(ReasonCode.PRINCIPAL_REVOKED, f"{principal.subject} was revoked after requesting")
         if approval.decided_by and self._revoked(principal.tenant, approval.decided_by):
-            return Refusal("approver_revoked", f"{approval.decided_by} was revoked after approving")
+            return Refusal(ReasonCode.APPROVER_REVOKED, f"{approval.decided_by} was revoked after approving")
         policy = self._pipeline.current_policy()
         earlier = max(self._store.run_call_count(call.run_id, call.tenant) - 1, 0)
         decision = policy.evaluate(
@@ -212,14 +218,14 @@ class Resumer:
             if needed is None or needed.approver_role != approval.approver_role:
                 role = needed.approver_role if needed else "?"
                 return Refusal(
-                    "approval_insufficient",
+                    ReasonCode.APPROVAL_INSUFFICIENT,
                     f"policy {version} now needs approval by role {role!r}",
                     version,
                     rule,
                 )
             if approval.decided_by == principal.subject and not needed.requester_may_approve:
                 return Refusal(
-                    "self_approval_forbidden", "the requester approved their own call", version, rule
+                    ReasonCode.SELF_APPROVAL_FORBIDDEN, "the requester approved their own call", version, rule
                 )
         return Clearance(capability, arguments, decision.policy_version)
 

@@ -21,6 +21,8 @@ import typer
 
 from gateway.auth.standing import is_revoked_now, revoked_text
 from gateway.config import WritConfig
+from gateway.errors import Refused
+from gateway.reasons import ReasonCode
 from policy.model import Principal
 
 if TYPE_CHECKING:
@@ -52,14 +54,6 @@ HOW = (
     "use --token (or $WRIT_TOKEN) to act as the token's principal, or, with no token, "
     "--break-glass --reason R to act as operator:<os-user>@<host>, marked break-glass in the log"
 )
-
-
-class Refused(Exception):
-    """The command must not act; `code` is the exit status (2: how it was called, 1: refused)."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +94,25 @@ def authority(
             break-glass act without a reason, or a token that does not verify.
     """
     if impersonated is not None:
-        raise Refused(f"{flag} is gone: a name typed here proves nothing. Instead, {HOW}")
+        raise Refused(
+            ReasonCode.INVALID_COMMAND, f"{flag} is gone: a name typed here proves nothing. Instead, {HOW}"
+        )
     token = (token or "").strip() or None
     if token is not None and break_glass:
         raise Refused(
+            ReasonCode.INVALID_COMMAND,
             "--break-glass is for acting without a token, and a token was given (--token or $WRIT_TOKEN): "
-            "drop one of them"
+            "drop one of them",
         )
     if break_glass:
         if not (reason or "").strip():
-            raise Refused("--break-glass needs --reason R: why you act without a token is recorded")
+            raise Refused(
+                ReasonCode.INVALID_COMMAND,
+                "--break-glass needs --reason R: why you act without a token is recorded",
+            )
         return Authority(operator_name(), None, reason)
     if token is None:
-        raise Refused(f"this acts with authority and no token was given: {HOW}")
+        raise Refused(ReasonCode.INVALID_COMMAND, f"this acts with authority and no token was given: {HOW}")
     return Authority(*_verified(config, token), reason)
 
 
@@ -126,9 +126,9 @@ def _verified(config: WritConfig, token: str) -> tuple[str, Principal]:
     access = anyio.run(verifier.verify_token, token)
     if access is None:
         raise Refused(
+            ReasonCode.INVALID_TOKEN,
             "the token did not verify (expired, wrong audience, unknown issuer or bad signature); "
             "nothing was recorded",
-            code=1,
         )
     principal = principal_from_claims(access.claims or {}, config.auth.claims)
     return principal.subject, principal
@@ -137,4 +137,4 @@ def _verified(config: WritConfig, token: str) -> tuple[str, Principal]:
 def check_standing(store: Standing, who: Authority) -> None:
     """Raises Refused when the token's principal is revoked in its tenant (break-glass has no standing)."""
     if who.principal is not None and is_revoked_now(store, who.principal):
-        raise Refused(f"refused (principal_revoked): {revoked_text(who.principal)}", code=1)
+        raise Refused(ReasonCode.PRINCIPAL_REVOKED, revoked_text(who.principal))

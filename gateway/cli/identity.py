@@ -12,12 +12,14 @@ from gateway.cli.authority import (
     CLI,
     AsOption,
     BreakGlassOption,
-    Refused,
     TokenOption,
     authority,
     check_standing,
 )
+from gateway.cli.refusals import exit_refused
 from gateway.config import find_config_file, load_config
+from gateway.errors import Refused
+from gateway.reasons import ReasonCode
 from store.commands import RestorePrincipal, RevokePrincipal
 from store.limits import SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 
@@ -165,24 +167,24 @@ def _change_standing(
     try:
         who = authority(cfg, token=token, break_glass=break_glass, reason=reason, impersonated=as_)
     except Refused as exc:
-        _fail(str(exc), exc.code)
-        return
+        exit_refused(exc)
     act = "revoking" if revoke else "restoring"
     if who.principal is not None:
         if "admin" not in who.principal.roles:
-            _fail(f"refused (insufficient_role): {act} a principal needs the admin role", 1)
+            exit_refused(Refused(ReasonCode.INSUFFICIENT_ROLE, f"{act} a principal needs the admin role"))
         if who.principal.tenant != tenant:
-            _fail(
-                f"refused (other_tenant): the token is for tenant {who.principal.tenant}, "
-                f"not {tenant}; nothing was recorded",
-                1,
+            exit_refused(
+                Refused(
+                    ReasonCode.OTHER_TENANT,
+                    f"the token is for tenant {who.principal.tenant}, not {tenant}; nothing was recorded",
+                )
             )
     store = open_store(cfg, migrate_empty=False, producer=CLI)
     try:
         try:
             check_standing(store, who)
         except Refused as exc:
-            _fail(str(exc), exc.code)
+            exit_refused(exc)
         now = datetime.now(UTC)
         if revoke:
             seen = store.tenants_of(sub)

@@ -17,15 +17,15 @@ from gateway.cli.authority import (
     Authority,
     BreakGlassOption,
     ByOption,
-    Refused,
     TokenOption,
     authority,
     check_standing,
 )
 from gateway.cli.identity import policy_app, principals_app
+from gateway.cli.refusals import exit_refused
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Refused
 from store.commands import ResolveManually
 from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
 from store.model import StoreError
@@ -274,7 +274,7 @@ def calls_resolve(
     """Settle a call whose outcome is unknown, with your evidence; recorded with who decided it."""
     from datetime import UTC, datetime
 
-    from gateway.calls.resolutions import ResolutionInput, ResolutionRefused, resolve_call
+    from gateway.calls.resolutions import ResolutionInput, resolve_call
     from store.model import NotFound, StaleLease, StoreError
 
     if outcome not in ("succeeded", "failed"):
@@ -309,9 +309,8 @@ def calls_resolve(
                         reason=who.reason,
                     )
                 )
-        except ResolutionRefused as exc:
-            _fail(f"refused ({exc.code}): {exc}", code=1)
-            return
+        except Refused as exc:
+            exit_refused(exc)
         except NotFound:
             _fail(f"no tool call {tool_call_id!r}", code=1)
             return
@@ -414,7 +413,7 @@ def _decide(
     from dataclasses import asdict
     from datetime import UTC, datetime
 
-    from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+    from gateway.calls.approvals import DecisionInput, Decisions
     from store.store import PRODUCER
 
     cfg = _config(config)
@@ -436,9 +435,8 @@ def _decide(
                     break_glass=who.break_glass,
                 )
             )
-        except DecisionRefused as exc:
-            _fail(f"refused ({exc.code}): {exc}", code=1)
-            return
+        except Refused as exc:
+            exit_refused(exc)
     typer.echo(json.dumps(asdict(approval) | {"break_glass": who.break_glass}, indent=2, default=str))
 
 
@@ -446,16 +444,14 @@ def _authority(cfg: WritConfig, **given: Any) -> Authority:
     try:
         return authority(cfg, **given)
     except Refused as exc:
-        typer.echo(f"writ: {exc}", err=True)
-        raise typer.Exit(exc.code) from exc
+        exit_refused(exc)
 
 
 def _standing(store: Standing, who: Authority) -> None:
     try:
         check_standing(store, who)
     except Refused as exc:
-        typer.echo(f"writ: {exc}", err=True)
-        raise typer.Exit(exc.code) from exc
+        exit_refused(exc)
 
 
 @approvals_app.command("outbox")

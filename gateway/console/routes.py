@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,11 +19,13 @@ from starlette.templating import Jinja2Templates
 
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.auth.standing import is_revoked, revoked_text
-from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
-from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, ResolutionRefused, resolve_call
+from gateway.calls.approvals import DecisionInput, Decisions
+from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
 from gateway.console.views import InForce, approval_card, timeline, unresolved_card
 from gateway.display import visible
+from gateway.errors import Refused
 from gateway.mcp.results import outcome_text
+from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.ports import Oversight
@@ -35,14 +37,22 @@ CSRF_COOKIE = "writ_csrf"
 TokenVerifier = Callable[[str], Awaitable[Principal | None]]
 """A bearer token to its principal, or None when it does not verify (the same check as /mcp)."""
 
-REFUSAL_TEXT = {
-    "not_found": "No such approval.",
-    "not_approver": "You do not hold the role this approval needs.",
-    "self_approval_forbidden": "You requested this call; the policy does not let you approve it yourself.",
-    "already_decided": "This approval was already decided; nothing was changed.",
-    "expired": "This approval expired before it was decided; nothing was changed.",
-    "invalid_request": "The reason cannot contain NUL characters; nothing was changed.",
+DECISION_REFUSED: Mapping[str, str] = {
+    ReasonCode.NOT_FOUND: "No such approval.",
+    ReasonCode.NOT_APPROVER: "You do not hold the role this approval needs.",
+    ReasonCode.SELF_APPROVAL_FORBIDDEN: (
+        "You requested this call; the policy does not let you approve it yourself."
+    ),
+    ReasonCode.ALREADY_DECIDED: "This approval was already decided; nothing was changed.",
+    ReasonCode.EXPIRED: "This approval expired before it was decided; nothing was changed.",
+    ReasonCode.INVALID_REQUEST: "The reason cannot contain NUL characters; nothing was changed.",
 }
+"""What a refused decision tells the person, in the console's words (others say the refusal's own)."""
+
+
+def refused_text(exc: Refused, said: Mapping[str, str] | None = None) -> str:
+    """The console's one sentence for a refusal: its code, and `said`'s words for it or its own."""
+    return f"Refused ({exc.code}): {(said or {}).get(exc.code, str(exc))}"
 
 
 STALE_FORM = "This form is stale or did not come from this console; reload the page and try again."
@@ -226,8 +236,8 @@ class Console:
                     tenant=who.tenant,
                 )
             )
-        except DecisionRefused as exc:
-            error = f"Refused ({exc.code}): {REFUSAL_TEXT[exc.code]}"
+        except Refused as exc:
+            error = refused_text(exc, DECISION_REFUSED)
             return await self.show_approval(
                 request, who, approval_id, status_code=exc.http_status, error=error
             )
@@ -268,9 +278,9 @@ class Console:
         )
         try:
             resolved = await resolve_call(self.store, resolution, datetime.now(UTC))
-        except ResolutionRefused as exc:
+        except Refused as exc:
             return await self.show_unresolved(
-                request, who, status_code=exc.http_status, error=f"Refused ({exc.code}): {exc}"
+                request, who, status_code=exc.http_status, error=refused_text(exc)
             )
         return RedirectResponse(f"/console/calls/{resolved.tool_call_id}", status_code=303)
 

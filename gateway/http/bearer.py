@@ -18,8 +18,9 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 
 from gateway.auth.tokens import ClaimsRejected, JwtVerifier
+from gateway.reasons import ReasonCode
 
-INVALID_CLAIMS = "invalid_token"
+INVALID_CLAIMS = ReasonCode.INVALID_TOKEN
 
 
 class ClaimsRefused(AuthenticationError):

@@ -12,6 +12,8 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.reasons import ReasonCode, http_status
+
 MAX_BODY_BYTES = 1024 * 1024
 
 
@@ -60,11 +62,12 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
+        code = ReasonCode.REQUEST_TOO_LARGE
         body = json.dumps(
-            {"error": "request_too_large", "error_description": f"the body is over {self.limit} bytes"}
+            {"error": code, "error_description": f"the body is over {self.limit} bytes"}
         ).encode()
         # What is left of the body is discarded by uvicorn as it arrives (never buffered), so the
         # connection stays usable and the client reads this answer instead of a reset.
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.start", "status": http_status(code), "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -21,6 +21,8 @@ import anyio.lowlevel
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.reasons import ReasonCode, http_status
+
 logger = logging.getLogger(__name__)
 
 INVALID_REQUEST = -32600
@@ -71,7 +73,10 @@ class BodyDeadline:
     def _timeout_response(self, scope: Scope) -> JSONResponse:
         message = f"request body not received within {self.timeout_s:g} s"
         headers = {"connection": "close"}
+        status = http_status(ReasonCode.REQUEST_TIMEOUT)
         if scope["path"] == "/mcp" or scope["path"].startswith("/mcp/"):
             error = {"code": INVALID_REQUEST, "message": message}
-            return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, 408, headers)
-        return JSONResponse({"error": "request_timeout", "error_description": message}, 408, headers)
+            return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status, headers)
+        return JSONResponse(
+            {"error": ReasonCode.REQUEST_TIMEOUT, "error_description": message}, status, headers
+        )

@@ -14,6 +14,7 @@ from capabilities.contract import Capability
 from gateway.calls.dispatch import OUTCOME_NOT_RECORDED
 from gateway.calls.pipeline import CallReport
 from gateway.mcp.documents import Effect, StatusDocument
+from gateway.reasons import ReasonCode
 from store.model import CallView
 
 NEXT = {
@@ -93,7 +94,7 @@ def shape_report(report: CallReport) -> dict[str, Any]:
             "content": [{"type": "text", "text": text}],
             "structuredContent": StatusDocument(
                 status="denied",
-                reason="invalid_arguments",
+                reason=ReasonCode.INVALID_ARGUMENTS,
                 tool_call_id=call.tool_call_id,
                 errors=errors,
                 input_schema=dict(report.capability.input_schema),
@@ -106,7 +107,7 @@ def shape_report(report: CallReport) -> dict[str, Any]:
         existing = report.existing
         body = StatusDocument(
             status="denied",
-            reason="idempotency_conflict",
+            reason=ReasonCode.IDEMPOTENCY_CONFLICT,
             tool_call_id=call.tool_call_id,
             existing_tool_call_id=existing.tool_call_id if existing else None,
             policy_version=call.policy_version,
@@ -126,7 +127,7 @@ def rate_limited(tool_name: str, retry_after_s: float) -> dict[str, Any]:
     text = f"Rate limited: too many calls. Nothing was done; call {tool_name} again in {wait} s."
     body = StatusDocument(
         status="denied",
-        reason="rate_limited",
+        reason=ReasonCode.RATE_LIMITED,
         retry_after_s=wait,
         next=f"Nothing was recorded or run. Wait {wait} s before calling again.",
     ).dump()

@@ -27,6 +27,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from gateway.errors import ConfigurationError
+from gateway.reasons import ReasonCode
 from store.model import TERMINAL_STATUSES, CallView
 
 CONFIRM_KEY = "writ/confirm"
@@ -172,7 +173,7 @@ def answer_of(responses: types.InputResponses | None) -> Literal["accept", "decl
     return response.action if isinstance(response, types.ElicitResult) else None
 
 
-def refusal(reason: str, detail: str, tool_call_id: str | None) -> types.CallToolResult:
+def refusal(reason: ReasonCode | str, detail: str, tool_call_id: str | None) -> types.CallToolResult:
     """A confirmation answer that ran nothing (used before, expired, rebound, no longer allowed)."""
     body = {
         "status": "denied",

@@ -18,13 +18,14 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
 from gateway.auth.oversight import may_read
-from gateway.auth.standing import REVOKED, is_revoked, revoked_text
+from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.calls.rate_limits import RateLimited
-from gateway.errors import ConfirmationRefused, UnknownTool
+from gateway.errors import Refused, UnknownTool
 from gateway.mcp import rounds
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
+from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
 from store.commands import DecideApproval
 from store.limits import CLIENT_ID_CHARS
@@ -210,9 +211,9 @@ class McpFace:
             )
         except UnknownTool as exc:
             raise MCPError(INVALID_PARAMS, str(exc)) from exc
-        except ConfirmationRefused as exc:
+        except Refused as exc:
             logger.warning("confirmation answer for %s refused: %s", tool_call_id, exc)
-            return rounds.refusal(exc.reason, str(exc), exc.tool_call_id)
+            return rounds.refusal(exc.code, str(exc), tool_call_id)
         return types.CallToolResult.model_validate(shape_report(report))
 
     async def _ask_again(self, who: Any, tool_name: str, tool_call_id: str) -> Any:
@@ -220,12 +221,14 @@ class McpFace:
         capability = self.pipeline.capability(tool_name)
         if call is not None and capability is not None and call.status == "awaiting_confirmation":
             return rounds.ask_to_confirm(call, capability.ref)
-        return rounds.refusal("confirmation_used", "the call no longer awaits a confirmation", tool_call_id)
+        return rounds.refusal(
+            ReasonCode.CONFIRMATION_USED, "the call no longer awaits a confirmation", tool_call_id
+        )
 
     async def _call_status(self, who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
         """`writ_call_status`: the call's state and, once completed, its result."""
         if await is_revoked(self.store, who):
-            refused = StatusDocument(status="denied", reason=REVOKED)
+            refused = StatusDocument(status="denied", reason=ReasonCode.PRINCIPAL_REVOKED)
             return _status_error(f"Refused: {revoked_text(who)}.", refused)
         tool_call_id = arguments.get("toolCallId")
         if not isinstance(tool_call_id, str) or not tool_call_id:

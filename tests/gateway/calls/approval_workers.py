@@ -10,9 +10,10 @@ import anyio
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
-from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.pipeline import CallPipeline
 from gateway.calls.resume import Resumer
+from gateway.errors import Refused
 from policy.engine import Policy
 from store.store import Store
 
@@ -64,7 +65,7 @@ def decide_and_resume(url: str, approval_id: str, barrier: Any, results: Any, wo
                 DecisionInput(approval_id, True, f"approver-{worker}", roles=frozenset({"approver"}))
             )
             decided = "approved"
-        except DecisionRefused as exc:
+        except Refused as exc:
             decided = exc.code
         barrier.wait(timeout=60)  # everyone decided; now everyone races to run it
 

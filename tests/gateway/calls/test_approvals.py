@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.calls.approvals import DecisionInput, Decisions
+from gateway.errors import Refused
 from store.model import ApprovalView
 from tests.fakes import FakeApprovals
 
@@ -39,7 +40,7 @@ def decisions(store: FakeApprovals, now: datetime = T0, woken: list[str] | None 
 
 
 def refusal(store: FakeApprovals, inp: DecisionInput, now: datetime = T0) -> tuple[str, int]:
-    with pytest.raises(DecisionRefused) as refused:
+    with pytest.raises(Refused) as refused:
         decisions(store, now).decide_now(inp)
     return refused.value.code, refused.value.http_status
 
@@ -109,7 +110,7 @@ def test_a_second_decision_is_refused_with_who_decided_first() -> None:
     store = FakeApprovals([awaiting()])
     decisions(store).decide_now(DecisionInput("ap-1", False, "carol", roles=BOB))
 
-    with pytest.raises(DecisionRefused) as refused:
+    with pytest.raises(Refused) as refused:
         decisions(store).decide_now(DecisionInput("ap-1", True, "bob", roles=BOB))
 
     assert (refused.value.code, refused.value.http_status) == ("already_decided", 409)

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.calls.resolutions import ResolutionInput, ResolutionRefused, resolve_call
+from gateway.calls.resolutions import ResolutionInput, resolve_call
+from gateway.errors import Refused
 from store.model import CallView
 from tests.fakes import FakeResolutions
 
@@ -51,7 +52,7 @@ def resolution(**changes: object) -> ResolutionInput:
 
 
 async def refusal(store: FakeResolutions, inp: ResolutionInput) -> tuple[str, int]:
-    with pytest.raises(ResolutionRefused) as refused:
+    with pytest.raises(Refused) as refused:
         await resolve_call(store, inp, NOW)
     return refused.value.code, refused.value.http_status
 

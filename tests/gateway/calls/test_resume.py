@@ -14,9 +14,10 @@ import sqlalchemy as sa
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor, action_hash, contract_hash
-from gateway.calls.approvals import DecisionInput, DecisionRefused, Decisions
+from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.calls.resume import Resumer
+from gateway.errors import Refused
 from policy.engine import Policy
 from policy.model import Principal
 from store.canonical import legacy_json
@@ -151,7 +152,7 @@ async def test_a_used_approval_replayed_executes_nothing(world: World) -> None:
     await world.decide(call.approval_id)
     await world.resumer.tick()
 
-    with pytest.raises(DecisionRefused) as refused:
+    with pytest.raises(Refused) as refused:
         await world.decide(call.approval_id)
     assert refused.value.code == "already_decided" and refused.value.http_status == 409
     done = world.store.get_call(call.tool_call_id)
@@ -174,7 +175,7 @@ async def test_a_decision_after_expiry_is_refused_and_records_the_expiry(world: 
     call = await world.request()
     world.now[0] = T0 + timedelta(hours=1)  # exactly at expiry: too late
 
-    with pytest.raises(DecisionRefused) as refused:
+    with pytest.raises(Refused) as refused:
         await world.decide(call.approval_id)
 
     assert refused.value.code == "expired"
