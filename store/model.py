@@ -82,8 +82,8 @@ class KeyClaimLost(StoreError):
 
 
 @dataclass(frozen=True, slots=True)
-class CallRequest:
-    """Everything `Store.admit` needs to record a new call's intent and decision in one transaction."""
+class CallIdentity:
+    """Who asked for which action under which key: what an admission and a refusal record alike."""
 
     tool_call_id: str
     run_id: str
@@ -101,6 +101,19 @@ class CallRequest:
     action_hash: str
     idempotency_key: str
     key_source: KeySource
+    correlation_id: str
+    now: datetime
+    contract_hash: str | None = None
+    """The hash of the capability's contract the action hash covers."""
+    client_run_id: str | None = None
+    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """Everything `Store.admit` needs to record a new call's intent and decision in one transaction."""
+
+    identity: CallIdentity
     dedupe_window_s: int
     decision: Mapping[str, Any]
     """`Decision.to_json()`: effect, reason, policy_version, rule_id, approval, message."""
@@ -108,8 +121,6 @@ class CallRequest:
     effect_class: str
     summary: str
     external_request_id: str
-    correlation_id: str
-    now: datetime
     approval_id: str | None = None
     """Set when the decision is `require_approval`."""
     approval_expires_at: datetime | None = None
@@ -124,10 +135,6 @@ class CallRequest:
     confirmation_id: str | None = None
     """Set when an allowed call must first be confirmed by the user in the client (effect `confirm`)."""
     confirmation_expires_at: datetime | None = None
-    contract_hash: str | None = None
-    """The hash of the capability's contract the action hash covers."""
-    client_run_id: str | None = None
-    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,28 +236,11 @@ class OutcomeRecord:
 class RefusalRequest:
     """A call refused before it could claim a key (invalid arguments): recorded as requested + denied."""
 
-    tool_call_id: str
-    run_id: str
-    run_is_new_hint: bool
-    tenant: str
-    subject: str
-    principal: Mapping[str, Any]
-    tool_name: str
-    capability_id: str
-    capability_version: str
-    arguments: Mapping[str, Any]
-    action_hash: str
-    idempotency_key: str
-    key_source: KeySource
+    identity: CallIdentity
     reason: str
     detail: str
     policy_version: str
-    correlation_id: str
-    now: datetime
     summary: str = ""
-    contract_hash: str | None = None
-    client_run_id: str | None = None
-    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
 
 
 @dataclass(frozen=True, slots=True)

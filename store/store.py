@@ -176,12 +176,12 @@ class Store(Settlement, Queues, Reads, RateLimits):
 
     def admit(self, req: CallRequest) -> Admission:
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
-        _aware(req.now)
+        _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
 
     def refuse(self, req: RefusalRequest) -> CallView:
         """Record a call refused before it could claim a key (requested + denied)."""
-        _aware(req.now)
+        _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.refuse(conn, req, producer=self._producer))
 
     def record_outcome(

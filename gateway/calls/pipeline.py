@@ -28,9 +28,11 @@ from gateway.errors import ConfirmationRefused, UnknownTool
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
+    CallIdentity,
     CallRequest,
     CallView,
     ConfirmationMismatch,
+    KeySource,
     NotFound,
     RefusalRequest,
     StaleLease,
@@ -238,6 +240,7 @@ class CallPipeline:
             unfit = [too_large, *unfit]
         now = self._clock()
         action = action_hash(capability, arguments, principal)
+        key_source: KeySource
         key, key_source = (
             (inp.idempotency_key, "client")
             if inp.idempotency_key
@@ -252,29 +255,29 @@ class CallPipeline:
         policy = self._policy()
 
         # What a refusal and an admission record alike: who asked for which action, under which key.
-        identity: dict[str, Any] = {
-            "tool_call_id": tool_call_id,
-            "run_id": run_id,
-            "run_is_new_hint": inp.run_id is None,
-            "client_run_id": inp.run_id,
-            "tenant": principal.tenant,
-            "subject": principal.subject,
-            "principal": principal.to_json(),
-            "tool_name": capability.tool_name,
-            "capability_id": capability.id,
-            "capability_version": capability.version,
-            "arguments": stored_arguments,
-            "action_hash": action,
-            "contract_hash": contract_hash(capability),
-            "idempotency_key": key,
-            "key_source": key_source,
-            "correlation_id": correlation_id,
-            "now": now,
-        }
+        identity = CallIdentity(
+            tool_call_id=tool_call_id,
+            run_id=run_id,
+            run_is_new_hint=inp.run_id is None,
+            client_run_id=inp.run_id,
+            tenant=principal.tenant,
+            subject=principal.subject,
+            principal=principal.to_json(),
+            tool_name=capability.tool_name,
+            capability_id=capability.id,
+            capability_version=capability.version,
+            arguments=stored_arguments,
+            action_hash=action,
+            contract_hash=contract_hash(capability),
+            idempotency_key=key,
+            key_source=key_source,
+            correlation_id=correlation_id,
+            now=now,
+        )
 
         def refusal(reason: str, detail: str, policy_version: str) -> RefusalRequest:
             return RefusalRequest(
-                **identity,
+                identity,
                 reason=reason,
                 detail=detail,
                 policy_version=policy_version,
@@ -318,7 +321,7 @@ class CallPipeline:
         admission = await anyio.to_thread.run_sync(
             self._store.admit,
             CallRequest(
-                **identity,
+                identity,
                 dedupe_window_s=_dedupe_window(capability),
                 decision=decision.to_json(),
                 policy_version=decision.policy_version,

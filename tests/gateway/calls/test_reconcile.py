@@ -295,11 +295,9 @@ async def test_a_dispatch_left_past_its_lease_is_recovered_as_unknown_and_then_r
 ) -> None:
     tool_call_id = await unknown_call(pipeline, executor)
     # Make it look like the dispatcher died mid-dispatch: a second call stays dispatching.
-    from dataclasses import replace
-
     from tests.store.builders import call_request
 
-    store.admit(replace(call_request(tool_call_id="tc-dead", idempotency_key="dead"), now=clock(), lease_s=1))
+    store.admit(call_request(tool_call_id="tc-dead", idempotency_key="dead", now=clock(), lease_s=1))
     executor.reconcile_script.extend(
         [ReconcileResult("not_found"), ReconcileResult("succeeded", json_result({"ok": 1}))]
     )
