@@ -2,12 +2,14 @@
 
 from store.model import (
     Admission,
+    ApprovalNeed,
     ApprovalView,
     AuditReport,
     CallIdentity,
     CallRequest,
     CallView,
     ConfirmationMismatch,
+    DecisionRecord,
     KeyClaimLost,
     NotFound,
     OutcomeRecord,
@@ -21,12 +23,14 @@ from store.store import Store
 
 __all__ = [
     "Admission",
+    "ApprovalNeed",
     "ApprovalView",
     "AuditReport",
     "CallIdentity",
     "CallRequest",
     "CallView",
     "ConfirmationMismatch",
+    "DecisionRecord",
     "KeyClaimLost",
     "NotFound",
     "OutcomeRecord",

@@ -82,6 +82,51 @@ class KeyClaimLost(StoreError):
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalNeed:
+    """Who must approve a call and for how long the approval may wait, as policy required it."""
+
+    approver_role: str
+    expires_in_s: int = 3600
+    requester_may_approve: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """The policy decision as the store records it with a call's intent.
+
+    The gateway builds it from policy's `Decision`; the store knows nothing of policy.
+    """
+
+    effect: DecisionEffect
+    reason: str
+    """A stable reason code, e.g. `amount_over_limit`."""
+    policy_version: str
+    rule_id: str | None = None
+    approval: ApprovalNeed | None = None
+    """Set when the effect is `require_approval`."""
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `decision` of a `tool_call.requested` payload; its keys and their order are hashed."""
+        return {
+            "effect": self.effect,
+            "reason": self.reason,
+            "policy_version": self.policy_version,
+            "rule_id": self.rule_id,
+            "approval": (
+                {
+                    "approver_role": self.approval.approver_role,
+                    "expires_in_s": self.approval.expires_in_s,
+                    "requester_may_approve": self.approval.requester_may_approve,
+                }
+                if self.approval
+                else None
+            ),
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class CallIdentity:
     """Who asked for which action under which key: what an admission and a refusal record alike."""
 
@@ -115,8 +160,7 @@ class CallRequest:
 
     identity: CallIdentity
     dedupe_window_s: int
-    decision: Mapping[str, Any]
-    """`Decision.to_json()`: effect, reason, policy_version, rule_id, approval, message."""
+    decision: DecisionRecord
     policy_version: str
     effect_class: str
     summary: str

@@ -29,7 +29,7 @@ TOPIC_APPROVAL_REQUIRED = "approval.required"
 
 def on_admitted(conn: Connection, req: CallRequest) -> None:
     """Inside `admit`'s transaction: hold the arguments and queue the notification of a new approval."""
-    if req.approval_id is None or req.decision.get("effect") != "require_approval":
+    if req.approval_id is None or req.decision.effect != "require_approval":
         return
     if req.held_arguments is not None:
         conn.execute(

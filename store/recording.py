@@ -17,6 +17,7 @@ from store.model import (
     CallIdentity,
     CallRequest,
     CallView,
+    DecisionRecord,
     OutcomeRecord,
     RefusalRequest,
     StoreError,
@@ -111,14 +112,7 @@ def _record_refusal(
     base = _base(who, req.policy_version, producer)
     if run_tenant is None:
         _add_run_started(log, who, base)
-    decision = {
-        "effect": "deny",
-        "reason": req.reason,
-        "policy_version": req.policy_version,
-        "rule_id": None,
-        "approval": None,
-        "message": req.detail,
-    }
+    decision = DecisionRecord("deny", req.reason, req.policy_version, message=req.detail)
     requested = log.add(
         ev.ToolCallRequestedEvent(
             **base,
@@ -211,7 +205,7 @@ def _add_run_started(log: Append, who: CallIdentity, base: dict[str, Any]) -> No
 
 
 def _requested(
-    who: CallIdentity, decision: dict[str, Any], *, claims_key: bool, **extra: Any
+    who: CallIdentity, decision: DecisionRecord, *, claims_key: bool, **extra: Any
 ) -> ev.ToolCallRequested:
     return ev.ToolCallRequested(
         tool_name=who.tool_name,
@@ -222,7 +216,7 @@ def _requested(
         key_source=who.key_source,
         claims_key=claims_key,
         principal=dict(who.principal),
-        decision=decision,
+        decision=decision.to_json(),
         contract_hash=who.contract_hash,
         **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},
     )
@@ -233,7 +227,7 @@ def _call_requested(
 ) -> ev.ToolCallRequested:
     return _requested(
         req.identity,
-        dict(req.decision),
+        req.decision,
         claims_key=claims_key,
         supersedes=supersedes,
         effect_class=req.effect_class,
@@ -254,23 +248,22 @@ def _record_new(
     payload = _call_requested(req, claims_key=True, supersedes=supersedes)
     requested = log.add(ev.ToolCallRequestedEvent(**call, payload=payload))
     call["causation_id"] = requested.event_id
-    effect = req.decision.get("effect")
+    decision = req.decision
+    effect = decision.effect
     if effect == "deny":
         denied = ev.ToolCallDenied(
-            reason=str(req.decision.get("reason") or "denied"),
-            rule_id=req.decision.get("rule_id"),
-            message=req.decision.get("message"),
+            reason=decision.reason or "denied", rule_id=decision.rule_id, message=decision.message
         )
         log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
     elif effect == "require_approval":
         if req.approval_id is None or req.approval_expires_at is None:
             raise StoreError("a require_approval decision needs approval_id and approval_expires_at")
-        approval = req.decision.get("approval") or {}
+        need = decision.approval
         required = ev.ApprovalRequired(
             approval_id=req.approval_id,
-            approver_role=str(approval.get("approver_role", "")),
+            approver_role=need.approver_role if need else "",
             expires_at=ev.format_ts(req.approval_expires_at),
-            requester_may_approve=bool(approval.get("requester_may_approve", False)),
+            requester_may_approve=need.requester_may_approve if need else False,
             action_hash=who.action_hash,
             requester=who.subject,
         )

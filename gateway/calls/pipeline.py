@@ -19,6 +19,7 @@ import anyio.to_thread
 
 from capabilities.contract import Capability, Executor
 from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
+from gateway.calls.authorize import decision_record
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.faults import NO_FAULTS, FaultPoints
 from gateway.calls.rate_limits import RateLimiter
@@ -323,7 +324,7 @@ class CallPipeline:
             CallRequest(
                 identity,
                 dedupe_window_s=_dedupe_window(capability),
-                decision=decision.to_json(),
+                decision=decision_record(decision),
                 policy_version=decision.policy_version,
                 effect_class=capability.effect,
                 summary=capability.summarize(stored_arguments),

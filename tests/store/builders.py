@@ -7,24 +7,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from store import CallIdentity, CallRequest, RefusalRequest
+from store import ApprovalNeed, CallIdentity, CallRequest, DecisionRecord, RefusalRequest
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
-ALLOW: dict[str, Any] = {
-    "effect": "allow",
-    "reason": "within_limits",
-    "policy_version": "7",
-    "rule_id": "small-refunds",
-    "approval": None,
-    "message": None,
-}
-DENY: dict[str, Any] = {**ALLOW, "effect": "deny", "reason": "amount_over_limit", "rule_id": "max-refund"}
-REQUIRE_APPROVAL: dict[str, Any] = {
-    **ALLOW,
-    "effect": "require_approval",
-    "reason": "amount_over_100",
-    "approval": {"approver_role": "finance", "expires_in_s": 3600, "requester_may_approve": False},
-}
+ALLOW = DecisionRecord("allow", "within_limits", "7", rule_id="small-refunds")
+DENY = dataclasses.replace(ALLOW, effect="deny", reason="amount_over_limit", rule_id="max-refund")
+REQUIRE_APPROVAL = dataclasses.replace(
+    ALLOW, effect="require_approval", reason="amount_over_100", approval=ApprovalNeed("finance", 3600, False)
+)
 
 
 def new_id(prefix: str) -> str:
