@@ -137,7 +137,7 @@ class Approvals(Protocol):
     def expire_approval(self, approval_id: str, *, now: datetime) -> ApprovalView: ...
 
 
-class Resumption(Protocol):
+class Resumption(Standing, Protocol):
     """Resuming approved calls: their held arguments, the dispatch claim or the refusal, expiries."""
 
     def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None: ...

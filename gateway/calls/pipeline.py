@@ -28,7 +28,7 @@ import anyio.to_thread
 
 from capabilities.contract import Capability, Executor
 from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
-from gateway.calls.authorize import decision_record
+from gateway.calls.authorize import PolicyLike, Reauthorization, Refusal, decision_record, reauthorize
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.faults import NO_FAULTS, FaultPoints
 from gateway.calls.rate_limits import RateLimiter
@@ -58,15 +58,6 @@ _T = TypeVar("_T")
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 """What MCP (2025-11-25, SEP-986) says a tool name should be."""
-
-
-class PolicyLike(Protocol):
-    @property
-    def version(self) -> str: ...
-
-    def evaluate(self, inp: PolicyInput) -> Decision: ...
-
-    def may_list(self, principal: Principal, capability: Capability) -> bool: ...
 
 
 class RegistryLike(Protocol):
@@ -459,13 +450,11 @@ class CallPipeline:
         )
         if call is None:
             return "confirmation_mismatch"
-        if await anyio.to_thread.run_sync(self._store.is_revoked, principal.tenant, principal.subject):
-            return "principal_revoked"
-        # The call itself is already counted in its run; policy sees the calls before it, as at first.
-        earlier = await anyio.to_thread.run_sync(self._store.run_call_count, call.run_id, call.tenant)
-        context = CallContext(now=self._clock(), run_call_count=max(earlier - 1, 0))
-        decision = self._policy().evaluate(PolicyInput(principal, capability, arguments, context))
-        return None if decision.effect == "allow" else (decision.reason or decision.effect)
+        again = Reauthorization(call, capability, principal, arguments)
+        outcome = await anyio.to_thread.run_sync(
+            lambda: reauthorize(again, policy=self._policy(), standing=self._store, now=self._clock())
+        )
+        return outcome.reason if isinstance(outcome, Refusal) else None
 
     async def _await_settled(self, call: CallView) -> CallView:
         """A joiner waits, bounded, for the dispatch it joined to settle, reading the shared store."""

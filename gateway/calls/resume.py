@@ -11,41 +11,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import anyio
 import anyio.to_thread
 
-from capabilities.contract import Capability
-from gateway.calls.actions import is_action_hash, is_contract_hash
+from gateway.calls.actions import is_contract_hash
+from gateway.calls.authorize import Clearance, Reauthorization, Refusal, reauthorize
 from gateway.calls.pipeline import CallPipeline
-from policy.model import CallContext, PolicyInput, Principal
+from policy.model import Principal
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.ports import Resumption
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why an approved call may not run now: a stable reason code and a sentence."""
-
-    reason: str
-    detail: str
-    policy_version: str | None = None
-    """The policy in force when it was refused; None for a refusal policy was not asked about."""
-    rule_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Clearance:
-    """An approved call that passed re-authorization: what to dispatch, under which policy version."""
-
-    capability: Capability
-    arguments: Mapping[str, Any]
-    policy_version: str
 
 
 def principal_of_record(recorded: Mapping[str, Any]) -> Principal:
@@ -157,7 +136,7 @@ class Resumer:
     def reauthorize(
         self, call: CallView, approval: ApprovalView | None, held: Mapping[str, Any] | None
     ) -> Clearance | Refusal:
-        """Authorize the approved call again, now: binding, standing, then the current policy (blocking)."""
+        """Find what the approved call would run now, then authorize it again (blocking)."""
         if approval is None or approval.status != "approved":
             return Refusal("approval_missing", "the call has no granted approval")
         capability = self._pipeline.capability(call.tool_name)
@@ -179,53 +158,12 @@ class Resumer:
             return Refusal("arguments_unavailable", "the full arguments of the approved call are gone")
         arguments = held if held is not None else call.arguments
         principal = principal_of_record(call.principal or {"subject": call.subject, "tenant": call.tenant})
-        if not (
-            approval.action_hash == call.action_hash
-            and is_action_hash(call.action_hash, capability, arguments, principal)
-        ):
-            return Refusal(
-                "approval_binding_mismatch", "the action to run is not the action that was approved"
-            )
-        if self._revoked(principal.tenant, principal.subject):
-            return Refusal("principal_revoked", f"{principal.subject} was revoked after requesting")
-        if approval.decided_by and self._revoked(principal.tenant, approval.decided_by):
-            return Refusal("approver_revoked", f"{approval.decided_by} was revoked after approving")
-        policy = self._pipeline.current_policy()
-        earlier = max(self._store.run_call_count(call.run_id, call.tenant) - 1, 0)
-        decision = policy.evaluate(
-            PolicyInput(
-                principal, capability, arguments, CallContext(now=self._clock(), run_call_count=earlier)
-            )
+        return reauthorize(
+            Reauthorization(call, capability, principal, arguments, approval),
+            policy=self._pipeline.current_policy(),
+            standing=self._store,
+            now=self._clock(),
         )
-        # From here on the current policy decides: its refusal names its version and rule.
-        version, rule = decision.policy_version, decision.rule_id
-        if decision.effect == "deny":
-            return Refusal(
-                decision.reason,
-                decision.message or f"policy {version} now denies this call",
-                version,
-                rule,
-            )
-        if decision.effect == "require_approval":
-            needed = decision.approval
-            if needed is None or needed.approver_role != approval.approver_role:
-                role = needed.approver_role if needed else "?"
-                return Refusal(
-                    "approval_insufficient",
-                    f"policy {version} now needs approval by role {role!r}",
-                    version,
-                    rule,
-                )
-            if approval.decided_by == principal.subject and not needed.requester_may_approve:
-                return Refusal(
-                    "self_approval_forbidden", "the requester approved their own call", version, rule
-                )
-        return Clearance(capability, arguments, decision.policy_version)
-
-    def _revoked(self, tenant: str, subject: str) -> bool:
-        # `is_revoked` arrives with principal revocation (issue 3); until then nobody is revoked.
-        is_revoked = getattr(self._store, "is_revoked", None)
-        return bool(is_revoked(tenant, subject)) if is_revoked is not None else False
 
     def _expire_due(self) -> int:
         # Calls whose user never answered the confirmation round: they will never run.
