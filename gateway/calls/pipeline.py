@@ -30,7 +30,6 @@ from capabilities.contract import Capability, Executor
 from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
 from gateway.calls.authorize import PolicyLike, Reauthorization, Refusal, decision_record, reauthorize
 from gateway.calls.dispatch import Dispatcher
-from gateway.calls.faults import NO_FAULTS, FaultPoints
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.run_ids import scoped_run_id
 from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
@@ -137,12 +136,10 @@ class CallPipeline:
         registry: RegistryLike,
         policy: Callable[[], PolicyLike],
         redactor: Redactor,
+        dispatcher: Dispatcher | None = None,
         clock: Clock = lambda: datetime.now(UTC),
         join_wait_s: float = 10.0,
-        executor_grace_s: float = 5.0,
         owner: str = "writ-gateway",
-        lease_margin_s: float = 10.0,
-        faults: FaultPoints = NO_FAULTS,
         notify_approvals: bool = False,
         confirmation_ttl_s: float = 600.0,
         rate_limiter: RateLimiter | None = None,
@@ -157,14 +154,9 @@ class CallPipeline:
         self._clock = clock
         self._join_wait_s = join_wait_s
         self._owner = owner
-        self._dispatcher = Dispatcher(
-            store=store,
-            registry=registry,
-            redactor=redactor,
-            clock=clock,
-            executor_grace_s=executor_grace_s,
-            lease_margin_s=lease_margin_s,
-            faults=faults,
+        # The composition root shares one dispatcher with the workers; a test may let us make our own.
+        self._dispatcher = dispatcher or Dispatcher(
+            store=store, registry=registry, redactor=redactor, clock=clock
         )
         self._notify_approvals = notify_approvals
         self._confirmation_ttl_s = confirmation_ttl_s
@@ -198,50 +190,14 @@ class CallPipeline:
     def capability(self, tool_name: str) -> Capability | None:
         return self._registry.get(tool_name)
 
-    def guard_s(self, capability: Capability) -> float:
-        """The longest one dispatch may take: the capability's timeout plus the executor's grace."""
-        return self._dispatcher.guard_s(capability)
-
-    def commit_deadline(
-        self, capability: Capability, sent_at: datetime, lease_expires_at: datetime | None
-    ) -> datetime:
-        """When a dispatch recorded at `sent_at` under its lease can no longer take effect at the backend."""
-        return self._dispatcher.commit_deadline(capability, sent_at, lease_expires_at)
-
-    def lease_s(self, capability: Capability) -> float:
-        """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
-        return self._dispatcher.lease_s(capability)
-
     @property
     def confirmation_ttl_s(self) -> float:
         """How long a user has to answer a confirmation round."""
         return self._confirmation_ttl_s
 
-    @property
-    def owner(self) -> str:
-        """This process's name in dispatch leases."""
-        return self._owner
-
     def now(self) -> datetime:
         """The pipeline's clock, for what the edges record beside its calls."""
         return self._clock()
-
-    def current_policy(self) -> PolicyLike:
-        """The policy in force now; re-read on every use, so a reload takes effect at once."""
-        return self._policy()
-
-    async def dispatch_claimed(
-        self, capability: Capability, call: CallView, arguments: Mapping[str, Any]
-    ) -> CallView:
-        """Execute a call whose dispatch lease was just claimed elsewhere (an approved call), and record it.
-
-        The same path as a call allowed outright: lease check, executor, outcome under the fencing token.
-        """
-        return await self._dispatcher.dispatch(capability, call, dict(arguments))
-
-    async def redispatch(self, capability: Capability, call: CallView) -> CallView:
-        """Re-send a call that reconciliation re-leased for dispatch: same key, next attempt."""
-        return await self._dispatcher.dispatch(capability, call, dict(call.arguments))
 
     async def call(self, inp: CallInput) -> CallReport:
         """Admit, decide and (when allowed and ours to do) dispatch one call: DESIGN §3, step by step.
@@ -359,7 +315,7 @@ class CallPipeline:
             approval_id=approval_id,
             approval_expires_at=expires_at,
             lease_owner=self._owner,
-            lease_s=self.lease_s(capability),
+            lease_s=self._dispatcher.lease_s(capability),
             held_arguments=call.arguments if approval_id else None,
             notification=(
                 _approval_notice(
@@ -430,7 +386,7 @@ class CallPipeline:
                     answered_by=principal.subject,
                     now=self._clock(),
                     lease_owner=self._owner,
-                    lease_s=self.lease_s(capability),
+                    lease_s=self._dispatcher.lease_s(capability),
                 )
             )
         except ConfirmationMismatch as exc:

@@ -12,19 +12,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
 
+from capabilities.contract import Capability
 from gateway.calls.actions import is_contract_hash
-from gateway.calls.authorize import Clearance, Reauthorization, Refusal, reauthorize
-from gateway.calls.pipeline import CallPipeline
+from gateway.calls.authorize import Clearance, PolicyLike, Reauthorization, Refusal, reauthorize
+from gateway.calls.dispatch import Dispatcher
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.ports import Resumption
 
 logger = logging.getLogger(__name__)
+
+
+class Capabilities(Protocol):
+    """What resuming needs of the registry: the capability a tool name serves now."""
+
+    def get(self, tool_name: str) -> Capability | None: ...
 
 
 def principal_of_record(recorded: Mapping[str, Any]) -> Principal:
@@ -46,13 +53,19 @@ class Resumer:
         self,
         *,
         store: Resumption,
-        pipeline: CallPipeline,
+        dispatcher: Dispatcher,
+        registry: Capabilities,
+        policy: Callable[[], PolicyLike],
         clock: Callable[[], datetime],
+        owner: str = "writ-gateway",
         interval_s: float = 1.0,
         batch: int = 20,
     ) -> None:
         self._store = store
-        self._pipeline = pipeline
+        self._dispatcher = dispatcher
+        self._registry = registry
+        self._policy = policy
+        self._owner = owner
         self._clock = clock
         self._interval_s = interval_s
         self._batch = batch
@@ -109,7 +122,7 @@ class Resumer:
                         now=now,
                         # The policy in force now, not the request's, even where policy was not
                         # what refused it: the record says under which policy the refusal was made.
-                        policy_version=outcome.policy_version or self._pipeline.current_policy().version,
+                        policy_version=outcome.policy_version or self._policy().version,
                         rule_id=outcome.rule_id,
                     )
                 )
@@ -120,13 +133,13 @@ class Resumer:
                     call.tool_call_id,
                     now=now,
                     policy_version=outcome.policy_version,
-                    lease_owner=self._pipeline.owner,
-                    lease_s=self._pipeline.lease_s(outcome.capability),
+                    lease_owner=self._owner,
+                    lease_s=self._dispatcher.lease_s(outcome.capability),
                 )
             )
         except (StaleLease, NotFound):
             return None  # another replica claimed or refused it first: the approval is used once
-        settled = await self._pipeline.dispatch_claimed(outcome.capability, claimed, outcome.arguments)
+        settled = await self._dispatcher.dispatch(outcome.capability, claimed, dict(outcome.arguments))
         if settled.status in TERMINAL_STATUSES and approval_id:
             await anyio.to_thread.run_sync(
                 lambda: self._store.release_held_arguments(approval_id, now=self._clock())
@@ -139,7 +152,7 @@ class Resumer:
         """Find what the approved call would run now, then authorize it again (blocking)."""
         if approval is None or approval.status != "approved":
             return Refusal("approval_missing", "the call has no granted approval")
-        capability = self._pipeline.capability(call.tool_name)
+        capability = self._registry.get(call.tool_name)
         if capability is None:
             return Refusal("capability_unavailable", f"tool {call.tool_name} is no longer registered")
         if (capability.id, capability.version) != (call.capability_id, call.capability_version):
@@ -160,7 +173,7 @@ class Resumer:
         principal = principal_of_record(call.principal or {"subject": call.subject, "tenant": call.tenant})
         return reauthorize(
             Reauthorization(call, capability, principal, arguments, approval),
-            policy=self._pipeline.current_policy(),
+            policy=self._policy(),
             standing=self._store,
             now=self._clock(),
         )

@@ -16,7 +16,8 @@ from capabilities.fake import FakeExecutor, completed, failed, fake_capability, 
 from capabilities.registry import Registry
 from capabilities.results import json_result
 from gateway.calls.actions import Redactor
-from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
+from gateway.calls.dispatch import Dispatcher
+from gateway.calls.pipeline import CallInput, CallPipeline, CallReport, RegistryLike
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.workers import Workers
 from gateway.mcp.results import CONTRADICTED, FAILED_BY, NEXT, shape_call, status_document
@@ -82,6 +83,17 @@ def executor() -> FakeExecutor:
     return FakeExecutor(default=completed({"refund_id": "r1"}))
 
 
+def dispatcher_of(store: Store, registry: RegistryLike, clock: Clock) -> Dispatcher:
+    return Dispatcher(
+        store=store,
+        registry=registry,
+        redactor=Redactor(b"salt"),
+        clock=clock,
+        executor_grace_s=0.3,
+        lease_margin_s=LEASE_MARGIN_S,
+    )
+
+
 @pytest.fixture
 def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline:
     registry = Registry({"fake": executor}, [LOOKUP_REFUND, DEDUPING, BLIND, SLOW])
@@ -90,9 +102,8 @@ def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline
         registry=registry,
         policy=lambda: POLICY,
         redactor=Redactor(b"salt"),
+        dispatcher=dispatcher_of(store, registry, clock),
         clock=clock,
-        executor_grace_s=0.3,
-        lease_margin_s=LEASE_MARGIN_S,
         owner="gw-a",
     )
     p.prepare()
@@ -104,7 +115,7 @@ def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
     reconciler = Reconciler(
         store=store,
         registry=pipeline._registry,  # the same registry the pipeline dispatches through
-        pipeline=pipeline,
+        dispatcher=dispatcher_of(store, pipeline._registry, clock),
         redactor=Redactor(b"salt"),
         owner="gw-b",
         clock=clock,
