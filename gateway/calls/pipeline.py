@@ -103,6 +103,9 @@ class CallReport:
     validation_errors: tuple[str, ...] = ()
     existing: CallView | None = None
     expires_at: datetime | None = field(default=None)
+    recorded: bool = True
+    """False: the call was dispatched and its outcome could not be recorded; `call` is the record
+    from before (`dispatching`). The edges tell the client `result_unknown`, never what was seen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,9 +336,10 @@ class CallPipeline:
     ) -> CallReport:
         """Dispatch a call whose key we claimed (its outcome is recorded before we return); or wait,
         bounded, for the call we joined to settle."""
-        settled = admission.call
+        settled, recorded = admission.call, True
         if admission.owns_dispatch:
-            settled = await self._dispatcher.dispatch(call.capability, settled, call.arguments)
+            dispatched = await self._dispatcher.dispatch(call.capability, settled, call.arguments)
+            settled, recorded = dispatched.call, dispatched.recorded
         elif admission.kind == "joined" and settled.status in IN_FLIGHT_STATUSES:
             settled = await self._await_settled(settled)
         return CallReport(
@@ -344,6 +348,7 @@ class CallPipeline:
             call.capability,
             existing=admission.existing,
             expires_at=request.approval_expires_at,
+            recorded=recorded,
         )
 
     @staticmethod
@@ -394,7 +399,8 @@ class CallPipeline:
         except (StaleLease, NotFound) as exc:
             raise ConfirmationRefused("confirmation_used", str(exc), inp.tool_call_id) from exc
         if call.status == "dispatching":
-            call = await self._dispatcher.dispatch(capability, call, arguments)
+            dispatched = await self._dispatcher.dispatch(capability, call, arguments)
+            return CallReport("new", dispatched.call, capability, recorded=dispatched.recorded)
         return CallReport("new", call, capability)
 
     async def _still_allowed(

@@ -139,7 +139,8 @@ class Resumer:
             )
         except (StaleLease, NotFound):
             return None  # another replica claimed or refused it first: the approval is used once
-        settled = await self._dispatcher.dispatch(outcome.capability, claimed, dict(outcome.arguments))
+        dispatched = await self._dispatcher.dispatch(outcome.capability, claimed, dict(outcome.arguments))
+        settled = dispatched.call
         if settled.status in TERMINAL_STATUSES and approval_id:
             await anyio.to_thread.run_sync(
                 lambda: self._store.release_held_arguments(approval_id, now=self._clock())
