@@ -35,6 +35,8 @@ ApprovalStatus = Literal["awaiting_approval", "approved", "rejected", "expired"]
 KeySource = Literal["client", "derived"]
 AdmissionKind = Literal["new", "joined", "conflict"]
 DecisionEffect = Literal["allow", "deny", "require_approval"]
+Answer = Literal["accept", "decline", "cancel"]
+"""A user's answer to a confirmation round."""
 
 
 class StoreError(Exception):
@@ -285,6 +287,48 @@ class RefusalRequest:
     detail: str
     policy_version: str
     summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationAnswer:
+    """The user's answer to a call's pending confirmation, for `Store.answer_confirmation`."""
+
+    tool_call_id: str
+    confirmation_id: str
+    action_hash: str
+    """The action the answer was given for; it must be the action the call awaits."""
+    action: Answer
+    answered_by: str
+    now: datetime
+    lease_owner: str = "writ-gateway"
+    """Who dispatches an accepted call; the dispatch lease is theirs until `now + lease_s`."""
+    lease_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedDispatch:
+    """The claim of an approved call's dispatch, for `Store.dispatch_approved`."""
+
+    tool_call_id: str
+    now: datetime
+    policy_version: str | None = None
+    """The policy version the call was re-authorized under."""
+    lease_owner: str = "writ-gateway"
+    lease_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedDenial:
+    """The refusal of an approved call that failed re-authorization, for `Store.deny_approved`."""
+
+    tool_call_id: str
+    reason: str
+    now: datetime
+    detail: str | None = None
+    policy_version: str | None = None
+    """The policy in force when it was refused."""
+    rule_id: str | None = None
+    """The rule that refused it, when policy did."""
 
 
 @dataclass(frozen=True, slots=True)

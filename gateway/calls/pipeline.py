@@ -41,6 +41,7 @@ from store.model import (
     CallIdentity,
     CallRequest,
     CallView,
+    ConfirmationAnswer,
     ConfirmationMismatch,
     KeySource,
     NotFound,
@@ -384,14 +385,16 @@ class CallPipeline:
         try:
             call = await anyio.to_thread.run_sync(
                 lambda: self._store.answer_confirmation(
-                    inp.tool_call_id,
-                    confirmation_id=inp.confirmation_id,
-                    action_hash=action,
-                    action=inp.action,
-                    answered_by=principal.subject,
-                    now=self._clock(),
-                    lease_owner=self._owner,
-                    lease_s=self._dispatcher.lease_s(capability),
+                    ConfirmationAnswer(
+                        inp.tool_call_id,
+                        confirmation_id=inp.confirmation_id,
+                        action_hash=action,
+                        action=inp.action,
+                        answered_by=principal.subject,
+                        now=self._clock(),
+                        lease_owner=self._owner,
+                        lease_s=self._dispatcher.lease_s(capability),
+                    )
                 )
             )
         except ConfirmationMismatch as exc:

@@ -22,7 +22,16 @@ from gateway.calls.actions import is_contract_hash
 from gateway.calls.authorize import Clearance, PolicyLike, Reauthorization, Refusal, reauthorize
 from gateway.calls.dispatch import Dispatcher
 from policy.model import Principal
-from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
+from store.model import (
+    TERMINAL_STATUSES,
+    ApprovalView,
+    ApprovedDenial,
+    ApprovedDispatch,
+    CallView,
+    NotFound,
+    StaleLease,
+    StoreError,
+)
 from store.ports import Resumption
 
 logger = logging.getLogger(__name__)
@@ -116,25 +125,29 @@ class Resumer:
             if isinstance(outcome, Refusal):
                 refused = await anyio.to_thread.run_sync(
                     lambda: self._store.deny_approved(
-                        call.tool_call_id,
-                        reason=outcome.reason,
-                        detail=outcome.detail,
-                        now=now,
-                        # The policy in force now, not the request's, even where policy was not
-                        # what refused it: the record says under which policy the refusal was made.
-                        policy_version=outcome.policy_version or self._policy().version,
-                        rule_id=outcome.rule_id,
+                        ApprovedDenial(
+                            call.tool_call_id,
+                            reason=outcome.reason,
+                            detail=outcome.detail,
+                            now=now,
+                            # The policy in force now, not the request's, even where policy was not
+                            # what refused it: the record says under which policy the refusal was made.
+                            policy_version=outcome.policy_version or self._policy().version,
+                            rule_id=outcome.rule_id,
+                        )
                     )
                 )
                 logger.warning("approved call %s refused: %s", call.tool_call_id, outcome.detail)
                 return refused
             claimed = await anyio.to_thread.run_sync(
                 lambda: self._store.dispatch_approved(
-                    call.tool_call_id,
-                    now=now,
-                    policy_version=outcome.policy_version,
-                    lease_owner=self._owner,
-                    lease_s=self._dispatcher.lease_s(outcome.capability),
+                    ApprovedDispatch(
+                        call.tool_call_id,
+                        now=now,
+                        policy_version=outcome.policy_version,
+                        lease_owner=self._owner,
+                        lease_s=self._dispatcher.lease_s(outcome.capability),
+                    )
                 )
             )
         except (StaleLease, NotFound):
