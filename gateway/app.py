@@ -43,6 +43,8 @@ from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.auth.trust import trusted_issuers
 from gateway.calls.actions import Redactor
 from gateway.calls.approvals import Decisions
+from gateway.calls.authorize import PolicyLike
+from gateway.calls.dispatch import Dispatcher
 from gateway.calls.faults import FaultPoints
 from gateway.calls.outbox import Notifier
 from gateway.calls.pipeline import CallPipeline
@@ -85,6 +87,10 @@ class Runtime:
     verifier: JwtVerifier
     dev_issuer: DevIssuer | None
     telemetry: Telemetry
+    dispatcher: Dispatcher
+    """The one dispatcher the pipeline and the workers share."""
+    policy_source: Callable[[], PolicyLike]
+    """The policy in force now, re-read on every use, so a reload takes effect at once."""
     sealing: RequestStateSecurity | None = None
     """How confirmation rounds' `requestState` is sealed (shared keys, or this process's own)."""
     workers: Workers | None = None
@@ -205,15 +211,25 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
     redactor = Redactor.from_file(config.privacy.salt_file)
+    clock = lambda: datetime.now(UTC)  # noqa: E731
+    # One dispatcher for every path that dispatches: new, confirmed, approved and re-sent calls.
+    dispatcher = Dispatcher(
+        store=store,
+        registry=registry,
+        redactor=redactor,
+        clock=clock,
+        executor_grace_s=timing.executor_grace_s,
+        lease_margin_s=timing.lease_margin_s,
+        faults=FaultPoints.from_env(environ or os.environ),
+    )
     pipeline = CallPipeline(
         store=store,
         registry=registry,
         policy=policy_source,
         redactor=redactor,
+        dispatcher=dispatcher,
+        clock=clock,
         owner=owner,
-        executor_grace_s=timing.executor_grace_s,
-        lease_margin_s=timing.lease_margin_s,
-        faults=FaultPoints.from_env(environ or os.environ),
         notify_approvals=config.approvals.webhook is not None,
         confirmation_ttl_s=config.confirmations.ttl_s,
         rate_limiter=limiter,
@@ -229,6 +245,8 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         dev_issuer,
         build_telemetry(config.telemetry),
         sealing=sealing,
+        dispatcher=dispatcher,
+        policy_source=policy_source,
     )
     if timing.enabled:
         runtime.workers = _workers(runtime, owner, redactor)
@@ -260,7 +278,13 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
     config = runtime.config.approvals
     clock = lambda: datetime.now(UTC)  # noqa: E731
     resumer = Resumer(
-        store=runtime.store, pipeline=runtime.pipeline, clock=clock, interval_s=config.poll_interval_s
+        store=runtime.store,
+        dispatcher=runtime.dispatcher,
+        registry=runtime.registry,
+        policy=runtime.policy_source,
+        clock=clock,
+        owner=owner,
+        interval_s=config.poll_interval_s,
     )
     runtime.decisions = Decisions(runtime.store, clock, on_granted=resumer.wake)
     # The console records its decisions in its own name, on the same database and pool.
@@ -292,7 +316,7 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
     reconciler = Reconciler(
         store=runtime.store,
         registry=runtime.registry,
-        pipeline=runtime.pipeline,
+        dispatcher=runtime.dispatcher,
         redactor=redactor,
         owner=owner,
         clock=clock,
@@ -374,9 +398,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 decisions=runtime.console_decisions,
                 verify=_principal_of_token(runtime),
                 secure_cookies=server_config.base_url.startswith("https://"),
-                in_force=InForce(
-                    runtime.pipeline.capability, lambda: runtime.pipeline.current_policy().version
-                ),
+                in_force=InForce(runtime.registry.get, lambda: runtime.policy_source().version),
             )
         )
     if runtime.dev_issuer is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from opentelemetry import metrics, trace
@@ -49,6 +49,9 @@ class CallSpan:
 
     def record(self, report: CallReport) -> None:
         call = report.call
+        if not report.recorded:
+            # Dispatched, and its outcome lost on the way to the store: the client is told it is unknown.
+            call = replace(call, status="result_unknown", error="outcome_not_recorded")
         self.status = call.status
         if self.arguments is not None:
             # As stored: the client's copy has the clear value of every `redact` field.

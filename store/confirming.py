@@ -10,18 +10,16 @@ A second answer, a replayed one, or one for another action is refused and record
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Connection, select
 
 from store import events as ev
 from store.leasing import call_envelope, call_row, grant
 from store.log import Append
-from store.model import CallView, ConfirmationMismatch, StaleLease
+from store.model import Answer, CallView, ConfirmationMismatch, StaleLease
 from store.schema import tool_calls
 from store.views import call_view
-
-Answer = Literal["accept", "decline", "cancel"]
 
 
 def answer(

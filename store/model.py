@@ -35,6 +35,8 @@ ApprovalStatus = Literal["awaiting_approval", "approved", "rejected", "expired"]
 KeySource = Literal["client", "derived"]
 AdmissionKind = Literal["new", "joined", "conflict"]
 DecisionEffect = Literal["allow", "deny", "require_approval"]
+Answer = Literal["accept", "decline", "cancel"]
+"""A user's answer to a confirmation round."""
 
 
 class StoreError(Exception):
@@ -82,8 +84,53 @@ class KeyClaimLost(StoreError):
 
 
 @dataclass(frozen=True, slots=True)
-class CallRequest:
-    """Everything `Store.admit` needs to record a new call's intent and decision in one transaction."""
+class ApprovalNeed:
+    """Who must approve a call and for how long the approval may wait, as policy required it."""
+
+    approver_role: str
+    expires_in_s: int = 3600
+    requester_may_approve: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """The policy decision as the store records it with a call's intent.
+
+    The gateway builds it from policy's `Decision`; the store knows nothing of policy.
+    """
+
+    effect: DecisionEffect
+    reason: str
+    """A stable reason code, e.g. `amount_over_limit`."""
+    policy_version: str
+    rule_id: str | None = None
+    approval: ApprovalNeed | None = None
+    """Set when the effect is `require_approval`."""
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `decision` of a `tool_call.requested` payload; its keys and their order are hashed."""
+        return {
+            "effect": self.effect,
+            "reason": self.reason,
+            "policy_version": self.policy_version,
+            "rule_id": self.rule_id,
+            "approval": (
+                {
+                    "approver_role": self.approval.approver_role,
+                    "expires_in_s": self.approval.expires_in_s,
+                    "requester_may_approve": self.approval.requester_may_approve,
+                }
+                if self.approval
+                else None
+            ),
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CallIdentity:
+    """Who asked for which action under which key: what an admission and a refusal record alike."""
 
     tool_call_id: str
     run_id: str
@@ -101,15 +148,25 @@ class CallRequest:
     action_hash: str
     idempotency_key: str
     key_source: KeySource
+    correlation_id: str
+    now: datetime
+    contract_hash: str | None = None
+    """The hash of the capability's contract the action hash covers."""
+    client_run_id: str | None = None
+    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """Everything `Store.admit` needs to record a new call's intent and decision in one transaction."""
+
+    identity: CallIdentity
     dedupe_window_s: int
-    decision: Mapping[str, Any]
-    """`Decision.to_json()`: effect, reason, policy_version, rule_id, approval, message."""
+    decision: DecisionRecord
     policy_version: str
     effect_class: str
     summary: str
     external_request_id: str
-    correlation_id: str
-    now: datetime
     approval_id: str | None = None
     """Set when the decision is `require_approval`."""
     approval_expires_at: datetime | None = None
@@ -124,10 +181,6 @@ class CallRequest:
     confirmation_id: str | None = None
     """Set when an allowed call must first be confirmed by the user in the client (effect `confirm`)."""
     confirmation_expires_at: datetime | None = None
-    contract_hash: str | None = None
-    """The hash of the capability's contract the action hash covers."""
-    client_run_id: str | None = None
-    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,28 +282,53 @@ class OutcomeRecord:
 class RefusalRequest:
     """A call refused before it could claim a key (invalid arguments): recorded as requested + denied."""
 
-    tool_call_id: str
-    run_id: str
-    run_is_new_hint: bool
-    tenant: str
-    subject: str
-    principal: Mapping[str, Any]
-    tool_name: str
-    capability_id: str
-    capability_version: str
-    arguments: Mapping[str, Any]
-    action_hash: str
-    idempotency_key: str
-    key_source: KeySource
+    identity: CallIdentity
     reason: str
     detail: str
     policy_version: str
-    correlation_id: str
-    now: datetime
     summary: str = ""
-    contract_hash: str | None = None
-    client_run_id: str | None = None
-    """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationAnswer:
+    """The user's answer to a call's pending confirmation, for `Store.answer_confirmation`."""
+
+    tool_call_id: str
+    confirmation_id: str
+    action_hash: str
+    """The action the answer was given for; it must be the action the call awaits."""
+    action: Answer
+    answered_by: str
+    now: datetime
+    lease_owner: str = "writ-gateway"
+    """Who dispatches an accepted call; the dispatch lease is theirs until `now + lease_s`."""
+    lease_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedDispatch:
+    """The claim of an approved call's dispatch, for `Store.dispatch_approved`."""
+
+    tool_call_id: str
+    now: datetime
+    policy_version: str | None = None
+    """The policy version the call was re-authorized under."""
+    lease_owner: str = "writ-gateway"
+    lease_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedDenial:
+    """The refusal of an approved call that failed re-authorization, for `Store.deny_approved`."""
+
+    tool_call_id: str
+    reason: str
+    now: datetime
+    detail: str | None = None
+    policy_version: str | None = None
+    """The policy in force when it was refused."""
+    rule_id: str | None = None
+    """The rule that refused it, when policy did."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,12 +27,14 @@ from store.commands import (
     RevokePrincipal,
     StartReconciliation,
 )
-from store.confirming import Answer
 from store.model import (
     Admission,
     ApprovalView,
+    ApprovedDenial,
+    ApprovedDispatch,
     CallRequest,
     CallView,
+    ConfirmationAnswer,
     OutboxMessage,
     OutcomeRecord,
     RefusalRequest,
@@ -108,18 +110,7 @@ class CallLedger(Outcomes, Standing, Protocol):
 
     def run_call_count(self, run_id: str, tenant: str) -> int: ...
 
-    def answer_confirmation(
-        self,
-        tool_call_id: str,
-        *,
-        confirmation_id: str,
-        action_hash: str,
-        action: Answer,
-        answered_by: str,
-        now: datetime,
-        lease_owner: str = "writ-gateway",
-        lease_s: float = 60.0,
-    ) -> CallView: ...
+    def answer_confirmation(self, req: ConfirmationAnswer) -> CallView: ...
 
 
 class Approvals(Protocol):
@@ -132,7 +123,7 @@ class Approvals(Protocol):
     def expire_approval(self, cmd: ExpireApproval) -> ApprovalView: ...
 
 
-class Resumption(Protocol):
+class Resumption(Standing, Protocol):
     """Resuming approved calls: their held arguments, the dispatch claim or the refusal, expiries."""
 
     def get_approval(self, approval_id: str, *, tenant: str | None = None) -> ApprovalView | None: ...
@@ -154,26 +145,9 @@ class Resumption(Protocol):
 
     def due_approvals(self, *, now: datetime, limit: int = 100) -> list[ApprovalView]: ...
 
-    def dispatch_approved(
-        self,
-        tool_call_id: str,
-        *,
-        now: datetime,
-        policy_version: str | None = None,
-        lease_owner: str = "writ-gateway",
-        lease_s: float = 60.0,
-    ) -> CallView: ...
+    def dispatch_approved(self, req: ApprovedDispatch) -> CallView: ...
 
-    def deny_approved(
-        self,
-        tool_call_id: str,
-        *,
-        reason: str,
-        now: datetime,
-        detail: str | None = None,
-        policy_version: str | None = None,
-        rule_id: str | None = None,
-    ) -> CallView: ...
+    def deny_approved(self, req: ApprovedDenial) -> CallView: ...
 
     def expire_approval(self, cmd: ExpireApproval) -> ApprovalView: ...
 

@@ -30,15 +30,15 @@ TOPIC_APPROVAL_REQUIRED = "approval.required"
 
 def on_admitted(conn: Connection, req: CallRequest) -> None:
     """Inside `admit`'s transaction: hold the arguments and queue the notification of a new approval."""
-    if req.approval_id is None or req.decision.get("effect") != "require_approval":
+    if req.approval_id is None or req.decision.effect != "require_approval":
         return
     if req.held_arguments is not None:
         conn.execute(
             insert(held_arguments).values(
                 approval_id=req.approval_id,
-                tool_call_id=req.tool_call_id,
+                tool_call_id=req.identity.tool_call_id,
                 arguments=canonical_json(dict(req.held_arguments)),
-                created_at=req.now,
+                created_at=req.identity.now,
             )
         )
     if req.notification is not None:
@@ -46,14 +46,14 @@ def on_admitted(conn: Connection, req: CallRequest) -> None:
             insert(outbox).values(
                 message_id=f"msg_{req.approval_id}",
                 topic=TOPIC_APPROVAL_REQUIRED,
-                tenant=req.tenant,
+                tenant=req.identity.tenant,
                 approval_id=req.approval_id,
-                tool_call_id=req.tool_call_id,
+                tool_call_id=req.identity.tool_call_id,
                 payload=canonical_json(dict(req.notification)),
                 status="pending",
                 attempts=0,
-                next_attempt_at=req.now,
-                created_at=req.now,
+                next_attempt_at=req.identity.now,
+                created_at=req.identity.now,
             )
         )
 

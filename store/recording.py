@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,8 +14,10 @@ from store.log import Append
 from store.model import (
     IN_FLIGHT_STATUSES,
     Admission,
+    CallIdentity,
     CallRequest,
     CallView,
+    DecisionRecord,
     OutcomeRecord,
     RefusalRequest,
     StoreError,
@@ -61,44 +62,45 @@ _RUN_TENANT = Statement(select(runs.c.tenant).where(runs.c.run_id == bindparam("
 def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     """Record a call's intent and decision, claiming its idempotency key unless another call holds it."""
     log = Append(conn)
+    who = req.identity
     # After the head lock, so under PostgreSQL's read committed this statement sees every earlier claim.
     params = {
-        "b_run_id": req.run_id,
-        "b_tenant": req.tenant,
-        "b_idempotency_key": req.idempotency_key,
-        "b_subject": req.subject,
+        "b_run_id": who.run_id,
+        "b_tenant": who.tenant,
+        "b_idempotency_key": who.idempotency_key,
+        "b_subject": who.subject,
     }
     lookup = _ADMIT_LOOKUP.one(conn, params)
-    _check_run_tenant(req.run_id, lookup.run_tenant, req.tenant)
+    _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
     if lookup.revoked:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
-        refusal = _refusal_of(req, "principal_revoked", f"{req.subject} is revoked in tenant {req.tenant}")
+        refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
     supersedes: str | None = None
     if lookup.holder is not None:
         existing = load_call(conn, lookup.holder)
         if existing is None:
             raise StoreError(f"effect ledger names call {lookup.holder}, which has no projection row")
-        if lookup.holder_hash != req.action_hash:
+        if lookup.holder_hash != who.action_hash:
             call = _record_conflict(
                 conn, log, req, existing, run_is_new=lookup.run_tenant is None, producer=producer
             )
             return Admission("conflict", call=call, existing=existing)
-        if req.key_source == "client" or _joinable(existing, req):
+        if who.key_source == "client" or _joinable(existing, req):
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
     _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None, producer=producer)
     queues.on_admitted(conn, req)
     log.flush()
-    return Admission("new", call=log.call(req.tool_call_id))
+    return Admission("new", call=log.call(who.tool_call_id))
 
 
 def refuse(conn: Connection, req: RefusalRequest, *, producer: str) -> CallView:
     """Record a call refused before it could claim a key: requested, then denied."""
     log = Append(conn)
-    found = _RUN_TENANT.one_or_none(conn, {"b_run_id": req.run_id})
+    found = _RUN_TENANT.one_or_none(conn, {"b_run_id": req.identity.run_id})
     run_tenant: str | None = None if found is None else found.tenant
-    _check_run_tenant(req.run_id, run_tenant, req.tenant)
+    _check_run_tenant(req.identity.run_id, run_tenant, req.identity.tenant)
     return _record_refusal(conn, log, req, run_tenant, producer)
 
 
@@ -106,32 +108,26 @@ def _record_refusal(
     conn: Connection, log: Append, req: RefusalRequest, run_tenant: str | None, producer: str
 ) -> CallView:
     req = bounded(req)
-    base = _base(req, producer)
+    who = req.identity
+    base = _base(who, req.policy_version, producer)
     if run_tenant is None:
-        _add_run_started(log, req, base)
-    decision = {
-        "effect": "deny",
-        "reason": req.reason,
-        "policy_version": req.policy_version,
-        "rule_id": None,
-        "approval": None,
-        "message": req.detail,
-    }
+        _add_run_started(log, who, base)
+    decision = DecisionRecord("deny", req.reason, req.policy_version, message=req.detail)
     requested = log.add(
         ev.ToolCallRequestedEvent(
             **base,
-            tool_call_id=req.tool_call_id,
-            payload=_requested(req, decision, claims_key=False, summary=req.summary),
+            tool_call_id=who.tool_call_id,
+            payload=_requested(who, decision, claims_key=False, summary=req.summary),
         )
     )
     denied = ev.ToolCallDenied(reason=req.reason, detail=req.detail)
     log.add(
         ev.ToolCallDeniedEvent(
-            **base, tool_call_id=req.tool_call_id, causation_id=requested.event_id, payload=denied
+            **base, tool_call_id=who.tool_call_id, causation_id=requested.event_id, payload=denied
         )
     )
     log.flush()
-    return log.call(req.tool_call_id)
+    return log.call(who.tool_call_id)
 
 
 def record_outcome(
@@ -168,9 +164,8 @@ def record_outcome(
 
 
 def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
-    # A refusal records the same identity as the request it refuses: every field the two share.
-    shared = {f.name: getattr(req, f.name) for f in fields(RefusalRequest) if hasattr(req, f.name)}
-    return RefusalRequest(**{**shared, "reason": reason, "detail": detail})
+    # A refusal records the same identity as the request it refuses.
+    return RefusalRequest(req.identity, reason, detail, req.policy_version, req.summary)
 
 
 def _check_run_tenant(run_id: str, run_tenant: str | None, tenant: str) -> None:
@@ -186,43 +181,43 @@ def _joinable(existing: CallView, req: CallRequest) -> bool:
     if existing.verification_status == "inconclusive":
         return True
     window = timedelta(seconds=req.dedupe_window_s)
-    return existing.status == "completed" and req.now - existing.created_at < window
+    return existing.status == "completed" and req.identity.now - existing.created_at < window
 
 
-def _base(req: CallRequest | RefusalRequest, producer: str) -> dict[str, Any]:
+def _base(who: CallIdentity, policy_version: str, producer: str) -> dict[str, Any]:
     return {
-        "occurred_at": ev.format_ts(req.now),
+        "occurred_at": ev.format_ts(who.now),
         "producer": producer,
-        "run_id": req.run_id,
-        "capability_id": req.capability_id,
-        "capability_version": req.capability_version,
-        "policy_version": req.policy_version,
-        "correlation_id": req.correlation_id,
-        "tenant": req.tenant,
+        "run_id": who.run_id,
+        "capability_id": who.capability_id,
+        "capability_version": who.capability_version,
+        "policy_version": policy_version,
+        "correlation_id": who.correlation_id,
+        "tenant": who.tenant,
     }
 
 
-def _add_run_started(log: Append, req: CallRequest | RefusalRequest, base: dict[str, Any]) -> None:
+def _add_run_started(log: Append, who: CallIdentity, base: dict[str, Any]) -> None:
     payload = ev.RunStarted(
-        tenant=req.tenant, subject=req.subject, implicit=req.run_is_new_hint, client_run_id=req.client_run_id
+        tenant=who.tenant, subject=who.subject, implicit=who.run_is_new_hint, client_run_id=who.client_run_id
     )
     log.add(ev.RunStartedEvent(**base, payload=payload))
 
 
 def _requested(
-    req: CallRequest | RefusalRequest, decision: dict[str, Any], *, claims_key: bool, **extra: Any
+    who: CallIdentity, decision: DecisionRecord, *, claims_key: bool, **extra: Any
 ) -> ev.ToolCallRequested:
     return ev.ToolCallRequested(
-        tool_name=req.tool_name,
-        subject=req.subject,
-        arguments=dict(req.arguments),
-        action_hash=req.action_hash,
-        idempotency_key=req.idempotency_key,
-        key_source=req.key_source,
+        tool_name=who.tool_name,
+        subject=who.subject,
+        arguments=dict(who.arguments),
+        action_hash=who.action_hash,
+        idempotency_key=who.idempotency_key,
+        key_source=who.key_source,
         claims_key=claims_key,
-        principal=dict(req.principal),
-        decision=decision,
-        contract_hash=req.contract_hash,
+        principal=dict(who.principal),
+        decision=decision.to_json(),
+        contract_hash=who.contract_hash,
         **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},
     )
 
@@ -231,8 +226,8 @@ def _call_requested(
     req: CallRequest, *, claims_key: bool, supersedes: str | None = None
 ) -> ev.ToolCallRequested:
     return _requested(
-        req,
-        dict(req.decision),
+        req.identity,
+        req.decision,
         claims_key=claims_key,
         supersedes=supersedes,
         effect_class=req.effect_class,
@@ -245,32 +240,32 @@ def _call_requested(
 def _record_new(
     log: Append, req: CallRequest, *, supersedes: str | None, run_is_new: bool, producer: str
 ) -> None:
-    base = _base(req, producer)
+    who = req.identity
+    base = _base(who, req.policy_version, producer)
     if run_is_new:
-        _add_run_started(log, req, base)
-    call = {**base, "tool_call_id": req.tool_call_id}
+        _add_run_started(log, who, base)
+    call = {**base, "tool_call_id": who.tool_call_id}
     payload = _call_requested(req, claims_key=True, supersedes=supersedes)
     requested = log.add(ev.ToolCallRequestedEvent(**call, payload=payload))
     call["causation_id"] = requested.event_id
-    effect = req.decision.get("effect")
+    decision = req.decision
+    effect = decision.effect
     if effect == "deny":
         denied = ev.ToolCallDenied(
-            reason=str(req.decision.get("reason") or "denied"),
-            rule_id=req.decision.get("rule_id"),
-            message=req.decision.get("message"),
+            reason=decision.reason or "denied", rule_id=decision.rule_id, message=decision.message
         )
         log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
     elif effect == "require_approval":
         if req.approval_id is None or req.approval_expires_at is None:
             raise StoreError("a require_approval decision needs approval_id and approval_expires_at")
-        approval = req.decision.get("approval") or {}
+        need = decision.approval
         required = ev.ApprovalRequired(
             approval_id=req.approval_id,
-            approver_role=str(approval.get("approver_role", "")),
+            approver_role=need.approver_role if need else "",
             expires_at=ev.format_ts(req.approval_expires_at),
-            requester_may_approve=bool(approval.get("requester_may_approve", False)),
-            action_hash=req.action_hash,
-            requester=req.subject,
+            requester_may_approve=need.requester_may_approve if need else False,
+            action_hash=who.action_hash,
+            requester=who.subject,
         )
         log.add(ev.ApprovalRequiredEvent(**call, approval_id=req.approval_id, payload=required))
     elif effect == "allow" and req.confirmation_id is not None:
@@ -278,17 +273,17 @@ def _record_new(
             raise StoreError("a call awaiting confirmation needs confirmation_expires_at")
         asked = ev.ConfirmationRequired(
             confirmation_id=req.confirmation_id,
-            action_hash=req.action_hash,
+            action_hash=who.action_hash,
             expires_at=ev.format_ts(req.confirmation_expires_at),
-            requester=req.subject,
+            requester=who.subject,
         )
         log.add(ev.ConfirmationRequiredEvent(**call, payload=asked))
     elif effect == "allow":
         dispatching = ev.ToolCallDispatching(
             attempt=1,
-            idempotency_key=req.idempotency_key,
+            idempotency_key=who.idempotency_key,
             external_request_id=req.external_request_id,
-            **grant(req.lease_owner, 0, req.now, req.lease_s),
+            **grant(req.lease_owner, 0, who.now, req.lease_s),
         )
         log.add(ev.ToolCallDispatchingEvent(**call, payload=dispatching))
     else:
@@ -298,10 +293,11 @@ def _record_new(
 def _record_conflict(
     conn: Connection, log: Append, req: CallRequest, existing: CallView, *, run_is_new: bool, producer: str
 ) -> CallView:
-    base = _base(req, producer)
+    who = req.identity
+    base = _base(who, req.policy_version, producer)
     if run_is_new:
-        _add_run_started(log, req, base)
-    call = {**base, "tool_call_id": req.tool_call_id}
+        _add_run_started(log, who, base)
+    call = {**base, "tool_call_id": who.tool_call_id}
     requested = log.add(ev.ToolCallRequestedEvent(**call, payload=_call_requested(req, claims_key=False)))
     denied = ev.ToolCallDenied(
         reason="idempotency_conflict",
@@ -310,4 +306,4 @@ def _record_conflict(
     )
     log.add(ev.ToolCallDeniedEvent(**call, causation_id=requested.event_id, payload=denied))
     log.flush()
-    return log.call(req.tool_call_id)
+    return log.call(who.tool_call_id)

@@ -30,7 +30,7 @@ def bounded(req: RefusalRequest) -> RefusalRequest:
     """`req` with its arguments, summary and detail cut to what a refusal may record."""
     return dataclasses.replace(
         req,
-        arguments=bounded_arguments(req.arguments),
+        identity=dataclasses.replace(req.identity, arguments=bounded_arguments(req.identity.arguments)),
         summary=_clip(req.summary, SUMMARY_CHARS),
         detail=_clip(req.detail, DETAIL_CHARS),
     )

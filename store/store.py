@@ -31,8 +31,11 @@ from store.log import Append, envelope_of, read_pages
 from store.model import (
     Admission,
     ApprovalView,
+    ApprovedDenial,
+    ApprovedDispatch,
     CallRequest,
     CallView,
+    ConfirmationAnswer,
     CorruptEvent,
     KeyClaimLost,
     OutcomeRecord,
@@ -177,12 +180,12 @@ class Store(Settlement, Queues, Reads, RateLimits):
 
     def admit(self, req: CallRequest) -> Admission:
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
-        _aware(req.now)
+        _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
 
     def refuse(self, req: RefusalRequest) -> CallView:
         """Record a call refused before it could claim a key (requested + denied)."""
-        _aware(req.now)
+        _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.refuse(conn, req, producer=self._producer))
 
     def record_outcome(
@@ -230,43 +233,26 @@ class Store(Settlement, Queues, Reads, RateLimits):
         with _translated(), self._engine.begin() as conn:
             return approving.expire(conn, cmd, producer=self._producer)
 
-    def dispatch_approved(
-        self,
-        tool_call_id: str,
-        *,
-        now: datetime,
-        policy_version: str | None = None,
-        lease_owner: str = "writ-gateway",
-        lease_s: float = 60.0,
-    ) -> CallView:
+    def dispatch_approved(self, req: ApprovedDispatch) -> CallView:
         """Claim the dispatch of an approved call (compare-and-set on its status), with a lease.
 
         Raises:
             NotFound: no such call.
             StaleLease: the call is not `approved` (someone else dispatched or refused it).
         """
-        _aware(now)
+        _aware(req.now)
         with _translated(), self._engine.begin() as conn:
             return approving.dispatch(
                 conn,
-                tool_call_id,
-                now=now,
+                req.tool_call_id,
+                now=req.now,
                 producer=self._producer,
-                policy_version=policy_version,
-                lease_owner=lease_owner,
-                lease_s=lease_s,
+                policy_version=req.policy_version,
+                lease_owner=req.lease_owner,
+                lease_s=req.lease_s,
             )
 
-    def deny_approved(
-        self,
-        tool_call_id: str,
-        *,
-        reason: str,
-        now: datetime,
-        detail: str | None = None,
-        policy_version: str | None = None,
-        rule_id: str | None = None,
-    ) -> CallView:
+    def deny_approved(self, req: ApprovedDenial) -> CallView:
         """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
 
         `policy_version` and `rule_id` name the policy and rule that refused it, when policy did.
@@ -275,31 +261,20 @@ class Store(Settlement, Queues, Reads, RateLimits):
             NotFound: no such call.
             StaleLease: the call is not `approved`.
         """
-        _aware(now)
+        _aware(req.now)
         with _translated(), self._engine.begin() as conn:
             return approving.deny(
                 conn,
-                tool_call_id,
-                reason=reason,
-                detail=detail,
-                now=now,
+                req.tool_call_id,
+                reason=req.reason,
+                detail=req.detail,
+                now=req.now,
                 producer=self._producer,
-                policy_version=policy_version,
-                rule_id=rule_id,
+                policy_version=req.policy_version,
+                rule_id=req.rule_id,
             )
 
-    def answer_confirmation(
-        self,
-        tool_call_id: str,
-        *,
-        confirmation_id: str,
-        action_hash: str,
-        action: confirming.Answer,
-        answered_by: str,
-        now: datetime,
-        lease_owner: str = "writ-gateway",
-        lease_s: float = 60.0,
-    ) -> CallView:
+    def answer_confirmation(self, req: ConfirmationAnswer) -> CallView:
         """Consume a call's pending confirmation once: accept -> `dispatching` (ours), else `denied`.
 
         Raises:
@@ -307,19 +282,19 @@ class Store(Settlement, Queues, Reads, RateLimits):
             StaleLease: not awaiting confirmation (answered before, expired) or past its expiry.
             ConfirmationMismatch: the answer is bound to another confirmation or action.
         """
-        _aware(now)
+        _aware(req.now)
         with _translated(), self._engine.begin() as conn:
             return confirming.answer(
                 conn,
-                tool_call_id,
-                confirmation_id=confirmation_id,
-                action_hash=action_hash,
-                action=action,
-                answered_by=answered_by,
-                now=now,
+                req.tool_call_id,
+                confirmation_id=req.confirmation_id,
+                action_hash=req.action_hash,
+                action=req.action,
+                answered_by=req.answered_by,
+                now=req.now,
                 producer=self._producer,
-                lease_owner=lease_owner,
-                lease_s=lease_s,
+                lease_owner=req.lease_owner,
+                lease_s=req.lease_s,
             )
 
     def expire_confirmations(self, *, now: datetime, limit: int = 100) -> list[CallView]:

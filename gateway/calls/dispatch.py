@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -26,8 +26,17 @@ from store.ports import Outcomes
 
 logger = logging.getLogger(__name__)
 
-OUTCOME_NOT_RECORDED = "outcome_not_recorded"
-"""The error of a call answered as unknown because its outcome could not be recorded (never stored)."""
+
+@dataclass(frozen=True, slots=True)
+class Dispatched:
+    """What one dispatch left behind."""
+
+    call: CallView
+    """The call as recorded; when `recorded` is False, as it was before the executor ran."""
+    recorded: bool = True
+    """False: the outcome could not be stored (the database was gone or refused the write). The
+    effect may have happened; nobody may be told what was observed, and the call stays `dispatching`
+    under our lease until recovery marks it unknown and reconciliation settles it."""
 
 
 class Executors(Protocol):
@@ -81,7 +90,7 @@ class Dispatcher:
         )
         return max(sent_at, latest_send) + timedelta(seconds=capability.horizon_s)
 
-    async def dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> CallView:
+    async def dispatch(self, capability: Capability, call: CallView, arguments: dict[str, Any]) -> Dispatched:
         """Execute a call this process holds the dispatch lease of, and record what it observed."""
         invocation = Invocation(
             capability=capability,
@@ -144,7 +153,7 @@ class Dispatcher:
             logger.error("contradiction of %s not recorded: %s", call.tool_call_id, exc)
             return None
 
-    async def _record(self, call: CallView, outcome: Outcome, withhold: Callable[[Any], Any]) -> CallView:
+    async def _record(self, call: CallView, outcome: Outcome, withhold: Callable[[Any], Any]) -> Dispatched:
         """Record the outcome under our fencing token; if we were fenced, report the recorded state.
 
         What the backend said passes `withhold` first: an echo of a redacted argument never reaches the
@@ -160,9 +169,10 @@ class Dispatcher:
         )
         token, now = call.lease_token, self._clock()
         try:
-            return await anyio.to_thread.run_sync(
+            recorded = await anyio.to_thread.run_sync(
                 lambda: self._store.record_outcome(call.tool_call_id, record, token=token, now=now)
             )
+            return Dispatched(recorded)
         except StaleLease as exc:
             # Our lease ran out and another worker settled the call meanwhile; its record stands.
             logger.warning("outcome of %s not recorded (%s): %s", call.tool_call_id, outcome.kind, exc)
@@ -172,9 +182,9 @@ class Dispatcher:
                 # attempt's refusal says nothing of a later re-send's effect.)
                 contradicted = await self._contradict(call, record)
                 if contradicted is not None:
-                    return contradicted
+                    return Dispatched(contradicted)
             latest = await anyio.to_thread.run_sync(self._store.get_call, call.tool_call_id)
-            return latest or call
+            return Dispatched(latest or call)
         except StoreError as exc:
             # The backend may have acted and its outcome could not be written (the database is gone,
             # or refused the write): what we saw is not durable, so it must not be told. The call stays
@@ -187,7 +197,7 @@ class Dispatcher:
                 exc,
                 exc_info=not isinstance(exc, Unavailable),
             )
-            return replace(call, status="result_unknown", error=OUTCOME_NOT_RECORDED)
+            return Dispatched(call, recorded=False)
 
     async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
         executor = self._registry.executor(capability)

@@ -1,6 +1,15 @@
 """The call pipeline: one path for every tool call, obeying the resume contract (DESIGN §3).
 
-validate -> decide -> record intent (+ claim the key, + dispatching) -> execute -> record outcome.
+`CallPipeline.call` runs the lifecycle in these steps, one method each:
+
+1. `_prepare`: the capability, the rate limit, the call's ids, key and action hash (`CallIdentity`).
+2. `_validate`: arguments that cannot be recorded or fail the schema are refused (`_refuse_invalid`).
+3. `_authorize`: policy decides over the full arguments: allow, deny, require_approval.
+4. `_intent`, then `store.admit`: the intent with the decision is durable before anything else; in
+   the same transaction the key is claimed and, for an allowed call, `dispatching` is recorded.
+5. `_dispatch_or_join`: the claimant dispatches (`Dispatcher`: executor, then the outcome recorded
+   before the client hears it); a call that joined an identical one waits for its recorded state.
+
 Nothing crosses a boundary before the fact that it is about to is durable in the store; the store's
 ledger decides who may dispatch, so replicas and retries never cause a second effect.
 """
@@ -12,15 +21,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability, Executor
 from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
+from gateway.calls.authorize import PolicyLike, Reauthorization, Refusal, decision_record, reauthorize
 from gateway.calls.dispatch import Dispatcher
-from gateway.calls.faults import NO_FAULTS, FaultPoints
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.run_ids import scoped_run_id
 from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
@@ -29,9 +38,13 @@ from gateway.reasons import ReasonCode
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
+    Admission,
+    CallIdentity,
     CallRequest,
     CallView,
+    ConfirmationAnswer,
     ConfirmationMismatch,
+    KeySource,
     NotFound,
     RefusalRequest,
     StaleLease,
@@ -42,17 +55,10 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 
+_T = TypeVar("_T")
+
 TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 """What MCP (2025-11-25, SEP-986) says a tool name should be."""
-
-
-class PolicyLike(Protocol):
-    @property
-    def version(self) -> str: ...
-
-    def evaluate(self, inp: PolicyInput) -> Decision: ...
-
-    def may_list(self, principal: Principal, capability: Capability) -> bool: ...
 
 
 class RegistryLike(Protocol):
@@ -99,6 +105,30 @@ class CallReport:
     validation_errors: tuple[str, ...] = ()
     existing: CallView | None = None
     expires_at: datetime | None = field(default=None)
+    recorded: bool = True
+    """False: the call was dispatched and its outcome could not be recorded; `call` is the record
+    from before (`dispatching`). The edges tell the client `result_unknown`, never what was seen."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A call named and hashed, before it is validated: what every later step reads."""
+
+    inp: CallInput
+    capability: Capability
+    arguments: dict[str, Any]
+    """The full arguments (what the executor gets and policy sees); the identity holds the stored ones."""
+    identity: CallIdentity
+    policy: PolicyLike
+    """The policy in force when the call arrived, read once so every step sees the same version."""
+    unfit: tuple[str, ...]
+
+    @property
+    def summary(self) -> str:
+        return self.capability.summarize(self.identity.arguments)
+
+    def refusal(self, reason: ReasonCode | str, detail: str, policy_version: str) -> RefusalRequest:
+        return RefusalRequest(self.identity, reason, detail, policy_version, self.summary)
 
 
 class CallPipeline:
@@ -111,12 +141,10 @@ class CallPipeline:
         registry: RegistryLike,
         policy: Callable[[], PolicyLike],
         redactor: Redactor,
+        dispatcher: Dispatcher | None = None,
         clock: Clock = lambda: datetime.now(UTC),
         join_wait_s: float = 10.0,
-        executor_grace_s: float = 5.0,
         owner: str = "writ-gateway",
-        lease_margin_s: float = 10.0,
-        faults: FaultPoints = NO_FAULTS,
         notify_approvals: bool = False,
         confirmation_ttl_s: float = 600.0,
         rate_limiter: RateLimiter | None = None,
@@ -131,14 +159,9 @@ class CallPipeline:
         self._clock = clock
         self._join_wait_s = join_wait_s
         self._owner = owner
-        self._dispatcher = Dispatcher(
-            store=store,
-            registry=registry,
-            redactor=redactor,
-            clock=clock,
-            executor_grace_s=executor_grace_s,
-            lease_margin_s=lease_margin_s,
-            faults=faults,
+        # The composition root shares one dispatcher with the workers; a test may let us make our own.
+        self._dispatcher = dispatcher or Dispatcher(
+            store=store, registry=registry, redactor=redactor, clock=clock
         )
         self._notify_approvals = notify_approvals
         self._confirmation_ttl_s = confirmation_ttl_s
@@ -172,58 +195,34 @@ class CallPipeline:
     def capability(self, tool_name: str) -> Capability | None:
         return self._registry.get(tool_name)
 
-    def guard_s(self, capability: Capability) -> float:
-        """The longest one dispatch may take: the capability's timeout plus the executor's grace."""
-        return self._dispatcher.guard_s(capability)
-
-    def commit_deadline(
-        self, capability: Capability, sent_at: datetime, lease_expires_at: datetime | None
-    ) -> datetime:
-        """When a dispatch recorded at `sent_at` under its lease can no longer take effect at the backend."""
-        return self._dispatcher.commit_deadline(capability, sent_at, lease_expires_at)
-
-    def lease_s(self, capability: Capability) -> float:
-        """How long a dispatch lease lasts: the longest dispatch plus a margin for recording it."""
-        return self._dispatcher.lease_s(capability)
-
     @property
     def confirmation_ttl_s(self) -> float:
         """How long a user has to answer a confirmation round."""
         return self._confirmation_ttl_s
 
-    @property
-    def owner(self) -> str:
-        """This process's name in dispatch leases."""
-        return self._owner
-
     def now(self) -> datetime:
         """The pipeline's clock, for what the edges record beside its calls."""
         return self._clock()
 
-    def current_policy(self) -> PolicyLike:
-        """The policy in force now; re-read on every use, so a reload takes effect at once."""
-        return self._policy()
-
-    async def dispatch_claimed(
-        self, capability: Capability, call: CallView, arguments: Mapping[str, Any]
-    ) -> CallView:
-        """Execute a call whose dispatch lease was just claimed elsewhere (an approved call), and record it.
-
-        The same path as a call allowed outright: lease check, executor, outcome under the fencing token.
-        """
-        return await self._dispatcher.dispatch(capability, call, dict(arguments))
-
-    async def redispatch(self, capability: Capability, call: CallView) -> CallView:
-        """Re-send a call that reconciliation re-leased for dispatch: same key, next attempt."""
-        return await self._dispatcher.dispatch(capability, call, dict(call.arguments))
-
     async def call(self, inp: CallInput) -> CallReport:
-        """Admit, decide and (when allowed and ours to do) dispatch one call.
+        """Admit, decide and (when allowed and ours to do) dispatch one call: DESIGN §3, step by step.
 
         Raises:
             UnknownTool: no capability has this tool name.
             RateLimited: the principal called too often; nothing was recorded.
         """
+        call = await self._prepare(inp)
+        if errors := self._validate(call):
+            return await self._refuse_invalid(call, errors)
+        decision = await self._authorize(call)
+        request = self._intent(call, decision)
+        if isinstance(request, RefusalRequest):
+            return CallReport("new", await self._run(self._store.refuse, request), call.capability)
+        admission = await self._run(self._store.admit, request)
+        return await self._dispatch_or_join(call, request, admission)
+
+    async def _prepare(self, inp: CallInput) -> _Prepared:
+        """Find the capability, take the rate limit, and name the call: ids, key, action hash."""
         capability = self._registry.get(inp.tool_name)
         if capability is None:
             raise UnknownTool(inp.tool_name)
@@ -232,13 +231,14 @@ class CallPipeline:
             # First, before anything is hashed, checked or recorded: a flood costs the log nothing.
             await anyio.to_thread.run_sync(self._rate_limiter.take, principal, capability, self._clock())
         # Arguments that are not JSON (NaN, a lone surrogate, absurd nesting) cannot be hashed or stored:
-        # the refusal below records a copy with stand-ins for the offending values, and nothing runs.
+        # the refusal records a copy with stand-ins for the offending values, and nothing runs.
         unfit, recordable = unrecordable(inp.arguments)
         arguments = recordable if unfit else dict(inp.arguments)
         if too_large := oversized(arguments, self._max_argument_bytes):
             unfit = [too_large, *unfit]
         now = self._clock()
         action = action_hash(capability, arguments, principal)
+        key_source: KeySource
         key, key_source = (
             (inp.idempotency_key, "client")
             if inp.idempotency_key
@@ -248,109 +248,115 @@ class CallPipeline:
         # count into) a run it did not start, or fail on one of the same name in another tenant.
         run_id = scoped_run_id(principal, inp.run_id) if inp.run_id else new_id("run")
         tool_call_id = new_id("tc")
-        correlation_id = inp.correlation_id or tool_call_id
         stored_arguments = self._redactor.redact(capability, arguments)
-        policy = self._policy()
-
         # What a refusal and an admission record alike: who asked for which action, under which key.
-        identity: dict[str, Any] = {
-            "tool_call_id": tool_call_id,
-            "run_id": run_id,
-            "run_is_new_hint": inp.run_id is None,
-            "client_run_id": inp.run_id,
-            "tenant": principal.tenant,
-            "subject": principal.subject,
-            "principal": principal.to_json(),
-            "tool_name": capability.tool_name,
-            "capability_id": capability.id,
-            "capability_version": capability.version,
-            "arguments": stored_arguments,
-            "action_hash": action,
-            "contract_hash": contract_hash(capability),
-            "idempotency_key": key,
-            "key_source": key_source,
-            "correlation_id": correlation_id,
-            "now": now,
-        }
+        identity = CallIdentity(
+            tool_call_id=tool_call_id,
+            run_id=run_id,
+            run_is_new_hint=inp.run_id is None,
+            client_run_id=inp.run_id,
+            tenant=principal.tenant,
+            subject=principal.subject,
+            principal=principal.to_json(),
+            tool_name=capability.tool_name,
+            capability_id=capability.id,
+            capability_version=capability.version,
+            arguments=stored_arguments,
+            action_hash=action,
+            contract_hash=contract_hash(capability),
+            idempotency_key=key,
+            key_source=key_source,
+            correlation_id=inp.correlation_id or tool_call_id,
+            now=now,
+        )
+        return _Prepared(inp, capability, arguments, identity, self._policy(), tuple(unfit))
 
-        def refusal(reason: ReasonCode | str, detail: str, policy_version: str) -> RefusalRequest:
-            return RefusalRequest(
-                **identity,
-                reason=reason,
-                detail=detail,
-                policy_version=policy_version,
-                summary=capability.summarize(stored_arguments),
-            )
+    def _validate(self, call: _Prepared) -> tuple[str, ...]:
+        """Why the arguments cannot be run (unrecordable, too large, against the schema); empty if fine."""
+        return call.unfit or tuple(self._schemas.errors(call.capability, call.arguments))
 
-        errors = unfit or self._schemas.errors(capability, arguments)
-        if errors:
-            refused = await anyio.to_thread.run_sync(
-                self._store.refuse, refusal(ReasonCode.INVALID_ARGUMENTS, "; ".join(errors), policy.version)
-            )
-            return CallReport("invalid_arguments", refused, capability, validation_errors=tuple(errors))
+    async def _refuse_invalid(self, call: _Prepared, errors: tuple[str, ...]) -> CallReport:
+        """Record the refusal of invalid arguments: requested, then denied; no key is claimed."""
+        refusal = call.refusal(ReasonCode.INVALID_ARGUMENTS, "; ".join(errors), call.policy.version)
+        refused = await self._run(self._store.refuse, refusal)
+        return CallReport("invalid_arguments", refused, call.capability, validation_errors=errors)
 
+    async def _authorize(self, call: _Prepared) -> Decision:
+        """The policy's decision over the full arguments, with the calls made earlier in the run."""
+        who = call.identity
         run_count = (
-            await anyio.to_thread.run_sync(self._store.run_call_count, run_id, principal.tenant)
-            if inp.run_id
-            else 0
+            await self._run(self._store.run_call_count, who.run_id, who.tenant) if call.inp.run_id else 0
         )
-        decision = policy.evaluate(
-            PolicyInput(principal, capability, arguments, CallContext(now=now, run_call_count=run_count))
-        )
+        context = CallContext(now=who.now, run_call_count=run_count)
+        return call.policy.evaluate(PolicyInput(call.inp.principal, call.capability, call.arguments, context))
+
+    def _intent(self, call: _Prepared, decision: Decision) -> CallRequest | RefusalRequest:
+        """What to record before anything happens: the intent, or the refusal of a call nobody can confirm."""
+        capability, now = call.capability, call.identity.now
         approval_id = expires_at = None
         if decision.effect == "require_approval" and decision.approval is not None:
             approval_id = new_id("ap")
             expires_at = now + timedelta(seconds=decision.approval.expires_in_s)
         confirmation_id = confirm_by = None
         if decision.effect == "allow" and capability.effect == "confirm":
-            if not inp.can_confirm:
+            if not call.inp.can_confirm:
                 # Nobody can be asked, so the effect cannot happen: refused, recorded, never claimed.
                 detail = (
                     f"{capability.ref} runs only after the user confirms it in the client; this client "
                     "cannot be asked (it needs MCP 2026-07-28 input-required rounds and form elicitation)"
                 )
-                unconfirmable = await anyio.to_thread.run_sync(
-                    self._store.refuse,
-                    refusal(ReasonCode.CONFIRMATION_UNAVAILABLE, detail, decision.policy_version),
-                )
-                return CallReport("new", unconfirmable, capability)
+                return call.refusal(ReasonCode.CONFIRMATION_UNAVAILABLE, detail, decision.policy_version)
             confirmation_id = new_id("cf")
             confirm_by = now + timedelta(seconds=self._confirmation_ttl_s)
-
-        admission = await anyio.to_thread.run_sync(
-            self._store.admit,
-            CallRequest(
-                **identity,
-                dedupe_window_s=_dedupe_window(capability),
-                decision=decision.to_json(),
-                policy_version=decision.policy_version,
-                effect_class=capability.effect,
-                summary=capability.summarize(stored_arguments),
-                external_request_id=new_id("req"),
-                approval_id=approval_id,
-                approval_expires_at=expires_at,
-                lease_owner=self._owner,
-                lease_s=self.lease_s(capability),
-                held_arguments=arguments if approval_id else None,
-                notification=(
-                    _approval_notice(
-                        capability, principal, decision, approval_id, expires_at, stored_arguments
-                    )
-                    if approval_id and expires_at and self._notify_approvals
-                    else None
-                ),
-                confirmation_id=confirmation_id,
-                confirmation_expires_at=confirm_by,
+        stored_arguments = call.identity.arguments
+        return CallRequest(
+            call.identity,
+            dedupe_window_s=_dedupe_window(capability),
+            decision=decision_record(decision),
+            policy_version=decision.policy_version,
+            effect_class=capability.effect,
+            summary=call.summary,
+            external_request_id=new_id("req"),
+            approval_id=approval_id,
+            approval_expires_at=expires_at,
+            lease_owner=self._owner,
+            lease_s=self._dispatcher.lease_s(capability),
+            held_arguments=call.arguments if approval_id else None,
+            notification=(
+                _approval_notice(
+                    capability, call.inp.principal, decision, approval_id, expires_at, stored_arguments
+                )
+                if approval_id and expires_at and self._notify_approvals
+                else None
             ),
+            confirmation_id=confirmation_id,
+            confirmation_expires_at=confirm_by,
         )
-        call = admission.call
+
+    async def _dispatch_or_join(
+        self, call: _Prepared, request: CallRequest, admission: Admission
+    ) -> CallReport:
+        """Dispatch a call whose key we claimed (its outcome is recorded before we return); or wait,
+        bounded, for the call we joined to settle."""
+        settled, recorded = admission.call, True
         if admission.owns_dispatch:
-            call = await self._dispatcher.dispatch(capability, call, arguments)
-        elif admission.kind == "joined" and call.status in IN_FLIGHT_STATUSES:
-            call = await self._await_settled(call)
+            dispatched = await self._dispatcher.dispatch(call.capability, settled, call.arguments)
+            settled, recorded = dispatched.call, dispatched.recorded
+        elif admission.kind == "joined" and settled.status in IN_FLIGHT_STATUSES:
+            settled = await self._await_settled(settled)
         return CallReport(
-            admission.kind, call, capability, existing=admission.existing, expires_at=expires_at
+            admission.kind,
+            settled,
+            call.capability,
+            existing=admission.existing,
+            expires_at=request.approval_expires_at,
+            recorded=recorded,
         )
+
+    @staticmethod
+    async def _run(write: Callable[..., _T], *args: Any) -> _T:
+        # The store is blocking: every crossing runs in a worker thread.
+        return await anyio.to_thread.run_sync(write, *args)
 
     async def confirm(self, inp: ConfirmInput) -> CallReport:
         """Apply the user's answer to a pending confirmation: accept dispatches the call once.
@@ -378,14 +384,16 @@ class CallPipeline:
         try:
             call = await anyio.to_thread.run_sync(
                 lambda: self._store.answer_confirmation(
-                    inp.tool_call_id,
-                    confirmation_id=inp.confirmation_id,
-                    action_hash=action,
-                    action=inp.action,
-                    answered_by=principal.subject,
-                    now=self._clock(),
-                    lease_owner=self._owner,
-                    lease_s=self.lease_s(capability),
+                    ConfirmationAnswer(
+                        inp.tool_call_id,
+                        confirmation_id=inp.confirmation_id,
+                        action_hash=action,
+                        action=inp.action,
+                        answered_by=principal.subject,
+                        now=self._clock(),
+                        lease_owner=self._owner,
+                        lease_s=self._dispatcher.lease_s(capability),
+                    )
                 )
             )
         except ConfirmationMismatch as exc:
@@ -393,7 +401,8 @@ class CallPipeline:
         except (StaleLease, NotFound) as exc:
             raise Refused(ReasonCode.CONFIRMATION_USED, str(exc)) from exc
         if call.status == "dispatching":
-            call = await self._dispatcher.dispatch(capability, call, arguments)
+            dispatched = await self._dispatcher.dispatch(capability, call, arguments)
+            return CallReport("new", dispatched.call, capability, recorded=dispatched.recorded)
         return CallReport("new", call, capability)
 
     async def _still_allowed(
@@ -405,13 +414,11 @@ class CallPipeline:
         )
         if call is None:
             return ReasonCode.CONFIRMATION_MISMATCH
-        if await anyio.to_thread.run_sync(self._store.is_revoked, principal.tenant, principal.subject):
-            return ReasonCode.PRINCIPAL_REVOKED
-        # The call itself is already counted in its run; policy sees the calls before it, as at first.
-        earlier = await anyio.to_thread.run_sync(self._store.run_call_count, call.run_id, call.tenant)
-        context = CallContext(now=self._clock(), run_call_count=max(earlier - 1, 0))
-        decision = self._policy().evaluate(PolicyInput(principal, capability, arguments, context))
-        return None if decision.effect == "allow" else (decision.reason or decision.effect)
+        again = Reauthorization(call, capability, principal, arguments)
+        outcome = await anyio.to_thread.run_sync(
+            lambda: reauthorize(again, policy=self._policy(), standing=self._store, now=self._clock())
+        )
+        return outcome.reason if isinstance(outcome, Refusal) else None
 
     async def _await_settled(self, call: CallView) -> CallView:
         """A joiner waits, bounded, for the dispatch it joined to settle, reading the shared store."""

@@ -32,7 +32,8 @@ import anyio.to_thread
 
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult, ToolResult
 from gateway.calls.actions import Redactor
-from gateway.calls.pipeline import CallPipeline, RegistryLike
+from gateway.calls.dispatch import Dispatcher
+from gateway.calls.pipeline import RegistryLike
 from gateway.reasons import ReasonCode
 from store.commands import (
     EscalateReconciliation,
@@ -69,7 +70,7 @@ class Reconciler:
         *,
         store: Reconciliation,
         registry: RegistryLike,
-        pipeline: CallPipeline,
+        dispatcher: Dispatcher,
         redactor: Redactor,
         owner: str,
         clock: Callable[[], datetime],
@@ -78,7 +79,7 @@ class Reconciler:
         self._store = store
         self._redactor = redactor
         self._registry = registry
-        self._pipeline = pipeline
+        self._dispatcher = dispatcher
         self._owner = owner
         self._clock = clock
         self._policy = policy
@@ -104,7 +105,7 @@ class Reconciler:
         """
         capability = self._capability(call)
         method = self._method(capability, call)
-        lease_s = self._pipeline.lease_s(capability) if capability else 60.0
+        lease_s = self._dispatcher.lease_s(capability) if capability else 60.0
         try:
             leased = await self._write(
                 self._store.start_reconciliation,
@@ -223,7 +224,7 @@ class Reconciler:
         # The same deadline the dispatch sent to the backend. No record of the send (never expected):
         # count the horizon from now, which errs late.
         horizon_at = (
-            self._pipeline.commit_deadline(capability, *times)
+            self._dispatcher.commit_deadline(capability, *times)
             if times
             else looked_up_at + timedelta(seconds=capability.horizon_s)
         )
@@ -278,7 +279,7 @@ class Reconciler:
         executor = self._registry.executor(capability)
         invocation = self._invocation(capability, call)
         try:
-            with anyio.fail_after(self._pipeline.guard_s(capability)):
+            with anyio.fail_after(self._dispatcher.guard_s(capability)):
                 return await executor.reconcile(invocation)
         except TimeoutError:
             return ReconcileResult("inconclusive", evidence={"error": "lookup_timeout"})
@@ -292,11 +293,12 @@ class Reconciler:
                 call.tool_call_id,
                 token=call.lease_token,
                 owner=self._owner,
-                lease_s=self._pipeline.lease_s(capability),
+                lease_s=self._dispatcher.lease_s(capability),
                 now=self._clock(),
             ),
         )
-        await self._pipeline.redispatch(capability, retry)
+        # Same key, next attempt: the same path as any dispatch.
+        await self._dispatcher.dispatch(capability, retry, dict(retry.arguments))
 
     async def _escalate(
         self, call: CallView, reason: str, detail: str | None, evidence: dict[str, Any] | None = None

@@ -11,44 +11,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
 
 from capabilities.contract import Capability
-from gateway.calls.actions import is_action_hash, is_contract_hash
-from gateway.calls.pipeline import CallPipeline
+from gateway.calls.actions import is_contract_hash
+from gateway.calls.authorize import Clearance, PolicyLike, Reauthorization, Refusal, reauthorize
+from gateway.calls.dispatch import Dispatcher
 from gateway.reasons import ReasonCode
-from policy.model import CallContext, PolicyInput, Principal
+from policy.model import Principal
 from store.commands import ExpireApproval
-from store.model import TERMINAL_STATUSES, ApprovalView, CallView, NotFound, StaleLease, StoreError
+from store.model import (
+    TERMINAL_STATUSES,
+    ApprovalView,
+    ApprovedDenial,
+    ApprovedDispatch,
+    CallView,
+    NotFound,
+    StaleLease,
+    StoreError,
+)
 from store.ports import Resumption
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why an approved call may not run now: a stable reason code and a sentence."""
+class Capabilities(Protocol):
+    """What resuming needs of the registry: the capability a tool name serves now."""
 
-    reason: ReasonCode | str
-    """A catalogued code, or the current policy's own reason where policy refused it."""
-    detail: str
-    policy_version: str | None = None
-    """The policy in force when it was refused; None for a refusal policy was not asked about."""
-    rule_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Clearance:
-    """An approved call that passed re-authorization: what to dispatch, under which policy version."""
-
-    capability: Capability
-    arguments: Mapping[str, Any]
-    policy_version: str
+    def get(self, tool_name: str) -> Capability | None: ...
 
 
 def principal_of_record(recorded: Mapping[str, Any]) -> Principal:
@@ -70,13 +64,19 @@ class Resumer:
         self,
         *,
         store: Resumption,
-        pipeline: CallPipeline,
+        dispatcher: Dispatcher,
+        registry: Capabilities,
+        policy: Callable[[], PolicyLike],
         clock: Callable[[], datetime],
+        owner: str = "writ-gateway",
         interval_s: float = 1.0,
         batch: int = 20,
     ) -> None:
         self._store = store
-        self._pipeline = pipeline
+        self._dispatcher = dispatcher
+        self._registry = registry
+        self._policy = policy
+        self._owner = owner
         self._clock = clock
         self._interval_s = interval_s
         self._batch = batch
@@ -127,30 +127,35 @@ class Resumer:
             if isinstance(outcome, Refusal):
                 refused = await anyio.to_thread.run_sync(
                     lambda: self._store.deny_approved(
-                        call.tool_call_id,
-                        reason=outcome.reason,
-                        detail=outcome.detail,
-                        now=now,
-                        # The policy in force now, not the request's, even where policy was not
-                        # what refused it: the record says under which policy the refusal was made.
-                        policy_version=outcome.policy_version or self._pipeline.current_policy().version,
-                        rule_id=outcome.rule_id,
+                        ApprovedDenial(
+                            call.tool_call_id,
+                            reason=outcome.reason,
+                            detail=outcome.detail,
+                            now=now,
+                            # The policy in force now, not the request's, even where policy was not
+                            # what refused it: the record says under which policy the refusal was made.
+                            policy_version=outcome.policy_version or self._policy().version,
+                            rule_id=outcome.rule_id,
+                        )
                     )
                 )
                 logger.warning("approved call %s refused: %s", call.tool_call_id, outcome.detail)
                 return refused
             claimed = await anyio.to_thread.run_sync(
                 lambda: self._store.dispatch_approved(
-                    call.tool_call_id,
-                    now=now,
-                    policy_version=outcome.policy_version,
-                    lease_owner=self._pipeline.owner,
-                    lease_s=self._pipeline.lease_s(outcome.capability),
+                    ApprovedDispatch(
+                        call.tool_call_id,
+                        now=now,
+                        policy_version=outcome.policy_version,
+                        lease_owner=self._owner,
+                        lease_s=self._dispatcher.lease_s(outcome.capability),
+                    )
                 )
             )
         except (StaleLease, NotFound):
             return None  # another replica claimed or refused it first: the approval is used once
-        settled = await self._pipeline.dispatch_claimed(outcome.capability, claimed, outcome.arguments)
+        dispatched = await self._dispatcher.dispatch(outcome.capability, claimed, dict(outcome.arguments))
+        settled = dispatched.call
         if settled.status in TERMINAL_STATUSES and approval_id:
             await anyio.to_thread.run_sync(
                 lambda: self._store.release_held_arguments(approval_id, now=self._clock())
@@ -160,10 +165,10 @@ class Resumer:
     def reauthorize(
         self, call: CallView, approval: ApprovalView | None, held: Mapping[str, Any] | None
     ) -> Clearance | Refusal:
-        """Authorize the approved call again, now: binding, standing, then the current policy (blocking)."""
+        """Find what the approved call would run now, then authorize it again (blocking)."""
         if approval is None or approval.status != "approved":
             return Refusal(ReasonCode.APPROVAL_MISSING, "the call has no granted approval")
-        capability = self._pipeline.capability(call.tool_name)
+        capability = self._registry.get(call.tool_name)
         if capability is None:
             return Refusal(
                 ReasonCode.CAPABILITY_UNAVAILABLE, f"tool {call.tool_name} is no longer registered"
@@ -186,53 +191,12 @@ class Resumer:
             )
         arguments = held if held is not None else call.arguments
         principal = principal_of_record(call.principal or {"subject": call.subject, "tenant": call.tenant})
-        if not (
-            approval.action_hash == call.action_hash
-            and is_action_hash(call.action_hash, capability, arguments, principal)
-        ):
-            return Refusal(
-                ReasonCode.APPROVAL_BINDING_MISMATCH, "the action to run is not the action that was approved"
-            )
-        if self._revoked(principal.tenant, principal.subject):
-            return Refusal(ReasonCode.PRINCIPAL_REVOKED, f"{principal.subject} was revoked after requesting")
-        if approval.decided_by and self._revoked(principal.tenant, approval.decided_by):
-            return Refusal(ReasonCode.APPROVER_REVOKED, f"{approval.decided_by} was revoked after approving")
-        policy = self._pipeline.current_policy()
-        earlier = max(self._store.run_call_count(call.run_id, call.tenant) - 1, 0)
-        decision = policy.evaluate(
-            PolicyInput(
-                principal, capability, arguments, CallContext(now=self._clock(), run_call_count=earlier)
-            )
+        return reauthorize(
+            Reauthorization(call, capability, principal, arguments, approval),
+            policy=self._policy(),
+            standing=self._store,
+            now=self._clock(),
         )
-        # From here on the current policy decides: its refusal names its version and rule.
-        version, rule = decision.policy_version, decision.rule_id
-        if decision.effect == "deny":
-            return Refusal(
-                decision.reason,
-                decision.message or f"policy {version} now denies this call",
-                version,
-                rule,
-            )
-        if decision.effect == "require_approval":
-            needed = decision.approval
-            if needed is None or needed.approver_role != approval.approver_role:
-                role = needed.approver_role if needed else "?"
-                return Refusal(
-                    ReasonCode.APPROVAL_INSUFFICIENT,
-                    f"policy {version} now needs approval by role {role!r}",
-                    version,
-                    rule,
-                )
-            if approval.decided_by == principal.subject and not needed.requester_may_approve:
-                return Refusal(
-                    ReasonCode.SELF_APPROVAL_FORBIDDEN, "the requester approved their own call", version, rule
-                )
-        return Clearance(capability, arguments, decision.policy_version)
-
-    def _revoked(self, tenant: str, subject: str) -> bool:
-        # `is_revoked` arrives with principal revocation (issue 3); until then nobody is revoked.
-        is_revoked = getattr(self._store, "is_revoked", None)
-        return bool(is_revoked(tenant, subject)) if is_revoked is not None else False
 
     def _expire_due(self) -> int:
         # Calls whose user never answered the confirmation round: they will never run.

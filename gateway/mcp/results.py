@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from capabilities.contract import Capability
-from gateway.calls.dispatch import OUTCOME_NOT_RECORDED
 from gateway.calls.pipeline import CallReport
 from gateway.mcp.documents import Effect, StatusDocument
 from gateway.reasons import ReasonCode
@@ -84,9 +84,19 @@ def _effect(call: CallView) -> Effect:
     return Effect(capability=f"{call.capability_id}@{call.capability_version}", summary=call.summary)
 
 
+def reported_call(report: CallReport) -> CallView:
+    """The call as the client hears of it: an outcome that could not be recorded is unknown to it."""
+    return report.call if report.recorded else replace(report.call, status="result_unknown")
+
+
 def shape_report(report: CallReport) -> dict[str, Any]:
     """The CallToolResult (as JSON) for what the pipeline just did."""
-    call = report.call
+    call = reported_call(report)
+    if not report.recorded:
+        headline = (
+            f"Outcome unknown: {call.summary} was sent, but its answer could not be recorded (store down)."
+        )
+        return _status_result(call, status_document(call), headline)
     if report.kind == "invalid_arguments":
         errors = list(report.validation_errors)
         text = f"Invalid arguments for {report.capability.tool_name}: " + "; ".join(errors)
@@ -220,8 +230,6 @@ def _headline(call: CallView) -> str:
     match call.status:
         case "approval_pending":
             return f"Waiting for human approval: {summary}."
-        case "result_unknown" if call.error == OUTCOME_NOT_RECORDED:
-            return f"Outcome unknown: {summary} was sent, but its answer could not be recorded (store down)."
         case "result_unknown":
             return (
                 f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."

@@ -7,34 +7,24 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from store import CallRequest, RefusalRequest
+from store import ApprovalNeed, CallIdentity, CallRequest, DecisionRecord, RefusalRequest
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
-ALLOW: dict[str, Any] = {
-    "effect": "allow",
-    "reason": "within_limits",
-    "policy_version": "7",
-    "rule_id": "small-refunds",
-    "approval": None,
-    "message": None,
-}
-DENY: dict[str, Any] = {**ALLOW, "effect": "deny", "reason": "amount_over_limit", "rule_id": "max-refund"}
-REQUIRE_APPROVAL: dict[str, Any] = {
-    **ALLOW,
-    "effect": "require_approval",
-    "reason": "amount_over_100",
-    "approval": {"approver_role": "finance", "expires_in_s": 3600, "requester_may_approve": False},
-}
+ALLOW = DecisionRecord("allow", "within_limits", "7", rule_id="small-refunds")
+DENY = dataclasses.replace(ALLOW, effect="deny", reason="amount_over_limit", rule_id="max-refund")
+REQUIRE_APPROVAL = dataclasses.replace(
+    ALLOW, effect="require_approval", reason="amount_over_100", approval=ApprovalNeed("finance", 3600, False)
+)
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def call_request(**changes: Any) -> CallRequest:
-    """A refund call by alice of tenant acme, allowed by policy, with a client-supplied key."""
+def identity(**changes: Any) -> CallIdentity:
+    """Alice of tenant acme asking to refund order 1001 under a client-supplied key."""
     tenant = changes.get("tenant", "acme")
-    request = CallRequest(
+    who = CallIdentity(
         tool_call_id=new_id("tc"),
         run_id="run-1",
         run_is_new_hint=False,
@@ -48,40 +38,54 @@ def call_request(**changes: Any) -> CallRequest:
         action_hash="action-a",
         idempotency_key="key-1",
         key_source="client",
+        correlation_id=new_id("corr"),
+        now=NOW,
+    )
+    return dataclasses.replace(who, **changes)
+
+
+def _split(changes: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    # Tests name identity fields and request fields alike; each goes where it belongs.
+    names = {f.name for f in dataclasses.fields(CallIdentity)}
+    return (
+        {k: v for k, v in changes.items() if k in names},
+        {k: v for k, v in changes.items() if k not in names},
+    )
+
+
+def call_request(**changes: Any) -> CallRequest:
+    """A refund call by alice of tenant acme, allowed by policy, with a client-supplied key."""
+    who, rest = _split(changes)
+    request = CallRequest(
+        identity=identity(**who),
         dedupe_window_s=600,
         decision=ALLOW,
         policy_version="7",
         effect_class="write",
         summary="refund 250.00 EUR to order 1001",
         external_request_id=new_id("ext"),
-        correlation_id=new_id("corr"),
-        now=NOW,
     )
-    if changes.get("decision") is REQUIRE_APPROVAL:
-        changes.setdefault("approval_id", new_id("ap"))
-        changes.setdefault("approval_expires_at", changes.get("now", NOW) + timedelta(hours=1))
-    return dataclasses.replace(request, **changes)
+    if rest.get("decision") is REQUIRE_APPROVAL:
+        rest.setdefault("approval_id", new_id("ap"))
+        rest.setdefault("approval_expires_at", changes.get("now", NOW) + timedelta(hours=1))
+    return dataclasses.replace(request, **rest)
 
 
 def refusal_request(**changes: Any) -> RefusalRequest:
+    who, rest = _split(changes)
     request = RefusalRequest(
-        tool_call_id=new_id("tc"),
-        run_id="run-1",
-        run_is_new_hint=False,
-        tenant="acme",
-        subject="alice",
-        principal={"subject": "alice", "tenant": "acme"},
-        tool_name="refund_order",
-        capability_id="refund-order",
-        capability_version="2",
-        arguments={"order": "not-a-number"},
-        action_hash="action-bad",
-        idempotency_key="key-bad",
-        key_source="derived",
+        identity=identity(
+            **{
+                "principal": {"subject": "alice", "tenant": "acme"},
+                "arguments": {"order": "not-a-number"},
+                "action_hash": "action-bad",
+                "idempotency_key": "key-bad",
+                "key_source": "derived",
+                **who,
+            }
+        ),
         reason="invalid_arguments",
         detail="order: 'not-a-number' is not of type 'integer'",
         policy_version="7",
-        correlation_id=new_id("corr"),
-        now=NOW,
     )
-    return dataclasses.replace(request, **changes)
+    return dataclasses.replace(request, **rest)

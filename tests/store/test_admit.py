@@ -46,7 +46,8 @@ def test_each_event_of_a_call_is_caused_by_the_one_before_it(store: Store) -> No
     assert requested.causation_id is None
     assert dispatching.causation_id == requested.event_id
     assert completed.causation_id == dispatching.event_id
-    assert {e.correlation_id for e in (requested, dispatching, completed)} == {request.correlation_id}
+    correlation_ids = {e.correlation_id for e in (requested, dispatching, completed)}
+    assert correlation_ids == {request.identity.correlation_id}
 
 
 def test_a_second_run_call_does_not_start_the_run_again(store: Store) -> None:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from store import NotFound, OutcomeRecord, StaleLease, Store, StoreError
+from store import ApprovedDenial, ApprovedDispatch, NotFound, OutcomeRecord, StaleLease, Store, StoreError
 from store.commands import DecideApproval, ExpireApproval
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 
@@ -30,11 +30,11 @@ def test_a_granted_approval_lets_exactly_one_worker_dispatch_the_call(store: Sto
     call = store.get_call("tc-1")
     assert call is not None and call.status == "approved"
 
-    dispatched = store.dispatch_approved("tc-1", now=SOON, policy_version="8")
+    dispatched = store.dispatch_approved(ApprovedDispatch("tc-1", now=SOON, policy_version="8"))
     assert (dispatched.status, dispatched.attempts) == ("dispatching", 1)
     assert store.events(tool_call_id="tc-1")[-1].policy_version == "8"
     with pytest.raises(StaleLease):
-        store.dispatch_approved("tc-1", now=SOON)
+        store.dispatch_approved(ApprovedDispatch("tc-1", now=SOON))
     done = store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=SOON)
     assert done.status == "completed"
     assert [e.type for e in store.events(tool_call_id="tc-1")] == [
@@ -57,7 +57,7 @@ def test_a_rejected_approval_rejects_the_call(store: Store) -> None:
     call = store.get_call("tc-1")
     assert call is not None and call.status == "rejected"
     with pytest.raises(StaleLease):
-        store.dispatch_approved("tc-1", now=SOON)
+        store.dispatch_approved(ApprovedDispatch("tc-1", now=SOON))
 
 
 @pytest.mark.parametrize("approve", [True, False], ids=["granted", "rejected"])
@@ -129,7 +129,9 @@ def test_an_approved_call_that_fails_reauthorization_is_denied(store: Store) -> 
     approval_id = pending(store)
     store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
 
-    call = store.deny_approved("tc-1", reason="policy_changed", detail="now over limit", now=SOON)
+    call = store.deny_approved(
+        ApprovedDenial("tc-1", reason="policy_changed", detail="now over limit", now=SOON)
+    )
 
     assert (call.status, call.reason) == ("denied", "policy_changed")
 
@@ -137,7 +139,7 @@ def test_an_approved_call_that_fails_reauthorization_is_denied(store: Store) -> 
 def test_rebuild_reproduces_the_approval_leg(store: Store) -> None:
     approval_id = pending(store)
     store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
-    store.dispatch_approved("tc-1", now=SOON)
+    store.dispatch_approved(ApprovedDispatch("tc-1", now=SOON))
     before = (store.get_call("tc-1"), store.get_approval(approval_id))
 
     store.rebuild()

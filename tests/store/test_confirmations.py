@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from store import ConfirmationMismatch, NotFound, OutcomeRecord, StaleLease, Store
+from store import ConfirmationAnswer, ConfirmationMismatch, NotFound, OutcomeRecord, StaleLease, Store
 from tests.store.builders import NOW, call_request
 
 SOON = NOW + timedelta(minutes=1)
@@ -32,7 +32,7 @@ def answer(store: Store, action: str = "accept", **changes: object) -> object:
         "now": SOON,
         **changes,
     }
-    return store.answer_confirmation("tc-1", **args)  # type: ignore[arg-type]
+    return store.answer_confirmation(ConfirmationAnswer("tc-1", **args))  # type: ignore[arg-type]
 
 
 def test_an_allowed_call_that_needs_confirmation_is_recorded_awaiting_it_and_not_dispatched(
@@ -95,7 +95,14 @@ def test_an_answer_bound_to_another_action_or_confirmation_is_refused_and_record
         answer(store, confirmation_id="cf-2")
     with pytest.raises(NotFound):
         store.answer_confirmation(
-            "tc-x", confirmation_id="cf-1", action_hash="action-a", action="accept", answered_by="a", now=SOON
+            ConfirmationAnswer(
+                "tc-x",
+                confirmation_id="cf-1",
+                action_hash="action-a",
+                action="accept",
+                answered_by="a",
+                now=SOON,
+            )
         )
     assert len(store.events()) == before
     assert store.get_call("tc-1").status == "awaiting_confirmation"  # type: ignore[union-attr]

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from store import OutcomeRecord, StaleLease, Store
+from store import ApprovedDispatch, OutcomeRecord, StaleLease, Store
 from store.commands import DecideApproval
 from store.schema import log_head
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
@@ -88,7 +88,7 @@ def test_an_approved_call_is_dispatched_under_a_new_lease(store: Store) -> None:
     admitted = store.admit(call_request(tool_call_id="tc-1", decision=REQUIRE_APPROVAL)).call
     store.decide_approval(DecideApproval(admitted.approval_id, approve=True, decided_by="bob", now=NOW))
 
-    call = store.dispatch_approved("tc-1", now=NOW, lease_owner="gw-b", lease_s=LEASE_S)
+    call = store.dispatch_approved(ApprovedDispatch("tc-1", now=NOW, lease_owner="gw-b", lease_s=LEASE_S))
 
     assert (call.status, call.lease_owner, call.lease_token) == ("dispatching", "gw-b", 1)
     assert store.recover_expired(now=EXPIRED)[0].tool_call_id == "tc-1"

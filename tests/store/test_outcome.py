@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from store import NotFound, OutcomeRecord, StaleLease, Store
+from store import DecisionRecord, NotFound, OutcomeRecord, StaleLease, Store
 from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request
 
 LATER = NOW + timedelta(seconds=2)
@@ -66,7 +66,9 @@ def test_an_outcome_cannot_be_recorded_twice(store: Store) -> None:
 
 
 @pytest.mark.parametrize("decision", [DENY, REQUIRE_APPROVAL], ids=["denied", "approval_pending"])
-def test_an_outcome_is_refused_for_a_call_that_was_never_dispatched(store: Store, decision: dict) -> None:
+def test_an_outcome_is_refused_for_a_call_that_was_never_dispatched(
+    store: Store, decision: DecisionRecord
+) -> None:
     store.admit(call_request(tool_call_id="tc-1", decision=decision))
 
     with pytest.raises(StaleLease):

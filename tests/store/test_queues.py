@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from store import Store
+from store import ApprovedDenial, Store
 from store.commands import ClaimOutbox, DecideApproval, ExpireApproval, OutboxDelivered, OutboxFailed
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 
@@ -40,7 +40,7 @@ def test_expiring_or_refusing_an_approved_call_releases_its_held_arguments(store
     refused = pending(store, "tc-2", "key-2")
     store.expire_approval(ExpireApproval(expiring, now=NOW + timedelta(hours=2)))
     store.decide_approval(DecideApproval(refused, approve=True, decided_by="bob", now=SOON))
-    store.deny_approved("tc-2", reason="policy_changed", now=SOON)
+    store.deny_approved(ApprovedDenial("tc-2", reason="policy_changed", now=SOON))
 
     assert store.held_arguments(expiring) is None and store.held_arguments(refused) is None
 

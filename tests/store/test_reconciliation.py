@@ -321,17 +321,13 @@ def test_a_person_disagreeing_with_a_settled_verdict_contradicts_it_and_then_set
 
 
 def test_an_identical_keyless_call_joins_a_contradicted_failure_instead_of_acting_again(store: Store) -> None:
-    from dataclasses import replace
-
     failed_by_lookup(store)
     store.record_contradiction(
         RecordContradiction(
             "tc-1", source="lookup", verdict="confirmed_success", evidence={}, detail=None, now=LATER
         )
     )
-    again = replace(
-        call_request(tool_call_id="tc-2", idempotency_key="key-1"), key_source="derived", now=LATER
-    )
+    again = call_request(tool_call_id="tc-2", idempotency_key="key-1", key_source="derived", now=LATER)
 
     admission = store.admit(again)
 

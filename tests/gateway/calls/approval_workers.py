@@ -11,6 +11,7 @@ from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
 from gateway.calls.approvals import DecisionInput, Decisions
+from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import CallPipeline
 from gateway.calls.resume import Resumer
 from gateway.errors import Refused
@@ -39,9 +40,10 @@ def parts(url: str, owner: str) -> tuple[Store, FakeExecutor, CallPipeline, Resu
     store = Store.open(url)
     executor = FakeExecutor(default=completed({"refund_id": "r1"}))
     policy = Policy.from_mapping(POLICY)
+    registry = Registry({"fake": executor}, [REFUND])
     pipeline = CallPipeline(
         store=store,
-        registry=Registry({"fake": executor}, [REFUND]),
+        registry=registry,
         policy=lambda: policy,
         redactor=Redactor(b"salt"),
         owner=owner,
@@ -51,7 +53,14 @@ def parts(url: str, owner: str) -> tuple[Store, FakeExecutor, CallPipeline, Resu
     def clock() -> datetime:
         return datetime.now(UTC)
 
-    resumer = Resumer(store=store.with_producer(owner), pipeline=pipeline, clock=clock)
+    resumer = Resumer(
+        store=store.with_producer(owner),
+        dispatcher=Dispatcher(store=store, registry=registry, redactor=Redactor(b"salt"), clock=clock),
+        registry=registry,
+        policy=lambda: policy,
+        clock=clock,
+        owner=owner,
+    )
     return store, executor, pipeline, resumer, Decisions(store, clock, on_granted=resumer.wake)
 
 

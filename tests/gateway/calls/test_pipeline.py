@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -12,6 +13,7 @@ import pytest
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
+from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.errors import UnknownTool
 from policy.engine import Policy
@@ -61,12 +63,20 @@ def executor() -> FakeExecutor:
 @pytest.fixture
 def pipeline(store: Store, executor: FakeExecutor, tmp_path: Path) -> CallPipeline:
     registry = Registry({"fake": executor}, [REFUND, LOOKUP])
+    redactor = Redactor(b"salt")
+    dispatcher = Dispatcher(
+        store=store,
+        registry=registry,
+        redactor=redactor,
+        clock=lambda: datetime.now(UTC),
+        executor_grace_s=0.3,
+    )
     p = CallPipeline(
         store=store,
         registry=registry,
         policy=lambda: POLICY,
-        redactor=Redactor(b"salt"),
-        executor_grace_s=0.3,
+        redactor=redactor,
+        dispatcher=dispatcher,
         join_wait_s=5.0,
     )
     p.prepare()

@@ -16,7 +16,8 @@ from capabilities.fake import FakeExecutor, completed, failed, fake_capability, 
 from capabilities.registry import Registry
 from capabilities.results import json_result
 from gateway.calls.actions import Redactor
-from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
+from gateway.calls.dispatch import Dispatcher
+from gateway.calls.pipeline import CallInput, CallPipeline, CallReport, RegistryLike
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.workers import Workers
 from gateway.mcp.results import CONTRADICTED, FAILED_BY, NEXT, shape_call, status_document
@@ -83,6 +84,17 @@ def executor() -> FakeExecutor:
     return FakeExecutor(default=completed({"refund_id": "r1"}))
 
 
+def dispatcher_of(store: Store, registry: RegistryLike, clock: Clock) -> Dispatcher:
+    return Dispatcher(
+        store=store,
+        registry=registry,
+        redactor=Redactor(b"salt"),
+        clock=clock,
+        executor_grace_s=0.3,
+        lease_margin_s=LEASE_MARGIN_S,
+    )
+
+
 @pytest.fixture
 def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline:
     registry = Registry({"fake": executor}, [LOOKUP_REFUND, DEDUPING, BLIND, SLOW])
@@ -91,9 +103,8 @@ def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline
         registry=registry,
         policy=lambda: POLICY,
         redactor=Redactor(b"salt"),
+        dispatcher=dispatcher_of(store, registry, clock),
         clock=clock,
-        executor_grace_s=0.3,
-        lease_margin_s=LEASE_MARGIN_S,
         owner="gw-a",
     )
     p.prepare()
@@ -105,7 +116,7 @@ def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
     reconciler = Reconciler(
         store=store,
         registry=pipeline._registry,  # the same registry the pipeline dispatches through
-        pipeline=pipeline,
+        dispatcher=dispatcher_of(store, pipeline._registry, clock),
         redactor=Redactor(b"salt"),
         owner="gw-b",
         clock=clock,
@@ -296,11 +307,9 @@ async def test_a_dispatch_left_past_its_lease_is_recovered_as_unknown_and_then_r
 ) -> None:
     tool_call_id = await unknown_call(pipeline, executor)
     # Make it look like the dispatcher died mid-dispatch: a second call stays dispatching.
-    from dataclasses import replace
-
     from tests.store.builders import call_request
 
-    store.admit(replace(call_request(tool_call_id="tc-dead", idempotency_key="dead"), now=clock(), lease_s=1))
+    store.admit(call_request(tool_call_id="tc-dead", idempotency_key="dead", now=clock(), lease_s=1))
     executor.reconcile_script.extend(
         [ReconcileResult("not_found"), ReconcileResult("succeeded", json_result({"ok": 1}))]
     )

@@ -15,6 +15,7 @@ from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor, action_hash, contract_hash
 from gateway.calls.approvals import DecisionInput, Decisions
+from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.calls.resume import Resumer
 from gateway.errors import Refused
@@ -98,16 +99,26 @@ def world(tmp_path: Path) -> Iterator[World]:
     executor = FakeExecutor(default=completed({"refund_id": "r1"}))
     holder: list[Policy] = [rules()]
     now: list[datetime] = [T0]
+    registry = Registry({"fake": executor}, [REFUND])
     pipeline = CallPipeline(
         store=store,
-        registry=Registry({"fake": executor}, [REFUND]),
+        registry=registry,
         policy=lambda: holder[0],
         redactor=Redactor(b"salt"),
         clock=lambda: now[0],
         owner="test-worker",
     )
     pipeline.prepare()
-    resumer = Resumer(store=store, pipeline=pipeline, clock=lambda: now[0])
+    resumer = Resumer(
+        store=store,
+        dispatcher=Dispatcher(
+            store=store, registry=registry, redactor=Redactor(b"salt"), clock=lambda: now[0]
+        ),
+        registry=registry,
+        policy=lambda: holder[0],
+        clock=lambda: now[0],
+        owner="test-worker",
+    )
     decisions = Decisions(store, lambda: now[0], on_granted=resumer.wake)
     yield World(store, executor, pipeline, decisions, resumer, holder, now)
     store.close()
