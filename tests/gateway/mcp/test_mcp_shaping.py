@@ -1,0 +1,170 @@
+"""What a client of either era hears from the real gateway: denials, approval_pending, protocol errors,
+refused arguments, call status scoped to its reader. In-process (`inproc.py`): no process is started."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.gateway.mcp.inproc import Backend, Writ, acme, writ
+from tests.postgres import fresh_schema
+
+pytestmark = pytest.mark.anyio
+
+ERAS = ["legacy", "2026-07-28"]
+
+
+# One backend and one gateway per module and store: each case keeps apart by its own keys and
+# principals, and compares the backend's refunds with what they were before it.
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
+) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('store') / 'writ.db'}"
+        return
+    with fresh_schema(postgres_url, "writ_inproc") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory, store_url: str) -> Iterator[Backend]:
+    with acme(tmp_path_factory.mktemp("acme")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, store_url: str) -> Iterator[Writ]:
+    workdir: Path = tmp_path_factory.mktemp("writ")
+    with writ(workdir, backend, store_url) as g:
+        yield g
+
+
+def fresh(name: str) -> str:
+    """A key or subject no other case uses."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def refund_args(amount: float = 20, order: str = "1002", currency: str = "EUR") -> dict[str, object]:
+    return {"order_id": order, "amount": amount, "currency": currency, "reason": "damaged in transit"}
+
+
+async def test_the_same_key_with_other_arguments_is_refused_as_an_idempotency_conflict(
+    gateway: Writ, backend: Backend
+) -> None:
+    k = fresh("k")
+    async with gateway.client(gateway.token("alice")) as client:
+        await client.call_tool("refund_order", refund_args(20), meta={"writ/idempotencyKey": k})
+        other = await client.call_tool("refund_order", refund_args(30), meta={"writ/idempotencyKey": k})
+    assert other.is_error is False
+    assert other.structured_content["status"] == "denied"
+    assert other.structured_content["reason"] == "idempotency_conflict"
+    assert [r["amount"] for r in backend.refunds(k)] in (["20.00"], [20], [20.0], ["20"])
+    assert "tool_call.denied" in gateway.event_types(other.structured_content["toolCallId"])
+
+
+async def test_a_refund_over_the_threshold_waits_for_approval_and_says_so(
+    gateway: Writ, backend: Backend
+) -> None:
+    before = backend.refunds()
+    async with gateway.client(gateway.token(fresh("alice"))) as client:
+        result = await client.call_tool("refund_order", refund_args(250, order="1002"))
+        body = result.structured_content
+        assert body["status"] == "approval_pending"
+        assert body["approvalId"].startswith("ap_") and body["expiresAt"]
+        assert body["effect"] == {"capability": "refund-order@2", "summary": "refund 250 EUR to order 1002"}
+        assert "Do not call again" in body["next"]
+        status = await client.call_tool("writ_call_status", {"toolCallId": body["toolCallId"]})
+        assert status.structured_content["status"] == "approval_pending"
+    assert backend.refunds() == before
+    # What the approver is asked to let happen (`writ approvals list` shows these fields).
+    approval = gateway.runtime.store.get_approval(body["approvalId"])
+    assert approval is not None and approval.status == "awaiting_approval"
+    assert gateway.runtime.store.get_call(body["toolCallId"]).summary == "refund 250 EUR to order 1002"
+
+
+async def test_a_refund_over_the_limit_is_denied_with_a_reason_and_never_dispatched(
+    gateway: Writ, backend: Backend
+) -> None:
+    before = backend.refunds()
+    async with gateway.client(gateway.token("alice")) as client:
+        result = await client.call_tool("refund_order", refund_args(20000, order="1003", currency="USD"))
+    assert result.is_error is False
+    assert result.structured_content["status"] == "denied"
+    assert result.structured_content["reason"] == "amount_over_limit"
+    assert result.structured_content["policyVersion"]
+    assert backend.refunds() == before
+
+
+async def test_a_principal_without_the_agent_role_sees_no_backend_tools_and_is_denied(
+    gateway: Writ, backend: Backend
+) -> None:
+    before = backend.refunds()
+    async with gateway.client(gateway.token("mallory", roles="viewer")) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == {"writ_call_status"}
+        result = await client.call_tool("refund_order", refund_args())
+    assert result.structured_content["status"] == "denied"
+    assert result.structured_content["reason"] == "no_matching_rule"
+    assert backend.refunds() == before
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_unknown_tool_is_a_protocol_error(gateway: Writ, mode: str) -> None:
+    async with gateway.client(gateway.token("alice"), mode=mode) as client:
+        with pytest.raises(MCPError, match="Unknown tool"):
+            await client.call_tool("transfer_everything", {})
+
+
+async def test_arguments_failing_the_schema_are_refused_recorded_and_not_dispatched(
+    gateway: Writ, backend: Backend
+) -> None:
+    before = backend.refunds()
+    async with gateway.client(gateway.token("alice")) as client:
+        result = await client.call_tool(
+            "refund_order", {"order_id": "1001", "amount": -5, "currency": "euro"}
+        )
+    assert result.is_error is True
+    body = result.structured_content
+    assert body["status"] == "denied" and body["reason"] == "invalid_arguments"
+    joined = " ".join(body["errors"])
+    assert "reason" in joined and "amount" in joined and "currency" in joined
+    assert backend.refunds() == before
+    shown = gateway.event_types(body["toolCallId"])
+    assert (
+        "tool_call.requested" in shown
+        and "tool_call.denied" in shown
+        and "tool_call.dispatching" not in shown
+    )
+    # The refused call is listed with the effect it asked for (the line was blank).
+    listed = {call.tool_call_id: call.summary for call in gateway.recorded_calls()}
+    assert listed[body["toolCallId"]] == "refund -5 euro to order 1001"
+
+
+async def test_call_status_of_another_tenants_call_is_not_found(gateway: Writ) -> None:
+    async with gateway.client(gateway.token("alice")) as client:
+        done = await client.call_tool("lookup_order", {"order_id": "1001"})
+    async with gateway.client(gateway.token("eve", tenant="other")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": done.meta["writ/toolCallId"]})
+    assert status.is_error is True
+    assert status.structured_content["status"] == "not_found"
+
+
+async def test_call_status_of_someone_elses_call_in_the_tenant_is_not_found_unless_overseeing(
+    gateway: Writ,
+) -> None:
+    # The same rule as /api/calls: an agent reads its own calls; an approver or auditor the tenant's.
+    async with gateway.client(gateway.token("alice")) as client:
+        done = await client.call_tool("lookup_order", {"order_id": "1001"})
+    call_id = done.meta["writ/toolCallId"]
+    async with gateway.client(gateway.token("bob")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": call_id})
+    assert status.is_error is True
+    assert status.structured_content == {"status": "not_found", "toolCallId": call_id}
+    async with gateway.client(gateway.token("carol", roles="agent,auditor")) as client:
+        status = await client.call_tool("writ_call_status", {"toolCallId": call_id})
+    assert status.structured_content["status"] == "completed"
