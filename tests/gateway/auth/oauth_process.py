@@ -18,7 +18,8 @@ from tests.gateway.auth.oauth_server import CLIENTS
 @dataclass
 class AuthServer:
     issuer: str
-    process: subprocess.Popen[Any]
+    process: subprocess.Popen[Any] | None
+    """None when served in the test process (`tests/gateway/mcp/inproc.py`)."""
 
     def token(self, client_id: str, *, scope: str | None = None, resource: str | None = None) -> str:
         """An access token through the client credentials grant (client_secret_basic)."""

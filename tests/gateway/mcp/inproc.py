@@ -34,6 +34,8 @@ from gateway.serve import uvicorn_config
 from store.model import CallView
 from tests.e2e.harness import demo_config, free_port, mcp_client
 from tests.eventually import eventually_sync
+from tests.gateway.auth.oauth_process import AuthServer
+from tests.gateway.auth.oauth_server import build_app as build_oauth_app
 
 STOP_S = 10.0
 
@@ -78,6 +80,18 @@ def acme(workdir: Path) -> Iterator[Backend]:
     )
     with serving(config):
         yield Backend(f"http://127.0.0.1:{port}")
+
+
+@contextlib.contextmanager
+def oauth(audience: str) -> Iterator[AuthServer]:
+    """The test authorization server (`tests/gateway/auth/oauth_server.py`), served in this process."""
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+    config = uvicorn.Config(
+        build_oauth_app(issuer, audience), host="127.0.0.1", port=port, log_level="warning"
+    )
+    with serving(config):
+        yield AuthServer(issuer, None)
 
 
 @dataclass
