@@ -7,10 +7,12 @@ a store of the test's choosing; tokens are real ES256 JWTs from the config's dev
 not the seconds an e2e case spends starting `writ serve` and the backend.
 
 Each server runs under uvicorn in a thread of its own, on a free port, rather than behind httpx2's
-`ASGITransport`: that transport collects the whole response body before it returns the response, so
-an SSE stream (a legacy session's GET stream, progress before a result) would never reach the client.
-A thread with its own event loop also lets a synchronous helper (`Backend.refunds`) ask the backend
-while a test's own loop waits, as e2e cases do.
+`ASGITransport`. That transport does carry a client of either era through initialize and tools/list,
+but it collects each response body before returning it, so an SSE stream (a legacy session's GET
+stream, progress before a result) arrives only when it ends; and the gateway's HTTP executor reaches
+the backend by URL, with no configuration point for a transport. Under uvicorn the gateway runs with
+`writ serve`'s own settings, and a thread with its own event loop lets a synchronous helper
+(`Backend.refunds`, a raw `httpx2.post`) ask a server while the test's loop waits, as e2e cases do.
 """
 
 from __future__ import annotations
