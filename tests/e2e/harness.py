@@ -20,8 +20,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.app import dev_issuer_for, open_store
 from gateway.config import load_config
+from gateway.opening import dev_issuer_for, open_store
 
 REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
