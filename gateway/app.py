@@ -25,8 +25,6 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
@@ -63,12 +61,13 @@ from gateway.http.body_deadline import BodyDeadline
 from gateway.http.headers import TrimHeaderValues
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
+from gateway.opening import dev_issuer_for, open_store
 from gateway.startup_errors import StartupErrors
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
-from store.store import PRODUCER, Store
+from store.store import Store
 
 logger = logging.getLogger(__name__)
 CONSOLE = "writ-console"
@@ -124,51 +123,6 @@ class Runtime:
             await self.registry.close()
             await anyio.to_thread.run_sync(self.store.close)
             self.telemetry.shutdown()
-
-
-def open_store(config: WritConfig, *, migrate_empty: bool = True, producer: str = PRODUCER) -> Store:
-    """Open the configured store, recording as `producer`; an empty database is migrated, an outdated
-    one is refused.
-
-    Raises:
-        ConfigurationError: the database holds an older schema (run `writ store migrate`).
-    """
-    store = Store.open(
-        config.store.url,
-        durable=config.store.durable,
-        idle_transaction_timeout_s=config.store.idle_transaction_timeout_s,
-        pool_size=config.store.pool_size,
-        max_overflow=config.store.max_overflow,
-        producer=producer,
-    )
-    if not store.is_migrated():
-        empty = store.is_empty()
-        if migrate_empty and empty:
-            store.migrate()
-            return store
-        store.close()
-        where = _safe_url(config.store.url)
-        if empty:
-            raise ConfigurationError(
-                f"nothing is recorded at {where} yet: `writ serve` or `writ demo` create the store "
-                f"(or pass -c with the config of the gateway you mean)"
-            )
-        raise ConfigurationError(f"the store at {where} needs a migration: run `writ store migrate`")
-    return store
-
-
-def dev_issuer_for(config: WritConfig) -> DevIssuer | None:
-    if not config.auth.dev_issuer.enabled:
-        return None
-    if config.auth.issuers:
-        # Beside a real identity provider, a local key that mints any identity is a side door.
-        logger.warning(
-            "auth.dev_issuer is enabled beside %d configured issuer(s): anyone who can read %s or run "
-            "`writ token` here can mint tokens for any subject, tenant and role; turn it off for production",
-            len(config.auth.issuers),
-            config.auth.dev_issuer.key_file,
-        )
-    return DevIssuer.load_or_create(config.auth.dev_issuer.key_file, f"{config.server.base_url}/dev-issuer")
 
 
 def token_verifier(
@@ -461,11 +415,3 @@ def _transport_security(config: WritConfig) -> TransportSecuritySettings | None:
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
         )
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-
-
-def _safe_url(url: str) -> str:
-    """A database URL without its password, for messages."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:  # a malformed URL is reported by the store itself
-        return "<store url>"

@@ -19,13 +19,24 @@ from gateway.calls.approvals import ApprovalsConfig
 from gateway.calls.rate_limits import RateLimitsConfig
 from gateway.calls.validation import MAX_ARGUMENT_BYTES
 from gateway.errors import ConfigurationError
-from gateway.telemetry import TelemetryConfig
 from policy.rules import PolicyConfig
 from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
 from store.limits import TENANT_CHARS, refusal
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
+
+
+# Here, not in gateway.telemetry, so that reading a config loads no OpenTelemetry SDK (and no
+# docstring: it would change the published schema).
+class TelemetryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    exporter: Literal["none", "console", "otlp"] = "none"
+    endpoint: str | None = None
+    """OTLP/HTTP endpoint, e.g. http://collector:4318 (default: the OTEL_EXPORTER_OTLP_ENDPOINT variable)."""
+    service_name: str = "writ"
+    include_arguments: bool = False
 
 
 class _Section(BaseModel):

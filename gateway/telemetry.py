@@ -12,7 +12,6 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -21,21 +20,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-from pydantic import BaseModel, ConfigDict
 
 from gateway.calls.pipeline import CallReport
+from gateway.config import TelemetryConfig
 from gateway.errors import ConfigurationError
 from store.canonical import canonical_json
-
-
-class TelemetryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    exporter: Literal["none", "console", "otlp"] = "none"
-    endpoint: str | None = None
-    """OTLP/HTTP endpoint, e.g. http://collector:4318 (default: the OTEL_EXPORTER_OTLP_ENDPOINT variable)."""
-    service_name: str = "writ"
-    include_arguments: bool = False
 
 
 @dataclass

@@ -7,12 +7,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
@@ -49,6 +45,9 @@ from store.rate_limits import RateLimits
 from store.reads import Reads
 from store.schema import PROJECTION_TABLES
 from store.settling import Settlement
+
+if TYPE_CHECKING:  # the schema methods load Alembic: `writ --help` and `writ token` need none of it
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 PRODUCER = "writ-gateway"
@@ -153,18 +152,25 @@ class Store(Settlement, Queues, Reads, RateLimits):
                 # Replicas starting together must not both create the tables.
                 lock = text("SELECT pg_advisory_xact_lock(hashtext(current_schema() || :name))")
                 conn.execute(lock, {"name": "/writ-migrate"})
+            from alembic import command
+
             config = self._alembic_config()
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
 
     def is_migrated(self) -> bool:
         """Whether the database is at the newest schema revision."""
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
         head = ScriptDirectory.from_config(self._alembic_config()).get_current_head()
         with self._read() as conn:
             return MigrationContext.configure(conn).get_current_revision() == head
 
     def is_empty(self) -> bool:
         """Whether the database holds none of Writ's tables yet (safe to migrate without asking)."""
+        from alembic.runtime.migration import MigrationContext
+
         with self._read() as conn:
             return MigrationContext.configure(conn).get_current_revision() is None and not inspect(
                 conn
@@ -172,6 +178,8 @@ class Store(Settlement, Queues, Reads, RateLimits):
 
     @staticmethod
     def _alembic_config() -> Config:
+        from alembic.config import Config
+
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         return config

@@ -30,7 +30,7 @@ GATEWAY_LAYERS = [
     {"gateway.config", "gateway.telemetry"},
     {"gateway.auth"},
     {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console"},
-    {"gateway.app", "gateway.serve", "gateway.stdio", "gateway.startup_errors"},
+    {"gateway.app", "gateway.opening", "gateway.serve", "gateway.stdio", "gateway.startup_errors"},
     {"gateway.cli"},
 ]
 FACES = {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console"}
@@ -151,4 +151,4 @@ def test_only_the_composition_root_and_the_cli_import_the_whole_store() -> None:
                     importers.add(gateway_module(path))
             elif isinstance(node, ast.Import) and any(a.name in whole for a in node.names):
                 importers.add(gateway_module(path))
-    assert importers <= {"gateway.app", "gateway.cli.main"}
+    assert importers <= {"gateway.app", "gateway.opening", "gateway.cli.main"}

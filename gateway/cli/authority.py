@@ -117,8 +117,9 @@ def authority(
 
 
 def _verified(config: WritConfig, token: str) -> tuple[str, Principal]:
-    from gateway.app import dev_issuer_for, token_verifier
+    from gateway.app import token_verifier
     from gateway.auth.tokens import principal_from_claims
+    from gateway.opening import dev_issuer_for
 
     if token.lower().startswith("bearer "):
         token = token[7:].strip()

@@ -154,7 +154,7 @@ def _change_standing(
 ) -> None:
     from datetime import UTC, datetime
 
-    from gateway.app import open_store
+    from gateway.opening import open_store
     from store.model import NotFound
 
     sub, tenant = sub.strip(), tenant.strip()

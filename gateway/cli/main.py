@@ -111,7 +111,7 @@ def token(
     config: ConfigOption = None,
 ) -> None:
     """Mint a bearer token from the built-in development issuer; the token is the last line."""
-    from gateway.app import dev_issuer_for
+    from gateway.opening import dev_issuer_for
 
     # A token the gateway would refuse (no subject) or that names a role " approver" is never wanted.
     sub = sub.strip()
@@ -478,7 +478,7 @@ class _store:
         self._config = config
 
     def __enter__(self):  # type: ignore[no-untyped-def]
-        from gateway.app import open_store
+        from gateway.opening import open_store
 
         self._store = open_store(_config(self._config), migrate_empty=False, producer=CLI)
         return self._store

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -20,8 +21,8 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.app import dev_issuer_for, open_store
 from gateway.config import load_config
+from gateway.opening import dev_issuer_for, open_store
 
 REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
@@ -214,6 +215,15 @@ class Gateway:
         store = open_store(load_config(self.config), migrate_empty=False)
         try:
             return [(call.tool_call_id, call.status) for call in store.list_calls()]
+        finally:
+            store.close()
+
+    def exported(self) -> str:
+        """The log as `writ audit export` writes it, read through the gateway's own store in this
+        process: for cases about what was recorded, not about the CLI (tested in e2e/test_cli.py)."""
+        store = open_store(load_config(self.config), migrate_empty=False)
+        try:
+            return "".join(json.dumps(e, sort_keys=True, default=str) + "\n" for e in store.export())
         finally:
             store.close()
 

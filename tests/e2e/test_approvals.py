@@ -105,7 +105,7 @@ async def test_decisions_are_refused_with_clear_codes(gateway: Gateway, backend:
 
 
 def standing_events(gateway: Gateway, approval_id: str) -> list[dict[str, Any]]:
-    exported = gateway.cli("audit", "export").stdout.splitlines()
+    exported = gateway.exported().splitlines()
     return [
         e
         for e in map(json.loads, exported)

@@ -52,10 +52,18 @@ def replica_settings(root: Path, key_file: Path | None) -> dict[str, Any]:
     }
 
 
+# One backend for the module and one gateway with `refund_now` for the cases that need no restart or
+# replica of their own: every case sends its own keys and compares the refunds with what was before.
 @pytest.fixture
-def gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
+def backend(module_sqlite_backend: Backend) -> Backend:
+    return module_sqlite_backend
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, module_sqlite_backend: Backend) -> Iterator[Gateway]:
+    workdir = tmp_path_factory.mktemp("writ")
     with writ_gateway(
-        tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", overrides=confirm_overrides()
+        workdir, module_sqlite_backend, f"sqlite:///{workdir / 'writ.db'}", overrides=confirm_overrides()
     ) as g:
         yield g
 
@@ -112,10 +120,10 @@ async def test_the_user_declines_and_nothing_is_sent(
     async with gateway.client(
         gateway.token("alice"), mode=MODERN, elicitation_callback=User(action)
     ) as client:
-        result = await client.call_tool("refund_now", args(), meta={"writ/idempotencyKey": "now-2"})
+        result = await client.call_tool("refund_now", args(), meta={"writ/idempotencyKey": f"now-2-{action}"})
 
     assert (result.structured_content["status"], result.structured_content["reason"]) == ("denied", reason)
-    assert backend.refunds("now-2") == []
+    assert backend.refunds(f"now-2-{action}") == []
 
 
 async def first_round(client: Any, key: str) -> types.InputRequiredResult:
@@ -164,6 +172,7 @@ async def test_a_replayed_confirmation_is_refused_and_runs_nothing_again(
 async def test_a_confirmation_for_other_arguments_is_refused_by_the_state_binding(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = backend.refunds()
     async with gateway.client(
         gateway.token("alice"), mode=MODERN, elicitation_callback=User("accept")
     ) as client:
@@ -171,7 +180,7 @@ async def test_a_confirmation_for_other_arguments_is_refused_by_the_state_bindin
         with pytest.raises(MCPError, match="Invalid or expired requestState"):
             await accept(client, first, "now-4", amount=9000)
     assert backend.refunds("now-4") == []
-    assert backend.refunds() == []
+    assert backend.refunds() == before
 
 
 async def test_a_confirmation_from_before_a_restart_is_refused_and_runs_nothing(
@@ -201,11 +210,12 @@ async def test_a_confirmation_from_before_a_restart_is_refused_and_runs_nothing(
 async def test_a_client_that_cannot_be_asked_is_refused_and_nothing_is_sent(
     gateway: Gateway, backend: Backend
 ) -> None:
+    before = backend.refunds()
     for mode, callback in (("legacy", User("accept")), (MODERN, None)):
         async with gateway.client(gateway.token("alice"), mode=mode, elicitation_callback=callback) as client:
             result = await client.call_tool("refund_now", args(), meta={"writ/idempotencyKey": f"now-{mode}"})
         assert result.structured_content["reason"] == "confirmation_unavailable", (mode, result)
-    assert backend.refunds() == []
+    assert backend.refunds() == before
 
 
 async def answer_elsewhere(

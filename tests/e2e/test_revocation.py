@@ -43,7 +43,7 @@ async def test_revoking_a_subject_refuses_its_later_calls_in_its_tenant_only(
     async with gw.client(gw.token("alice", tenant="globex")) as client:
         elsewhere = await client.call_tool("refund_order", refund(20))
     assert elsewhere.meta["writ/status"] == "completed"
-    exported = gw.cli("audit", "export").stdout
+    exported = gw.exported()
     assert '"type": "principal.revoked"' in exported and "left the company" in exported
 
 
@@ -91,7 +91,7 @@ async def test_writ_principals_revoke_needs_the_tenant_the_subject_acts_in(sqlit
     assert twice.returncode == 1 and "alice is not revoked in tenant acme" in twice.stderr
     standing = [
         (e["type"], e["payload"]["break_glass"], e["producer"])
-        for e in map(json.loads, gw.cli("audit", "export").stdout.splitlines())
+        for e in map(json.loads, gw.exported().splitlines())
         if e["type"].startswith("principal.")
     ]
     assert standing == [("principal.revoked", True, "writ-cli"), ("principal.restored", True, "writ-cli")]
@@ -149,11 +149,7 @@ async def test_a_revoked_approver_can_neither_read_nor_decide_nor_resolve_over_t
 
 def gateway_is_revoked(gateway: Gateway, subject: str) -> bool:
     """Whether the log's last standing event for `subject` in acme is a revocation."""
-    standing = [
-        json.loads(line)
-        for line in gateway.cli("audit", "export").stdout.splitlines()
-        if '"principal.' in line
-    ]
+    standing = [json.loads(line) for line in gateway.exported().splitlines() if '"principal.' in line]
     mine = [e["type"] for e in standing if e["payload"]["subject"] == subject and e["tenant"] == "acme"]
     return bool(mine) and mine[-1] == "principal.revoked"
 
@@ -183,9 +179,7 @@ async def test_an_admin_restores_a_revoked_subject_over_the_api_and_its_powers_c
         done = await client.call_tool("refund_order", refund(20))
     assert done.meta["writ/status"] == "completed" and len(backend.refunds()) == 1
     restored_events = [
-        json.loads(line)
-        for line in gateway.cli("audit", "export").stdout.splitlines()
-        if '"principal.restored"' in line
+        json.loads(line) for line in gateway.exported().splitlines() if '"principal.restored"' in line
     ]
     assert [(e["payload"]["restored_by"], e["payload"]["reason"]) for e in restored_events] == [
         ("root", "laptop found")

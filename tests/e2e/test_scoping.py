@@ -228,7 +228,7 @@ def test_the_api_refuses_a_subject_or_text_the_store_cannot_hold_with_400_and_th
     assert resolved.status_code == 400 and "NUL" in resolved.json()["error_description"]
     for path in ("/api/calls/" + "t" * 300, "/api/approvals/" + "a" * 300, f"/api/runs/{'r' * 300}/events"):
         assert httpx2.get(gateway.url + path, headers=admin, timeout=10).status_code == 404, path[:20]
-    assert "principal.revoked" not in "".join(map(str, gateway.cli("audit", "export").stdout))
+    assert "principal.revoked" not in "".join(map(str, gateway.exported()))
     assert "hash chain intact" in gateway.cli("audit", "verify").stdout
 
 
@@ -247,4 +247,4 @@ def test_the_cli_refuses_a_subject_or_tenant_the_store_cannot_hold_and_names_the
     for args, message in cases:
         done = gateway.cli(*args, check=False)
         assert done.returncode != 0 and message in done.stderr, (args[:2], done.stderr[-300:])
-    assert "principal.revoked" not in gateway.cli("audit", "export").stdout
+    assert "principal.revoked" not in gateway.exported()

@@ -19,6 +19,18 @@ from tests.eventually import eventually
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 
+# One gateway and backend for the module (conftest): every case sends its own idempotency key, and a
+# task left waiting for an approver stays apart from the others.
+@pytest.fixture
+def sqlite_gateway(module_sqlite_gateway: Gateway) -> Gateway:
+    return module_sqlite_gateway
+
+
+@pytest.fixture
+def backend(module_sqlite_backend: Backend) -> Backend:
+    return module_sqlite_backend
+
+
 class CreateTaskResult(types.Result):
     result_type: Literal["task"] = "task"
     task_id: str

@@ -17,8 +17,9 @@ from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
 from gateway.calls.pipeline import CallPipeline
 from gateway.calls.rate_limits import RateLimiter, RateLimitsConfig
+from gateway.config import TelemetryConfig
 from gateway.mcp.server import build_mcp_server
-from gateway.telemetry import Telemetry, TelemetryConfig, build_telemetry
+from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import Principal
 from store.store import Store

@@ -10,9 +10,9 @@ import yaml
 from click.testing import Result
 from typer.testing import CliRunner
 
-from gateway.app import dev_issuer_for
 from gateway.cli.main import app
 from gateway.config import load_config
+from gateway.opening import dev_issuer_for
 from store import OutcomeRecord, Store
 from store.commands import EscalateReconciliation, RevokePrincipal, StartReconciliation
 from store.model import StoredEvent
