@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Row, select
 from store import events as ev
 from store import queues
 from store.commands import DecideApproval, ExpireApproval
-from store.leasing import grant
+from store.leasing import call_envelope, grant
 from store.log import Append
 from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.schema import approvals, tool_calls
@@ -36,7 +36,7 @@ def decide(conn: Connection, cmd: DecideApproval, *, producer: str) -> ApprovalV
     payload = ev.ApprovalDecided(
         decided_by=decided_by, reason=cmd.reason, break_glass=cmd.break_glass, decided_by_roles=roles
     )
-    envelope = _envelope(call_row, cmd.now, producer)
+    envelope = call_envelope(call_row, cmd.now, producer)
     log.add(
         ev.ApprovalGrantedEvent(**envelope, payload=payload)
         if cmd.approve
@@ -60,7 +60,7 @@ def expire(conn: Connection, cmd: ExpireApproval, *, producer: str) -> ApprovalV
     approval, call_row = _awaiting(conn, approval_id, None)
     if now < approval.expires_at:
         raise StaleLease(f"approval {approval_id} does not expire until {ev.format_ts(approval.expires_at)}")
-    log.add(ev.ApprovalExpiredEvent(**_envelope(call_row, now, producer), payload=ev.ApprovalExpired()))
+    log.add(ev.ApprovalExpiredEvent(**call_envelope(call_row, now, producer), payload=ev.ApprovalExpired()))
     queues.release(conn, approval_id)
     log.flush()
     return _reload_approval(conn, approval_id)
@@ -92,7 +92,7 @@ def dispatch(
         external_request_id=row.external_request_id,
         **grant(lease_owner, row.lease_token, now, lease_s),
     )
-    envelope = _envelope(row, now, producer)
+    envelope = call_envelope(row, now, producer)
     if policy_version is not None:
         envelope["policy_version"] = policy_version
     log.add(ev.ToolCallDispatchingEvent(**envelope, payload=payload))
@@ -122,7 +122,7 @@ def deny(
     log = Append(conn)
     row = _approved(conn, tool_call_id)
     payload = ev.ToolCallDenied(reason=reason, rule_id=rule_id, detail=detail)
-    envelope = _envelope(row, now, producer)
+    envelope = call_envelope(row, now, producer)
     if policy_version is not None:
         envelope["policy_version"] = policy_version
     log.add(ev.ToolCallDeniedEvent(**envelope, payload=payload))
@@ -150,22 +150,6 @@ def _approved(conn: Connection, tool_call_id: str) -> Row[Any]:
     if row.status != "approved":
         raise StaleLease(f"call {tool_call_id} is {row.status}, not approved")
     return row
-
-
-def _envelope(row: Row[Any], now: datetime, producer: str) -> dict[str, Any]:
-    return {
-        "occurred_at": ev.format_ts(now),
-        "producer": producer,
-        "run_id": row.run_id,
-        "tool_call_id": row.tool_call_id,
-        "approval_id": row.approval_id,
-        "capability_id": row.capability_id,
-        "capability_version": row.capability_version,
-        "policy_version": row.policy_version,
-        "correlation_id": row.correlation_id,
-        "causation_id": row.last_event_id,
-        "tenant": row.tenant,
-    }
 
 
 def _reload_approval(conn: Connection, approval_id: str) -> ApprovalView:
