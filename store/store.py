@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
 from alembic import command
 from alembic.config import Config
@@ -18,14 +18,7 @@ from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, ports, recording, revoking
 from store.commands import DecideApproval, ExpireApproval, RestorePrincipal, RevokePrincipal
-from store.db import (
-    IDLE_TRANSACTION_TIMEOUT_S,
-    MAX_OVERFLOW,
-    PING_AFTER_IDLE_S,
-    POOL_SIZE,
-    READ_ONLY,
-    create_store_engine,
-)
+from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
 from store.log import Append, envelope_of, read_pages
 from store.model import (
@@ -88,36 +81,17 @@ class Store(Settlement, Queues, Reads, RateLimits):
         self._producer = producer
 
     @classmethod
-    def open(
-        cls,
-        url: str,
-        *,
-        durable: bool = True,
-        idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S,
-        ping_after_idle_s: float = PING_AFTER_IDLE_S,
-        pool_size: int = POOL_SIZE,
-        max_overflow: int = MAX_OVERFLOW,
-        producer: str = PRODUCER,
-    ) -> Store:
+    def open(cls, url: str, *, producer: str = PRODUCER, **engine: Unpack[EngineOptions]) -> Store:
         """Connect lazily to `sqlite:///path` or `postgresql://...`.
 
         `durable=False` relaxes SQLite's fsyncs. On PostgreSQL, a session idle inside a transaction for
         `idle_transaction_timeout_s` is ended by the server, so a writer frozen mid-transaction holds the
         log head at most that long (0 leaves the server's setting); a pooled connection unused for longer
         than `ping_after_idle_s` is checked before it is used again; a process keeps `pool_size`
-        connections and opens at most `max_overflow` more. Every event it records names `producer`.
+        connections and opens at most `max_overflow` more (defaults: `store.db`). Every event it records
+        names `producer`.
         """
-        return cls(
-            create_store_engine(
-                url,
-                durable=durable,
-                idle_transaction_timeout_s=idle_transaction_timeout_s,
-                ping_after_idle_s=ping_after_idle_s,
-                pool_size=pool_size,
-                max_overflow=max_overflow,
-            ),
-            producer=producer,
-        )
+        return cls(create_store_engine(url, **engine), producer=producer)
 
     @property
     def engine(self) -> Engine:
