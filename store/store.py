@@ -216,15 +216,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         """
         _aware(req.now)
         with _translated(), self._engine.begin() as conn:
-            return approving.dispatch(
-                conn,
-                req.tool_call_id,
-                now=req.now,
-                producer=self._producer,
-                policy_version=req.policy_version,
-                lease_owner=req.lease_owner,
-                lease_s=req.lease_s,
-            )
+            return approving.dispatch(conn, req, producer=self._producer)
 
     def deny_approved(self, req: ApprovedDenial) -> CallView:
         """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
@@ -237,16 +229,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         """
         _aware(req.now)
         with _translated(), self._engine.begin() as conn:
-            return approving.deny(
-                conn,
-                req.tool_call_id,
-                reason=req.reason,
-                detail=req.detail,
-                now=req.now,
-                producer=self._producer,
-                policy_version=req.policy_version,
-                rule_id=req.rule_id,
-            )
+            return approving.deny(conn, req, producer=self._producer)
 
     def answer_confirmation(self, req: ConfirmationAnswer) -> CallView:
         """Consume a call's pending confirmation once: accept -> `dispatching` (ours), else `denied`.
