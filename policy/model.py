@@ -72,21 +72,3 @@ class Decision:
     approval: ApprovalRequirement | None = None
     message: str | None = field(default=None, compare=False)
     """Optional human text explaining the decision."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "effect": self.effect,
-            "reason": self.reason,
-            "policy_version": self.policy_version,
-            "rule_id": self.rule_id,
-            "approval": (
-                {
-                    "approver_role": self.approval.approver_role,
-                    "expires_in_s": self.approval.expires_in_s,
-                    "requester_may_approve": self.approval.requester_may_approve,
-                }
-                if self.approval
-                else None
-            ),
-            "message": self.message,
-        }

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row, select
 
 from store import events as ev
 from store import queues
 from store.commands import DecideApproval, ExpireApproval
-from store.leasing import grant
+from store.leasing import call_envelope, grant
 from store.log import Append
 from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
 from store.schema import approvals, tool_calls
 from store.views import approval_view, load_approval
+
+if TYPE_CHECKING:  # the write commands, named only in signatures
+    from store.model import ApprovedDenial, ApprovedDispatch
 
 
 def decide(conn: Connection, cmd: DecideApproval, *, producer: str) -> ApprovalView:
@@ -36,7 +38,7 @@ def decide(conn: Connection, cmd: DecideApproval, *, producer: str) -> ApprovalV
     payload = ev.ApprovalDecided(
         decided_by=decided_by, reason=cmd.reason, break_glass=cmd.break_glass, decided_by_roles=roles
     )
-    envelope = _envelope(call_row, cmd.now, producer)
+    envelope = call_envelope(call_row, cmd.now, producer)
     log.add(
         ev.ApprovalGrantedEvent(**envelope, payload=payload)
         if cmd.approve
@@ -60,22 +62,13 @@ def expire(conn: Connection, cmd: ExpireApproval, *, producer: str) -> ApprovalV
     approval, call_row = _awaiting(conn, approval_id, None)
     if now < approval.expires_at:
         raise StaleLease(f"approval {approval_id} does not expire until {ev.format_ts(approval.expires_at)}")
-    log.add(ev.ApprovalExpiredEvent(**_envelope(call_row, now, producer), payload=ev.ApprovalExpired()))
+    log.add(ev.ApprovalExpiredEvent(**call_envelope(call_row, now, producer), payload=ev.ApprovalExpired()))
     queues.release(conn, approval_id)
     log.flush()
     return _reload_approval(conn, approval_id)
 
 
-def dispatch(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    now: datetime,
-    producer: str,
-    policy_version: str | None,
-    lease_owner: str = "writ-gateway",
-    lease_s: float = 60.0,
-) -> CallView:
+def dispatch(conn: Connection, req: ApprovedDispatch, *, producer: str) -> CallView:
     """Move an approved call to `dispatching`; the caller now owns the dispatch.
 
     `policy_version` names the policy that re-authorized the call at execution time.
@@ -85,32 +78,22 @@ def dispatch(
         StaleLease: the call is not `approved` (another worker dispatched it, or it was refused).
     """
     log = Append(conn)
-    row = _approved(conn, tool_call_id)
+    row = _approved(conn, req.tool_call_id)
     payload = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
         idempotency_key=row.idempotency_key,
         external_request_id=row.external_request_id,
-        **grant(lease_owner, row.lease_token, now, lease_s),
+        **grant(req.lease_owner, row.lease_token, req.now, req.lease_s),
     )
-    envelope = _envelope(row, now, producer)
-    if policy_version is not None:
-        envelope["policy_version"] = policy_version
+    envelope = call_envelope(row, req.now, producer)
+    if req.policy_version is not None:
+        envelope["policy_version"] = req.policy_version
     log.add(ev.ToolCallDispatchingEvent(**envelope, payload=payload))
     log.flush()
-    return log.call(tool_call_id)
+    return log.call(req.tool_call_id)
 
 
-def deny(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    reason: str,
-    detail: str | None,
-    now: datetime,
-    producer: str,
-    policy_version: str | None = None,
-    rule_id: str | None = None,
-) -> CallView:
+def deny(conn: Connection, req: ApprovedDenial, *, producer: str) -> CallView:
     """Refuse an approved call whose re-authorization at execution time failed.
 
     `policy_version` (the policy in force at execution) replaces the request's in the event.
@@ -120,15 +103,15 @@ def deny(
         StaleLease: the call is not `approved`.
     """
     log = Append(conn)
-    row = _approved(conn, tool_call_id)
-    payload = ev.ToolCallDenied(reason=reason, rule_id=rule_id, detail=detail)
-    envelope = _envelope(row, now, producer)
-    if policy_version is not None:
-        envelope["policy_version"] = policy_version
+    row = _approved(conn, req.tool_call_id)
+    payload = ev.ToolCallDenied(reason=req.reason, rule_id=req.rule_id, detail=req.detail)
+    envelope = call_envelope(row, req.now, producer)
+    if req.policy_version is not None:
+        envelope["policy_version"] = req.policy_version
     log.add(ev.ToolCallDeniedEvent(**envelope, payload=payload))
     queues.release(conn, row.approval_id)
     log.flush()
-    return log.call(tool_call_id)
+    return log.call(req.tool_call_id)
 
 
 def _awaiting(conn: Connection, approval_id: str, tenant: str | None) -> tuple[ApprovalView, Row[Any]]:
@@ -150,22 +133,6 @@ def _approved(conn: Connection, tool_call_id: str) -> Row[Any]:
     if row.status != "approved":
         raise StaleLease(f"call {tool_call_id} is {row.status}, not approved")
     return row
-
-
-def _envelope(row: Row[Any], now: datetime, producer: str) -> dict[str, Any]:
-    return {
-        "occurred_at": ev.format_ts(now),
-        "producer": producer,
-        "run_id": row.run_id,
-        "tool_call_id": row.tool_call_id,
-        "approval_id": row.approval_id,
-        "capability_id": row.capability_id,
-        "capability_version": row.capability_version,
-        "policy_version": row.policy_version,
-        "correlation_id": row.correlation_id,
-        "causation_id": row.last_event_id,
-        "tenant": row.tenant,
-    }
 
 
 def _reload_approval(conn: Connection, approval_id: str) -> ApprovalView:

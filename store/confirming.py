@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from store import events as ev
-from store.leasing import call_envelope, call_row, grant
+from store.leasing import call_envelope, call_row, grant, overdue_calls
 from store.log import Append
 from store.model import Answer, CallView, ConfirmationMismatch, StaleLease
 from store.schema import tool_calls
@@ -82,13 +82,7 @@ def any_due(conn: Connection, *, now: datetime) -> bool:
 def expire_due(conn: Connection, *, now: datetime, producer: str, limit: int) -> list[CallView]:
     """Expire every call still awaiting confirmation past its expiry; they will never run."""
     log = Append(conn)
-    rows = conn.execute(
-        select(tool_calls)
-        .where(*_expired_confirmation(now))
-        .order_by(tool_calls.c.confirmation_expires_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    ).all()
+    rows = overdue_calls(conn, _expired_confirmation(now), tool_calls.c.confirmation_expires_at, limit)
     for row in rows:
         payload = ev.ConfirmationExpired(confirmation_id=row.confirmation_id)
         log.add(ev.ConfirmationExpiredEvent(**call_envelope(row, now, producer), payload=payload))

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
@@ -43,6 +43,16 @@ PING_AFTER_IDLE_S = 1.0
 """A pooled PostgreSQL connection idle for longer than this is pinged before it is used again."""
 POOL_SIZE, MAX_OVERFLOW = 10, 10
 """PostgreSQL connections a process keeps open, and may open beyond those under load."""
+
+
+class EngineOptions(TypedDict, total=False):
+    """The keyword arguments of `create_store_engine`, for callers that pass them through."""
+
+    durable: bool
+    idle_transaction_timeout_s: float
+    ping_after_idle_s: float
+    pool_size: int
+    max_overflow: int
 
 
 def create_store_engine(

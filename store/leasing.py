@@ -9,6 +9,7 @@ newer token or a settled call and is refused with `StaleLease`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -104,6 +105,14 @@ def _expired_dispatch(now: datetime) -> tuple[Any, ...]:
     return (tool_calls.c.status == "dispatching", tool_calls.c.lease_expires_at < now)
 
 
+def overdue_calls(conn: Connection, where: tuple[Any, ...], due: Any, limit: int) -> Sequence[Row[Any]]:
+    """Up to `limit` calls matching `where`, longest overdue first by `due`, locked; rows another
+    transaction holds are skipped, so replicas settling at once never wait on each other."""
+    return conn.execute(
+        select(tool_calls).where(*where).order_by(due).limit(limit).with_for_update(skip_locked=True)
+    ).all()
+
+
 def any_expired(conn: Connection, *, now: datetime) -> bool:
     """Whether some call is left dispatching past its lease: a look that takes no lock."""
     return conn.execute(
@@ -121,13 +130,7 @@ def recover_expired(conn: Connection, *, now: datetime, producer: str, limit: in
     # Under the head lock every candidate is re-read at its latest committed state. SKIP LOCKED lets
     # a replica pass over rows another transaction is settling right now (PostgreSQL; SQLite has one
     # writer at a time anyway).
-    rows = conn.execute(
-        select(tool_calls)
-        .where(*_expired_dispatch(now))
-        .order_by(tool_calls.c.lease_expires_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    ).all()
+    rows = overdue_calls(conn, _expired_dispatch(now), tool_calls.c.lease_expires_at, limit)
     for row in rows:
         evidence = {
             "recovered_by": producer,

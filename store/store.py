@@ -7,21 +7,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, Unpack
 
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, ports, recording, revoking
 from store.commands import DecideApproval, ExpireApproval, RestorePrincipal, RevokePrincipal
-from store.db import (
-    IDLE_TRANSACTION_TIMEOUT_S,
-    MAX_OVERFLOW,
-    PING_AFTER_IDLE_S,
-    POOL_SIZE,
-    READ_ONLY,
-    create_store_engine,
-)
+from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
 from store.log import Append, envelope_of, read_pages
 from store.model import (
@@ -87,36 +80,17 @@ class Store(Settlement, Queues, Reads, RateLimits):
         self._producer = producer
 
     @classmethod
-    def open(
-        cls,
-        url: str,
-        *,
-        durable: bool = True,
-        idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S,
-        ping_after_idle_s: float = PING_AFTER_IDLE_S,
-        pool_size: int = POOL_SIZE,
-        max_overflow: int = MAX_OVERFLOW,
-        producer: str = PRODUCER,
-    ) -> Store:
+    def open(cls, url: str, *, producer: str = PRODUCER, **engine: Unpack[EngineOptions]) -> Store:
         """Connect lazily to `sqlite:///path` or `postgresql://...`.
 
         `durable=False` relaxes SQLite's fsyncs. On PostgreSQL, a session idle inside a transaction for
         `idle_transaction_timeout_s` is ended by the server, so a writer frozen mid-transaction holds the
         log head at most that long (0 leaves the server's setting); a pooled connection unused for longer
         than `ping_after_idle_s` is checked before it is used again; a process keeps `pool_size`
-        connections and opens at most `max_overflow` more. Every event it records names `producer`.
+        connections and opens at most `max_overflow` more (defaults: `store.db`). Every event it records
+        names `producer`.
         """
-        return cls(
-            create_store_engine(
-                url,
-                durable=durable,
-                idle_transaction_timeout_s=idle_transaction_timeout_s,
-                ping_after_idle_s=ping_after_idle_s,
-                pool_size=pool_size,
-                max_overflow=max_overflow,
-            ),
-            producer=producer,
-        )
+        return cls(create_store_engine(url, **engine), producer=producer)
 
     @property
     def engine(self) -> Engine:
@@ -250,15 +224,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         """
         _aware(req.now)
         with _translated(), self._engine.begin() as conn:
-            return approving.dispatch(
-                conn,
-                req.tool_call_id,
-                now=req.now,
-                producer=self._producer,
-                policy_version=req.policy_version,
-                lease_owner=req.lease_owner,
-                lease_s=req.lease_s,
-            )
+            return approving.dispatch(conn, req, producer=self._producer)
 
     def deny_approved(self, req: ApprovedDenial) -> CallView:
         """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
@@ -271,16 +237,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         """
         _aware(req.now)
         with _translated(), self._engine.begin() as conn:
-            return approving.deny(
-                conn,
-                req.tool_call_id,
-                reason=req.reason,
-                detail=req.detail,
-                now=req.now,
-                producer=self._producer,
-                policy_version=req.policy_version,
-                rule_id=req.rule_id,
-            )
+            return approving.deny(conn, req, producer=self._producer)
 
     def answer_confirmation(self, req: ConfirmationAnswer) -> CallView:
         """Consume a call's pending confirmation once: accept -> `dispatching` (ours), else `denied`.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated
 
@@ -108,37 +109,43 @@ StandingReasonOption = Annotated[
 ]
 
 
-@principals_app.command("revoke")
-def principals_revoke(
-    sub: Annotated[str, typer.Argument(help="The subject to revoke.")],
-    tenant: TenantOption,
-    reason: StandingReasonOption = None,
-    token: TokenOption = None,
-    break_glass: BreakGlassOption = False,
-    as_: AsOption = None,
-    config: _ConfigOption = None,
-) -> None:
-    """Refuse every later call, read and decision of SUB in the tenant, and its approved-but-not-run calls."""
-    _change_standing(
-        sub, tenant, revoke=True, reason=reason, token=token, break_glass=break_glass, as_=as_, config=config
-    )
+def _standing_command(revoke: bool, subject_help: str, doc: str) -> Callable[..., None]:
+    """`revoke` and `restore` take the same options and differ only in the standing they record."""
+
+    def command(
+        tenant: TenantOption,
+        sub: str = typer.Argument(help=subject_help),
+        reason: StandingReasonOption = None,
+        token: TokenOption = None,
+        break_glass: BreakGlassOption = False,
+        as_: AsOption = None,
+        config: _ConfigOption = None,
+    ) -> None:
+        _change_standing(
+            sub,
+            tenant,
+            revoke=revoke,
+            reason=reason,
+            token=token,
+            break_glass=break_glass,
+            as_=as_,
+            config=config,
+        )
+
+    command.__doc__ = doc
+    return command
 
 
-@principals_app.command("restore")
-def principals_restore(
-    sub: Annotated[str, typer.Argument(help="The revoked subject to restore.")],
-    tenant: TenantOption,
-    reason: StandingReasonOption = None,
-    token: TokenOption = None,
-    break_glass: BreakGlassOption = False,
-    as_: AsOption = None,
-    config: _ConfigOption = None,
-) -> None:
-    """Lift SUB's revocation in the tenant: what its tokens grant works again (approved calls refused
-    while it was revoked stay refused)."""
-    _change_standing(
-        sub, tenant, revoke=False, reason=reason, token=token, break_glass=break_glass, as_=as_, config=config
-    )
+_REVOKE_HELP = (
+    "Refuse every later call, read and decision of SUB in the tenant, and its approved-but-not-run calls."
+)
+# The line break is the old docstring's, kept: `writ principals --help` shows it.
+_RESTORE_HELP = (
+    "Lift SUB's revocation in the tenant: what its tokens grant works again (approved calls refused\n"
+    "    while it was revoked stay refused)."
+)
+principals_app.command("revoke")(_standing_command(True, "The subject to revoke.", _REVOKE_HELP))
+principals_app.command("restore")(_standing_command(False, "The revoked subject to restore.", _RESTORE_HELP))
 
 
 def _change_standing(

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -372,30 +373,31 @@ ReasonOption = Annotated[
 ]
 
 
-@approvals_app.command("approve")
-def approvals_approve(
-    approval_id: str,
-    reason: ReasonOption = None,
-    token: TokenOption = None,
-    break_glass: BreakGlassOption = False,
-    as_: AsOption = None,
-    config: ConfigOption = None,
-) -> None:
-    """Approve a pending call; a running gateway then re-authorizes and executes it once."""
-    _decide(approval_id, True, token=token, break_glass=break_glass, reason=reason, as_=as_, config=config)
+def _decision_command(approve: bool, doc: str) -> Callable[..., None]:
+    """`approve` and `reject` take the same options and differ only in the decision they record."""
+
+    def command(
+        approval_id: str,
+        reason: ReasonOption = None,
+        token: TokenOption = None,
+        break_glass: BreakGlassOption = False,
+        as_: AsOption = None,
+        config: ConfigOption = None,
+    ) -> None:
+        _decide(
+            approval_id, approve, token=token, break_glass=break_glass, reason=reason, as_=as_, config=config
+        )
+
+    command.__doc__ = doc
+    return command
 
 
-@approvals_app.command("reject")
-def approvals_reject(
-    approval_id: str,
-    reason: ReasonOption = None,
-    token: TokenOption = None,
-    break_glass: BreakGlassOption = False,
-    as_: AsOption = None,
-    config: ConfigOption = None,
-) -> None:
-    """Reject a pending call; it will never run."""
-    _decide(approval_id, False, token=token, break_glass=break_glass, reason=reason, as_=as_, config=config)
+approvals_app.command("approve")(
+    _decision_command(
+        True, "Approve a pending call; a running gateway then re-authorizes and executes it once."
+    )
+)
+approvals_app.command("reject")(_decision_command(False, "Reject a pending call; it will never run."))
 
 
 def _decide(

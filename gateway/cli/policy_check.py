@@ -17,6 +17,7 @@ from typing import Any
 from capabilities.config import McpBackend
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
+from gateway.calls.authorize import decision_record
 from gateway.calls.policy_source import policy_provider
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError, UnknownTool
@@ -37,7 +38,7 @@ class PolicyCheck:
             "policy_version": self.decision.policy_version,
             "rule": self.decision.rule_id,
             "capability": self.capability_ref,
-            "approval": self.decision.to_json()["approval"],
+            "approval": decision_record(self.decision).to_json()["approval"],
             "message": self.decision.message,
             "rules": [
                 {"rule": t.rule_id, "outcome": t.outcome, "decision": t.decision, "problem": t.problem}
