@@ -45,6 +45,7 @@ from gateway.calls.authorize import PolicyLike
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.faults import FaultPoints
 from gateway.calls.outbox import Notifier
+from gateway.calls.periodic import Wake, run_periodically
 from gateway.calls.pipeline import CallPipeline
 from gateway.calls.policy_source import policy_provider
 from gateway.calls.rate_limits import RateLimiter
@@ -92,14 +93,13 @@ class Runtime:
     """The policy in force now, re-read on every use, so a reload takes effect at once."""
     sealing: RequestStateSecurity | None = None
     """How confirmation rounds' `requestState` is sealed (shared keys, or this process's own)."""
-    workers: Workers | None = None
-    """Lease recovery and reconciliation, run in the background while the runtime runs."""
     decisions: Decisions | None = None
     """Approval decisions (API); the resume worker in `background` executes approved calls."""
     console_decisions: Decisions | None = None
     """The same, recorded in the console's name."""
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
-    """Further workers run while the runtime runs: approvals (resume, expiry), outbox delivery."""
+    """Workers run while the runtime runs: lease recovery and reconciliation, approvals (resume,
+    expiry), outbox delivery; each one a `run_periodically` loop."""
 
     def principal_from_claims(self, claims: dict[str, Any]) -> Principal:
         return principal_from_claims(claims, self.config.auth.claims)
@@ -111,8 +111,6 @@ class Runtime:
         try:
             self.pipeline.prepare()
             async with anyio.create_task_group() as workers:
-                if self.workers is not None:
-                    workers.start_soon(self.workers.run)
                 for task in self.background:
                     workers.start_soon(task)
                 try:
@@ -203,7 +201,15 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         policy_source=policy_source,
     )
     if timing.enabled:
-        runtime.workers = _workers(runtime, owner, redactor)
+        recovery = _workers(runtime, owner, redactor)
+        runtime.background.append(
+            lambda: run_periodically(
+                recovery.tick,
+                interval_s=timing.interval_s,
+                failure="background worker pass failed",
+                log=logging.getLogger(Workers.__module__),
+            )
+        )
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     return runtime
 
@@ -238,14 +244,22 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         policy=runtime.policy_source,
         clock=clock,
         owner=owner,
-        interval_s=config.poll_interval_s,
     )
-    runtime.decisions = Decisions(runtime.store, clock, on_granted=resumer.wake)
+    wake = Wake()
+    runtime.decisions = Decisions(runtime.store, clock, on_granted=wake)
     # The console records its decisions in its own name, on the same database and pool.
     runtime.console_decisions = Decisions(
-        runtime.store.with_producer(CONSOLE), clock, on_granted=resumer.wake, expiring=runtime.store
+        runtime.store.with_producer(CONSOLE), clock, on_granted=wake, expiring=runtime.store
     )
-    runtime.background.append(resumer.run)
+    runtime.background.append(
+        lambda: run_periodically(
+            resumer.tick,
+            interval_s=config.poll_interval_s,
+            failure="approval worker pass failed",
+            wake=wake,
+            log=logging.getLogger(Resumer.__module__),
+        )
+    )
     if config.webhook is not None:
         secret = environ.get(config.webhook.secret_env)
         if not secret:
@@ -259,9 +273,19 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
             clock=clock,
             owner=owner,
             console_url=config.console_url or f"{runtime.config.server.base_url}/console",
-            interval_s=config.poll_interval_s,
         )
-        runtime.background.append(notifier.run)
+        interval_s = config.poll_interval_s
+
+        async def deliver() -> None:
+            async with notifier.client() as http:
+                await run_periodically(
+                    lambda: notifier.tick(http),
+                    interval_s=interval_s,
+                    failure="outbox delivery pass failed",
+                    log=logging.getLogger(Notifier.__module__),
+                )
+
+        runtime.background.append(deliver)
 
 
 def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
@@ -278,7 +302,7 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
             timing.reconcile_max_attempts, timing.reconcile_backoff_s, timing.reconcile_backoff_max_s
         ),
     )
-    return Workers(store=runtime.store, reconciler=reconciler, clock=clock, interval_s=timing.interval_s)
+    return Workers(store=runtime.store, reconciler=reconciler, clock=clock)
 
 
 def build_app(runtime: Runtime) -> Starlette:
