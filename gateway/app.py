@@ -11,7 +11,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -52,6 +51,7 @@ from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
 from gateway.calls.workers import Workers, worker_id
+from gateway.clock import Clock, system_clock
 from gateway.config import WritConfig
 from gateway.console import console_routes
 from gateway.console.views import InForce
@@ -91,6 +91,8 @@ class Runtime:
     """The one dispatcher the pipeline and the workers share."""
     policy_source: Callable[[], PolicyLike]
     """The policy in force now, re-read on every use, so a reload takes effect at once."""
+    clock: Clock
+    """The one clock every component reads business time from."""
     sealing: RequestStateSecurity | None = None
     """How confirmation rounds' `requestState` is sealed (shared keys, or this process's own)."""
     decisions: Decisions | None = None
@@ -163,7 +165,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
     redactor = Redactor.from_file(config.privacy.salt_file)
-    clock = lambda: datetime.now(UTC)  # noqa: E731
+    clock = system_clock
     # One dispatcher for every path that dispatches: new, confirmed, approved and re-sent calls.
     dispatcher = Dispatcher(
         store=store,
@@ -199,6 +201,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         sealing=sealing,
         dispatcher=dispatcher,
         policy_source=policy_source,
+        clock=clock,
     )
     if timing.enabled:
         recovery = _workers(runtime, owner, redactor)
@@ -236,7 +239,7 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         ConfigurationError: a webhook is configured without its signing secret in the environment.
     """
     config = runtime.config.approvals
-    clock = lambda: datetime.now(UTC)  # noqa: E731
+    clock = runtime.clock
     resumer = Resumer(
         store=runtime.store,
         dispatcher=runtime.dispatcher,
@@ -290,7 +293,7 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
 
 def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
     timing = runtime.config.workers
-    clock = lambda: datetime.now(UTC)  # noqa: E731
+    clock = runtime.clock
     reconciler = Reconciler(
         store=runtime.store,
         registry=runtime.registry,
@@ -366,8 +369,10 @@ def build_app(runtime: Runtime) -> Starlette:
         ),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
-        *api_routes(runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions),
-        *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url),
+        *api_routes(
+            runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions, clock=runtime.clock
+        ),
+        *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
     ]
     if runtime.console_decisions is not None:
         routes.extend(
@@ -375,6 +380,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 store=runtime.store.with_producer(CONSOLE),
                 decisions=runtime.console_decisions,
                 verify=_principal_of_token(runtime),
+                clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(runtime.registry.get, lambda: runtime.policy_source().version),
             )
