@@ -11,7 +11,6 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,12 +44,14 @@ from gateway.calls.authorize import PolicyLike
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.faults import FaultPoints
 from gateway.calls.outbox import Notifier
+from gateway.calls.periodic import Wake, run_periodically
 from gateway.calls.pipeline import CallPipeline
 from gateway.calls.policy_source import policy_provider
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
 from gateway.calls.workers import Workers, worker_id
+from gateway.clock import Clock, system_clock
 from gateway.config import WritConfig
 from gateway.console import console_routes
 from gateway.console.views import InForce
@@ -90,16 +91,17 @@ class Runtime:
     """The one dispatcher the pipeline and the workers share."""
     policy_source: Callable[[], PolicyLike]
     """The policy in force now, re-read on every use, so a reload takes effect at once."""
+    clock: Clock
+    """The one clock every component reads business time from."""
     sealing: RequestStateSecurity | None = None
     """How confirmation rounds' `requestState` is sealed (shared keys, or this process's own)."""
-    workers: Workers | None = None
-    """Lease recovery and reconciliation, run in the background while the runtime runs."""
     decisions: Decisions | None = None
     """Approval decisions (API); the resume worker in `background` executes approved calls."""
     console_decisions: Decisions | None = None
     """The same, recorded in the console's name."""
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
-    """Further workers run while the runtime runs: approvals (resume, expiry), outbox delivery."""
+    """Workers run while the runtime runs: lease recovery and reconciliation, approvals (resume,
+    expiry), outbox delivery; each one a `run_periodically` loop."""
 
     def principal_from_claims(self, claims: dict[str, Any]) -> Principal:
         return principal_from_claims(claims, self.config.auth.claims)
@@ -111,8 +113,6 @@ class Runtime:
         try:
             self.pipeline.prepare()
             async with anyio.create_task_group() as workers:
-                if self.workers is not None:
-                    workers.start_soon(self.workers.run)
                 for task in self.background:
                     workers.start_soon(task)
                 try:
@@ -165,7 +165,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
     redactor = Redactor.from_file(config.privacy.salt_file)
-    clock = lambda: datetime.now(UTC)  # noqa: E731
+    clock = system_clock
     # One dispatcher for every path that dispatches: new, confirmed, approved and re-sent calls.
     dispatcher = Dispatcher(
         store=store,
@@ -201,9 +201,18 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         sealing=sealing,
         dispatcher=dispatcher,
         policy_source=policy_source,
+        clock=clock,
     )
     if timing.enabled:
-        runtime.workers = _workers(runtime, owner, redactor)
+        recovery = _workers(runtime, owner, redactor)
+        runtime.background.append(
+            lambda: run_periodically(
+                recovery.tick,
+                interval_s=timing.interval_s,
+                failure="background worker pass failed",
+                log=logging.getLogger(Workers.__module__),
+            )
+        )
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     return runtime
 
@@ -230,7 +239,7 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         ConfigurationError: a webhook is configured without its signing secret in the environment.
     """
     config = runtime.config.approvals
-    clock = lambda: datetime.now(UTC)  # noqa: E731
+    clock = runtime.clock
     resumer = Resumer(
         store=runtime.store,
         dispatcher=runtime.dispatcher,
@@ -238,14 +247,22 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         policy=runtime.policy_source,
         clock=clock,
         owner=owner,
-        interval_s=config.poll_interval_s,
     )
-    runtime.decisions = Decisions(runtime.store, clock, on_granted=resumer.wake)
+    wake = Wake()
+    runtime.decisions = Decisions(runtime.store, clock, on_granted=wake)
     # The console records its decisions in its own name, on the same database and pool.
     runtime.console_decisions = Decisions(
-        runtime.store.with_producer(CONSOLE), clock, on_granted=resumer.wake, expiring=runtime.store
+        runtime.store.with_producer(CONSOLE), clock, on_granted=wake, expiring=runtime.store
     )
-    runtime.background.append(resumer.run)
+    runtime.background.append(
+        lambda: run_periodically(
+            resumer.tick,
+            interval_s=config.poll_interval_s,
+            failure="approval worker pass failed",
+            wake=wake,
+            log=logging.getLogger(Resumer.__module__),
+        )
+    )
     if config.webhook is not None:
         secret = environ.get(config.webhook.secret_env)
         if not secret:
@@ -259,14 +276,24 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
             clock=clock,
             owner=owner,
             console_url=config.console_url or f"{runtime.config.server.base_url}/console",
-            interval_s=config.poll_interval_s,
         )
-        runtime.background.append(notifier.run)
+        interval_s = config.poll_interval_s
+
+        async def deliver() -> None:
+            async with notifier.client() as http:
+                await run_periodically(
+                    lambda: notifier.tick(http),
+                    interval_s=interval_s,
+                    failure="outbox delivery pass failed",
+                    log=logging.getLogger(Notifier.__module__),
+                )
+
+        runtime.background.append(deliver)
 
 
 def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
     timing = runtime.config.workers
-    clock = lambda: datetime.now(UTC)  # noqa: E731
+    clock = runtime.clock
     reconciler = Reconciler(
         store=runtime.store,
         registry=runtime.registry,
@@ -278,7 +305,7 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
             timing.reconcile_max_attempts, timing.reconcile_backoff_s, timing.reconcile_backoff_max_s
         ),
     )
-    return Workers(store=runtime.store, reconciler=reconciler, clock=clock, interval_s=timing.interval_s)
+    return Workers(store=runtime.store, reconciler=reconciler, clock=clock)
 
 
 def build_app(runtime: Runtime) -> Starlette:
@@ -342,8 +369,10 @@ def build_app(runtime: Runtime) -> Starlette:
         ),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
-        *api_routes(runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions),
-        *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url),
+        *api_routes(
+            runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions, clock=runtime.clock
+        ),
+        *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
     ]
     if runtime.console_decisions is not None:
         routes.extend(
@@ -351,6 +380,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 store=runtime.store.with_producer(CONSOLE),
                 decisions=runtime.console_decisions,
                 verify=_principal_of_token(runtime),
+                clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(runtime.registry.get, lambda: runtime.policy_source().version),
             )

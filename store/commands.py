@@ -12,8 +12,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from store.model import OutcomeRecord
+
 Verdict = Literal["confirmed_success", "confirmed_failure"]
 ContradictionSource = Literal["lookup", "late_response", "resolution"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """Record what the executor observed for a call dispatched under the lease's fencing `token`."""
+
+    tool_call_id: str
+    outcome: OutcomeRecord
+    token: int
+    now: datetime
 
 
 @dataclass(frozen=True, slots=True)

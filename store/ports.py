@@ -20,6 +20,7 @@ from store.commands import (
     OutboxFailed,
     RecordContradiction,
     RecordInconclusive,
+    RecordOutcome,
     Redispatch,
     ResolveManually,
     ResolveReconciliation,
@@ -36,7 +37,6 @@ from store.model import (
     CallView,
     ConfirmationAnswer,
     OutboxMessage,
-    OutcomeRecord,
     RefusalRequest,
     StoredEvent,
 )
@@ -91,14 +91,7 @@ class Outcomes(Contradictions, Protocol):
 
     def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None: ...
 
-    def record_outcome(
-        self,
-        tool_call_id: str,
-        outcome: OutcomeRecord,
-        *,
-        token: int,
-        now: datetime,
-    ) -> CallView: ...
+    def record_outcome(self, cmd: RecordOutcome) -> CallView: ...
 
 
 class CallLedger(Outcomes, Standing, Protocol):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
 from store import events as ev
 from store import queues
+from store.commands import RecordOutcome
 from store.leasing import ENVELOPE_BY_ID, call_envelope, fenced, grant
 from store.log import Append
 from store.model import (
@@ -18,7 +19,6 @@ from store.model import (
     CallRequest,
     CallView,
     DecisionRecord,
-    OutcomeRecord,
     RefusalRequest,
     StoreError,
 )
@@ -130,9 +130,7 @@ def _record_refusal(
     return log.call(who.tool_call_id)
 
 
-def record_outcome(
-    conn: Connection, tool_call_id: str, outcome: OutcomeRecord, *, token: int, now: datetime, producer: str
-) -> CallView:
+def record_outcome(conn: Connection, cmd: RecordOutcome, *, producer: str) -> CallView:
     """Record what the executor observed for a call this writer dispatched under lease `token`.
 
     Raises:
@@ -140,8 +138,9 @@ def record_outcome(
         StaleLease: the call is not `dispatching`, or is fenced at a newer token: this writer no
             longer owns it.
     """
+    tool_call_id, outcome, now = cmd.tool_call_id, cmd.outcome, cmd.now
     log = Append(conn)
-    row = fenced(conn, tool_call_id, token, "dispatching", ENVELOPE_BY_ID)
+    row = fenced(conn, tool_call_id, cmd.token, "dispatching", ENVELOPE_BY_ID)
     envelope = call_envelope(row, now, producer)
     result = dict(outcome.result) if outcome.result is not None else None
     event: ev.Envelope

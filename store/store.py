@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, ports, recording, revoking
-from store.commands import DecideApproval, ExpireApproval, RestorePrincipal, RevokePrincipal
+from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
 from store.log import Append, envelope_of, read_pages
@@ -27,7 +27,6 @@ from store.model import (
     ConfirmationAnswer,
     CorruptEvent,
     KeyClaimLost,
-    OutcomeRecord,
     RefusalRequest,
     StoreError,
     Unavailable,
@@ -170,14 +169,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
         _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.refuse(conn, req, producer=self._producer))
 
-    def record_outcome(
-        self,
-        tool_call_id: str,
-        outcome: OutcomeRecord,
-        *,
-        token: int,
-        now: datetime,
-    ) -> CallView:
+    def record_outcome(self, cmd: RecordOutcome) -> CallView:
         """Record the observed outcome of a dispatching call, under the dispatch lease's fencing `token`.
 
         Raises:
@@ -185,12 +177,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
             StaleLease: the call is not `dispatching` (settled, recovered, or never dispatched), or a
                 newer lease fenced this token.
         """
-        return self._write(
-            now,
-            lambda conn: recording.record_outcome(
-                conn, tool_call_id, outcome, token=token, now=now, producer=self._producer
-            ),
-        )
+        return self._write(cmd.now, lambda conn: recording.record_outcome(conn, cmd, producer=self._producer))
 
     def decide_approval(self, cmd: DecideApproval) -> ApprovalView:
         """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.

@@ -25,7 +25,7 @@ FORBIDDEN_FOREIGN = {"store": {"mcp", "mcp_types", "starlette", "httpx2", "httpx
 # gateway's own layers, lowest first: a module may import its own layer's units and those below it,
 # plus what EXTRA names. A unit is a subpackage (gateway.calls) or a top-level module (gateway.app).
 GATEWAY_LAYERS = [
-    {"gateway.errors", "gateway.reasons", "gateway.secret_files", "gateway.display"},
+    {"gateway.errors", "gateway.reasons", "gateway.secret_files", "gateway.display", "gateway.clock"},
     {"gateway.calls"},
     {"gateway.config", "gateway.telemetry"},
     {"gateway.auth"},
@@ -152,3 +152,54 @@ def test_only_the_composition_root_and_the_cli_import_the_whole_store() -> None:
             elif isinstance(node, ast.Import) and any(a.name in whole for a in node.names):
                 importers.add(gateway_module(path))
     assert importers <= {"gateway.app", "gateway.opening", "gateway.cli.main"}
+
+
+WALL_CLOCK = {
+    ("datetime", "now"),
+    ("datetime", "utcnow"),
+    ("datetime", "today"),
+    ("date", "today"),
+    ("time", "time"),
+}
+CLOCK_READERS = {
+    # The one reading of business time, which the composition roots hand in (gateway.clock).
+    "gateway.clock": {"datetime.now"},
+    # Token lifetimes are checked on the clock the JWT library checks `exp` and `iat` on, not on ours.
+    "gateway.auth.tokens": {"time.time"},
+    "gateway.auth.dev_issuer": {"time.time"},
+    "gateway.stdio": {"time.time"},
+    # Ids start with the time so that they sort by creation: not a fact anything decides on.
+    "gateway.calls.actions": {"time.time"},
+}
+
+
+def wall_clock_reads(path: Path) -> set[str]:
+    """Every `datetime.now()`, `time.time()` and the like that `path` calls."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", None)
+            if (name, node.func.attr) in WALL_CLOCK:
+                found.add(f"{name}.{node.func.attr}")
+    return found
+
+
+def test_business_time_comes_from_the_injected_clock() -> None:
+    # A module that reads the wall clock itself cannot be run at another instant by a test, and two
+    # such modules can disagree about now within one call.
+    found = []
+    for path in modules("gateway"):
+        module = gateway_module(path)
+        found += [
+            f"{module} calls {read}" for read in wall_clock_reads(path) - CLOCK_READERS.get(module, set())
+        ]
+    assert found == []
+
+
+def test_the_clock_check_reports_a_direct_read(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import datetime, time\nnow = datetime.datetime.now()\nt = time.time()\nm = time.monotonic()\n"
+    )
+    assert wall_clock_reads(bad) == {"datetime.now", "time.time"}

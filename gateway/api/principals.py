@@ -9,7 +9,7 @@ decision on every face (`gateway.auth.standing`). A restore gives back what the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 import anyio.to_thread
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.api.guard import Guard, error
+from gateway.clock import Clock
 from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.commands import RestorePrincipal, RevokePrincipal
@@ -108,7 +109,7 @@ def principal_routes(
     principal_of: Callable[[AuthenticatedUser], Principal],
     resource_metadata_url: str,
     *,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Clock,
 ) -> list[Route]:
     """The principal standing routes (see `Principals`)."""
     return Principals(store, clock).routes(Guard(store, principal_of, resource_metadata_url))

@@ -7,7 +7,7 @@ tenant answers exactly like an id that does not exist.
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -21,6 +21,7 @@ from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
 from gateway.calls.run_ids import scoped_run_id
+from gateway.clock import Clock
 from gateway.errors import Refused
 from gateway.mcp.results import status_document
 from gateway.reasons import ReasonCode
@@ -65,8 +66,9 @@ def _invalid(exc: ValidationError) -> Response:
 class Api:
     """The /api handlers, one method per route; `Guard` checks token, standing and role first."""
 
-    def __init__(self, store: Oversight, decisions: Decisions | None = None) -> None:
+    def __init__(self, store: Oversight, clock: Clock, decisions: Decisions | None = None) -> None:
         self.store = store
+        self.clock = clock
         self.decisions = decisions
 
     def routes(self, guarded: Guard) -> list[Route]:
@@ -190,7 +192,7 @@ class Api:
             tenant=who.tenant,
         )
         try:
-            call = await resolve_call(self.store, resolution, datetime.now(UTC))
+            call = await resolve_call(self.store, resolution, self.clock())
         except Refused as exc:
             return refused(exc)
         body_out = status_document(call, include_result=True) | {"resolvedBy": call.resolved_by}
@@ -202,9 +204,11 @@ def api_routes(
     principal_of: PrincipalOf,
     resource_metadata_url: str,
     decisions: Decisions | None = None,
+    *,
+    clock: Clock,
 ) -> list[Route]:
     """Routes under /api, each requiring a verified bearer token of a principal in good standing."""
-    return Api(store, decisions).routes(Guard(store, principal_of, resource_metadata_url))
+    return Api(store, clock, decisions).routes(Guard(store, principal_of, resource_metadata_url))
 
 
 def _run_subject(events: list[StoredEvent]) -> str | None:

@@ -20,7 +20,7 @@ import anyio.to_thread
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
 from gateway.calls.actions import Redactor
 from gateway.calls.faults import NO_FAULTS, FaultPoints
-from store.commands import RecordContradiction
+from store.commands import RecordContradiction, RecordOutcome
 from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
 from store.ports import Outcomes
 
@@ -170,7 +170,9 @@ class Dispatcher:
         token, now = call.lease_token, self._clock()
         try:
             recorded = await anyio.to_thread.run_sync(
-                lambda: self._store.record_outcome(call.tool_call_id, record, token=token, now=now)
+                lambda: self._store.record_outcome(
+                    RecordOutcome(call.tool_call_id, record, token=token, now=now)
+                )
             )
             return Dispatched(recorded)
         except StaleLease as exc:

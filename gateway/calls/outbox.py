@@ -63,7 +63,6 @@ class Notifier:
         clock: Callable[[], datetime],
         owner: str,
         console_url: str,
-        interval_s: float = 1.0,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self._store = store
@@ -72,18 +71,11 @@ class Notifier:
         self._clock = clock
         self._owner = owner
         self._console_url = console_url.rstrip("/")
-        self._interval_s = interval_s
         self._transport = transport
 
-    async def run(self) -> None:
-        """Pass after pass until cancelled; a failed pass is logged and the next one tries again."""
-        async with httpx2.AsyncClient(timeout=self._webhook.timeout_s, transport=self._transport) as http:
-            while True:
-                try:
-                    await self.tick(http)
-                except Exception:  # the top of a background task: log, keep the worker alive
-                    logger.exception("outbox delivery pass failed")
-                await anyio.sleep(self._interval_s)
+    def client(self) -> httpx2.AsyncClient:
+        """The HTTP client every pass of a running notifier shares (its connections are reused)."""
+        return httpx2.AsyncClient(timeout=self._webhook.timeout_s, transport=self._transport)
 
     async def tick(self, http: httpx2.AsyncClient) -> int:
         """Deliver every due message once; returns how many were delivered."""

@@ -20,7 +20,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
@@ -33,6 +33,7 @@ from gateway.calls.dispatch import Dispatcher
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.run_ids import scoped_run_id
 from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
+from gateway.clock import Clock, system_clock
 from gateway.errors import Refused, UnknownTool
 from gateway.reasons import ReasonCode
 from policy.model import CallContext, Decision, PolicyInput, Principal
@@ -53,7 +54,6 @@ from store.ports import CallLedger
 
 logger = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 
 _T = TypeVar("_T")
 
@@ -142,7 +142,7 @@ class CallPipeline:
         policy: Callable[[], PolicyLike],
         redactor: Redactor,
         dispatcher: Dispatcher | None = None,
-        clock: Clock = lambda: datetime.now(UTC),
+        clock: Clock = system_clock,
         join_wait_s: float = 10.0,
         owner: str = "writ-gateway",
         notify_approvals: bool = False,

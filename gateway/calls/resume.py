@@ -58,7 +58,7 @@ def principal_of_record(recorded: Mapping[str, Any]) -> Principal:
 
 
 class Resumer:
-    """Runs approved calls and expires overdue approvals, one pass per tick or wake-up."""
+    """Runs approved calls and expires overdue approvals, one pass per tick (or wake-up, see `Wake`)."""
 
     def __init__(
         self,
@@ -69,7 +69,6 @@ class Resumer:
         policy: Callable[[], PolicyLike],
         clock: Callable[[], datetime],
         owner: str = "writ-gateway",
-        interval_s: float = 1.0,
         batch: int = 20,
     ) -> None:
         self._store = store
@@ -78,25 +77,7 @@ class Resumer:
         self._policy = policy
         self._owner = owner
         self._clock = clock
-        self._interval_s = interval_s
         self._batch = batch
-        self._wake: anyio.Event | None = None
-
-    def wake(self) -> None:
-        """Run a pass now (after a local decision), instead of at the next tick."""
-        if self._wake is not None:
-            self._wake.set()
-
-    async def run(self) -> None:
-        """Pass after pass until cancelled; a failed pass is logged and the next one tries again."""
-        while True:
-            self._wake = anyio.Event()
-            try:
-                await self.tick()
-            except Exception:  # the top of a background task: log, keep the worker alive
-                logger.exception("approval worker pass failed")
-            with anyio.move_on_after(self._interval_s):
-                await self._wake.wait()
 
     async def tick(self) -> tuple[int, int]:
         """One pass: expire overdue approvals, then resume approved calls. Returns (expired, resumed)."""

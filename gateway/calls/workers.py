@@ -28,7 +28,7 @@ def worker_id() -> str:
 
 
 class Workers:
-    """Runs `tick` every `interval_s` until cancelled."""
+    """Lease recovery and reconciliation; `run_periodically` runs `tick`."""
 
     def __init__(
         self,
@@ -36,12 +36,10 @@ class Workers:
         store: Recovery,
         reconciler: Reconciler,
         clock: Callable[[], datetime],
-        interval_s: float = 1.0,
     ) -> None:
         self._store = store
         self._reconciler = reconciler
         self._clock = clock
-        self._interval_s = interval_s
 
     async def tick(self) -> tuple[int, int]:
         """One pass: recover expired dispatches, then try each due reconciliation once."""
@@ -54,12 +52,3 @@ class Workers:
             )
         reconciled = await self._reconciler.run_once()
         return len(recovered), reconciled
-
-    async def run(self) -> None:
-        """At start and then periodically; a failed pass is logged and the next one tries again."""
-        while True:
-            try:
-                await self.tick()
-            except Exception:  # the top of a background task: log, keep the worker alive
-                logger.exception("background worker pass failed")
-            await anyio.sleep(self._interval_s)

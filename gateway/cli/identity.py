@@ -17,6 +17,7 @@ from gateway.cli.authority import (
     authority,
     check_standing,
 )
+from gateway.cli.clock import CLOCK
 from gateway.cli.refusals import exit_refused
 from gateway.config import find_config_file, load_config
 from gateway.errors import Refused
@@ -90,7 +91,7 @@ def policy_check(
         tool=tool,
         arguments=arguments,
         run_call_count=run_call_count,
-        now=now,
+        now=now if now is not None else CLOCK(),
     )
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
 
@@ -159,7 +160,6 @@ def _change_standing(
     as_: str | None,
     config: str | None,
 ) -> None:
-    from datetime import UTC, datetime
 
     from gateway.opening import open_store
     from store.model import NotFound
@@ -192,7 +192,7 @@ def _change_standing(
             check_standing(store, who)
         except Refused as exc:
             exit_refused(exc)
-        now = datetime.now(UTC)
+        now = CLOCK()
         if revoke:
             seen = store.tenants_of(sub)
             if seen and tenant not in seen:

@@ -22,6 +22,7 @@ from gateway.cli.authority import (
     authority,
     check_standing,
 )
+from gateway.cli.clock import CLOCK
 from gateway.cli.identity import policy_app, principals_app
 from gateway.cli.refusals import exit_refused
 from gateway.config import WritConfig, find_config_file, load_config
@@ -273,7 +274,6 @@ def calls_resolve(
     config: ConfigOption = None,
 ) -> None:
     """Settle a call whose outcome is unknown, with your evidence; recorded with who decided it."""
-    from datetime import UTC, datetime
 
     from gateway.calls.resolutions import ResolutionInput, resolve_call
     from store.model import NotFound, StaleLease, StoreError
@@ -297,7 +297,7 @@ def calls_resolve(
                     roles=who.principal.roles,
                     tenant=who.principal.tenant,
                 )
-                call = anyio.run(resolve_call, store, resolution, datetime.now(UTC))
+                call = anyio.run(resolve_call, store, resolution, CLOCK())
             else:
                 call = store.resolve_manually(
                     ResolveManually(
@@ -305,7 +305,7 @@ def calls_resolve(
                         succeeded=outcome == "succeeded",
                         evidence=evidence,
                         by=who.name,
-                        now=datetime.now(UTC),
+                        now=CLOCK(),
                         break_glass=True,
                         reason=who.reason,
                     )
@@ -413,7 +413,6 @@ def _decide(
     # With a token: the API's checks (role, tenant, separation of duties, standing). Break-glass: the
     # operator holds the store itself, so no role or tenant is checked; the self-approval rule is.
     from dataclasses import asdict
-    from datetime import UTC, datetime
 
     from gateway.calls.approvals import DecisionInput, Decisions
     from store.store import PRODUCER
@@ -426,7 +425,7 @@ def _decide(
         try:
             # An expiry the decision runs into is recorded in the gateway's name, as the worker does.
             expiring = store.with_producer(PRODUCER)
-            approval = Decisions(store, lambda: datetime.now(UTC), expiring=expiring).decide_now(
+            approval = Decisions(store, CLOCK, expiring=expiring).decide_now(
                 DecisionInput(
                     approval_id,
                     approve,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,7 @@ def check_policy(
     tenant: str = "default",
     scopes: Sequence[str] = (),
     run_call_count: int = 0,
-    now: datetime | None = None,
+    now: datetime,
 ) -> PolicyCheck:
     """Evaluate the policy in force for one call.
 
@@ -113,6 +113,6 @@ def check_policy(
         principal,
         capability,
         arguments,
-        CallContext(now=now or datetime.now(UTC), run_call_count=run_call_count),
+        CallContext(now=now, run_call_count=run_call_count),
     )
     return PolicyCheck(policy.evaluate(inp), policy.trace(inp), capability.ref)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
+from gateway.clock import Clock
 from gateway.console.views import InForce, approval_card, timeline, unresolved_card
 from gateway.display import visible
 from gateway.errors import Refused
@@ -70,10 +70,12 @@ class Console:
         store: Oversight,
         decisions: Decisions,
         verify: TokenVerifier,
+        clock: Clock,
         secure_cookies: bool = False,
         in_force: InForce | None = None,
     ) -> None:
         self.store = store
+        self.clock = clock
         self.decisions = decisions
         self.verify = verify
         self.secure_cookies = secure_cookies
@@ -178,7 +180,7 @@ class Console:
         if not who.roles & OVERSEER_ROLES:
             message = "The approval inbox needs the approver, auditor or admin role."
             return self.render(request, "message.html", 403, who=who, message=message)
-        now = datetime.now(UTC)
+        now = self.clock()
 
         def load() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             store = self.store
@@ -209,7 +211,7 @@ class Console:
         if found is None or not may_read(who, found.requester):
             return self.render(request, "message.html", 404, who=who, message="No such approval.")
         card = await anyio.to_thread.run_sync(
-            lambda: approval_card(self.store, found, who, datetime.now(UTC), self.in_force)
+            lambda: approval_card(self.store, found, who, self.clock(), self.in_force)
         )
         return self.render(request, "approval.html", status_code, who=who, card=card, error=error)
 
@@ -277,7 +279,7 @@ class Console:
             tenant=who.tenant,
         )
         try:
-            resolved = await resolve_call(self.store, resolution, datetime.now(UTC))
+            resolved = await resolve_call(self.store, resolution, self.clock())
         except Refused as exc:
             return await self.show_unresolved(
                 request, who, status_code=exc.http_status, error=refused_text(exc)
@@ -308,12 +310,18 @@ def console_routes(
     store: Oversight,
     decisions: Decisions,
     verify: TokenVerifier,
+    clock: Clock,
     secure_cookies: bool = False,
     in_force: InForce | None = None,
 ) -> list[BaseRoute]:
     """The console's routes (see `Console`)."""
     console = Console(
-        store=store, decisions=decisions, verify=verify, secure_cookies=secure_cookies, in_force=in_force
+        store=store,
+        decisions=decisions,
+        verify=verify,
+        clock=clock,
+        secure_cookies=secure_cookies,
+        in_force=in_force,
     )
     return console.routes()
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
-from store import ApprovalNeed, CallIdentity, CallRequest, DecisionRecord, RefusalRequest
+from store import ApprovalNeed, CallIdentity, CallRequest, DecisionRecord, OutcomeRecord, RefusalRequest
+from store.commands import RecordOutcome
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 ALLOW = DecisionRecord("allow", "within_limits", "7", rule_id="small-refunds")
@@ -89,3 +90,15 @@ def refusal_request(**changes: Any) -> RefusalRequest:
         policy_version="7",
     )
     return dataclasses.replace(request, **rest)
+
+
+def outcome(
+    tool_call_id: str,
+    kind: Literal["completed", "failed", "unknown"],
+    *,
+    now: datetime,
+    token: int = 1,
+    **observed: Any,
+) -> RecordOutcome:
+    """The outcome of `tool_call_id` as its first dispatch (lease token 1) observed it."""
+    return RecordOutcome(tool_call_id, OutcomeRecord(kind=kind, **observed), token=token, now=now)

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from store import OutcomeRecord, Store, StoreError
-from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, refusal_request
+from store import Store, StoreError
+from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, outcome, refusal_request
 
 
 def types_of(store: Store, tool_call_id: str) -> list[str]:
@@ -40,7 +40,7 @@ def test_an_allowed_new_call_is_recorded_as_dispatching_and_owned_by_the_caller(
 def test_each_event_of_a_call_is_caused_by_the_one_before_it(store: Store) -> None:
     request = call_request(tool_call_id="tc-1")
     store.admit(request)
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"isError": False}), token=1, now=NOW)
+    store.record_outcome(outcome("tc-1", "completed", result={"isError": False}, now=NOW))
 
     requested, dispatching, completed = store.events(tool_call_id="tc-1")
     assert requested.causation_id is None
@@ -99,7 +99,7 @@ def test_the_same_client_key_and_action_joins_the_recorded_call_without_appendin
 
 def test_a_client_key_joins_even_a_failed_call(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="failed", error="boom"), token=1, now=NOW)
+    store.record_outcome(outcome("tc-1", "failed", error="boom", now=NOW))
 
     again = store.admit(call_request(tool_call_id="tc-2", now=NOW + timedelta(days=1)))
 
@@ -132,7 +132,7 @@ def test_a_derived_key_joins_an_in_flight_call(store: Store) -> None:
 
 def test_a_derived_key_joins_a_completed_call_inside_the_dedupe_window(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1", key_source="derived"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"ok": 1}), token=1, now=NOW)
+    store.record_outcome(outcome("tc-1", "completed", result={"ok": 1}, now=NOW))
 
     again = store.admit(
         call_request(tool_call_id="tc-2", key_source="derived", now=NOW + timedelta(seconds=599))
@@ -143,7 +143,7 @@ def test_a_derived_key_joins_a_completed_call_inside_the_dedupe_window(store: St
 
 def test_a_derived_key_is_taken_over_after_the_dedupe_window(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1", key_source="derived"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=NOW)
+    store.record_outcome(outcome("tc-1", "completed", now=NOW))
 
     later = store.admit(
         call_request(tool_call_id="tc-2", key_source="derived", now=NOW + timedelta(seconds=600))
@@ -159,7 +159,7 @@ def test_a_derived_key_is_taken_over_after_the_dedupe_window(store: Store) -> No
 
 def test_a_derived_key_is_taken_over_after_a_failure(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1", key_source="derived"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="failed", error="declined"), token=1, now=NOW)
+    store.record_outcome(outcome("tc-1", "failed", error="declined", now=NOW))
 
     retry = store.admit(
         call_request(tool_call_id="tc-2", key_source="derived", now=NOW + timedelta(seconds=1))
@@ -218,7 +218,7 @@ def test_every_event_names_the_producer_the_store_was_given_and_writ_gateway_by_
 ) -> None:
     store.admit(call_request(tool_call_id="tc-1"))
     cli = store.with_producer("writ-cli")
-    cli.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=NOW)
+    cli.record_outcome(outcome("tc-1", "completed", now=NOW))
 
     assert (store.producer, cli.producer) == ("writ-gateway", "writ-cli")
     assert [(e.type, e.producer) for e in store.events(tool_call_id="tc-1")] == [

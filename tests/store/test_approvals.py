@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from store import ApprovedDenial, ApprovedDispatch, NotFound, OutcomeRecord, StaleLease, Store, StoreError
+from store import ApprovedDenial, ApprovedDispatch, NotFound, StaleLease, Store, StoreError
 from store.commands import DecideApproval, ExpireApproval
-from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
 
 SOON = NOW + timedelta(minutes=5)
 
@@ -35,7 +35,7 @@ def test_a_granted_approval_lets_exactly_one_worker_dispatch_the_call(store: Sto
     assert store.events(tool_call_id="tc-1")[-1].policy_version == "8"
     with pytest.raises(StaleLease):
         store.dispatch_approved(ApprovedDispatch("tc-1", now=SOON))
-    done = store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=SOON)
+    done = store.record_outcome(outcome("tc-1", "completed", now=SOON))
     assert done.status == "completed"
     assert [e.type for e in store.events(tool_call_id="tc-1")] == [
         "tool_call.requested",

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from store import OutcomeRecord, Store
+from store import Store
 from store.schema import events
 from tests.store import tamper
-from tests.store.builders import DENY, NOW, call_request
+from tests.store.builders import DENY, NOW, call_request, outcome
 
 EVENTS = 9
 
@@ -19,12 +19,12 @@ EVENTS = 9
 def logged(store: Store) -> Store:
     """A log of nine events: three calls (allowed and completed, denied, allowed)."""
     store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))  # seq 1-3
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result={"ok": True}), token=1, now=NOW)  # 4
+    store.record_outcome(outcome("tc-1", "completed", result={"ok": True}, now=NOW))  # 4
     store.admit(call_request(tool_call_id="tc-2", idempotency_key="k2", decision=DENY))  # 5-6
     store.admit(
         call_request(tool_call_id="tc-3", idempotency_key="k3", now=NOW + timedelta(seconds=1))
     )  # 7-8
-    store.record_outcome("tc-3", OutcomeRecord(kind="unknown", error="timeout"), token=1, now=NOW)  # 9
+    store.record_outcome(outcome("tc-3", "unknown", error="timeout", now=NOW))  # 9
     assert len(store.events()) == EVENTS
     return store
 
@@ -147,7 +147,7 @@ def with_floats(store: Store) -> Store:
     1e-07 and 1e-7), and a key past U+FFFF, which they order differently."""
     store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))  # seq 1-3
     result = {"amount": 30.0, "rate": 1e-7, "big": 1e16, "id": 2**63, "\U0001f600": 1, "\uff01": 2}
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed", result=result), token=1, now=NOW)  # 4
+    store.record_outcome(outcome("tc-1", "completed", result=result, now=NOW))  # 4
     return store
 
 

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from store import ConfirmationAnswer, ConfirmationMismatch, NotFound, OutcomeRecord, StaleLease, Store
-from tests.store.builders import NOW, call_request
+from store import ConfirmationAnswer, ConfirmationMismatch, NotFound, StaleLease, Store
+from tests.store.builders import NOW, call_request, outcome
 
 SOON = NOW + timedelta(minutes=1)
 LATER = NOW + timedelta(minutes=11)
@@ -59,7 +59,7 @@ def test_accepting_moves_the_call_to_dispatching_once_and_a_second_answer_is_ref
         answer(store)
     with pytest.raises(StaleLease):
         answer(store, "decline")
-    done = store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=SOON)
+    done = store.record_outcome(outcome("tc-1", "completed", now=SOON))
     assert done.status == "completed"
     assert [e.type for e in store.events(tool_call_id="tc-1")] == [
         "tool_call.requested",

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from store import ApprovedDispatch, OutcomeRecord, StaleLease, Store
+from store import ApprovedDispatch, StaleLease, Store
 from store.commands import DecideApproval
 from store.schema import log_head
-from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
 
 LEASE_S = 30.0
 EXPIRED = NOW + timedelta(seconds=LEASE_S + 1)
@@ -30,14 +30,14 @@ def test_an_outcome_with_a_wrong_token_is_refused_and_nothing_is_recorded(store:
     store.admit(call_request(tool_call_id="tc-1"))
 
     with pytest.raises(StaleLease, match="token"):
-        store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=2, now=NOW)
+        store.record_outcome(outcome("tc-1", "completed", now=NOW, token=2))
     assert store.get_call("tc-1").status == "dispatching"
 
 
 def test_an_expired_lease_nobody_recovered_may_still_record_its_outcome(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1", lease_s=LEASE_S))
 
-    call = store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=EXPIRED)
+    call = store.record_outcome(outcome("tc-1", "completed", now=EXPIRED))
 
     assert call.status == "completed" and call.lease_owner is None and call.lease_token == 1
 
@@ -57,13 +57,13 @@ def test_recovery_declares_an_expired_dispatch_unknown_with_evidence_and_fences_
     assert event.payload["evidence"]["lease_owner"] == "gw-a"
     assert event.payload["evidence"]["fencing_token"] == 1
     with pytest.raises(StaleLease):
-        store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=EXPIRED)
+        store.record_outcome(outcome("tc-1", "completed", now=EXPIRED))
 
 
 def test_recovery_leaves_live_leases_and_settled_calls_alone(store: Store) -> None:
     store.admit(call_request(tool_call_id="live", idempotency_key="k-live", lease_s=3600))
     store.admit(call_request(tool_call_id="done", idempotency_key="k-done", lease_s=LEASE_S))
-    store.record_outcome("done", OutcomeRecord(kind="completed"), token=1, now=NOW)
+    store.record_outcome(outcome("done", "completed", now=NOW))
     store.admit(call_request(tool_call_id="waiting", idempotency_key="k-wait", decision=REQUIRE_APPROVAL))
 
     assert store.recover_expired(now=EXPIRED) == []

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from store import DecisionRecord, NotFound, OutcomeRecord, StaleLease, Store
-from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request
+from store import DecisionRecord, NotFound, StaleLease, Store
+from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, outcome
 
 LATER = NOW + timedelta(seconds=2)
 
@@ -17,10 +17,9 @@ def test_a_completed_outcome_stores_the_result_and_leaves_verification_unobserve
     result = {"content": [{"type": "text", "text": "refunded"}], "structuredContent": None, "isError": False}
 
     call = store.record_outcome(
-        "tc-1",
-        OutcomeRecord(kind="completed", result=result, external_request_id="ext-9", evidence={"http": 200}),
-        token=1,
-        now=LATER,
+        outcome(
+            "tc-1", "completed", result=result, external_request_id="ext-9", evidence={"http": 200}, now=LATER
+        )
     )
 
     assert (call.status, call.verification_status, call.result) == ("completed", "not_observed", result)
@@ -34,10 +33,7 @@ def test_a_failed_outcome_records_the_error(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1"))
 
     call = store.record_outcome(
-        "tc-1",
-        OutcomeRecord(kind="failed", error="card_declined", detail="402 from backend"),
-        token=1,
-        now=LATER,
+        outcome("tc-1", "failed", error="card_declined", detail="402 from backend", now=LATER)
     )
 
     assert (call.status, call.error, call.result) == ("failed", "card_declined", None)
@@ -48,7 +44,7 @@ def test_an_unknown_outcome_is_not_failed_and_awaits_reconciliation(store: Store
     store.admit(call_request(tool_call_id="tc-1"))
 
     call = store.record_outcome(
-        "tc-1", OutcomeRecord(kind="unknown", error="timeout", evidence={"sent": True}), token=1, now=LATER
+        outcome("tc-1", "unknown", error="timeout", evidence={"sent": True}, now=LATER)
     )
 
     assert (call.status, call.verification_status, call.error) == ("result_unknown", "pending", "timeout")
@@ -58,10 +54,10 @@ def test_an_unknown_outcome_is_not_failed_and_awaits_reconciliation(store: Store
 
 def test_an_outcome_cannot_be_recorded_twice(store: Store) -> None:
     store.admit(call_request(tool_call_id="tc-1"))
-    store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=LATER)
+    store.record_outcome(outcome("tc-1", "completed", now=LATER))
 
     with pytest.raises(StaleLease, match="completed, not dispatching"):
-        store.record_outcome("tc-1", OutcomeRecord(kind="failed"), token=1, now=LATER)
+        store.record_outcome(outcome("tc-1", "failed", now=LATER))
     assert len(store.events(tool_call_id="tc-1")) == 3
 
 
@@ -72,9 +68,9 @@ def test_an_outcome_is_refused_for_a_call_that_was_never_dispatched(
     store.admit(call_request(tool_call_id="tc-1", decision=decision))
 
     with pytest.raises(StaleLease):
-        store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=LATER)
+        store.record_outcome(outcome("tc-1", "completed", now=LATER))
 
 
 def test_an_outcome_for_an_unknown_call_is_not_found(store: Store) -> None:
     with pytest.raises(NotFound):
-        store.record_outcome("tc-missing", OutcomeRecord(kind="completed"), token=1, now=LATER)
+        store.record_outcome(outcome("tc-missing", "completed", now=LATER))

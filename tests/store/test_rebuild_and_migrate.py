@@ -10,11 +10,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import select
 
-from store import OutcomeRecord, Store
+from store import Store
 from store.model import CorruptEvent
 from store.schema import PROJECTION_TABLES, metadata
 from tests.store import tamper
-from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, refusal_request
+from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, outcome, refusal_request
 
 
 def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
@@ -29,7 +29,7 @@ def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
 
 def record_a_varied_history(store: Store) -> None:
     store.admit(call_request(tool_call_id="done", idempotency_key="k1"))
-    store.record_outcome("done", OutcomeRecord(kind="completed", result={"ok": 1}), token=1, now=NOW)
+    store.record_outcome(outcome("done", "completed", result={"ok": 1}, now=NOW))
     store.admit(call_request(tool_call_id="denied", idempotency_key="k2", decision=DENY))
     store.admit(
         call_request(
@@ -38,10 +38,10 @@ def record_a_varied_history(store: Store) -> None:
     )
     store.admit(call_request(tool_call_id="conflict", idempotency_key="k1", action_hash="other"))
     store.admit(call_request(tool_call_id="d1", idempotency_key="kd", key_source="derived", run_id="run-2"))
-    store.record_outcome("d1", OutcomeRecord(kind="failed", error="no"), token=1, now=NOW)
+    store.record_outcome(outcome("d1", "failed", error="no", now=NOW))
     later = NOW + timedelta(minutes=1)
     store.admit(call_request(tool_call_id="d2", idempotency_key="kd", key_source="derived", now=later))
-    store.record_outcome("d2", OutcomeRecord(kind="unknown", error="timeout"), token=1, now=later)
+    store.record_outcome(outcome("d2", "unknown", error="timeout", now=later))
     store.refuse(refusal_request(tool_call_id="refused", run_id="run-3", run_is_new_hint=True))
 
 
@@ -62,9 +62,7 @@ def test_each_write_returns_the_call_exactly_as_a_later_read_finds_it(store: Sto
     new_run = call_request(tool_call_id="a", idempotency_key="k1", run_id="run-new", run_is_new_hint=True)
     writes = [
         lambda: store.admit(new_run).call,
-        lambda: store.record_outcome(
-            "a", OutcomeRecord(kind="completed", result={"ok": 1}), token=1, now=NOW
-        ),
+        lambda: store.record_outcome(outcome("a", "completed", result={"ok": 1}, now=NOW)),
         lambda: store.admit(call_request(tool_call_id="b", idempotency_key="k2", decision=DENY)).call,
         lambda: (
             store.admit(call_request(tool_call_id="c", idempotency_key="k3", decision=REQUIRE_APPROVAL)).call

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from store import CallView, OutcomeRecord, StaleLease, Store, StoreError
+from store import CallView, StaleLease, Store, StoreError
 from store.commands import (
     EscalateReconciliation,
     RecordContradiction,
@@ -16,7 +16,7 @@ from store.commands import (
     ResolveReconciliation,
     StartReconciliation,
 )
-from tests.store.builders import NOW, call_request
+from tests.store.builders import NOW, call_request, outcome
 
 LATER = NOW + timedelta(seconds=5)
 RESULT = {"content": [], "structuredContent": {"refund_id": "r1"}, "isError": False}
@@ -24,9 +24,7 @@ RESULT = {"content": [], "structuredContent": {"refund_id": "r1"}, "isError": Fa
 
 def unknown_call(store: Store, tool_call_id: str = "tc-1", key: str = "key-1") -> CallView:
     store.admit(call_request(tool_call_id=tool_call_id, idempotency_key=key))
-    return store.record_outcome(
-        tool_call_id, OutcomeRecord(kind="unknown", error="response_timeout"), token=1, now=NOW
-    )
+    return store.record_outcome(outcome(tool_call_id, "unknown", error="response_timeout", now=NOW))
 
 
 def start(store: Store, call: CallView, owner: str = "rec-a", now=LATER) -> CallView:
@@ -218,8 +216,8 @@ def test_a_retry_to_a_deduplicating_backend_is_recorded_as_attempt_two_under_a_n
     assert dispatching.type == "tool_call.dispatching"
     assert dispatching.payload["attempt"] == 2 and dispatching.payload["retry_of_attempt"] == 1
     with pytest.raises(StaleLease):
-        store.record_outcome("tc-1", OutcomeRecord(kind="completed"), token=1, now=LATER)
-    done = store.record_outcome("tc-1", OutcomeRecord(kind="completed", result=RESULT), token=3, now=LATER)
+        store.record_outcome(outcome("tc-1", "completed", now=LATER))
+    done = store.record_outcome(outcome("tc-1", "completed", result=RESULT, now=LATER, token=3))
     assert done.status == "completed"
 
 

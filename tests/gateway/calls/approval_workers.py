@@ -61,7 +61,7 @@ def parts(url: str, owner: str) -> tuple[Store, FakeExecutor, CallPipeline, Resu
         clock=clock,
         owner=owner,
     )
-    return store, executor, pipeline, resumer, Decisions(store, clock, on_granted=resumer.wake)
+    return store, executor, pipeline, resumer, Decisions(store, clock)
 
 
 def decide_and_resume(url: str, approval_id: str, barrier: Any, results: Any, worker: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from gateway.errors import UnknownTool
 from policy.model import PolicyError
 from policy.rules import PolicyConfig
 
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 ALLOW = {
     "rules": [{"id": "agents-refund", "tools": ["refund_order"], "roles": ["agent"], "decision": "allow"}]
 }
@@ -132,7 +134,9 @@ def config_with_demo_capabilities(tmp_path: Path) -> WritConfig:
 def test_policy_check_names_the_decision_reason_version_and_deciding_rule(tmp_path: Path) -> None:
     config = config_with_demo_capabilities(tmp_path)
     refund = {"order_id": "1", "amount": 250, "currency": "EUR", "reason": "x"}
-    result = check_policy(config, subject="alice", roles=["agent"], tool="refund_order", arguments=refund)
+    result = check_policy(
+        config, subject="alice", roles=["agent"], tool="refund_order", arguments=refund, now=NOW
+    )
     assert result.decision.effect == "require_approval"
     assert result.decision.rule_id == "refunds-over-100-need-approval"
     text = result.to_text()
@@ -141,7 +145,7 @@ def test_policy_check_names_the_decision_reason_version_and_deciding_rule(tmp_pa
         and f"policy version: {result.decision.policy_version}" in text
     )
     assert "refunds-over-10000-denied" in text and "condition_false" in text
-    denied = check_policy(config, subject="eve", roles=[], tool="refund_order", arguments=refund)
+    denied = check_policy(config, subject="eve", roles=[], tool="refund_order", arguments=refund, now=NOW)
     assert json.loads(json.dumps(denied.to_json()))["reason"] == "no_matching_rule"
     with pytest.raises(UnknownTool):
-        check_policy(config, subject="alice", roles=["agent"], tool="nope", arguments={})
+        check_policy(config, subject="alice", roles=["agent"], tool="nope", arguments={}, now=NOW)

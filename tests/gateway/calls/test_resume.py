@@ -119,7 +119,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         clock=lambda: now[0],
         owner="test-worker",
     )
-    decisions = Decisions(store, lambda: now[0], on_granted=resumer.wake)
+    decisions = Decisions(store, lambda: now[0])
     yield World(store, executor, pipeline, decisions, resumer, holder, now)
     store.close()
 

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from gateway.cli.main import app
 from gateway.config import load_config
 from gateway.opening import dev_issuer_for
-from store import OutcomeRecord, Store
+from store import Store
 from store.commands import EscalateReconciliation, RevokePrincipal, StartReconciliation
 from store.model import StoredEvent
-from tests.store.builders import NOW, call_request
+from tests.store.builders import NOW, call_request, outcome
 
 
 def escalated_store(tmp_path: Path) -> Path:
@@ -24,7 +24,7 @@ def escalated_store(tmp_path: Path) -> Path:
     with Store.open(url) as store:
         store.migrate()
         store.admit(call_request(tool_call_id="tc-lost", idempotency_key="k-lost"))
-        call = store.record_outcome("tc-lost", OutcomeRecord(kind="unknown"), token=1, now=NOW)
+        call = store.record_outcome(outcome("tc-lost", "unknown", now=NOW))
         leased = store.start_reconciliation(
             StartReconciliation(
                 "tc-lost", expected_token=call.lease_token, method="lookup", owner="w", lease_s=5, now=NOW
@@ -34,7 +34,7 @@ def escalated_store(tmp_path: Path) -> Path:
             EscalateReconciliation("tc-lost", token=leased.lease_token, reason="gave_up", now=NOW)
         )
         store.admit(call_request(tool_call_id="tc-done", idempotency_key="k-done"))
-        store.record_outcome("tc-done", OutcomeRecord(kind="completed"), token=1, now=NOW)
+        store.record_outcome(outcome("tc-done", "completed", now=NOW))
     config = tmp_path / "writ.yaml"
     dev_issuer = {"enabled": True, "key_file": str(tmp_path / "dev-issuer.jwk")}
     config.write_text(yaml.safe_dump({"store": {"url": url}, "auth": {"dev_issuer": dev_issuer}}))
