@@ -44,7 +44,7 @@ def build(backend_url: str, *, json_response: bool) -> Starlette:
         if params.name == "lookup_order":
             response = await http.get(f"/orders/{arguments['order_id']}")
         else:
-            key = (params.meta or {}).get("writ/idempotencyKey", "")
+            key = str((params.meta or {}).get("writ/idempotencyKey", ""))
             response = await http.post("/refunds", json=arguments, headers={"Idempotency-Key": key})
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=response.text)],

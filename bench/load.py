@@ -16,12 +16,13 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import RequestParamsMeta
 
 Call = Callable[[int], Awaitable[None]]
 """One call with a given global index; raises when the answer is not the expected success."""
@@ -174,13 +175,19 @@ def through_writ(
         ):
 
             async def read(index: int) -> None:
-                meta = None if repeat_reads else {"writ/idempotencyKey": _key("read", index)}
+                meta = (
+                    None
+                    if repeat_reads
+                    else cast(RequestParamsMeta, {"writ/idempotencyKey": _key("read", index)})
+                )
                 order = ORDERS[index % len(ORDERS)][0]
                 check(await client.call_tool("lookup_order", {"order_id": order}, meta=meta))
 
             async def write(index: int) -> None:
                 result = await client.call_tool(
-                    "refund_order", _refund(index), meta={"writ/idempotencyKey": _key("writ", index)}
+                    "refund_order",
+                    _refund(index),
+                    meta=cast(RequestParamsMeta, {"writ/idempotencyKey": _key("writ", index)}),
                 )
                 check(result)
 

@@ -49,7 +49,7 @@ def _env() -> dict[str, str]:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def _wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:

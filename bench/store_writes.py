@@ -27,8 +27,8 @@ POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 def run(url: str, calls: int, rounds: int) -> tuple[float, float]:
     """Median wall and CPU microseconds per write (admit + record outcome) over `rounds`."""
-    from store import OutcomeRecord, Store
-    from tests.store.builders import call_request, new_id
+    from store import Store
+    from tests.store.builders import call_request, new_id, outcome
 
     walls: list[float] = []
     cpus: list[float] = []
@@ -41,7 +41,7 @@ def run(url: str, calls: int, rounds: int) -> tuple[float, float]:
                 admission = store.admit(req)
                 token = admission.call.lease_token
                 store.record_outcome(
-                    req.tool_call_id, OutcomeRecord(kind="completed"), token=token, now=req.now
+                    outcome(req.identity.tool_call_id, "completed", token=token, now=req.identity.now)
                 )
             walls.append((time.perf_counter() - wall) / calls * 1e6)
             cpus.append((time.process_time() - cpu) / calls * 1e6)
