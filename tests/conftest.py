@@ -14,6 +14,10 @@ POSTGRES_URL = os.environ.get("WRIT_TEST_POSTGRES_URL", "postgresql://postgres@1
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # mypy runs for minutes with a cold cache: start it now, beside the other tests, not after them.
+    # Under pytest-xdist every worker collects every test, and the other workers run beside mypy anyway:
+    # there the test starts it when it is scheduled, so it runs once.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if any(item.path == Path(test_types.__file__) for item in session.items):
         test_types.mypy()
 
