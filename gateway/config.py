@@ -220,6 +220,12 @@ class PrivacyConfig(_Section):
 class CheckpointsConfig(_Section):
     """Signed checkpoints of the log, kept outside the database (`writ audit checkpoint`)."""
 
+    enabled: bool = False
+    """Every replica writes checkpoints while it runs (`writ demo` turns this on): when `every_events`
+    events were appended since its last one, or `every_s` passed and any were; never when idle."""
+    every_events: int = Field(default=1000, ge=1)
+    every_s: float = Field(default=60.0, gt=0)
+
     directory: str = str(DEFAULT_STATE_DIR / "checkpoints")
     """Where checkpoints are appended, one file per host and day, and where `writ audit verify` reads
     them by default. Put it where the database's operators cannot rewrite it (see the README)."""

@@ -310,12 +310,17 @@ class _exclusive:
 
 
 def write_checkpoint(
-    log: AuditLog, signer: CheckpointSigner, directory: str | Path, keys: KeySet, now: datetime
+    log: AuditLog,
+    signer: CheckpointSigner,
+    directory: str | Path,
+    keys: KeySet,
+    now: datetime,
+    previous: int | None = None,
 ) -> tuple[Checkpoint, Path]:
     """Sign the log's head and append it to this host's file in `directory`.
 
-    The digests cover the events since the newest checkpoint already in `directory` for this log
-    (at most `MAX_COVER`), so that every event is vouched for by its own digest at least once.
+    The digests cover the events since `previous` (default: the newest checkpoint already in
+    `directory` for this log), at most `MAX_COVER`, so every event gets a digest of its own.
 
     Raises:
         CheckpointError: the log is empty, or a checkpoint already there does not verify.
@@ -325,12 +330,15 @@ def write_checkpoint(
     if seq < 1:
         raise CheckpointError("the log is empty: there is nothing to checkpoint yet")
     log_id = log.event_hashes(0, 1)[0]
-    earlier = read_all([directory], keys) if Path(directory).is_dir() else []
-    previous = max(
-        (c.anchor.seq for c in earlier if c.anchor.log_id == log_id and c.anchor.seq < seq), default=0
-    )
-    from_seq = max(previous, seq - MAX_COVER)
+    if previous is None:
+        previous = newest_seq(read_all([directory], keys) if Path(directory).is_dir() else [], log_id)
+    from_seq = max(min(previous, seq - 1), seq - MAX_COVER, 0)
     hashes = log.event_hashes(from_seq, seq)
     line = signer.sign(log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now)
     path = append(directory, line, now)
     return parse(line, keys, f"{path}"), path
+
+
+def newest_seq(checkpoints: Iterable[Checkpoint], log_id: str) -> int:
+    """The newest seq any of `checkpoints` of the log `log_id` vouches for (0: none)."""
+    return max((c.anchor.seq for c in checkpoints if c.anchor.log_id == log_id), default=0)

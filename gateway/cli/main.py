@@ -216,8 +216,9 @@ def audit_verify(config: ConfigOption = None, checkpoints: CheckpointsOption = N
         typer.echo(f"ok: {report.events_checked} events, hash chain intact")
         if found:
             newest = max(found, key=lambda c: (c.anchor.seq, c.at))
+            plural = "" if len(found) == 1 else "s"
             typer.echo(
-                f"anchored up to seq {report.anchored_seq} by {len(found)} checkpoints "
+                f"anchored up to seq {report.anchored_seq} by {len(found)} checkpoint{plural} "
                 f"(newest {newest.at}, kid {newest.kid}); "
                 f"{report.unanchored_events} later events not yet anchored"
             )
