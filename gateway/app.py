@@ -35,6 +35,8 @@ from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
+from gateway.audit.checkpointer import Checkpointer
+from gateway.audit.checkpoints import CheckpointSigner
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.auth.trust import trusted_issuers
@@ -214,7 +216,32 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
             )
         )
     _attach_approvals(runtime, owner, environ or dict(os.environ))
+    _attach_checkpointer(runtime)
     return runtime
+
+
+def _attach_checkpointer(runtime: Runtime) -> None:
+    """Checkpoints of the log signed outside the database, when configured (on in `writ demo`)."""
+    settings = runtime.config.audit.checkpoints
+    if not settings.enabled:
+        return
+    checkpointer = Checkpointer(
+        log=runtime.store,
+        signer=CheckpointSigner.load_or_create(settings.key_file, settings.trusted_keys),
+        directory=settings.directory,
+        trusted=settings.trusted_keys,
+        clock=runtime.clock,
+        every_events=settings.every_events,
+        every_s=settings.every_s,
+    )
+    runtime.background.append(
+        lambda: run_periodically(
+            checkpointer.tick,
+            interval_s=min(runtime.config.workers.interval_s, settings.every_s),
+            failure="checkpoint pass failed",
+            log=logging.getLogger(Checkpointer.__module__),
+        )
+    )
 
 
 def _sealing(config: WritConfig, base_dir: Path) -> RequestStateSecurity:

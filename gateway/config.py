@@ -217,6 +217,28 @@ class PrivacyConfig(_Section):
     salt_file: str = str(DEFAULT_STATE_DIR / "redaction.salt")
 
 
+class CheckpointsConfig(_Section):
+    """Signed checkpoints of the log, kept outside the database (`writ audit checkpoint`)."""
+
+    enabled: bool = False
+    """Every replica writes checkpoints while it runs (`writ demo` turns this on): when `every_events`
+    events were appended since its last one, or `every_s` passed and any were; never when idle."""
+    every_events: int = Field(default=1000, ge=1)
+    every_s: float = Field(default=60.0, gt=0)
+
+    directory: str = str(DEFAULT_STATE_DIR / "checkpoints")
+    """Where checkpoints are appended, one file per host and day, and where `writ audit verify` reads
+    them by default. Put it where the database's operators cannot rewrite it (see the README)."""
+    key_file: str = str(DEFAULT_STATE_DIR / "checkpoint-key.jwk")
+    """The Ed25519 private key (made, mode 0600, on first use). Never in the database."""
+    trusted_keys: str = str(DEFAULT_STATE_DIR / "checkpoint-keys.jwks")
+    """The public keys checkpoints verify against: a JWKS, appended to on rotation, never pruned."""
+
+
+class AuditConfig(_Section):
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+
+
 class WritConfig(_Section):
     """The whole configuration file."""
 
@@ -229,6 +251,7 @@ class WritConfig(_Section):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     confirmations: ConfirmationsConfig = Field(default_factory=ConfirmationsConfig)
     rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     backends: dict[str, BackendConfig] = Field(default_factory=dict)
     capabilities: list[CapabilityConfig] = Field(default_factory=list)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)

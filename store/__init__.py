@@ -2,6 +2,7 @@
 
 from store.model import (
     Admission,
+    Anchor,
     ApprovalNeed,
     ApprovalView,
     ApprovedDenial,
@@ -26,6 +27,7 @@ from store.store import Store
 
 __all__ = [
     "Admission",
+    "Anchor",
     "ApprovalNeed",
     "ApprovalView",
     "ApprovedDenial",

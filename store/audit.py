@@ -1,22 +1,41 @@
-"""Verifying the hash chain: find the first event that was edited, deleted, inserted or reordered."""
+"""Verifying the hash chain: find the first event that was edited, deleted, inserted or reordered.
+
+The chain alone cannot catch someone who rewrites an event and re-seals everything after it (the
+hash is unkeyed and the head lives in the same database): checkpoints signed outside the database
+(`Anchor`s, checked by the gateway) can, as each vouches for the hashes of a range of seqs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Row, func, select
 
 from store import events as ev
 from store.log import envelope_of, read_pages
-from store.model import AuditReport, CorruptEvent
+from store.model import Anchor, AuditReport, CorruptEvent
 from store.schema import events, log_head
 
 Finding = tuple[str, int, str]
 """(problem, first bad seq, detail)."""
 
 
-def verify(conn: Connection) -> AuditReport:
-    """Walk the whole log in seq order, streaming, and report the first inconsistency."""
+def verify(conn: Connection, anchors: Iterable[Anchor] = ()) -> AuditReport:
+    """Walk the whole log in seq order, streaming, and report the first inconsistency.
+
+    Each anchor must match the log: the same first event, the hashes it vouches for, and a log at
+    least as long as the seq it was made at.
+    """
+    vouched = _Vouched(anchors)
+    report = _verify_chain(conn, vouched)
+    if not report.ok:
+        return report
+    return vouched.finish(report)
+
+
+def _verify_chain(conn: Connection, vouched: _Vouched) -> AuditReport:
     head = conn.execute(
         select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1)
     ).one_or_none()
@@ -33,7 +52,7 @@ def verify(conn: Connection) -> AuditReport:
     current = next(rows, None)
     while current is not None:
         following = next(rows, None)
-        finding = _check(current, following, expected, prev_hash)
+        finding = _check(current, following, expected, prev_hash) or vouched.check(current.seq, current.hash)
         if finding is not None:
             problem, seq, detail = finding
             return AuditReport(False, checked, first_bad_seq=seq, problem=problem, detail=detail)
@@ -50,6 +69,72 @@ def verify(conn: Connection) -> AuditReport:
         detail = "the last event's hash differs from the one the head recorded when it was appended"
         return AuditReport(False, checked, first_bad_seq=last_seq, problem="edited", detail=detail)
     return AuditReport(True, checked)
+
+
+class _Vouched:
+    """What the anchors say each seq's hash is, checked against the rows as the walk reaches them."""
+
+    def __init__(self, anchors: Iterable[Anchor]) -> None:
+        self.anchors = tuple(anchors)
+        self._digests: dict[int, list[tuple[str, Anchor]]] = {}
+        self._heads: dict[int, list[Anchor]] = {}
+        for anchor in self.anchors:
+            for offset, digest in enumerate(anchor.digests, start=anchor.from_seq + 1):
+                self._digests.setdefault(offset, []).append((digest, anchor))
+            self._heads.setdefault(anchor.seq, []).append(anchor)
+
+    def check(self, seq: int, hash_: str) -> Finding | None:
+        if seq == 1:
+            for anchor in self.anchors:
+                if anchor.log_id != hash_:
+                    detail = (
+                        f"the checkpoint at {anchor.source} was made for a log whose first event hashes "
+                        f"otherwise: another log's checkpoint, or this log was rewritten from seq 1"
+                    )
+                    return ("foreign_checkpoint", 1, detail)
+        for digest, anchor in self._digests.get(seq, ()):
+            if not hash_.startswith(digest):
+                detail = (
+                    f"event {seq}'s hash is not the one the checkpoint at {anchor.source} vouches for: "
+                    "it was rewritten and the chain re-sealed after it"
+                )
+                return ("rewritten", seq, detail)
+        for anchor in self._heads.get(seq, ()):
+            if anchor.hash != hash_:
+                # Outside the digests' cover: the rewrite is somewhere at or before the first seq covered.
+                first = min(anchor.from_seq + 1, seq)
+                detail = (
+                    f"the log up to seq {seq} is not the one the checkpoint at {anchor.source} vouches for: "
+                    f"an event at or before seq {first} was rewritten"
+                )
+                return ("rewritten", first, detail)
+        return None
+
+    def finish(self, report: AuditReport) -> AuditReport:
+        """`report` (an intact chain) with what the anchors add: truncation, and how much is anchored."""
+        last_seq = report.events_checked
+        beyond = [a for a in self.anchors if a.seq > last_seq]
+        if beyond:
+            anchor = max(beyond, key=lambda a: a.seq)
+            detail = (
+                f"the checkpoint at {anchor.source} vouches for {anchor.seq} events, "
+                f"the log ends at seq {last_seq}: events were cut off and the head moved back"
+            )
+            return replace(
+                report,
+                ok=False,
+                first_bad_seq=last_seq + 1,
+                problem="truncated",
+                detail=detail,
+                anchors_checked=len(self.anchors),
+            )
+        anchored = max((a.seq for a in self.anchors), default=0)
+        return replace(
+            report,
+            anchors_checked=len(self.anchors),
+            anchored_seq=anchored,
+            unanchored_events=last_seq - anchored,
+        )
 
 
 def _check(row: Row[Any], following: Row[Any] | None, expected: int, prev_hash: str) -> Finding | None:

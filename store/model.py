@@ -392,11 +392,35 @@ class OutboxMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class Anchor:
+    """What a signed checkpoint kept outside the database vouches for; the gateway checked its signature.
+
+    The log held `seq` events ending in `hash`, and began with an event hashing to `log_id`; `digests`
+    are the first 16 hex digits of the hashes of seqs `from_seq`+1 to `seq`, so that a rewrite inside
+    that range is named at its own seq.
+    """
+
+    log_id: str
+    seq: int
+    hash: str
+    from_seq: int
+    digests: tuple[str, ...]
+    source: str
+    """Where the checkpoint came from (file and line, key id), for messages."""
+
+
+@dataclass(frozen=True, slots=True)
 class AuditReport:
     ok: bool
     events_checked: int
     first_bad_seq: int | None = None
     problem: str | None = None
-    """`edited`, `deleted`, `inserted`, `reordered`, `truncated`, `broken_chain` or `head_missing`,
+    """`edited`, `deleted`, `inserted`, `reordered`, `truncated`, `broken_chain`, `head_missing`,
+    `rewritten` (a checkpoint vouches for another hash) or `foreign_checkpoint` (made for another log),
     with detail."""
     detail: str | None = None
+    anchors_checked: int = 0
+    anchored_seq: int = 0
+    """The newest seq a checkpoint vouches for (0: none)."""
+    unanchored_events: int = 0
+    """Events after `anchored_seq`: intact as a chain, but a rewrite of them would not be caught."""

@@ -7,7 +7,7 @@ checks it where the composition root hands the store in).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -30,9 +30,11 @@ from store.commands import (
 )
 from store.model import (
     Admission,
+    Anchor,
     ApprovalView,
     ApprovedDenial,
     ApprovedDispatch,
+    AuditReport,
     CallRequest,
     CallView,
     ConfirmationAnswer,
@@ -193,6 +195,16 @@ class Revocations(Standing, Protocol):
     def revoke_principal(self, cmd: RevokePrincipal) -> Revocation: ...
 
     def restore_principal(self, cmd: RestorePrincipal) -> Revocation: ...
+
+
+class AuditLog(Protocol):
+    """The log's head and hashes, for checkpoints, and verifying the log against them."""
+
+    def log_head(self) -> tuple[int, str]: ...
+
+    def event_hashes(self, after_seq: int, upto_seq: int) -> list[str]: ...
+
+    def verify(self, anchors: Iterable[Anchor] = ()) -> AuditReport: ...
 
 
 class Oversight(CallReads, Standing, ManualResolutions, Protocol):

@@ -6,7 +6,7 @@ Each read is one short transaction (`Store._read`: deferred on SQLite, one snaps
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -16,8 +16,9 @@ from sqlalchemy import Connection, bindparam, or_, select
 from store import audit, revoking
 from store.events import parse_ts
 from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
-from store.model import ApprovalView, AuditReport, CallView, StoredEvent
+from store.model import Anchor, ApprovalView, AuditReport, CallView, StoredEvent, StoreError
 from store.schema import approvals, effect_ledger, events, runs, tool_calls
+from store.schema import log_head as head_row
 from store.views import approval_view, call_view, load_approval, load_call
 
 # Read before every call's policy check; built once, as SQLAlchemy caches the compiled form by its key.
@@ -174,10 +175,36 @@ class Reads:
         with self._read() as conn:
             return [approval_view(row) for row in conn.execute(query)]
 
-    def verify(self) -> AuditReport:
-        """Check the hash chain end to end against the head; names the first bad seq."""
+    def verify(self, anchors: Iterable[Anchor] = ()) -> AuditReport:
+        """Check the hash chain end to end against the head and `anchors`; names the first bad seq."""
         with self._read() as conn:
-            return audit.verify(conn)
+            return audit.verify(conn, anchors)
+
+    def log_head(self) -> tuple[int, str]:
+        """The seq and hash of the newest event, as the head records them ((0, genesis) when empty)."""
+        with self._read() as conn:
+            head = conn.execute(select(head_row.c.last_seq, head_row.c.last_hash)).one_or_none()
+        if head is None:
+            raise StoreError("the log head row is missing: run `writ audit verify`")
+        return head.last_seq, head.last_hash
+
+    def event_hashes(self, after_seq: int, upto_seq: int) -> list[str]:
+        """The hashes of the events after `after_seq` up to `upto_seq`, in seq order."""
+        hashes: list[str] = []
+        while after_seq < upto_seq:
+            query = (
+                select(events.c.seq, events.c.hash)
+                .where(events.c.seq > after_seq, events.c.seq <= upto_seq)
+                .order_by(events.c.seq)
+                .limit(PAGE_SIZE)
+            )
+            with self._read() as conn:
+                page = conn.execute(query).all()
+            if not page:
+                break
+            hashes.extend(row.hash for row in page)
+            after_seq = page[-1].seq
+        return hashes
 
     def export(self) -> Iterator[dict[str, Any]]:
         """Every event as its envelope dict, in seq order, one short read per page."""

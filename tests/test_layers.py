@@ -26,7 +26,7 @@ FORBIDDEN_FOREIGN = {"store": {"mcp", "mcp_types", "starlette", "httpx2", "httpx
 # plus what EXTRA names. A unit is a subpackage (gateway.calls) or a top-level module (gateway.app).
 GATEWAY_LAYERS = [
     {"gateway.errors", "gateway.reasons", "gateway.secret_files", "gateway.display", "gateway.clock"},
-    {"gateway.calls"},
+    {"gateway.calls", "gateway.audit"},
     {"gateway.config", "gateway.telemetry"},
     {"gateway.auth"},
     {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console"},

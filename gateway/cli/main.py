@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -186,13 +187,46 @@ def store_rebuild(config: ConfigOption = None) -> None:
     typer.echo(f"rebuilt projections from {count} events")
 
 
+CheckpointsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--checkpoints",
+        help="A checkpoint file or directory (*.jws); repeatable. Default: audit.checkpoints.directory.",
+    ),
+]
+
+
 @audit_app.command("verify")
-def audit_verify(config: ConfigOption = None) -> None:
-    """Check the hash chain; exit 1 and name the first bad seq if anything was edited, deleted or moved."""
+def audit_verify(config: ConfigOption = None, checkpoints: CheckpointsOption = None) -> None:
+    """Check the hash chain and the signed checkpoints; exit 1 and name the first bad seq if the log
+    was edited, deleted, moved, rewritten or cut short."""
+    from gateway.audit.checkpoints import CheckpointUnverifiable, read_all, trusted_keys
+
+    cfg = _config(config)
+    settings = cfg.audit.checkpoints
+    paths = checkpoints or ([settings.directory] if Path(settings.directory).is_dir() else [])
+    try:
+        found = read_all(paths, trusted_keys(settings.trusted_keys)) if paths else []
+    except CheckpointUnverifiable as exc:
+        typer.echo(f"UNVERIFIABLE: {exc}", err=True)
+        raise typer.Exit(1) from None
     with _store(config) as store:
-        report = store.verify()
+        report = store.verify([c.anchor for c in found])
     if report.ok:
         typer.echo(f"ok: {report.events_checked} events, hash chain intact")
+        if found:
+            newest = max(found, key=lambda c: (c.anchor.seq, c.at))
+            plural = "" if len(found) == 1 else "s"
+            typer.echo(
+                f"anchored up to seq {report.anchored_seq} by {len(found)} checkpoint{plural} "
+                f"(newest {newest.at}, kid {newest.kid}); "
+                f"{report.unanchored_events} later events not yet anchored"
+            )
+        else:
+            typer.echo(
+                "no checkpoints: nothing vouches for the log against someone who can rewrite the "
+                "database (see `writ audit checkpoint`)"
+            )
         return
     typer.echo(
         f"TAMPERED: first bad seq {report.first_bad_seq} ({report.problem}): {report.detail or ''}".rstrip(
@@ -201,6 +235,27 @@ def audit_verify(config: ConfigOption = None) -> None:
         err=True,
     )
     raise typer.Exit(1)
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(
+    config: ConfigOption = None,
+    new_key: Annotated[
+        bool, typer.Option("--new-key", help="Rotate: make a new signing key (the old one stays trusted).")
+    ] = False,
+) -> None:
+    """Sign the log's head with a key kept outside the database and append it to the checkpoints."""
+    from gateway.audit.checkpoints import CheckpointSigner, trusted_keys, write_checkpoint
+
+    settings = _config(config).audit.checkpoints
+    signer = CheckpointSigner.load_or_create(settings.key_file, settings.trusted_keys)
+    if new_key:
+        signer = signer.rotate()
+    with _store(config) as store:
+        made, path = write_checkpoint(
+            store, signer, settings.directory, trusted_keys(settings.trusted_keys), CLOCK()
+        )
+    typer.echo(f"checkpoint at seq {made.anchor.seq} (kid {made.kid}) appended to {path}")
 
 
 @audit_app.command("export")

@@ -136,3 +136,32 @@ def as_written_before_rfc8785(store: Store, upto: int | None = None) -> None:
         conn.execute(delete(events))
         conn.execute(insert(events), resealed)
         conn.execute(update(log_head).values(last_hash=prev_hash))
+
+
+def rewrite_from(store: Store, seq: int) -> None:
+    """Edit the event at `seq`, re-seal it and every later event, and move the head to the new last hash:
+    what someone with write access to the database and the hashing scheme can do unseen by the chain."""
+    from store.events import compute_hash, json_for
+
+    everything = rows(store)
+    prev_hash, resealed = everything[seq - 2]["hash"] if seq > 1 else "0" * 64, []
+    for row in everything[seq - 1 :]:
+        payload = json.loads(row["payload"])
+        if row["seq"] == seq:
+            payload["tampered"] = True
+        envelope = {**row, "payload": payload, "prev_hash": prev_hash}
+        envelope["hash"] = compute_hash(envelope)
+        resealed.append({**envelope, "payload": json_for(envelope["schema_version"])(payload)})
+        prev_hash = envelope["hash"]
+    with store.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.seq >= seq))
+        conn.execute(insert(events), resealed)
+        conn.execute(update(log_head).values(last_hash=prev_hash))
+
+
+def truncate_to(store: Store, seq: int) -> None:
+    """Delete every event after `seq` and move the head back to `seq`, so the chain ends cleanly there."""
+    kept = next(r for r in rows(store) if r["seq"] == seq)
+    with store.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.seq > seq))
+        conn.execute(update(log_head).values(last_seq=seq, last_hash=kept["hash"]))

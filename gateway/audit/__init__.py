@@ -1,0 +1,1 @@
+"""Evidence for auditors: signed checkpoints of the log kept outside the database."""

@@ -1,0 +1,344 @@
+"""Signed checkpoints of the event log, kept in files outside the database (DESIGN §4).
+
+A checkpoint is one compact JWS (Ed25519, `kid` the key's RFC 7638 thumbprint) over canonical JSON:
+the log's first hash (which log), the head's seq and hash, the time, and the first 8 bytes of each
+event hash since the writer's previous checkpoint, so that verify names the first rewritten seq.
+Someone who can rewrite the database cannot re-sign them without the private key, which is not in the
+database; verify checks the log against them (`store.audit`), knowing nothing of JOSE.
+
+Files: one JWS per line in `<dir>/checkpoints-<YYYY-MM-DD>-<host>.jws`, appended with one write and
+an fsync, one file per host so replicas never interleave. Keys: the private key is an OKP JWK file
+(0600); trusted public keys are a JWKS file, appended to on rotation and never pruned, so older
+checkpoints verify by their kid.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from joserfc import jws
+from joserfc.errors import JoseError
+from joserfc.jwk import Key, KeySet, OKPKey
+
+from gateway.errors import GatewayError
+from gateway.secret_files import create_once, private_dir
+from store.canonical import canonical_json
+from store.events import format_ts
+from store.model import Anchor
+from store.ports import AuditLog
+
+ALGORITHM = "Ed25519"  # never "EdDSA": deprecated by RFC 9864, and joserfc warns on it
+TYPE = "writ-checkpoint+jws"
+VERSION = 1
+MAX_COVER = 5_000
+"""Digests per checkpoint at most: a line of about 72 KB, under joserfc's 128 KB bound on a JWS
+payload. Seqs before the cover are vouched for by the head hash alone (found, not named)."""
+DIGEST_BYTES = 8
+
+
+class CheckpointError(GatewayError):
+    """A checkpoint cannot be made or read: a missing or malformed key file, an empty log."""
+
+
+class CheckpointUnverifiable(CheckpointError):
+    """A checkpoint line that does not verify: bad signature, unknown key, or a malformed payload."""
+
+    def __init__(self, source: str, why: str) -> None:
+        super().__init__(f"checkpoint {source} does not verify: {why}")
+        self.source = source
+        self.why = why
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A verified checkpoint: what it vouches for, and who signed it when."""
+
+    anchor: Anchor
+    kid: str
+    at: str
+    writer: str
+
+
+class CheckpointSigner:
+    """Holds the private key; signs checkpoints and rotates the key."""
+
+    def __init__(self, key: OKPKey, key_file: Path, trusted_keys: Path) -> None:
+        self._key = key
+        self._key_file = key_file
+        self._trusted_keys = trusted_keys
+
+    @classmethod
+    def load_or_create(cls, key_file: str | Path, trusted_keys: str | Path) -> CheckpointSigner:
+        """Load the private key, creating it (0600) on first use; its public half is made trusted.
+
+        Raises:
+            CheckpointError: the key file or the trusted keys file is not what Writ wrote.
+        """
+        key_path, trusted_path = Path(key_file), Path(trusted_keys)
+        if not key_path.exists():
+            create_once(key_path, _private_jwk(_generate()))  # or another process's wins
+        signer = cls(_read_private(key_path), key_path, trusted_path)
+        signer._trust(signer._key)
+        return signer
+
+    @property
+    def kid(self) -> str:
+        return str(self._key.kid)
+
+    def rotate(self) -> CheckpointSigner:
+        """A signer with a new key, now in the key file; the old public key stays trusted."""
+        key = _generate()
+        self._trust(key)  # trusted before it signs anything
+        temporary = self._key_file.with_name(f".{self._key_file.name}.new")
+        with _exclusive(temporary) as fh:
+            fh.write(_private_jwk(key))
+        os.replace(temporary, self._key_file)
+        return CheckpointSigner(key, self._key_file, self._trusted_keys)
+
+    def sign(
+        self, *, log_id: str, seq: int, hash_: str, from_seq: int, hashes: Sequence[str], now: datetime
+    ) -> str:
+        """A checkpoint of the log at `seq`; `hashes` are the event hashes of seqs `from_seq`+1 to `seq`.
+
+        Raises:
+            CheckpointError: the log is empty, the range is wider than `MAX_COVER`, or `hashes` does not
+                cover it.
+        """
+        if seq < 1:
+            raise CheckpointError("the log is empty: there is nothing to checkpoint yet")
+        if not 0 <= from_seq < seq or seq - from_seq > MAX_COVER:
+            raise CheckpointError(f"a checkpoint covers 1 to {MAX_COVER} seqs, not {from_seq + 1} to {seq}")
+        if len(hashes) != seq - from_seq or hashes[-1] != hash_:
+            raise CheckpointError(f"the event hashes of seqs {from_seq + 1} to {seq} are incomplete")
+        digests = b"".join(bytes.fromhex(h)[:DIGEST_BYTES] for h in hashes)
+        payload = {
+            "v": VERSION,
+            "log": log_id,
+            "seq": seq,
+            "hash": hash_,
+            "events": seq,
+            "at": format_ts(now),
+            "from_seq": from_seq,
+            "digests": base64.urlsafe_b64encode(digests).rstrip(b"=").decode("ascii"),
+            "writer": f"{socket.gethostname()}:{os.getpid()}",
+        }
+        header = {"alg": ALGORITHM, "kid": self.kid, "typ": TYPE}
+        return jws.serialize_compact(
+            header, canonical_json(payload).encode("utf-8"), self._key, algorithms=[ALGORITHM]
+        )
+
+    def _trust(self, key: OKPKey) -> None:
+        keys = trusted_key_dicts(self._trusted_keys) if self._trusted_keys.exists() else []
+        if any(k.get("kid") == key.kid for k in keys):
+            return
+        public = key.as_dict(private=False) | {"alg": ALGORITHM, "use": "sig"}
+        private_dir(self._trusted_keys.parent)
+        temporary = self._trusted_keys.with_name(f".{self._trusted_keys.name}.new")
+        with _exclusive(temporary, mode=0o644) as fh:
+            fh.write(json.dumps({"keys": [*keys, public]}, indent=2) + "\n")
+        os.replace(temporary, self._trusted_keys)
+
+
+def trusted_key_dicts(path: Path) -> list[dict[str, Any]]:
+    """The JWKs of the trusted keys file.
+
+    Raises:
+        CheckpointError: the file is missing or is not a JWKS.
+    """
+    try:
+        document = json.loads(path.read_text())
+        keys: list[dict[str, Any]] = document["keys"]
+        if not isinstance(keys, list) or not all(isinstance(k, dict) for k in keys):
+            raise TypeError
+    except FileNotFoundError:
+        raise CheckpointError(f"no trusted checkpoint keys at {path}") from None
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointError(f"{path} is not a JWKS ({{'keys': [...]}})") from None
+    return keys
+
+
+def trusted_keys(path: str | Path) -> KeySet:
+    """The trusted public keys, every one an Ed25519 key with a kid.
+
+    Raises:
+        CheckpointError: the file is missing, is not a JWKS, or holds another kind of key.
+    """
+    keys: list[Key] = []
+    for jwk in trusted_key_dicts(Path(path)):
+        try:
+            key = OKPKey.import_key(jwk)
+        except (JoseError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"{path}: a key is not an Ed25519 JWK: {exc}") from None
+        if jwk.get("crv") != "Ed25519" or not jwk.get("kid"):
+            raise CheckpointError(f"{path}: every key must be an Ed25519 JWK with a kid")
+        keys.append(key)
+    return KeySet(keys)
+
+
+def parse(line: str, keys: KeySet, source: str) -> Checkpoint:
+    """Verify one checkpoint line against the trusted keys and read what it vouches for.
+
+    Raises:
+        CheckpointUnverifiable: the signature, key id, header or payload is not right.
+    """
+    try:
+        header = json.loads(_b64decode(line.split(".", 1)[0]))
+        kid = header["kid"] if isinstance(header, dict) else None
+        if not isinstance(kid, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise CheckpointUnverifiable(source, "not a compact JWS with a kid") from None
+    if header.get("alg") != ALGORITHM or header.get("typ") != TYPE:
+        raise CheckpointUnverifiable(source, f"the header must be alg {ALGORITHM}, typ {TYPE}")
+    try:
+        verified = jws.deserialize_compact(line, keys, algorithms=[ALGORITHM])
+    except JoseError as exc:
+        raise CheckpointUnverifiable(source, f"kid {kid}: {type(exc).__name__}: {exc}") from None
+    try:
+        payload = json.loads(verified.payload)
+        return _checkpoint(payload, kid, source)
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise CheckpointUnverifiable(source, f"signed, but the payload is malformed: {exc}") from None
+
+
+def append(directory: str | Path, line: str, now: datetime) -> Path:
+    """Append one checkpoint to this host's file of the day, with one write and an fsync.
+
+    Raises:
+        OSError: the directory cannot be made or the file written.
+    """
+    path = Path(directory) / f"checkpoints-{now.strftime('%Y-%m-%d')}-{socket.gethostname()}.jws"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_all(paths: Iterable[str | Path], keys: KeySet) -> list[Checkpoint]:
+    """Every checkpoint in the given files and directories (`*.jws`), each verified, duplicates dropped.
+
+    Raises:
+        CheckpointUnverifiable: a line does not verify; it names file and line, and is never skipped.
+        CheckpointError: a path does not exist.
+    """
+    found: dict[str, Checkpoint] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            files = sorted(path.glob("*.jws"))
+        elif path.is_file():
+            files = [path]
+        else:
+            raise CheckpointError(f"no checkpoints at {path}: no such file or directory")
+        for file in files:
+            for number, text in enumerate(file.read_text().splitlines(), start=1):
+                line = text.strip()
+                if line and line not in found:
+                    found[line] = parse(line, keys, f"{file}:{number}")
+    return sorted(found.values(), key=lambda c: (c.anchor.seq, c.at))
+
+
+def _checkpoint(payload: dict[str, Any], kid: str, source: str) -> Checkpoint:
+    if payload["v"] != VERSION:
+        raise ValueError(f"version {payload['v']!r}, this Writ reads {VERSION}")
+    seq, from_seq, log_id, hash_ = payload["seq"], payload["from_seq"], payload["log"], payload["hash"]
+    if not (isinstance(seq, int) and isinstance(from_seq, int) and 0 <= from_seq < seq):
+        raise ValueError("seq and from_seq must be integers with 0 <= from_seq < seq")
+    if not (isinstance(log_id, str) and isinstance(hash_, str)):
+        raise ValueError("log and hash must be strings")
+    raw = _b64decode(payload["digests"])
+    if len(raw) != (seq - from_seq) * DIGEST_BYTES:
+        raise ValueError(f"digests must cover seqs {from_seq + 1} to {seq}")
+    digests = tuple(raw[i : i + DIGEST_BYTES].hex() for i in range(0, len(raw), DIGEST_BYTES))
+    at = str(payload["at"])
+    anchor = Anchor(log_id, seq, hash_, from_seq, digests, source=f"{source} (kid {kid}, made {at})")
+    return Checkpoint(anchor, kid, at, str(payload["writer"]))
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _generate() -> OKPKey:
+    return OKPKey.generate_key("Ed25519", auto_kid=True)
+
+
+def _private_jwk(key: OKPKey) -> str:
+    return json.dumps(key.as_dict(private=True))
+
+
+def _read_private(path: Path) -> OKPKey:
+    try:
+        jwk = json.loads(path.read_text())
+        key = OKPKey.import_key(jwk)
+    except (ValueError, TypeError, JoseError) as exc:
+        raise CheckpointError(f"{path} is not an Ed25519 private JWK: {exc}") from None
+    if jwk.get("crv") != "Ed25519" or "d" not in jwk or not key.kid:
+        raise CheckpointError(f"{path} is not an Ed25519 private JWK with a kid")
+    return key
+
+
+class _exclusive:
+    """A new file opened for writing (mode 0600 unless told), fsynced on close."""
+
+    def __init__(self, path: Path, mode: int = 0o600) -> None:
+        self._path, self._mode = path, mode
+
+    def __enter__(self) -> Any:
+        if self._path.exists():
+            self._path.unlink()  # a leftover of a crashed rotation
+        self._fh = os.fdopen(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self._mode), "w")
+        return self._fh
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+
+
+def write_checkpoint(
+    log: AuditLog,
+    signer: CheckpointSigner,
+    directory: str | Path,
+    keys: KeySet,
+    now: datetime,
+    previous: int | None = None,
+) -> tuple[Checkpoint, Path]:
+    """Sign the log's head and append it to this host's file in `directory`.
+
+    The digests cover the events since `previous` (default: the newest checkpoint already in
+    `directory` for this log), at most `MAX_COVER`, so every event gets a digest of its own.
+
+    Raises:
+        CheckpointError: the log is empty, or a checkpoint already there does not verify.
+        OSError: the directory cannot be written.
+    """
+    seq, head_hash = log.log_head()
+    if seq < 1:
+        raise CheckpointError("the log is empty: there is nothing to checkpoint yet")
+    log_id = log.event_hashes(0, 1)[0]
+    if previous is None:
+        previous = newest_seq(read_all([directory], keys) if Path(directory).is_dir() else [], log_id)
+    from_seq = max(min(previous, seq - 1), seq - MAX_COVER, 0)
+    hashes = log.event_hashes(from_seq, seq)
+    line = signer.sign(log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now)
+    path = append(directory, line, now)
+    return parse(line, keys, f"{path}"), path
+
+
+def newest_seq(checkpoints: Iterable[Checkpoint], log_id: str) -> int:
+    """The newest seq any of `checkpoints` of the log `log_id` vouches for (0: none)."""
+    return max((c.anchor.seq for c in checkpoints if c.anchor.log_id == log_id), default=0)
