@@ -36,6 +36,8 @@ class ReasonCode(StrEnum):
     """The principal called too often; nothing was recorded or run."""
     PRINCIPAL_REVOKED = "principal_revoked"
     """The principal was revoked in its tenant; every face refuses it."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The call would take a budget of `policy.budgets` past its limit in the current window."""
 
     # Confirmation rounds (capabilities of class `confirm`).
     CONFIRMATION_MISMATCH = "confirmation_mismatch"

@@ -1,5 +1,6 @@
 """Pure decisions: principal + capability + concrete arguments + context -> decision. No I/O, no clock."""
 
+from .budgets import BudgetCharge, Budgets
 from .engine import NO_MATCH, POLICY_ERROR, Policy, RuleTrace, load_policy_file
 from .model import (
     ApprovalRequirement,
@@ -10,13 +11,16 @@ from .model import (
     PolicyInput,
     Principal,
 )
-from .rules import ApprovalConfig, PolicyConfig, Rule, parse_duration
+from .rules import ApprovalConfig, Budget, PolicyConfig, Rule, parse_duration
 
 __all__ = [
     "NO_MATCH",
     "POLICY_ERROR",
     "ApprovalConfig",
     "ApprovalRequirement",
+    "Budget",
+    "BudgetCharge",
+    "Budgets",
     "CallContext",
     "Decision",
     "Effect",

@@ -72,8 +72,8 @@ class ExpressionError(PolicyError):
     The message names the rule and the expression but not argument values, which may be redacted.
     """
 
-    def __init__(self, rule_id: str, source: str, problem: str) -> None:
-        super().__init__(f"rule {rule_id!r}: cannot evaluate `{source}`: {problem}")
+    def __init__(self, rule_id: str, source: str, problem: str, *, kind: str = "rule") -> None:
+        super().__init__(f"{kind} {rule_id!r}: cannot evaluate `{source}`: {problem}")
         self.rule_id = rule_id
         self.source = source
         self.problem = problem
@@ -97,24 +97,7 @@ class Condition:
         Raises:
             PolicyError: the expression is not valid CEL.
         """
-        try:
-            environment = _environment()
-            ast = environment.compile(source)
-            program = environment.program(ast)
-        except CELParseError as exc:
-            detail = " ".join(str(exc).split())
-            raise PolicyError(f"rule {rule_id!r}: when: invalid CEL `{source}`: {detail}") from exc
-        variables, functions = _unknown_names(ast)
-        if variables:
-            raise PolicyError(
-                f"rule {rule_id!r}: when: unknown variable {', '.join(map(repr, variables))} in `{source}`; "
-                f"expressions may use {', '.join(sorted(VARIABLES))}"
-            )
-        if functions:
-            raise PolicyError(
-                f"rule {rule_id!r}: when: unknown function {', '.join(map(repr, functions))} in `{source}`"
-            )
-        return cls(rule_id=rule_id, source=source, _program=program)
+        return cls(rule_id=rule_id, source=source, _program=_compile(f"rule {rule_id!r}: when", source))
 
     def holds(self, activation: Activation) -> bool:
         """True when the expression yields `true` for this call.
@@ -131,6 +114,62 @@ class Condition:
         if not isinstance(value, celtypes.BoolType):
             raise ExpressionError(self.rule_id, self.source, f"yielded {type(value).__name__}, not a bool")
         return bool(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ValueExpression:
+    """A compiled expression of a budget that yields a value (an amount, a currency)."""
+
+    budget_id: str
+    field_name: str
+    source: str
+    _program: celpy.Runner = field(repr=False, compare=False)
+
+    @classmethod
+    def compile(cls, budget_id: str, field_name: str, source: str) -> ValueExpression:
+        """Parse and prepare `source` once.
+
+        Raises:
+            PolicyError: the expression is not valid CEL.
+        """
+        program = _compile(f"budget {budget_id!r}: {field_name}", source)
+        return cls(budget_id=budget_id, field_name=field_name, source=source, _program=program)
+
+    def value(self, activation: Activation) -> celtypes.Value:
+        """The expression's value for this call.
+
+        Raises:
+            ExpressionError: evaluation failed.
+        """
+        try:
+            value = self._program.evaluate(activation)
+        except _EVAL_ERRORS as exc:
+            raise self.error(_problem(exc)) from exc
+        if isinstance(value, CELEvalError):
+            raise self.error(_problem(value))
+        return value
+
+    def error(self, problem: str) -> ExpressionError:
+        return ExpressionError(self.budget_id, self.source, f"{self.field_name}: {problem}", kind="budget")
+
+
+def _compile(label: str, source: str) -> celpy.Runner:
+    try:
+        environment = _environment()
+        ast = environment.compile(source)
+        program = environment.program(ast)
+    except CELParseError as exc:
+        detail = " ".join(str(exc).split())
+        raise PolicyError(f"{label}: invalid CEL `{source}`: {detail}") from exc
+    variables, functions = _unknown_names(ast)
+    if variables:
+        raise PolicyError(
+            f"{label}: unknown variable {', '.join(map(repr, variables))} in `{source}`; "
+            f"expressions may use {', '.join(sorted(VARIABLES))}"
+        )
+    if functions:
+        raise PolicyError(f"{label}: unknown function {', '.join(map(repr, functions))} in `{source}`")
+    return program
 
 
 def activation_for(inp: PolicyInput) -> Activation:

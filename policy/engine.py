@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,9 +20,11 @@ from pydantic import ValidationError
 
 from capabilities.contract import Capability, config_problems
 
+from .budgets import BudgetCharge, Budgets
 from .cel import Activation, Condition, ExpressionError, activation_for
 from .model import ApprovalRequirement, Decision, Effect, PolicyError, PolicyInput, Principal
 from .rules import PolicyConfig, Rule
+from .scope import in_scope
 
 NO_MATCH = "no_matching_rule"
 POLICY_ERROR = "policy_error"
@@ -49,17 +50,7 @@ class _CompiledRule:
     condition: Condition | None
 
     def in_scope(self, principal: Principal, capability: Capability) -> bool:
-        rule = self.rule
-        names = (capability.tool_name, capability.id, capability.ref)
-        if not any(fnmatchcase(name, pattern) for pattern in rule.tools for name in names):
-            return False
-        if rule.roles is not None and principal.roles.isdisjoint(rule.roles):
-            return False
-        if rule.subjects is not None and principal.subject not in rule.subjects:
-            return False
-        if rule.tenants is not None and principal.tenant not in rule.tenants:
-            return False
-        return rule.effects is None or capability.effect in rule.effects
+        return in_scope(self.rule, principal, capability)
 
 
 class Policy:
@@ -76,6 +67,7 @@ class Policy:
             _CompiledRule(rule, Condition.compile(rule.id, rule.when) if rule.when else None)
             for rule in config.rules
         )
+        self._budgets = Budgets(config.budgets)
         # RFC 8785, as every other hash (store.canonical, which policy may not import): the rules hold
         # strings, small integers and booleans, which it spells as the earlier json.dumps did, so a
         # policy keeps its version across the change.
@@ -138,6 +130,14 @@ class Policy:
                 continue
             traces.append(RuleTrace(rule.id, "matched" if held else "condition_false", rule.decision))
         return tuple(traces)
+
+    def charges(self, inp: PolicyInput, run_id: str) -> tuple[BudgetCharge, ...]:
+        """What this call counts against each budget that covers it (see `Budgets.charges`).
+
+        Raises:
+            ExpressionError: a budget's amount or currency cannot be evaluated for this call.
+        """
+        return self._budgets.charges(inp, run_id)
 
     def may_list(self, principal: Principal, capability: Capability) -> bool:
         """Whether the tool may be shown: some allowing rule could apply, and no unconditional deny does."""

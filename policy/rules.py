@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -153,10 +154,114 @@ class Rule(_Strict):
         return self.reason or self.id
 
 
+class Conversion(_Strict):
+    """Spend in several currencies counted as one: each amount times its currency's rate to `to`."""
+
+    to: str = Field(min_length=1)
+    rates: dict[str, Decimal] = Field(default_factory=dict)
+    """Units of `to` per unit of each other currency; a currency not listed denies the call."""
+
+    @field_validator("rates")
+    @classmethod
+    def _positive(cls, rates: dict[str, Decimal]) -> dict[str, Decimal]:
+        for currency, rate in rates.items():
+            if rate <= 0:
+                raise ValueError(f"rate of {currency} must be positive")
+        return rates
+
+
+class Budget(_Strict):
+    """A limit on calls or spend, counted in the store per scope and window (issue 13).
+
+    Scoped to calls as a rule is (`tools`, `roles`, `subjects`, `tenants`, `effects`); counted per
+    principal, tenant, run, or principal and capability; over fixed UTC windows or a whole run.
+    """
+
+    id: str
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+    roles: list[str] | None = None
+    subjects: list[str] | None = None
+    tenants: list[str] | None = None
+    effects: list[EffectClass] | None = None
+    scope: Literal["principal", "tenant", "run", "capability"] = "principal"
+    """Who shares one counter: a principal, a whole tenant, one run, or a principal's calls of one tool."""
+    window: int | Literal["run"] = 86400
+    """Seconds (or "1m", "1h", "1d", ...), aligned to the epoch in UTC; or `run`: the run's lifetime."""
+    measure: Literal["calls", "spend"] = "calls"
+    limit: Decimal = Field(gt=0, max_digits=18, decimal_places=6)
+    """Calls, or the spend's units; up to six decimal places."""
+    amount: str | None = None
+    """For `spend`: a CEL expression giving the call's non-negative amount, e.g. `args.amount`."""
+    currency: str | None = None
+    """For `spend`: a CEL expression giving a string; each currency is counted apart unless converted."""
+    convert: Conversion | None = None
+    """For `spend` with a `currency`: count every currency as `convert.to` at the rates given."""
+    on_exceed: Literal["deny"] = "deny"
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _name_the_budget(cls, data: Any, handler: ModelWrapValidatorHandler[Budget]) -> Budget:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            budget_id = data.get("id") if isinstance(data, Mapping) else None
+            label = f"budget {budget_id!r}" if isinstance(budget_id, str) else "budget without a valid id"
+            problems = "; ".join(config_problems(exc.errors(), data))
+            raise ValueError(f"{label}: {problems}") from None
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_code(cls, value: str) -> str:
+        if not _CODE.match(value):
+            raise ValueError("must be letters, digits, '_', '-', '.', ':' (starting with a letter or digit)")
+        return value
+
+    @field_validator("tools", "roles", "subjects", "tenants", "effects")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or any(not item for item in value)):
+            raise ValueError("must list at least one non-empty name (omit the field to match any)")
+        return value
+
+    @field_validator("window", mode="before", json_schema_input_type=_DURATION_INPUT | Literal["run"])
+    @classmethod
+    def _window(cls, value: object) -> int | str:
+        return "run" if value == "run" else parse_duration(value)
+
+    @model_validator(mode="after")
+    def _amount_matches_measure(self) -> Budget:
+        if self.measure == "spend" and not (self.amount and self.amount.strip()):
+            raise ValueError(f"budget {self.id!r}: amount: measure spend needs a CEL expression")
+        if self.measure == "calls" and (self.amount is not None or self.currency is not None):
+            raise ValueError(f"budget {self.id!r}: amount and currency only apply to measure spend")
+        if self.convert is not None and self.currency is None:
+            raise ValueError(f"budget {self.id!r}: convert: needs a currency expression to convert from")
+        if self.measure == "calls" and self.limit != self.limit.to_integral_value():
+            raise ValueError(f"budget {self.id!r}: limit: a number of calls is a whole number")
+        return self
+
+    @property
+    def window_s(self) -> int | None:
+        """The window's length in seconds; None for a run's lifetime."""
+        return None if self.window == "run" else int(self.window)
+
+
 class PolicyConfig(_Strict):
     """The `policy:` section: an ordered list of rules. No rules means every call is denied."""
 
     rules: list[Rule] = Field(default_factory=list)
+    budgets: list[Budget] = Field(default_factory=list)
+    """Limits counted in the store; a call over any of them is refused `budget_exceeded`."""
+
+    @field_validator("budgets")
+    @classmethod
+    def _budget_ids_unique(cls, budgets: list[Budget]) -> list[Budget]:
+        seen: set[str] = set()
+        for budget in budgets:
+            if budget.id in seen:
+                raise ValueError(f"budget {budget.id!r}: id: used by more than one budget")
+            seen.add(budget.id)
+        return budgets
 
     @field_validator("rules")
     @classmethod
@@ -170,4 +275,8 @@ class PolicyConfig(_Strict):
 
     def canonical(self) -> dict[str, Any]:
         """The rules as plain JSON with every default filled in: what the policy version hashes."""
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if not self.budgets:
+            # A policy without budgets keeps the version it had before budgets existed.
+            del data["budgets"]
+        return data

@@ -87,6 +87,14 @@ class RunStarted(Payload):
     """What the client called the run; the envelope's `run_id` is Writ's, scoped to the principal."""
 
 
+class BudgetCharged(Payload):
+    budget: str
+    key: str
+    amount_micros: int
+    window_start: str | None = None
+    resets_at: str | None = None
+
+
 class ToolCallRequested(Payload):
     tool_name: str
     subject: str
@@ -105,6 +113,8 @@ class ToolCallRequested(Payload):
     dedupe_window_s: int
     contract_hash: str | None = None
     """The hash of the capability's contract when the call was requested (absent before it was kept)."""
+    charges: list[BudgetCharged] | None = None
+    """The budget counters the call drew on (absent when none did); the counters are their sums."""
 
 
 class ToolCallDenied(Payload):
@@ -252,6 +262,12 @@ class BudgetExceeded(Payload):
     limit: float
     used: float
     detail: str | None = None
+    amount: float | None = None
+    """What the refused call would have added."""
+    counter_key: str | None = None
+    resets_at: str | None = None
+    """When the counter's window ends; absent for a budget over a run."""
+    scope: str | None = None
 
 
 class LoopDetected(Payload):

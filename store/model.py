@@ -157,6 +157,34 @@ class CallIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class Charge:
+    """What a call adds to one budget counter, in millionths of the budget's unit (sums stay exact)."""
+
+    budget_id: str
+    counter_key: str
+    """Names the counter: its budget, scope and window (the gateway hashes them)."""
+    amount_micros: int
+    limit_micros: int
+    window_start: datetime | None = None
+    """None for a counter over a run's lifetime."""
+    resets_at: datetime | None = None
+    scope: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    """The budget a call would have taken past its limit, as `budget.exceeded` records it."""
+
+    budget_id: str
+    limit_micros: int
+    used_micros: int
+    amount_micros: int
+    resets_at: datetime | None
+    scope: str
+    counter_key: str
+
+
+@dataclass(frozen=True, slots=True)
 class CallRequest:
     """Everything `Store.admit` needs to record a new call's intent and decision in one transaction."""
 
@@ -181,6 +209,8 @@ class CallRequest:
     confirmation_id: str | None = None
     """Set when an allowed call must first be confirmed by the user in the client (effect `confirm`)."""
     confirmation_expires_at: datetime | None = None
+    charges: tuple[Charge, ...] = ()
+    """Budget counters the call draws on; if any would pass its limit, the call is refused instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +290,8 @@ class Admission:
     kind: AdmissionKind
     call: CallView
     existing: CallView | None = None
+    breach: Breach | None = None
+    """Set when the call was refused `budget_exceeded`: the budget it would have passed."""
 
     @property
     def owns_dispatch(self) -> bool:

@@ -11,7 +11,7 @@ from store import events as ev
 from store.canonical import canonical_json
 from store.model import KeyClaimLost, StoreError
 from store.raw import Record, Statement
-from store.schema import approvals, effect_ledger, revocations, runs, tool_calls
+from store.schema import approvals, budget_counters, effect_ledger, revocations, runs, tool_calls
 
 
 class Pending:
@@ -77,6 +77,15 @@ _TAKE_OVER_KEY = Statement(
         effect_ledger.c.tool_call_id == bindparam("b_supersedes"),
     )
 )
+
+# Every writer holds the head lock, so no other transaction inserts a counter between the update that
+# finds none and the insert: no upsert syntax per dialect is needed.
+_ADD_TO_COUNTER = Statement(
+    update(budget_counters)
+    .where(budget_counters.c.counter_key == bindparam("b_counter_key"))
+    .values(used_micros=budget_counters.c.used_micros + bindparam("b_amount_micros"))
+)
+_INSERT_COUNTER = Statement(budget_counters.insert())
 
 
 def _json(value: Any) -> str | None:
@@ -174,6 +183,8 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         run["call_count"] += 1
     else:
         _COUNT_CALL.execute(conn, {"b_run_id": run_id})
+    for charge in p.charges or ():
+        _charge(conn, event, charge)
     if not p.claims_key:
         return
     claim = {
@@ -199,6 +210,22 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
     )
     if taken != 1:
         raise KeyClaimLost(f"key {p.idempotency_key!r} is no longer held by call {p.supersedes}")
+
+
+def _charge(conn: Connection, event: ev.ToolCallRequestedEvent, charge: ev.BudgetCharged) -> None:
+    added = _ADD_TO_COUNTER.execute(
+        conn, {"b_counter_key": charge.key, "b_amount_micros": charge.amount_micros}
+    )
+    if added == 0:
+        counter = {
+            "counter_key": charge.key,
+            "budget_id": charge.budget,
+            "tenant": event.tenant or "",
+            "used_micros": charge.amount_micros,
+            "window_start": None if charge.window_start is None else ev.parse_ts(charge.window_start),
+            "resets_at": None if charge.resets_at is None else ev.parse_ts(charge.resets_at),
+        }
+        _INSERT_COUNTER.execute(conn, counter)
 
 
 def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | None) -> None:

@@ -15,16 +15,18 @@ from store.log import Append
 from store.model import (
     IN_FLIGHT_STATUSES,
     Admission,
+    Breach,
     CallIdentity,
     CallRequest,
     CallView,
+    Charge,
     DecisionRecord,
     RefusalRequest,
     StoreError,
 )
 from store.raw import Statement
 from store.refusals import bounded
-from store.schema import effect_ledger, revocations, runs
+from store.schema import budget_counters, effect_ledger, revocations, runs
 from store.views import load_call
 
 
@@ -89,10 +91,90 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
         if who.key_source == "client" or _joinable(existing, req):
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
+    # Still under the head lock, so every earlier charge of every replica is visible and no later one
+    # can land between this read and the charge: no extra lock and no extra commit.
+    breach = _breach(conn, req.charges)
+    if breach is not None:
+        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
+        return Admission("new", call=call, breach=breach)
     _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None, producer=producer)
     queues.on_admitted(conn, req)
     log.flush()
     return Admission("new", call=log.call(who.tool_call_id))
+
+
+def _breach(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
+    """The first charge that would take its counter past its limit, or None."""
+    if not charges:
+        return None
+    keys = [c.counter_key for c in charges]
+    rows = conn.execute(
+        select(budget_counters.c.counter_key, budget_counters.c.used_micros).where(
+            budget_counters.c.counter_key.in_(keys)
+        )
+    ).all()
+    used = {row.counter_key: int(row.used_micros) for row in rows}
+    for charge in charges:
+        so_far = used.get(charge.counter_key, 0)
+        if so_far + charge.amount_micros > charge.limit_micros:
+            return Breach(
+                charge.budget_id,
+                charge.limit_micros,
+                so_far,
+                charge.amount_micros,
+                charge.resets_at,
+                charge.scope,
+                charge.counter_key,
+            )
+    return None
+
+
+def _record_breach(
+    conn: Connection, log: Append, req: CallRequest, breach: Breach, run_tenant: str | None, producer: str
+) -> CallView:
+    """Record a call refused `budget_exceeded`: requested (charging nothing), budget.exceeded, denied."""
+    refusal = bounded(_refusal_of(req, "budget_exceeded", _breach_detail(breach)))
+    who = refusal.identity
+    base = _base(who, req.policy_version, producer)
+    if run_tenant is None:
+        _add_run_started(log, who, base)
+    decision = DecisionRecord("deny", "budget_exceeded", req.policy_version, message=refusal.detail)
+    requested = log.add(
+        ev.ToolCallRequestedEvent(
+            **base,
+            tool_call_id=who.tool_call_id,
+            payload=_requested(who, decision, claims_key=False, summary=refusal.summary),
+        )
+    )
+    call = {**base, "tool_call_id": who.tool_call_id, "causation_id": requested.event_id}
+    exceeded = ev.BudgetExceeded(
+        budget=breach.budget_id,
+        limit=breach.limit_micros / MICROS,
+        used=breach.used_micros / MICROS,
+        amount=breach.amount_micros / MICROS,
+        counter_key=breach.counter_key,
+        resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
+        scope=breach.scope or None,
+        detail=refusal.detail,
+    )
+    log.add(ev.BudgetExceededEvent(**call, payload=exceeded))
+    denied = ev.ToolCallDenied(reason="budget_exceeded", message=refusal.detail)
+    log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
+    log.flush()
+    return log.call(who.tool_call_id)
+
+
+MICROS = 1_000_000
+"""Counters hold millionths of a budget's unit."""
+
+
+def _breach_detail(breach: Breach) -> str:
+    resets = "at the end of the run" if breach.resets_at is None else f"at {ev.format_ts(breach.resets_at)}"
+    return (
+        f"budget {breach.budget_id!r} is used up: {breach.used_micros / MICROS:g} of "
+        f"{breach.limit_micros / MICROS:g} used, this call needs {breach.amount_micros / MICROS:g}; "
+        f"it resets {resets}"
+    )
 
 
 def refuse(conn: Connection, req: RefusalRequest, *, producer: str) -> CallView:
@@ -233,6 +315,18 @@ def _call_requested(
         summary=req.summary,
         external_request_id=req.external_request_id,
         dedupe_window_s=req.dedupe_window_s,
+        # Only the call that claims the key is charged: a conflict is refused and counts nothing.
+        charges=([_charged(c) for c in req.charges] or None) if claims_key else None,
+    )
+
+
+def _charged(charge: Charge) -> ev.BudgetCharged:
+    return ev.BudgetCharged(
+        budget=charge.budget_id,
+        key=charge.counter_key,
+        amount_micros=charge.amount_micros,
+        window_start=None if charge.window_start is None else ev.format_ts(charge.window_start),
+        resets_at=None if charge.resets_at is None else ev.format_ts(charge.resets_at),
     )
 
 

@@ -242,4 +242,24 @@ rate_buckets = Table(
     Column("tat", Float(precision=53), nullable=False),
 )
 
-PROJECTION_TABLES: tuple[Table, ...] = (runs, tool_calls, approvals, effect_ledger, revocations)
+# Budget counters (issue 13): the sum of the charges recorded with each `tool_call.requested`, per
+# budget, scope and window. A projection: `writ store rebuild` sums them again from the log.
+budget_counters = Table(
+    "budget_counters",
+    metadata,
+    Column("counter_key", String(64), primary_key=True),
+    Column("budget_id", String(256), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("used_micros", BigInteger, nullable=False),
+    Column("window_start", UTCDateTime),
+    Column("resets_at", UTCDateTime),
+)
+
+PROJECTION_TABLES: tuple[Table, ...] = (
+    runs,
+    tool_calls,
+    approvals,
+    effect_ledger,
+    revocations,
+    budget_counters,
+)

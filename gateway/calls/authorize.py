@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from capabilities.contract import Capability
 from gateway.calls.actions import is_action_hash
 from gateway.reasons import ReasonCode
+from policy.budgets import BudgetCharge
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import ApprovalNeed, ApprovalView, CallView, DecisionRecord
 
@@ -24,6 +25,8 @@ class PolicyLike(Protocol):
     def version(self) -> str: ...
 
     def evaluate(self, inp: PolicyInput) -> Decision: ...
+
+    def charges(self, inp: PolicyInput, run_id: str) -> tuple[BudgetCharge, ...]: ...
 
     def may_list(self, principal: Principal, capability: Capability) -> bool: ...
 

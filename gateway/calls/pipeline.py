@@ -4,9 +4,11 @@
 
 1. `_prepare`: the capability, the rate limit, the call's ids, key and action hash (`CallIdentity`).
 2. `_validate`: arguments that cannot be recorded or fail the schema are refused (`_refuse_invalid`).
-3. `_authorize`: policy decides over the full arguments: allow, deny, require_approval.
+3. `_authorize`: policy decides over the full arguments: allow, deny, require_approval; unless it
+   denies, it names the budget counters the call draws on.
 4. `_intent`, then `store.admit`: the intent with the decision is durable before anything else; in
-   the same transaction the key is claimed and, for an allowed call, `dispatching` is recorded.
+   the same transaction the budgets are checked and charged, the key is claimed and, for an allowed
+   call, `dispatching` is recorded (a call over a budget is recorded refused `budget_exceeded`).
 5. `_dispatch_or_join`: the claimant dispatches (`Dispatcher`: executor, then the outcome recorded
    before the client hears it); a call that joined an identical one waits for its recorded state.
 
@@ -29,6 +31,7 @@ import anyio.to_thread
 from capabilities.contract import Capability, Executor
 from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
 from gateway.calls.authorize import PolicyLike, Reauthorization, Refusal, decision_record, reauthorize
+from gateway.calls.budgets import store_charges
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.run_ids import scoped_run_id
@@ -36,13 +39,17 @@ from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized
 from gateway.clock import Clock, system_clock
 from gateway.errors import Refused, UnknownTool
 from gateway.reasons import ReasonCode
+from policy import POLICY_ERROR
+from policy.cel import ExpressionError
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
     Admission,
+    Breach,
     CallIdentity,
     CallRequest,
     CallView,
+    Charge,
     ConfirmationAnswer,
     ConfirmationMismatch,
     KeySource,
@@ -108,6 +115,8 @@ class CallReport:
     recorded: bool = True
     """False: the call was dispatched and its outcome could not be recorded; `call` is the record
     from before (`dispatching`). The edges tell the client `result_unknown`, never what was seen."""
+    breach: Breach | None = None
+    """The budget the call would have passed, when it was refused `budget_exceeded`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +223,8 @@ class CallPipeline:
         call = await self._prepare(inp)
         if errors := self._validate(call):
             return await self._refuse_invalid(call, errors)
-        decision = await self._authorize(call)
-        request = self._intent(call, decision)
+        decision, charges = await self._authorize(call)
+        request = self._intent(call, decision, charges)
         if isinstance(request, RefusalRequest):
             return CallReport("new", await self._run(self._store.refuse, request), call.capability)
         admission = await self._run(self._store.admit, request)
@@ -281,16 +290,28 @@ class CallPipeline:
         refused = await self._run(self._store.refuse, refusal)
         return CallReport("invalid_arguments", refused, call.capability, validation_errors=errors)
 
-    async def _authorize(self, call: _Prepared) -> Decision:
-        """The policy's decision over the full arguments, with the calls made earlier in the run."""
+    async def _authorize(self, call: _Prepared) -> tuple[Decision, tuple[Charge, ...]]:
+        """The policy's decision over the full arguments, with the calls made earlier in the run, and
+        the budget counters the call draws on unless it is denied anyway."""
         who = call.identity
         run_count = (
             await self._run(self._store.run_call_count, who.run_id, who.tenant) if call.inp.run_id else 0
         )
         context = CallContext(now=who.now, run_call_count=run_count)
-        return call.policy.evaluate(PolicyInput(call.inp.principal, call.capability, call.arguments, context))
+        inp = PolicyInput(call.inp.principal, call.capability, call.arguments, context)
+        decision = call.policy.evaluate(inp)
+        if decision.effect == "deny":
+            return decision, ()
+        try:
+            return decision, store_charges(call.policy.charges(inp, who.run_id))
+        except ExpressionError as exc:
+            # An amount that cannot be counted denies the call: a budget is never skipped.
+            failed = Decision("deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc))
+            return failed, ()
 
-    def _intent(self, call: _Prepared, decision: Decision) -> CallRequest | RefusalRequest:
+    def _intent(
+        self, call: _Prepared, decision: Decision, charges: tuple[Charge, ...] = ()
+    ) -> CallRequest | RefusalRequest:
         """What to record before anything happens: the intent, or the refusal of a call nobody can confirm."""
         capability, now = call.capability, call.identity.now
         approval_id = expires_at = None
@@ -331,6 +352,7 @@ class CallPipeline:
             ),
             confirmation_id=confirmation_id,
             confirmation_expires_at=confirm_by,
+            charges=charges,
         )
 
     async def _dispatch_or_join(
@@ -351,6 +373,7 @@ class CallPipeline:
             existing=admission.existing,
             expires_at=request.approval_expires_at,
             recorded=recorded,
+            breach=admission.breach,
         )
 
     @staticmethod

@@ -1,8 +1,8 @@
 """`writ policy check`: a dry run of the policy for one concrete call, for operators.
 
 It builds the configured capabilities and the policy in force, evaluates the call as the pipeline would,
-and shows the decision, its reason, the policy version and every rule's verdict. Nothing is recorded and
-no backend is contacted.
+and shows the decision, its reason, the policy version, every rule's verdict and the budgets the call
+would count against. Nothing is recorded and no backend is contacted.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from gateway.calls.authorize import decision_record
 from gateway.calls.policy_source import policy_provider
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError, UnknownTool
-from policy.engine import RuleTrace
+from policy.budgets import BudgetCharge
+from policy.cel import ExpressionError
+from policy.engine import POLICY_ERROR, RuleTrace
 from policy.model import CallContext, Decision, PolicyError, PolicyInput, Principal
 
 
@@ -30,6 +32,8 @@ class PolicyCheck:
     decision: Decision
     traces: tuple[RuleTrace, ...]
     capability_ref: str
+    charges: tuple[BudgetCharge, ...] = ()
+    """The budgets the call would count against (none when policy denies it anyway)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +47,18 @@ class PolicyCheck:
             "rules": [
                 {"rule": t.rule_id, "outcome": t.outcome, "decision": t.decision, "problem": t.problem}
                 for t in self.traces
+            ],
+            "budgets": [
+                {
+                    "budget": c.budget_id,
+                    "scope": c.scope,
+                    "counter": list(c.scope_parts),
+                    "amount": str(c.amount),
+                    "limit": str(c.limit),
+                    "window_start": c.window_start.isoformat() if c.window_start else None,
+                    "resets_at": c.resets_at.isoformat() if c.resets_at else None,
+                }
+                for c in self.charges
             ],
         }
 
@@ -67,6 +83,11 @@ class PolicyCheck:
         for t in self.traces:
             problem = f"  ({t.problem})" if t.problem else ""
             lines.append(f"  {t.rule_id:<{width}}  {t.outcome:<15}  {t.decision}{problem}")
+        lines.append("budgets:" if self.charges else "budgets: (none apply)")
+        for c in self.charges:
+            resets = f"resets {c.resets_at.isoformat()}" if c.resets_at else "per run"
+            counter = "/".join(c.scope_parts)
+            lines.append(f"  {c.budget_id}  {c.scope} {counter}  +{c.amount} of {c.limit}  {resets}")
         return "\n".join(lines)
 
 
@@ -115,4 +136,13 @@ def check_policy(
         arguments,
         CallContext(now=now, run_call_count=run_call_count),
     )
-    return PolicyCheck(policy.evaluate(inp), policy.trace(inp), capability.ref)
+    decision = policy.evaluate(inp)
+    charges: tuple[BudgetCharge, ...] = ()
+    if decision.effect != "deny":
+        try:
+            # The run is unnamed here: a run budget's counter shows as "(run)".
+            charges = policy.charges(inp, "(run)")
+        except ExpressionError as exc:
+            # As the pipeline does: an amount that cannot be counted denies the call.
+            decision = Decision("deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc))
+    return PolicyCheck(decision, policy.trace(inp), capability.ref, charges)

@@ -27,6 +27,18 @@ class Effect(BaseModel):
     summary: str
 
 
+class BudgetState(BaseModel):
+    """The budget a refused call would have passed: its limit, what is used, and when it resets."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    id: str
+    limit: float
+    used: float
+    amount: float
+    resets_at: str | None = Field(default=None, description="ISO 8601; null: at the end of the run")
+
+
 class StatusDocument(BaseModel):
     """A call's state as `structuredContent` (and the API's call bodies) report it."""
 
@@ -47,6 +59,7 @@ class StatusDocument(BaseModel):
     errors: list[str] | None = None
     input_schema: dict[str, Any] | None = None
     retry_after_s: float | None = None
+    budget: BudgetState | None = None
     verification: VerificationStatus | None = None
     created_at: str | None = Field(default=None, description="ISO 8601")
     updated_at: str | None = Field(default=None, description="ISO 8601")

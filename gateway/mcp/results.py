@@ -13,9 +13,9 @@ from typing import Any
 
 from capabilities.contract import Capability
 from gateway.calls.pipeline import CallReport
-from gateway.mcp.documents import Effect, StatusDocument
+from gateway.mcp.documents import BudgetState, Effect, StatusDocument
 from gateway.reasons import ReasonCode
-from store.model import CallView
+from store.model import Breach, CallView
 
 NEXT = {
     "approval_pending": (
@@ -127,7 +127,30 @@ def shape_report(report: CallReport) -> dict[str, Any]:
             ),
         ).dump()
         return _status_result(call, body, "Refused: idempotency key reused for a different action.")
+    if report.breach is not None:
+        return budget_exceeded(call, report.breach)
     return shape_call(call, report.capability)
+
+
+def budget_exceeded(call: CallView, breach: Breach) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for a call refused because it would pass a budget."""
+    resets = None if breach.resets_at is None else breach.resets_at.isoformat()
+    until = resets or "the end of this run"
+    body = StatusDocument(
+        status="denied",
+        reason=ReasonCode.BUDGET_EXCEEDED,
+        tool_call_id=call.tool_call_id,
+        policy_version=call.policy_version,
+        budget=BudgetState(
+            id=breach.budget_id,
+            limit=breach.limit_micros / 1_000_000,
+            used=breach.used_micros / 1_000_000,
+            amount=breach.amount_micros / 1_000_000,
+            resets_at=resets,
+        ),
+        next=f"Budget {breach.budget_id} is used up until {until}; do not retry before then; tell the user.",
+    ).dump()
+    return _status_result(call, body, f"Denied: budget {breach.budget_id} is used up ({call.summary}).")
 
 
 def rate_limited(tool_name: str, retry_after_s: float) -> dict[str, Any]:

@@ -137,13 +137,15 @@ def demo_config(
     overrides: dict[str, Any] | None = None,
     extra_backends: dict[str, Any] | None = None,
     extra_rules: list[dict[str, Any]] | None = None,
+    budgets: list[dict[str, Any]] | None = None,
 ) -> Path:
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick
     (the commit horizon, unless given, twice the timeout).
 
     `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
     required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g.
-    `policy_file`); `extra_backends` and `extra_rules` are added to the demo's backends and policy rules.
+    `policy_file`); `extra_backends` and `extra_rules` are added to the demo's backends and policy rules;
+    `budgets` become the policy's budgets.
     """
     template = Template((REPO / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
@@ -159,6 +161,8 @@ def demo_config(
     config["backends"].update(extra_backends or {})
     if extra_rules:
         config["policy"]["rules"] += extra_rules
+    if budgets:
+        config["policy"]["budgets"] = budgets
     config["backends"]["acme"]["timeout_s"] = timeout_s
     config["backends"]["acme"]["commit_horizon_s"] = commit_horizon_s or 2 * timeout_s
     for capability in config["capabilities"]:

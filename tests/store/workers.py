@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from typing import Any
 
 from store import Store
-from tests.store.builders import call_request
+from store.model import Charge
+from tests.store.builders import NOW, call_request
 
 
 def admit_one_key(url: str, barrier: Any, results: Any, worker: int, calls: int) -> None:
@@ -18,5 +21,22 @@ def admit_one_key(url: str, barrier: Any, results: Any, worker: int, calls: int)
             results.put((admission.kind, admission.call.tool_call_id, admission.call.status))
     except BaseException as error:  # the parent must hear of a failure instead of waiting for it
         results.put(("error", repr(error), ""))
+    finally:
+        store.close()
+
+
+def admit_against_budget(url: str, barrier: Any, results: Any, worker: int, calls: int, limit: int) -> None:
+    """Open a store of our own, wait for every process, then race to admit calls on one budget."""
+    start = NOW.replace(hour=0, minute=0, second=0, microsecond=0)
+    charge = Charge("daily", "shared-counter", 1_000_000, limit * 1_000_000, start, start + timedelta(days=1))
+    store = Store.open(url)
+    try:
+        barrier.wait(timeout=60)
+        for n in range(calls):
+            request = call_request(tool_call_id=f"tc-p{worker}-{n}", idempotency_key=f"k-p{worker}-{n}")
+            admission = store.admit(dataclasses.replace(request, charges=(charge,)))
+            results.put((admission.call.status, admission.call.reason))
+    except BaseException as error:  # the parent must hear of a failure instead of waiting for it
+        results.put(("error", repr(error)))
     finally:
         store.close()

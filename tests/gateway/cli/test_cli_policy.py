@@ -29,7 +29,7 @@ RULES = [
 ]
 
 
-def config(tmp_path: Path) -> str:
+def config(tmp_path: Path, budgets: list[dict[str, object]] | None = None) -> str:
     path = tmp_path / "writ.yaml"
     path.write_text(
         yaml.safe_dump(
@@ -39,7 +39,7 @@ def config(tmp_path: Path) -> str:
                 "capabilities": [
                     {"id": "refund", "backend": "local", "callable": "tests.capabilities.sample_tools:add"}
                 ],
-                "policy": {"rules": RULES},
+                "policy": {"rules": RULES, "budgets": budgets or []},
             }
         )
     )
@@ -100,3 +100,19 @@ def test_a_tool_only_an_mcp_upstream_would_list_is_said_to_be_untestable_here(tm
     assert "tools of MCP backends (files) are listed by the upstream only once a gateway runs" in str(
         out.exception
     )
+
+
+def test_the_budgets_a_call_would_count_against_are_shown(tmp_path: Path) -> None:
+    budgets: list[dict[str, object]] = [
+        {"id": "refunds-an-hour", "tools": ["refund"], "window": "1h", "limit": 10},
+        {"id": "spend", "measure": "spend", "amount": "args.a", "limit": 100, "scope": "tenant"},
+        {"id": "other-tools", "tools": ["lookup"], "limit": 1},
+    ]
+    args = ["policy", "check", "--sub", "bob", "--roles", "approver", "--tool", "refund"]
+    args += ["--args", '{"a": 7, "b": 2}', "--at", "2026-12-01T12:30Z"]
+    out = CliRunner().invoke(app, [*args, "-c", config(tmp_path, budgets)])
+
+    assert out.exit_code == 0, out.output
+    assert "refunds-an-hour  principal default/bob  +1 of 10  resets 2026-12-01T13:00:00+00:00" in out.stdout
+    assert "spend  tenant default  +7 of 100  resets 2026-12-02T00:00:00+00:00" in out.stdout
+    assert "other-tools" not in out.stdout

@@ -1,0 +1,82 @@
+"""Budgets through an MCP client: principal budgets apply whatever run the client names, or none.
+
+In-process (`inproc.py`): issue 13's bypasses were six calls with no `runId`, and six with a fresh
+`runId` each, all let through by a rule counting calls in the run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gateway.mcp.inproc import Backend, Writ, acme, writ
+
+pytestmark = pytest.mark.anyio
+
+BUDGET = {
+    "id": "three-refunds-an-hour",
+    "tools": ["refund_order"],
+    "scope": "principal",
+    "window": "1h",
+    "limit": 3,
+}
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with acme(tmp_path_factory.mktemp("acme")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend) -> Iterator[Writ]:
+    workdir: Path = tmp_path_factory.mktemp("writ")
+    with writ(workdir, backend, f"sqlite:///{workdir / 'writ.db'}", budgets=[BUDGET]) as g:
+        yield g
+
+
+def _refund(n: int) -> dict[str, Any]:
+    return {"order_id": "1002", "amount": 10 + n, "currency": "EUR", "reason": "damaged in transit"}
+
+
+async def _six_refunds(gateway: Writ, run_ids: list[str | None]) -> list[tuple[str, dict[str, Any]]]:
+    """Each call's recorded status and what the client was told."""
+    subject = f"looping-agent-{uuid.uuid4().hex[:8]}"
+    heard = []
+    async with gateway.client(gateway.token(subject)) as client:
+        for n, run_id in enumerate(run_ids):
+            meta = {"writ/runId": run_id} if run_id else None
+            result = await client.call_tool("refund_order", _refund(n), meta=meta)
+            assert result.is_error is False
+            call = gateway.runtime.store.get_call(result.meta["writ/toolCallId"])  # type: ignore[index]
+            assert call is not None
+            heard.append((call.status, result.structured_content or {}))
+    return heard
+
+
+def _assert_three_then_refused(gateway: Writ, heard: list[tuple[str, dict[str, Any]]]) -> None:
+    assert [status for status, _ in heard] == ["completed"] * 3 + ["denied"] * 3
+    for _, body in heard[3:]:
+        assert body["status"] == "denied"
+        assert body["reason"] == "budget_exceeded"
+        budget = body["budget"]
+        assert (budget["id"], budget["limit"], budget["used"]) == ("three-refunds-an-hour", 3, 3)
+        resets = datetime.fromisoformat(budget["resetsAt"])
+        assert resets.minute == resets.second == 0
+        assert "do not retry before then" in body["next"]
+        types = gateway.event_types(body["toolCallId"])
+        assert types[-3:] == ["tool_call.requested", "budget.exceeded", "tool_call.denied"]
+
+
+async def test_a_principal_budget_stops_calls_that_name_no_run(gateway: Writ) -> None:
+    _assert_three_then_refused(gateway, await _six_refunds(gateway, [None] * 6))
+
+
+async def test_a_principal_budget_stops_calls_that_name_a_fresh_run_each_time(gateway: Writ) -> None:
+    runs: list[str | None] = [f"run-{uuid.uuid4().hex[:8]}" for _ in range(6)]
+    _assert_three_then_refused(gateway, await _six_refunds(gateway, runs))
