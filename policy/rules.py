@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -58,6 +58,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _named(kind: str, data: Any, handler: ModelWrapValidatorHandler[_M]) -> _M:
+    """Validate one entry of a list (a rule, a budget); a failure names the entry by its id."""
+    try:
+        return handler(data)
+    except ValidationError as exc:
+        entry_id = data.get("id") if isinstance(data, Mapping) else None
+        label = f"{kind} {entry_id!r}" if isinstance(entry_id, str) else f"{kind} without a valid id"
+        problems = "; ".join(config_problems(exc.errors(), data))
+        raise ValueError(f"{label}: {problems}") from None
+
+
+def _code(value: str) -> str:
+    """An id as the audit names it: letters, digits and a few separators."""
+    if not _CODE.match(value):
+        raise ValueError("must be letters, digits, '_', '-', '.', ':' (starting with a letter or digit)")
+    return value
+
+
 class ApprovalConfig(_Strict):
     """Who must approve a `require_approval` decision, and for how long the request stands."""
 
@@ -96,20 +117,12 @@ class Rule(_Strict):
     @classmethod
     def _name_the_rule(cls, data: Any, handler: ModelWrapValidatorHandler[Rule]) -> Rule:
         # Pydantic reports `rules.3.approval.approver_role`; people think in rule ids, so say both.
-        try:
-            return handler(data)
-        except ValidationError as exc:
-            rule_id = data.get("id") if isinstance(data, Mapping) else None
-            label = f"rule {rule_id!r}" if isinstance(rule_id, str) else "rule without a valid id"
-            problems = "; ".join(config_problems(exc.errors(), data))
-            raise ValueError(f"{label}: {problems}") from None
+        return _named("rule", data, handler)
 
     @field_validator("id")
     @classmethod
     def _id_is_a_code(cls, value: str) -> str:
-        if not _CODE.match(value):
-            raise ValueError("must be letters, digits, '_', '-', '.', ':' (starting with a letter or digit)")
-        return value
+        return _code(value)
 
     @field_validator("reason")
     @classmethod
@@ -201,20 +214,12 @@ class Budget(_Strict):
     @model_validator(mode="wrap")
     @classmethod
     def _name_the_budget(cls, data: Any, handler: ModelWrapValidatorHandler[Budget]) -> Budget:
-        try:
-            return handler(data)
-        except ValidationError as exc:
-            budget_id = data.get("id") if isinstance(data, Mapping) else None
-            label = f"budget {budget_id!r}" if isinstance(budget_id, str) else "budget without a valid id"
-            problems = "; ".join(config_problems(exc.errors(), data))
-            raise ValueError(f"{label}: {problems}") from None
+        return _named("budget", data, handler)
 
     @field_validator("id")
     @classmethod
     def _id_is_a_code(cls, value: str) -> str:
-        if not _CODE.match(value):
-            raise ValueError("must be letters, digits, '_', '-', '.', ':' (starting with a letter or digit)")
-        return value
+        return _code(value)
 
     @field_validator("tools", "roles", "subjects", "tenants", "effects")
     @classmethod
