@@ -129,6 +129,41 @@ class DecisionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PrincipalRecord:
+    """Who asked, as the store records it with a request: the verified principal's facts, in the shape
+    `Principal.to_json()` gives them (the gateway converts; the store imports nothing of policy)."""
+
+    subject: str
+    tenant: str = "default"
+    roles: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    client_id: str | None = None
+    groups: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "subject": self.subject,
+            "tenant": self.tenant,
+            "roles": sorted(self.roles),
+            "scopes": sorted(self.scopes),
+            "client_id": self.client_id,
+            "groups": sorted(self.groups),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PrincipalRecord:
+        """A recorded principal; rows written before a field existed lack it and get its default."""
+        return cls(
+            subject=str(data["subject"]),
+            tenant=str(data.get("tenant", "default")),
+            roles=tuple(data.get("roles") or ()),
+            scopes=tuple(data.get("scopes") or ()),
+            client_id=data.get("client_id"),
+            groups=tuple(data.get("groups") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CallIdentity:
     """Who asked for which action under which key: what an admission and a refusal record alike."""
 
@@ -138,8 +173,7 @@ class CallIdentity:
     """The caller gave no run id, so a run is created for this call alone."""
     tenant: str
     subject: str
-    principal: Mapping[str, Any]
-    """The principal as JSON (subject, tenant, roles, scopes, client_id)."""
+    principal: PrincipalRecord
     tool_name: str
     capability_id: str
     capability_version: str
@@ -245,8 +279,8 @@ class CallView:
     attempts: int = 0
     effect_class: str = ""
     correlation_id: str | None = None
-    principal: Mapping[str, Any] | None = None
-    """The principal as recorded with the request (subject, tenant, roles, scopes, client_id)."""
+    principal: PrincipalRecord | None = None
+    """The principal as recorded with the request (None for rows from before it was kept)."""
     approval_expires_at: datetime | None = None
     lease_owner: str | None = None
     lease_token: int = 0

@@ -296,7 +296,7 @@ def _requested(
         idempotency_key=who.idempotency_key,
         key_source=who.key_source,
         claims_key=claims_key,
-        principal=dict(who.principal),
+        principal=who.principal.to_json(),
         decision=decision.to_json(),
         contract_hash=who.contract_hash,
         **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, select
 
-from store.model import ApprovalView, CallView
+from store.model import ApprovalView, CallView, PrincipalRecord
 from store.raw import Record
 from store.schema import approvals, tool_calls
 
@@ -52,7 +52,7 @@ def call_view(row: Record) -> CallView:
         attempts=row.attempts,
         effect_class=row.effect_class,
         correlation_id=row.correlation_id,
-        principal=_loads(row.principal),
+        principal=PrincipalRecord.from_json(recorded) if (recorded := _loads(row.principal)) else None,
         lease_owner=row.lease_owner,
         lease_token=row.lease_token,
         lease_expires_at=row.lease_expires_at,

@@ -17,7 +17,7 @@ from gateway.calls.actions import is_action_hash
 from gateway.reasons import ReasonCode
 from policy.budgets import BudgetCharge
 from policy.model import CallContext, Decision, PolicyInput, Principal
-from store.model import ApprovalNeed, ApprovalView, CallView, DecisionRecord
+from store.model import ApprovalNeed, ApprovalView, CallView, DecisionRecord, PrincipalRecord
 
 
 class PolicyLike(Protocol):
@@ -129,4 +129,28 @@ def decision_record(decision: Decision) -> DecisionRecord:
             ApprovalNeed(need.approver_role, need.expires_in_s, need.requester_may_approve) if need else None
         ),
         message=decision.message,
+    )
+
+
+def principal_of_record(recorded: PrincipalRecord) -> Principal:
+    """The principal as recorded with the request."""
+    return Principal(
+        subject=recorded.subject,
+        tenant=recorded.tenant,
+        roles=frozenset(recorded.roles),
+        scopes=frozenset(recorded.scopes),
+        client_id=recorded.client_id,
+        groups=frozenset(recorded.groups),
+    )
+
+
+def record_of(principal: Principal) -> PrincipalRecord:
+    """The principal as the store records it with a request."""
+    return PrincipalRecord(
+        subject=principal.subject,
+        tenant=principal.tenant,
+        roles=tuple(sorted(principal.roles)),
+        scopes=tuple(sorted(principal.scopes)),
+        client_id=principal.client_id,
+        groups=tuple(sorted(principal.groups)),
     )

@@ -30,7 +30,14 @@ import anyio.to_thread
 
 from capabilities.contract import Capability, Executor
 from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
-from gateway.calls.authorize import PolicyLike, Reauthorization, Refusal, decision_record, reauthorize
+from gateway.calls.authorize import (
+    PolicyLike,
+    Reauthorization,
+    Refusal,
+    decision_record,
+    reauthorize,
+    record_of,
+)
 from gateway.calls.budgets import store_charges
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.rate_limits import RateLimiter
@@ -266,7 +273,7 @@ class CallPipeline:
             client_run_id=inp.run_id,
             tenant=principal.tenant,
             subject=principal.subject,
-            principal=principal.to_json(),
+            principal=record_of(principal),
             tool_name=capability.tool_name,
             capability_id=capability.id,
             capability_version=capability.version,

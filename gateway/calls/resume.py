@@ -19,10 +19,16 @@ import anyio.to_thread
 
 from capabilities.contract import Capability
 from gateway.calls.actions import is_contract_hash
-from gateway.calls.authorize import Clearance, PolicyLike, Reauthorization, Refusal, reauthorize
+from gateway.calls.authorize import (
+    Clearance,
+    PolicyLike,
+    Reauthorization,
+    Refusal,
+    principal_of_record,
+    reauthorize,
+)
 from gateway.calls.dispatch import Dispatcher
 from gateway.reasons import ReasonCode
-from policy.model import Principal
 from store.commands import ExpireApproval
 from store.model import (
     TERMINAL_STATUSES,
@@ -31,6 +37,7 @@ from store.model import (
     ApprovedDispatch,
     CallView,
     NotFound,
+    PrincipalRecord,
     StaleLease,
     StoreError,
 )
@@ -43,18 +50,6 @@ class Capabilities(Protocol):
     """What resuming needs of the registry: the capability a tool name serves now."""
 
     def get(self, tool_name: str) -> Capability | None: ...
-
-
-def principal_of_record(recorded: Mapping[str, Any]) -> Principal:
-    """The principal as recorded with the request (`Principal.to_json()`)."""
-    return Principal(
-        subject=str(recorded["subject"]),
-        tenant=str(recorded.get("tenant", "default")),
-        roles=frozenset(recorded.get("roles") or ()),
-        scopes=frozenset(recorded.get("scopes") or ()),
-        client_id=recorded.get("client_id"),
-        groups=frozenset(recorded.get("groups") or ()),
-    )
 
 
 class Resumer:
@@ -171,7 +166,7 @@ class Resumer:
                 ReasonCode.ARGUMENTS_UNAVAILABLE, "the full arguments of the approved call are gone"
             )
         arguments = held if held is not None else call.arguments
-        principal = principal_of_record(call.principal or {"subject": call.subject, "tenant": call.tenant})
+        principal = principal_of_record(call.principal or PrincipalRecord(call.subject, call.tenant))
         return reauthorize(
             Reauthorization(call, capability, principal, arguments, approval),
             policy=self._policy(),

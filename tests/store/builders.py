@@ -7,7 +7,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from store import ApprovalNeed, CallIdentity, CallRequest, DecisionRecord, OutcomeRecord, RefusalRequest
+from store import (
+    ApprovalNeed,
+    CallIdentity,
+    CallRequest,
+    DecisionRecord,
+    OutcomeRecord,
+    PrincipalRecord,
+    RefusalRequest,
+)
 from store.commands import RecordOutcome
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
@@ -31,7 +39,7 @@ def identity(**changes: Any) -> CallIdentity:
         run_is_new_hint=False,
         tenant=tenant,
         subject="alice",
-        principal={"subject": "alice", "tenant": tenant, "roles": ["agent"], "scopes": [], "client_id": "c"},
+        principal=PrincipalRecord("alice", tenant, roles=("agent",), client_id="c"),
         tool_name="refund_order",
         capability_id="refund-order",
         capability_version="2",
@@ -77,7 +85,7 @@ def refusal_request(**changes: Any) -> RefusalRequest:
     request = RefusalRequest(
         identity=identity(
             **{
-                "principal": {"subject": "alice", "tenant": "acme"},
+                "principal": PrincipalRecord("alice", "acme"),
                 "arguments": {"order": "not-a-number"},
                 "action_hash": "action-bad",
                 "idempotency_key": "key-bad",

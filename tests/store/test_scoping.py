@@ -7,14 +7,14 @@ from typing import Any
 from alembic import command
 from sqlalchemy import Column, select
 
-from store import Store
+from store import PrincipalRecord, Store
 from store.limits import CLIENT_ID_CHARS, SUBJECT_CHARS, TENANT_CHARS
 from store.schema import effect_ledger, metadata
 from tests.store.builders import call_request
 
 
 def as_bob(**changes: Any) -> Any:
-    principal = {"subject": "bob", "tenant": "acme", "roles": ["agent"], "scopes": [], "client_id": "c"}
+    principal = PrincipalRecord("bob", "acme", roles=("agent",), client_id="c")
     return call_request(subject="bob", principal=principal, **changes)
 
 
