@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,19 @@ def test_a_key_rotation_at_the_issuer_is_picked_up_without_a_restart(
     auth_server.rotate_keys()
     rotated = auth_server.token("agent-rs", scope=SCOPE, resource=guarded.mcp_url)
     assert anyio.run(refund, guarded, rotated, "after") == "completed"
+
+
+def test_a_jwks_endpoint_that_is_down_refuses_tokens_and_says_so_in_the_log(
+    guarded: Writ, backend: Backend, auth_server: AuthServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    auth_server.set_jwks_status(503)
+    with caplog.at_level(logging.ERROR, logger="gateway.auth.issuers"):
+        response = call_refund(guarded, auth_server.token("agent-es", scope=SCOPE, resource=guarded.mcp_url))
+    assert_refused(guarded, response)
+    assert backend.refunds() == []
+    logged = [r.getMessage() for r in caplog.records if r.name == "gateway.auth.issuers"]
+    assert any(
+        f"JWKS at {auth_server.issuer}/jwks.json answered HTTP 503" in m
+        and "its tokens are refused until it answers" in m
+        for m in logged
+    ), logged
