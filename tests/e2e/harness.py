@@ -8,7 +8,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -18,9 +20,11 @@ from typing import Any
 
 import httpx2
 import yaml
+from click.testing import CliRunner
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.cli.main import main as writ_main
 from gateway.config import load_config
 from gateway.opening import dev_issuer_for, open_store
 
@@ -175,6 +179,7 @@ def demo_config(
 def writ(
     *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    """`writ ARGS` as a process: for what only a process shows (its start-up, its imports, a crash)."""
     return subprocess.run(
         [*WRIT, *args],
         cwd=cwd,
@@ -185,6 +190,57 @@ def writ(
         timeout=120,
         check=check,
     )
+
+
+# One run of the CLI in this process at a time: it owns the process's stdio, environment and directory.
+_IN_PROCESS = threading.Lock()
+
+
+def writ_inproc(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`writ ARGS` run by the CLI's own `main` in this process, with `writ()`'s contract: the exit code,
+    stdout and stderr as text, `env` over the environment (less the caller's $WRIT_TOKEN) and `cwd` as
+    the directory for this run only; `check` raises CalledProcessError as `subprocess.run` does.
+
+    A `writ` process costs over a second of CPU, importing what this process has imported already.
+    `main` runs in a thread of its own, so a command that runs an event loop (`anyio.run`) may be called
+    from an async test, whose loop is then blocked as a process call blocks it; stdio is click's test
+    isolation (stdin empty, stdout and stderr captured, what `main` logs on the captured stderr).
+    """
+    code: list[int] = []
+
+    def run() -> None:
+        try:
+            writ_main(list(args))
+        except SystemExit as exc:  # what the interpreter would make of it, leaving the process
+            if exc.code is None or isinstance(exc.code, int):
+                code.append(exc.code or 0)
+            else:
+                print(exc.code, file=sys.stderr)
+                code.append(1)
+        except Exception:  # a process would die of it, printing the traceback
+            traceback.print_exc()
+            code.append(1)
+        else:
+            code.append(0)
+
+    with _IN_PROCESS, CliRunner().isolation(env={"WRIT_TOKEN": None, **(env or {})}) as (stdout, stderr, _):
+        before = Path.cwd()
+        os.chdir(cwd)
+        try:
+            thread = threading.Thread(target=run, name="writ " + " ".join(args[:2]))
+            thread.start()
+            thread.join()
+        finally:
+            os.chdir(before)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = stdout.getvalue().decode(), stderr.getvalue().decode("utf-8", "backslashreplace")
+    done = subprocess.CompletedProcess(["writ", *args], code[0], out, err)
+    if check:
+        done.check_returncode()
+    return done
 
 
 @dataclass
@@ -237,7 +293,9 @@ class Gateway:
     def cli(
         self, *args: str, check: bool = True, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check, env=env)
+        """`writ ARGS -c CONFIG` in the gateway's directory, run in this process (`writ_inproc`); the CLI
+        as a process is `writ()`, for e2e/test_cli.py's cases about the process."""
+        return writ_inproc(*args, "-c", str(self.config), cwd=self.workdir, check=check, env=env)
 
 
 @contextlib.contextmanager
