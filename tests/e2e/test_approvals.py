@@ -9,6 +9,7 @@ import json
 import signal
 import socket
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from tests.e2e.harness import Backend, Gateway, writ_gateway
 from tests.eventually import eventually
+from tests.gateway.mcp import inproc
 
 pytestmark = pytest.mark.anyio
 
@@ -202,10 +204,18 @@ async def test_a_break_glass_operator_decides_under_their_own_marked_name(inproc
     assert (await settled(gateway, pending["toolCallId"], bob))["status"] == "completed"
 
 
+@pytest.fixture
+def acme_here(tmp_path: Path) -> Iterator[Backend]:
+    """acme-payments served in this process, for a case of its own: only `writ` processes are killed."""
+    with inproc.acme(tmp_path) as backend:
+        yield backend
+
+
 @pytest.mark.e2e
 async def test_a_call_awaiting_approval_survives_kill_9_of_every_writ_process_and_runs_once(
-    tmp_path: Path, backend: Backend, store_url: str
+    tmp_path: Path, acme_here: Backend, store_url: str
 ) -> None:
+    backend = acme_here
     with writ_gateway(tmp_path, backend, store_url) as first:
         pending = await request_refund(first, "survivor")
         first.process.send_signal(signal.SIGKILL)
