@@ -15,7 +15,7 @@ the backend by URL, with no configuration point for a transport. Under uvicorn t
 (`Backend.refunds`, a raw `httpx2.post`) ask a server while the test's loop waits, as e2e cases do.
 
 `Writ` is an e2e `Gateway` (tests/e2e/harness.py): the same tokens, client, CLI (`writ` run in this
-process) and reads of the record, so an e2e module moves here by its fixtures (tests/e2e/conftest.py
+process) and reads of the record, so an e2e module moves in process by its fixtures (e2e/conftest.py
 has module-scoped ones), not its cases.
 """
 
