@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -543,21 +544,38 @@ class _store:
         self._store.close()
 
 
-def main() -> None:
+@contextlib.contextmanager
+def _logging_to_stderr() -> Iterator[None]:
+    """What the CLI logs goes to its stderr (INFO and up, DEBUG with WRIT_LOG_LEVEL=DEBUG) while it runs;
+    then the loggers are as they were, so `main` run inside another program (a test) leaves no handler
+    behind on its root logger and writes to no stream it has finished with."""
     debug = os.environ.get("WRIT_LOG_LEVEL", "").upper() == "DEBUG"
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    levels = {"": logging.DEBUG if debug else logging.INFO, "alembic": logging.WARNING}
     if not debug:
-        logging.getLogger("httpx2").setLevel(logging.WARNING)
+        levels["httpx2"] = logging.WARNING
+    before = {name: logging.getLogger(name).level for name in levels}
+    root = logging.getLogger()
+    root.addHandler(handler)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
     try:
-        app()
-    except GatewayError as exc:
-        typer.echo(f"writ: {exc}", err=True)
-        sys.exit(2)
-    except StoreError as exc:  # e.g. the database is down: its reason, not 500 lines of traceback
-        typer.echo(f"writ: the store: {exc}", err=True)
-        sys.exit(1)
+        yield
+    finally:
+        root.removeHandler(handler)
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`writ ARGS`: `argv` are the arguments after `writ` (default: this process's own)."""
+    with _logging_to_stderr():
+        try:
+            app(args=argv, prog_name="writ")
+        except GatewayError as exc:
+            typer.echo(f"writ: {exc}", err=True)
+            sys.exit(2)
+        except StoreError as exc:  # e.g. the database is down: its reason, not 500 lines of traceback
+            typer.echo(f"writ: the store: {exc}", err=True)
+            sys.exit(1)

@@ -1,4 +1,5 @@
-"""Fixtures that start the real backend and the real gateway, on SQLite and on PostgreSQL."""
+"""Fixtures that start the real backend and the real gateway, on SQLite and on PostgreSQL: as processes,
+or in this process (`inproc_*`, tests/gateway/mcp/inproc.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Backend, Gateway, acme_backend, writ_gateway
+from tests.gateway.mcp import inproc
 from tests.postgres import fresh_schema
 
 
@@ -83,4 +85,40 @@ def module_sqlite_gateway(
     """The module's one gateway on SQLite, for cases that are about the edge, not the store."""
     workdir = tmp_path_factory.mktemp("writ")
     with writ_gateway(workdir, module_sqlite_backend, f"sqlite:///{workdir / 'writ.db'}") as g:
+        yield g
+
+
+# The same, served in this process: no `writ serve`, no backend process, the CLI run by its own `main`.
+# A module whose cases are about what the gateway does, not about its processes, asks for these; a case
+# that needs its own configuration opens its own `inproc.writ(...)`, which costs little.
+
+
+@pytest.fixture(scope="module")
+def inproc_backend(tmp_path_factory: pytest.TempPathFactory, module_store_url: str) -> Iterator[Backend]:
+    """A backend per store, as `module_backend`."""
+    with inproc.acme(tmp_path_factory.mktemp("acme")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def inproc_gateway(
+    tmp_path_factory: pytest.TempPathFactory, inproc_backend: Backend, module_store_url: str
+) -> Iterator[inproc.Writ]:
+    with inproc.writ(tmp_path_factory.mktemp("writ"), inproc_backend, module_store_url) as g:
+        yield g
+
+
+@pytest.fixture(scope="module")
+def inproc_sqlite_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with inproc.acme(tmp_path_factory.mktemp("acme")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def inproc_sqlite_gateway(
+    tmp_path_factory: pytest.TempPathFactory, inproc_sqlite_backend: Backend
+) -> Iterator[inproc.Writ]:
+    """The module's one in-process gateway on SQLite, for cases that are about the gateway, not the store."""
+    workdir = tmp_path_factory.mktemp("writ")
+    with inproc.writ(workdir, inproc_sqlite_backend, f"sqlite:///{workdir / 'writ.db'}") as g:
         yield g

@@ -1,4 +1,10 @@
-"""Real processes for end-to-end tests: acme-payments and `writ serve`, talked to over real HTTP."""
+"""The gateway under test, whole: acme-payments and `writ serve` as real processes, talked to over real
+HTTP, and `writ` run as a process or in this process.
+
+`Gateway` is what a case asks of a gateway (tokens, an MCP client, the CLI, what the store recorded);
+`writ_gateway` gives one that is a `writ serve` process, `tests/gateway/mcp/inproc.py` one that runs in
+this process, so a module moves between the two by its fixtures, not its cases.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -18,11 +26,16 @@ from typing import Any
 
 import httpx2
 import yaml
+from click.testing import CliRunner
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.config import load_config
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.cli.main import main as writ_main
+from gateway.config import WritConfig, load_config
 from gateway.opening import dev_issuer_for, open_store
+from store import Store
+from store.model import CallView
 
 REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
@@ -84,8 +97,9 @@ def stop(process: subprocess.Popen[Any]) -> None:
 
 @dataclass
 class Backend:
+    """acme-payments over HTTP, wherever it runs."""
+
     url: str
-    process: subprocess.Popen[Any]
 
     def refunds(self, key: str | None = None) -> list[dict[str, Any]]:
         params = {"idempotency_key": key} if key else None
@@ -100,8 +114,15 @@ class Backend:
         return held
 
 
+@dataclass
+class BackendProcess(Backend):
+    """acme-payments as a process of its own (`python -m demo.acme_payments`)."""
+
+    process: subprocess.Popen[Any]
+
+
 @contextlib.contextmanager
-def acme_backend(workdir: Path) -> Iterator[Backend]:
+def acme_backend(workdir: Path) -> Iterator[BackendProcess]:
     port = free_port()
     process = subprocess.Popen(
         [
@@ -119,7 +140,7 @@ def acme_backend(workdir: Path) -> Iterator[Backend]:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", process)
-        yield Backend(url, process)
+        yield BackendProcess(url, process)
     finally:
         stop(process)
 
@@ -175,6 +196,7 @@ def demo_config(
 def writ(
     *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    """`writ ARGS` as a process: for what only a process shows (its start-up, its imports, a crash)."""
     return subprocess.run(
         [*WRIT, *args],
         cwd=cwd,
@@ -187,12 +209,65 @@ def writ(
     )
 
 
+# One run of the CLI in this process at a time: it owns the process's stdio, environment and directory.
+_IN_PROCESS = threading.Lock()
+
+
+def writ_inproc(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`writ ARGS` run by the CLI's own `main` in this process, with `writ()`'s contract: the exit code,
+    stdout and stderr as text, `env` over the environment (less the caller's $WRIT_TOKEN) and `cwd` as
+    the directory for this run only; `check` raises CalledProcessError as `subprocess.run` does.
+
+    A `writ` process costs over a second of CPU, importing what this process has imported already.
+    `main` runs in a thread of its own, so a command that runs an event loop (`anyio.run`) may be called
+    from an async test, whose loop is then blocked as a process call blocks it; stdio is click's test
+    isolation (stdin empty, stdout and stderr captured, what `main` logs on the captured stderr).
+    """
+    code: list[int] = []
+
+    def run() -> None:
+        try:
+            writ_main(list(args))
+        except SystemExit as exc:  # what the interpreter would make of it, leaving the process
+            if exc.code is None or isinstance(exc.code, int):
+                code.append(exc.code or 0)
+            else:
+                print(exc.code, file=sys.stderr)
+                code.append(1)
+        except Exception:  # a process would die of it, printing the traceback
+            traceback.print_exc()
+            code.append(1)
+        else:
+            code.append(0)
+
+    with _IN_PROCESS, CliRunner().isolation(env={"WRIT_TOKEN": None, **(env or {})}) as (stdout, stderr, _):
+        before = Path.cwd()
+        os.chdir(cwd)
+        try:
+            thread = threading.Thread(target=run, name="writ " + " ".join(args[:2]))
+            thread.start()
+            thread.join()
+        finally:
+            os.chdir(before)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = stdout.getvalue().decode(), stderr.getvalue().decode("utf-8", "backslashreplace")
+    done = subprocess.CompletedProcess(["writ", *args], code[0], out, err)
+    if check:
+        done.check_returncode()
+    return done
+
+
 @dataclass
 class Gateway:
+    """A running gateway as a case sees it, wherever it runs: its URL, config file and directory, tokens
+    from its dev issuer, the official MCP client, the CLI, and what its store recorded."""
+
     url: str
     config: Path
     workdir: Path
-    process: subprocess.Popen[Any]
 
     @property
     def mcp_url(self) -> str:
@@ -202,8 +277,7 @@ class Gateway:
         """A token from the gateway's dev issuer, minted as `writ token` mints it but in this process:
         a `writ` process per token cost more than most tests (`writ token` itself is tested in
         gateway/cli/test_cli_token.py and e2e/test_cli.py)."""
-        config = load_config(self.config)
-        issuer = dev_issuer_for(config)
+        config, issuer = self.issuing()
         assert issuer is not None, "the demo config turns the dev issuer on"
         return issuer.mint(
             subject=sub,
@@ -213,23 +287,36 @@ class Gateway:
             ttl_s=config.auth.dev_issuer.token_ttl_s,
         )
 
-    def recorded_calls(self) -> list[tuple[str, str]]:
-        """The ids and statuses of the calls `writ calls list` shows (the newest 100), read through the
-        gateway's own store in this process: what a case compares before and after, at no process."""
+    def issuing(self) -> tuple[WritConfig, DevIssuer | None]:
+        """The gateway's config, as loaded from its file, and its dev issuer."""
+        config = load_config(self.config)
+        return config, dev_issuer_for(config)
+
+    @contextlib.contextmanager
+    def store(self) -> Iterator[Store]:
+        """The gateway's own store, opened in this process for as long as the block runs."""
         store = open_store(load_config(self.config), migrate_empty=False)
         try:
-            return [(call.tool_call_id, call.status) for call in store.list_calls()]
+            yield store
         finally:
             store.close()
+
+    def recorded_calls(self) -> list[CallView]:
+        """The calls `writ calls list` shows (the newest 100), read through the gateway's own store in
+        this process: what a case compares before and after, at no process."""
+        with self.store() as store:
+            return store.list_calls()
+
+    def event_types(self, tool_call_id: str) -> list[str]:
+        """The types of a call's events, in order (what `writ calls show` lists)."""
+        with self.store() as store:
+            return [event.type for event in store.events(tool_call_id=tool_call_id)]
 
     def exported(self) -> str:
         """The log as `writ audit export` writes it, read through the gateway's own store in this
         process: for cases about what was recorded, not about the CLI (tested in e2e/test_cli.py)."""
-        store = open_store(load_config(self.config), migrate_empty=False)
-        try:
+        with self.store() as store:
             return "".join(json.dumps(e, sort_keys=True, default=str) + "\n" for e in store.export())
-        finally:
-            store.close()
 
     def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
         return mcp_client(self.mcp_url, token, mode=mode, **kwargs)
@@ -237,11 +324,20 @@ class Gateway:
     def cli(
         self, *args: str, check: bool = True, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return writ(*args, "-c", str(self.config), cwd=self.workdir, check=check, env=env)
+        """`writ ARGS -c CONFIG` in the gateway's directory, run in this process (`writ_inproc`); the CLI
+        as a process is `writ()`, for e2e/test_cli.py's cases about the process."""
+        return writ_inproc(*args, "-c", str(self.config), cwd=self.workdir, check=check, env=env)
+
+
+@dataclass
+class GatewayProcess(Gateway):
+    """A `writ serve` process."""
+
+    process: subprocess.Popen[Any]
 
 
 @contextlib.contextmanager
-def writ_gateway(workdir: Path, backend: Backend, store_url: str, **config: Any) -> Iterator[Gateway]:
+def writ_gateway(workdir: Path, backend: Backend, store_url: str, **config: Any) -> Iterator[GatewayProcess]:
     port = free_port()
     path = demo_config(workdir, gateway_port=port, backend_url=backend.url, store_url=store_url, **config)
     log = (workdir / "writ.log").open("w")
@@ -251,7 +347,7 @@ def writ_gateway(workdir: Path, backend: Backend, store_url: str, **config: Any)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", process)
-        yield Gateway(url, path, workdir, process)
+        yield GatewayProcess(url, path, workdir, process)
     finally:
         stop(process)
         log.close()

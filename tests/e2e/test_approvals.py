@@ -1,4 +1,6 @@
-"""Approvals against real processes: decided over HTTP or the CLI, run once, surviving kill -9."""
+"""Approvals: decided over HTTP or the CLI and run once, against the whole gateway served in this process
+(`inproc_gateway`, the CLI run by its own `main`); surviving kill -9 of every `writ` process (e2e: real
+processes, since only they can be killed)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import getpass
 import json
 import signal
 import socket
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +18,15 @@ import pytest
 
 from tests.e2e.harness import Backend, Gateway, writ_gateway
 from tests.eventually import eventually
+from tests.gateway.mcp import inproc
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
+
+
+def fresh(name: str) -> str:
+    """A subject no other case uses: the module's cases share a gateway, and a revocation outlives its
+    case."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def refund_args(amount: float = 250, order: str = "1002") -> dict[str, object]:
@@ -54,8 +65,9 @@ async def settled(
 
 
 async def test_an_approver_approves_over_the_api_and_the_call_runs_once_and_reports_its_result(
-    gateway: Gateway, backend: Backend
+    inproc_gateway: Gateway, inproc_backend: Backend
 ) -> None:
+    gateway, backend = inproc_gateway, inproc_backend
     pending = await request_refund(gateway, "big-1")
     bob = gateway.token("bob", roles="approver")
 
@@ -80,7 +92,11 @@ async def test_an_approver_approves_over_the_api_and_the_call_runs_once_and_repo
     assert len(backend.refunds("big-1")) == 1
 
 
-async def test_decisions_are_refused_with_clear_codes(gateway: Gateway, backend: Backend) -> None:
+async def test_decisions_are_refused_with_clear_codes(
+    inproc_gateway: Gateway, inproc_backend: Backend
+) -> None:
+    gateway, backend = inproc_gateway, inproc_backend
+    refunds = backend.refunds()
     pending = await request_refund(gateway, "big-2", who="alice", roles="agent,approver")
     approval_id = pending["approvalId"]
 
@@ -101,7 +117,7 @@ async def test_decisions_are_refused_with_clear_codes(gateway: Gateway, backend:
     assert (late.status_code, late.json()["error"]) == (409, "already_decided")
     done = await settled(gateway, pending["toolCallId"], gateway.token("bob", roles="approver"))
     assert done["status"] == "rejected"
-    assert backend.refunds() == []
+    assert backend.refunds() == refunds
 
 
 def standing_events(gateway: Gateway, approval_id: str) -> list[dict[str, Any]]:
@@ -114,8 +130,9 @@ def standing_events(gateway: Gateway, approval_id: str) -> list[dict[str, Any]]:
 
 
 async def test_the_cli_decides_only_with_a_token_checked_as_the_api_checks_it(
-    gateway: Gateway, backend: Backend
+    inproc_gateway: Gateway, inproc_backend: Backend
 ) -> None:
+    gateway, backend = inproc_gateway, inproc_backend
     yes = await request_refund(gateway, "cli-yes")
     no = await request_refund(gateway, "cli-no")
 
@@ -134,8 +151,10 @@ async def test_the_cli_decides_only_with_a_token_checked_as_the_api_checks_it(
     elsewhere = gateway.token("carol", roles="approver", tenant="globex")
     crossing = gateway.cli("approvals", "approve", yes["approvalId"], "--token", elsewhere, check=False)
     assert crossing.returncode == 1 and "not_found" in crossing.stderr
-    dan = gateway.token("dan", roles="approver,admin")
-    gateway.cli("principals", "revoke", "dan", "--tenant", "acme", "--token", gateway.token("root", "admin"))
+    dan_name = fresh("dan")
+    dan = gateway.token(dan_name, roles="approver,admin")
+    root = gateway.token("root", "admin")
+    gateway.cli("principals", "revoke", dan_name, "--tenant", "acme", "--token", root)
     revoked = gateway.cli("approvals", "approve", yes["approvalId"], "--token", dan, check=False)
     assert revoked.returncode == 1 and "principal_revoked" in revoked.stderr
     assert standing_events(gateway, yes["approvalId"]) == []
@@ -156,10 +175,8 @@ async def test_the_cli_decides_only_with_a_token_checked_as_the_api_checks_it(
     assert marks == [("carol", False, "writ-cli"), ("carol", False, "writ-cli")]
 
 
-async def test_a_break_glass_operator_decides_under_their_own_marked_name(
-    sqlite_gateway: Gateway, backend: Backend
-) -> None:
-    gateway = sqlite_gateway
+async def test_a_break_glass_operator_decides_under_their_own_marked_name(inproc_gateway: Gateway) -> None:
+    gateway = inproc_gateway
     pending = await request_refund(gateway, "cli-glass")
     unexplained = gateway.cli("approvals", "approve", pending["approvalId"], "--break-glass", check=False)
     assert unexplained.returncode == 2 and "needs --reason" in unexplained.stderr
@@ -187,9 +204,18 @@ async def test_a_break_glass_operator_decides_under_their_own_marked_name(
     assert (await settled(gateway, pending["toolCallId"], bob))["status"] == "completed"
 
 
+@pytest.fixture
+def acme_here(tmp_path: Path) -> Iterator[Backend]:
+    """acme-payments served in this process, for a case of its own: only `writ` processes are killed."""
+    with inproc.acme(tmp_path) as backend:
+        yield backend
+
+
+@pytest.mark.e2e
 async def test_a_call_awaiting_approval_survives_kill_9_of_every_writ_process_and_runs_once(
-    tmp_path: Path, backend: Backend, store_url: str
+    tmp_path: Path, acme_here: Backend, store_url: str
 ) -> None:
+    backend = acme_here
     with writ_gateway(tmp_path, backend, store_url) as first:
         pending = await request_refund(first, "survivor")
         first.process.send_signal(signal.SIGKILL)

@@ -52,7 +52,10 @@ def make_some_calls(gateway: Gateway) -> list[str]:
 
 def test_audit_verify_passes_on_a_clean_log_and_names_the_first_edited_seq(sqlite_gateway: Gateway) -> None:
     make_some_calls(sqlite_gateway)
-    clean = sqlite_gateway.cli("audit", "verify")
+    # `writ` as a process, for the exit codes a script or a supervisor sees (Gateway.cli runs it in this
+    # process).
+    config = ("-c", str(sqlite_gateway.config))
+    clean = writ("audit", "verify", *config, cwd=sqlite_gateway.workdir)
     assert clean.returncode == 0 and clean.stdout.startswith("ok:")
 
     db = sqlite3.connect(sqlite_gateway.workdir / "writ.db")
@@ -63,7 +66,7 @@ def test_audit_verify_passes_on_a_clean_log_and_names_the_first_edited_seq(sqlit
             (seq,),
         )
     db.close()
-    tampered = sqlite_gateway.cli("audit", "verify", check=False)
+    tampered = writ("audit", "verify", *config, cwd=sqlite_gateway.workdir, check=False)
     assert tampered.returncode == 1
     assert f"first bad seq {seq} (edited)" in tampered.stderr
 

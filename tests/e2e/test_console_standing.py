@@ -1,4 +1,6 @@
-"""The console and a principal's standing, and how a break-glass decision shows (real Chromium)."""
+"""The console and a principal's standing, and how a break-glass decision shows: real Chromium (hence
+e2e) against the whole gateway served in this process (`inproc_sqlite_gateway`, the CLI run by its own
+`main`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from playwright.async_api import Browser, expect
 
 from tests.e2e.harness import Backend, Gateway
-from tests.e2e.test_approvals import request_refund
+from tests.e2e.test_approvals import fresh, request_refund
 from tests.e2e.test_console import browser, logged_in
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -29,16 +31,17 @@ def revoke(gateway: Gateway, subject: str) -> None:
 
 
 async def test_a_session_opened_before_a_revocation_cannot_decide_and_cannot_log_in_again(
-    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+    inproc_sqlite_gateway: Gateway, inproc_sqlite_backend: Backend, browser: Browser
 ) -> None:
-    gateway = sqlite_gateway
+    gateway, backend, name = inproc_sqlite_gateway, inproc_sqlite_backend, fresh("bob")
+    refunds = backend.refunds()
     pending = await request_refund(gateway, "console-revoked")
-    bob = gateway.token("bob", roles="approver")
+    bob = gateway.token(name, roles="approver")
     page = await logged_in(browser, gateway, bob)
     card = page.locator(f"article#{pending['approvalId']}")
     await expect(card.locator(".status")).to_have_text("awaiting_approval")
 
-    revoke(gateway, "bob")
+    revoke(gateway, name)
     await card.locator("input[name=reason]").fill("approving on my way out")
     await card.locator("button.approve").click()
 
@@ -47,7 +50,7 @@ async def test_a_session_opened_before_a_revocation_cannot_decide_and_cannot_log
     await expect(page).to_have_url(f"{gateway.url}/console/login")
     await page.fill("#token", bob)
     await page.click("#login")
-    await expect(page.locator(".error")).to_contain_text("bob is revoked in tenant acme")
+    await expect(page.locator(".error")).to_contain_text(f"{name} is revoked in tenant acme")
     await page.goto(f"{gateway.url}/console/calls/{pending['toolCallId']}")
     await expect(page).to_have_url(f"{gateway.url}/console/login")
     carol = gateway.token("carol", roles="approver")
@@ -57,13 +60,13 @@ async def test_a_session_opened_before_a_revocation_cannot_decide_and_cannot_log
         timeout=10,
     ).json()
     assert (approval["status"], approval["decided_by"]) == ("awaiting_approval", None)
-    assert backend.refunds() == []
+    assert backend.refunds() == refunds
 
 
 async def test_a_break_glass_decision_is_marked_in_the_inbox_and_the_timeline(
-    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+    inproc_sqlite_gateway: Gateway, browser: Browser
 ) -> None:
-    gateway = sqlite_gateway
+    gateway = inproc_sqlite_gateway
     glass = await request_refund(gateway, "console-glass")
     gateway.cli("approvals", "reject", glass["approvalId"], "--break-glass", "--reason", "idp down")
     tokened = await request_refund(gateway, "console-tokened")

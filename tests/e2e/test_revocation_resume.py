@@ -1,4 +1,5 @@
-"""A call approved after its requester was revoked is refused by the resume worker, not dispatched."""
+"""A call approved after its requester was revoked is refused by the resume worker, not dispatched
+(against the whole gateway, its resume worker included, served in this process: `inproc_sqlite_gateway`)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,23 @@ import httpx2
 import pytest
 
 from tests.e2e.harness import Backend, Gateway
+from tests.e2e.test_approvals import fresh
 from tests.e2e.test_revocation import post, refund
 from tests.eventually import eventually
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 
 async def test_an_approved_call_of_a_revoked_subject_is_refused_with_a_reason(
-    sqlite_gateway: Gateway, backend: Backend
+    inproc_sqlite_gateway: Gateway, inproc_sqlite_backend: Backend
 ) -> None:
-    gw = sqlite_gateway
-    async with gw.client(gw.token("alice", tenant="acme")) as client:
+    gw, backend, alice = inproc_sqlite_gateway, inproc_sqlite_backend, fresh("alice")
+    refunds = backend.refunds()
+    async with gw.client(gw.token(alice, tenant="acme")) as client:
         pending = await client.call_tool("refund_order", refund(250))
     assert pending.structured_content["status"] == "approval_pending"
     admin = gw.token("root", roles="admin", tenant="acme")
-    assert post(gw, "/api/principals/alice/revocation", admin, {"reason": "left"}).status_code == 200
+    assert post(gw, f"/api/principals/{alice}/revocation", admin, {"reason": "left"}).status_code == 200
     approver = gw.token("carol", roles="approver", tenant="acme")
     approval_id = pending.structured_content["approvalId"]
     assert (
@@ -33,6 +36,4 @@ async def test_an_approved_call_of_a_revoked_subject_is_refused_with_a_reason(
         lambda call: call["status"] in ("denied", "completed"),
     )
     assert call["status"] == "denied" and call["reason"] == "principal_revoked"
-    assert backend.refunds() == []
-
-    assert backend.refunds() == []
+    assert backend.refunds() == refunds

@@ -13,6 +13,10 @@ stream, progress before a result) arrives only when it ends; and the gateway's H
 the backend by URL, with no configuration point for a transport. Under uvicorn the gateway runs with
 `writ serve`'s own settings, and a thread with its own event loop lets a synchronous helper
 (`Backend.refunds`, a raw `httpx2.post`) ask a server while the test's loop waits, as e2e cases do.
+
+`Writ` is an e2e `Gateway` (tests/e2e/harness.py): the same tokens, client, CLI (`writ` run in this
+process) and reads of the record, so an e2e module moves in process by its fixtures (e2e/conftest.py
+has module-scoped ones), not its cases.
 """
 
 from __future__ import annotations
@@ -20,21 +24,19 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import uvicorn
-from mcp import Client
 
 from demo.acme_payments import create_app
 from gateway.app import Runtime, build_app, build_runtime
-from gateway.config import load_config
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.config import WritConfig, load_config
 from gateway.serve import uvicorn_config
-from store.model import CallView
-from tests.e2e.harness import demo_config, free_port, mcp_client
+from store import Store
+from tests.e2e.harness import Backend, Gateway, demo_config, free_port
 from tests.eventually import eventually_sync
 from tests.gateway.auth.oauth_process import AuthServer
 from tests.gateway.auth.oauth_server import build_app as build_oauth_app
@@ -58,19 +60,9 @@ def serving(config: uvicorn.Config) -> Iterator[uvicorn.Server]:
         thread.join(STOP_S)
 
 
-@dataclass
-class Backend:
-    """acme-payments, served in this process."""
-
-    url: str
-
-    def refunds(self, key: str | None = None) -> list[dict[str, Any]]:
-        params = {"idempotency_key": key} if key else None
-        return httpx2.get(f"{self.url}/refunds", params=params, timeout=5).json()["refunds"]
-
-
 @contextlib.contextmanager
 def acme(workdir: Path) -> Iterator[Backend]:
+    """acme-payments, served in this process."""
     port = free_port()
     config = uvicorn.Config(
         create_app(workdir / "acme.db"),
@@ -97,38 +89,20 @@ def oauth(audience: str) -> Iterator[AuthServer]:
 
 
 @dataclass
-class Writ:
-    """The gateway, served in this process; its runtime (store, dev issuer) is at hand."""
+class Writ(Gateway):
+    """The gateway, served in this process; its runtime (store, dev issuer) is at hand, and the reads of
+    the record go through the runtime's store."""
 
-    url: str
     runtime: Runtime
 
-    @property
-    def mcp_url(self) -> str:
-        return f"{self.url}/mcp"
+    def issuing(self) -> tuple[WritConfig, DevIssuer | None]:
+        """The runtime's config and dev issuer."""
+        return self.runtime.config, self.runtime.dev_issuer
 
-    def token(self, sub: str, roles: str = "agent", tenant: str = "acme") -> str:
-        """A token from the gateway's dev issuer, as `writ token` mints it."""
-        issuer, config = self.runtime.dev_issuer, self.runtime.config
-        assert issuer is not None, "the demo config turns the dev issuer on"
-        return issuer.mint(
-            subject=sub,
-            audience=config.server.resource_url,
-            tenant=tenant,
-            roles=[r.strip() for r in roles.split(",") if r.strip()],
-            ttl_s=config.auth.dev_issuer.token_ttl_s,
-        )
-
-    def client(self, token: str, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
-        return mcp_client(self.mcp_url, token, mode=mode, **kwargs)
-
-    def event_types(self, tool_call_id: str) -> list[str]:
-        """The types of a call's events, in order (what `writ calls show` lists)."""
-        return [event.type for event in self.runtime.store.events(tool_call_id=tool_call_id)]
-
-    def recorded_calls(self) -> list[CallView]:
-        """The newest calls, as `writ calls list` shows them."""
-        return self.runtime.store.list_calls()
+    @contextlib.contextmanager
+    def store(self) -> Iterator[Store]:
+        """The runtime's own store (the gateway keeps it open)."""
+        yield self.runtime.store
 
 
 @contextlib.contextmanager
@@ -140,4 +114,4 @@ def writ(workdir: Path, backend: Backend, store_url: str, **config: Any) -> Iter
     writ_config = load_config(path)
     runtime = build_runtime(writ_config)
     with serving(uvicorn_config(build_app(runtime), writ_config.server)):
-        yield Writ(f"http://127.0.0.1:{port}", runtime)
+        yield Writ(f"http://127.0.0.1:{port}", path, workdir, runtime)
