@@ -350,6 +350,7 @@ def build_app(runtime: Runtime) -> Starlette:
         current_principal,
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
+        registry=runtime.registry,
     )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,
