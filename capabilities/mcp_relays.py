@@ -189,6 +189,23 @@ def prefixed_contents(prefix: str, result: mcp_types.ReadResourceResult) -> mcp_
     return result.model_copy(update={"contents": contents})
 
 
+def prefixed_messages(prefix: str, result: mcp_types.GetPromptResult) -> mcp_types.GetPromptResult:
+    """A prompt's messages with the URIs of the resources they embed or link as Writ shows them, so
+    a client that reads one reads it through Writ, from this backend."""
+    if not prefix:
+        return result
+    messages = []
+    for message in result.messages:
+        content = message.content
+        if isinstance(content, mcp_types.EmbeddedResource):
+            inner = content.resource.model_copy(update={"uri": shown_uri(prefix, content.resource.uri)})
+            content = content.model_copy(update={"resource": inner})
+        elif isinstance(content, mcp_types.ResourceLink):
+            content = content.model_copy(update={"uri": shown_uri(prefix, content.uri)})
+        messages.append(message.model_copy(update={"content": content}))
+    return result.model_copy(update={"messages": messages})
+
+
 # --- listings -------------------------------------------------------------------------------------
 
 

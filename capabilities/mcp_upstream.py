@@ -40,6 +40,7 @@ from capabilities.mcp_reconcile import MissingField, lookup_arguments, verdict
 from capabilities.mcp_relays import (
     all_pages,
     prefixed_contents,
+    prefixed_messages,
     prompt_capabilities,
     resource_capability,
     shown_uri,
@@ -328,7 +329,8 @@ class McpExecutor:
                     answer = prefixed_contents(self.uri_prefix or "", read)
                 else:
                     arguments = {k: str(v) for k, v in invocation.arguments.items()}
-                    answer = await session.client.get_prompt(upstream, arguments)
+                    got = await session.client.get_prompt(upstream, arguments)
+                    answer = prefixed_messages(self.uri_prefix or "", got)
         except TimeoutError:
             detail = f"{self.name}: no answer within {capability.timeout_s:g}s"
             return unanswered_outcome(invocation, True, "response_timeout", detail)

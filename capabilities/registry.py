@@ -182,6 +182,16 @@ class Registry:
         """All tools: configured ones in config order, then discovered ones by backend."""
         return list(self._capabilities)
 
+    def in_force(self, tool_name: str, capability_id: str) -> Capability | None:
+        """The capability a recorded call would run under now: the tool (or relayed prompt) exposed
+        under its name, or its backend's resource capability for a resource read."""
+        recorded = self._by_id.get(capability_id)
+        if recorded is not None and recorded.kind == "resource":
+            return recorded
+        if recorded is not None and recorded.kind == "prompt":
+            return self._by_prompt.get(tool_name)
+        return self._by_tool.get(tool_name)
+
     def prompt(self, name: str) -> Capability | None:
         """The relayed prompt shown under this name."""
         return self._by_prompt.get(name)

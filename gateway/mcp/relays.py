@@ -32,8 +32,8 @@ from store.ports import CallStatus
 
 logger = logging.getLogger(__name__)
 
-RESOURCE_NOT_FOUND = -32002
-"""MCP's code for a read of a resource the server does not have."""
+RESOURCE_NOT_FOUND = INVALID_PARAMS
+"""The code of a read of a resource no upstream relays, with the URI as `data.uri` (SEP-2164)."""
 REFUSED = -32003
 """Writ's code for a read or get it did not carry out: denied, waiting for approval, rate limited;
 `data.status` and `data.reason` say which."""
@@ -130,7 +130,7 @@ class RelayFace:
                 principal=self.caller(), tool_name=params.uri, arguments={"uri": params.uri}, kind="resource"
             )
         )
-        return types.ReadResourceResult.model_validate(_content(report))
+        return types.ReadResourceResult.model_validate(_content(report, {"uri": params.uri}))
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         """prompts/get: a call decided by policy over the name and arguments, recorded, then got upstream."""
@@ -149,7 +149,8 @@ class RelayFace:
             return await self.pipeline.call(inp)
         except UnknownTool as exc:
             if inp.kind == "resource":
-                raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {inp.tool_name}") from exc
+                where = {"uri": inp.tool_name}
+                raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {inp.tool_name}", where) from exc
             raise MCPError(INVALID_PARAMS, f"Unknown prompt: {inp.tool_name!r}") from exc
         except RateLimited as exc:
             data = {
@@ -190,16 +191,17 @@ class RelayFace:
             raise MCPError(INTERNAL_ERROR, f"The upstream could not complete this: {exc}") from exc
 
 
-def _content(report: CallReport) -> Mapping[str, Any]:
+def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
     """The relayed answer of a completed read or get.
 
     Raises:
-        MCPError: the call was refused, is waiting, or failed: its status document is the error's data.
+        MCPError: the call was refused, is waiting, or failed: its status document (with `said`, a
+            read's `uri`) is the error's data.
     """
     call = report.call
     if call.status == "completed" and call.result is not None and report.recorded:
         return call.result.get("structuredContent") or {}
-    document = status_document(call)
+    document = {**status_document(call), **(said or {})}
     if report.kind == "invalid_arguments":
         raise MCPError(INVALID_PARAMS, "Invalid arguments: " + "; ".join(report.validation_errors), document)
     if not report.recorded:

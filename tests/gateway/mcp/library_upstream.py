@@ -67,7 +67,20 @@ def library_server(name: str) -> Server[Any]:
     async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         arguments = params.arguments or {}
         if params.name == "greet":
-            text = f"Hello from {name}."
+            hello = types.PromptMessage(
+                role="user", content=types.TextContent(type="text", text=f"Hello from {name}.")
+            )
+            welcome = types.TextResourceContents(
+                uri="note://welcome", text=NOTES["welcome"].format(name=name)
+            )
+            embedded = types.PromptMessage(
+                role="user", content=types.EmbeddedResource(type="resource", resource=welcome)
+            )
+            linked = types.PromptMessage(
+                role="user",
+                content=types.ResourceLink(type="resource_link", uri="note://secret", name="secret"),
+            )
+            return types.GetPromptResult(messages=[hello, embedded, linked])
         elif params.name == "summarize":
             text = f"[{name}] Summarize {arguments['topic']} in a {arguments.get('style', 'plain')} style."
         else:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import pytest
 import uvicorn
@@ -20,6 +21,7 @@ from mcp import MCPError
 
 from gateway.mcp.relays import REFUSED, RESOURCE_NOT_FOUND
 from tests.e2e.harness import free_port
+from tests.eventually import eventually
 from tests.gateway.mcp import library_upstream
 from tests.gateway.mcp.inproc import Backend, Writ, acme, serving, writ
 from tests.gateway.mcp.library_upstream import READS, library_app
@@ -43,6 +45,13 @@ RULES: list[dict[str, Any]] = [
     },
     {"id": "readers-read-lib-notes", "resources": ["lib+note://*"], "roles": ["reader"], "decision": "allow"},
     {"id": "agents-summarize", "prompts": ["lib_*", "box_summary"], "roles": ["agent"], "decision": "allow"},
+    {
+        "id": "auditors-read-box-secrets-once-approved",
+        "resources": ["box+note://secret"],
+        "roles": ["auditor"],
+        "decision": "require_approval",
+        "approval": {"approver_role": "approver"},
+    },
     {
         "id": "no-secret-summaries",
         "prompts": ["*summar*"],
@@ -184,6 +193,30 @@ async def test_a_read_is_recorded_as_a_read_class_call_of_its_principal(gateway:
     ]
 
 
+async def test_a_read_held_for_approval_runs_once_approved_and_its_status_holds_the_content(
+    gateway: Writ,
+) -> None:
+    async with gateway.client(gateway.token("aud", roles="auditor")) as client:
+        with pytest.raises(MCPError) as held:
+            await client.read_resource("box+note://secret")
+        pending = held.value.data
+        assert (held.value.code, pending["status"]) == (REFUSED, "approval_pending")
+        decided = httpx2.post(
+            f"{gateway.url}/api/approvals/{pending['approvalId']}/decision",
+            json={"decision": "approve"},
+            headers={"Authorization": f"Bearer {gateway.token('boss', roles='approver')}"},
+            timeout=10,
+        )
+        assert decided.status_code == 200, decided.text
+
+        async def status() -> dict[str, Any]:
+            answer = await client.call_tool("writ_call_status", {"toolCallId": pending["toolCallId"]})
+            return answer.structured_content or {}
+
+        done = await eventually(status, lambda s: s.get("status") == "completed")
+    assert done["result"]["structuredContent"]["contents"][0]["text"] == "The box vault code is 0000."
+
+
 async def test_a_uri_no_upstream_serves_is_not_found_and_an_upstream_refusal_passes_through(
     gateway: Writ,
 ) -> None:
@@ -192,9 +225,16 @@ async def test_a_uri_no_upstream_serves_is_not_found_and_an_upstream_refusal_pas
             await client.read_resource("note://welcome")
         with pytest.raises(MCPError) as missing:
             await client.read_resource("box+note://nothing-here")
-    assert unknown.value.code == RESOURCE_NOT_FOUND
+    assert (unknown.value.code, unknown.value.data) == (RESOURCE_NOT_FOUND, {"uri": "note://welcome"})
     # Denied first: policy decides before anything is asked of the upstream.
     assert missing.value.data["reason"] == "no_matching_rule"
+    assert missing.value.data["uri"] == "box+note://nothing-here"
+    async with gateway.client(gateway.token("rea", roles="reader")) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.read_resource("lib+note://nothing-here")
+    # Allowed, so asked: the upstream's own refusal (-32002) reaches the client, and is recorded.
+    assert refused.value.code == -32002
+    assert (refused.value.data["status"], refused.value.data["error"]) == ("failed", "mcp_error_32002")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -222,6 +262,14 @@ async def test_prompts_are_listed_by_their_shown_names_and_got_with_their_argume
         type="text", text="[box] Summarize pears in a plain style."
     )
     assert hidden.value.code == REFUSED and hidden.value.data["reason"] == "no_matching_rule"
+
+
+async def test_resources_a_prompt_embeds_or_links_are_named_as_writ_shows_them(gateway: Writ) -> None:
+    async with gateway.client(gateway.token("ann", roles="agent")) as client:
+        greeting = await client.get_prompt("lib_greet")
+    _, embedded, linked = (m.content for m in greeting.messages)
+    assert isinstance(embedded, types.EmbeddedResource) and isinstance(linked, types.ResourceLink)
+    assert (embedded.resource.uri, linked.uri) == ("lib+note://welcome", "lib+note://secret")
 
 
 async def test_a_prompt_rule_conditioned_on_arguments_denies_and_arguments_are_checked(gateway: Writ) -> None:
