@@ -9,9 +9,10 @@ a JSON-RPC error whose `data` is the call's status document (`reason` for a deni
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
@@ -37,10 +38,36 @@ RESOURCE_NOT_FOUND = INVALID_PARAMS
 REFUSED = -32003
 """Writ's code for a read or get it did not carry out: denied, waiting for approval, rate limited;
 `data.status` and `data.reason` say which."""
+INTERNAL = "Internal error in Writ (logged on the server)."
 STORE_UNAVAILABLE = (
     "Writ's store is unavailable, so this request was not carried out: nothing was sent upstream. "
     "Try again later."
 )
+
+
+_Params = TypeVar("_Params")
+_Result = TypeVar("_Result")
+_Handler = Callable[["RelayFace", Any, _Params], Awaitable[_Result]]
+
+
+def _guarded(handler: _Handler[_Params, _Result]) -> _Handler[_Params, _Result]:
+    """The handler, with every error Writ did not mean answered as one that names no detail (the SDK
+    would tell a 2025-11-25 client the exception's own text)."""
+
+    @functools.wraps(handler)
+    async def guarded(face: RelayFace, ctx: Any, params: _Params) -> _Result:
+        try:
+            return await handler(face, ctx, params)
+        except MCPError:
+            raise
+        except Unavailable as exc:
+            logger.error("%s: the store is unavailable: %s", handler.__name__, exc)
+            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
+        except Exception as exc:
+            logger.exception("%s failed", handler.__name__)
+            raise MCPError(INTERNAL_ERROR, INTERNAL) from exc
+
+    return guarded
 
 
 class RelayFace:
@@ -64,6 +91,7 @@ class RelayFace:
 
     # --- listings --------------------------------------------------------------------------------------
 
+    @_guarded
     async def list_resources(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
@@ -81,6 +109,7 @@ class RelayFace:
             shown.extend(r for r in listed if self.pipeline.may_list(who, capability, r.uri))
         return types.ListResourcesResult(resources=shown)
 
+    @_guarded
     async def list_resource_templates(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
@@ -98,6 +127,7 @@ class RelayFace:
             shown.extend(t for t in listed if self.pipeline.may_list(who, capability, t.uri_template))
         return types.ListResourceTemplatesResult(resource_templates=shown)
 
+    @_guarded
     async def list_prompts(
         self, ctx: Any, params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
@@ -121,6 +151,7 @@ class RelayFace:
 
     # --- reads and gets -------------------------------------------------------------------------------
 
+    @_guarded
     async def read_resource(
         self, ctx: Any, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
@@ -132,6 +163,7 @@ class RelayFace:
         )
         return types.ReadResourceResult.model_validate(_content(report, {"uri": params.uri}))
 
+    @_guarded
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         """prompts/get: a call decided by policy over the name and arguments, recorded, then got upstream."""
         report = await self._call(
@@ -161,12 +193,10 @@ class RelayFace:
             raise MCPError(
                 REFUSED, f"Rate limited: nothing was done; try again in {exc.retry_after_s:g} s", data
             ) from exc
-        except Unavailable as exc:
-            logger.error("%s %s: the store is unavailable: %s", inp.kind, inp.tool_name, exc)
-            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
 
     # --- completions ----------------------------------------------------------------------------------
 
+    @_guarded
     async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
         """completion/complete: asked of the upstream that serves the prompt or template, when the
         caller may get or read it; not recorded (a suggestion reads nothing)."""

@@ -360,6 +360,7 @@ def build_mcp_server(
     relays = RelayFace(pipeline, registry, store, face.caller) if registry is not None else None
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
+    completing = resources or prompts
     server: Server[Any] = Server(
         name,
         version=_version(),
@@ -376,7 +377,7 @@ def build_mcp_server(
         on_read_resource=resources.read_resource if resources else None,
         on_list_prompts=prompts.list_prompts if prompts else None,
         on_get_prompt=prompts.get_prompt if prompts else None,
-        on_completion=(resources or prompts).complete if (resources or prompts) else None,  # type: ignore[union-attr]
+        on_completion=completing.complete if completing else None,
     )
     sealing = sealing or rounds.sealing(pipeline.confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))
