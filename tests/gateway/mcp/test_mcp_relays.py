@@ -25,6 +25,7 @@ from tests.eventually import eventually
 from tests.gateway.mcp import library_upstream
 from tests.gateway.mcp.inproc import Backend, Writ, acme, serving, writ
 from tests.gateway.mcp.library_upstream import READS, library_app
+from tests.postgres import fresh_schema
 
 pytestmark = pytest.mark.anyio
 
@@ -76,10 +77,8 @@ def lib_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, lib_url: str) -> Iterator[Writ]:
-    workdir: Path = tmp_path_factory.mktemp("writ")
-    upstreams = {
+def _upstreams(lib_url: str) -> dict[str, Any]:
+    return {
         "lib": {
             "type": "mcp",
             "url": lib_url,
@@ -95,8 +94,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, lib_url:
             "prompts": {"rename": {"summarize": "box_summary"}},
         },
     }
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, lib_url: str) -> Iterator[Writ]:
+    workdir: Path = tmp_path_factory.mktemp("writ")
     store = f"sqlite:///{workdir / 'writ.db'}"
-    with writ(workdir, backend, store, extra_backends=upstreams, extra_rules=RULES) as g:
+    with writ(workdir, backend, store, extra_backends=_upstreams(lib_url), extra_rules=RULES) as g:
         yield g
 
 
@@ -166,7 +170,29 @@ async def test_a_rule_allowing_one_uri_pattern_lets_its_role_read_what_it_covers
     assert denied.value.data["reason"] == "no_matching_rule"
 
 
-async def test_a_read_is_recorded_as_a_read_class_call_of_its_principal(gateway: Writ) -> None:
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def recording(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    gateway: Writ,
+    backend: Backend,
+    lib_url: str,
+    postgres_url: str,
+) -> Iterator[Writ]:
+    """The module's gateway (SQLite), or one of its own on PostgreSQL."""
+    if request.param == "sqlite":
+        yield gateway
+        return
+    workdir = tmp_path_factory.mktemp("writ-pg")
+    with (
+        fresh_schema(postgres_url, "writ_relays") as store,
+        writ(workdir, backend, store, extra_backends=_upstreams(lib_url), extra_rules=RULES) as g,
+    ):
+        yield g
+
+
+async def test_a_read_is_recorded_as_a_read_class_call_of_its_principal(recording: Writ) -> None:
+    gateway = recording
     before = READS["lib:note://welcome"]
     async with gateway.client(gateway.token("rec", roles="agent")) as client:
         await client.read_resource("lib+note://welcome")
@@ -285,7 +311,8 @@ async def test_a_prompt_rule_conditioned_on_arguments_denies_and_arguments_are_c
     assert unknown.value.code == types.INVALID_PARAMS
 
 
-async def test_a_prompt_get_is_recorded_with_redacted_arguments_stored_as_hashes(gateway: Writ) -> None:
+async def test_a_prompt_get_is_recorded_with_redacted_arguments_stored_as_hashes(recording: Writ) -> None:
+    gateway = recording
     async with gateway.client(gateway.token("red", roles="agent")) as client:
         await client.get_prompt("lib_summarize", {"topic": "apricots"})
     [call] = [c for c in gateway.recorded_calls() if c.subject == "red"]
