@@ -1,6 +1,7 @@
 """An upstream MCP server with resources, a resource template, prompts and completions, and no tools.
 
 python library_upstream.py NAME        # over stdio
+python library_upstream.py NAME --broken   # over stdio, failing every resource listing
 `library_app(NAME)`                    # the same server as a streamable HTTP app, for uvicorn
 
 NAME goes into every text it serves, so a test can tell two of them apart behind one gateway. Reads
@@ -27,16 +28,20 @@ PNG = "iVBORw0KGgo="
 READS: Counter[str] = Counter()
 
 
-def library_server(name: str) -> Server[Any]:
+def library_server(name: str, *, broken: bool = False) -> Server[Any]:
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[])
 
     async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        if broken:
+            raise MCPError(-32603, "the catalogue is down")
         listed = [types.Resource(uri=f"note://{note}", name=note, mime_type="text/plain") for note in NOTES]
         logo = types.Resource(uri="file:///logo.png", name="logo", mime_type="image/png")
         return types.ListResourcesResult(resources=[*listed, logo])
 
     async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        if broken:
+            raise MCPError(-32603, "the catalogue is down")
         template = types.ResourceTemplate(uri_template="note://{note}", name="note", mime_type="text/plain")
         return types.ListResourceTemplatesResult(resource_templates=[template])
 
@@ -120,11 +125,11 @@ def library_app(name: str) -> ASGIApp:
     )
 
 
-async def _serve_stdio(name: str) -> None:
-    server = library_server(name)
+async def _serve_stdio(name: str, broken: bool) -> None:
+    server = library_server(name, broken=broken)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 
 if __name__ == "__main__":
-    anyio.run(_serve_stdio, sys.argv[1])
+    anyio.run(_serve_stdio, sys.argv[1], "--broken" in sys.argv)

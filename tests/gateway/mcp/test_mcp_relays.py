@@ -45,6 +45,8 @@ RULES: list[dict[str, Any]] = [
         "decision": "allow",
     },
     {"id": "readers-read-lib-notes", "resources": ["lib+note://*"], "roles": ["reader"], "decision": "allow"},
+    # Would show bad's resources to anyone: bad's listings fail, so there are none to show.
+    {"id": "anyone-reads-bad-notes", "resources": ["bad+*"], "decision": "allow"},
     {"id": "agents-summarize", "prompts": ["lib_*", "box_summary"], "roles": ["agent"], "decision": "allow"},
     {
         "id": "auditors-read-box-secrets-once-approved",
@@ -92,6 +94,13 @@ def _upstreams(lib_url: str) -> dict[str, Any]:
             "timeout_s": 10,
             "resources": {"uri_prefix": "box+"},
             "prompts": {"rename": {"summarize": "box_summary"}},
+        },
+        # Lists no resources (every listing fails): left out of listings, the others still listed.
+        "bad": {
+            "type": "mcp",
+            "command": [sys.executable, library_upstream.__file__, "bad", "--broken"],
+            "timeout_s": 10,
+            "resources": {"uri_prefix": "bad+"},
         },
     }
 
