@@ -183,6 +183,65 @@ class McpToolSettings(_Model):
     """An upstream tool that looks up the outcome of an earlier call (makes the tool reconcilable)."""
 
 
+_PROMPT_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+"""A prompt name Writ shows: as a tool name should be (MCP 2025-11-25, SEP-986)."""
+
+
+def _relay_switch(value: Any) -> Any:
+    """`resources: true` is `resources: {}`; `false` turns the relay off, as leaving it out does."""
+    if value is True:
+        return {}
+    return None if value is False else value
+
+
+class McpResources(_Model):
+    """The upstream's resources and resource templates, relayed (`resources:` of an MCP backend)."""
+
+    uri_prefix: str = ""
+    """Put before every URI and URI template the upstream lists (`notes+` shows `file:///a` as
+    `notes+file:///a`); a read's URI loses it again on its way upstream. Keeps several upstreams'
+    resources apart: each backend that relays resources needs its own when more than one does."""
+
+    @field_validator("uri_prefix")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if value != value.strip() or not value.isprintable() or " " in value:
+            raise ValueError("must be printable text without spaces")
+        return value
+
+
+class McpPrompts(_Model):
+    """The upstream's prompts, relayed (`prompts:` of an MCP backend), named as its tools are."""
+
+    names: Literal["*"] | list[str] = "*"
+    """Upstream prompt names to relay, or `*` for every one."""
+    prefix: str = ""
+    """Put before every relayed prompt's name (`notes_` shows `summarize` as `notes_summarize`)."""
+    rename: dict[str, str] = Field(default_factory=dict)
+    """Upstream name -> the name Writ shows (instead of the prefixed one)."""
+    redact: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Upstream name -> prompt arguments stored only as salted hashes."""
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix_chars(cls, value: str) -> str:
+        if value and not _PROMPT_NAME.fullmatch(value):
+            raise ValueError("must be letters, digits, '_', '-', '.' (it starts every prompt name shown)")
+        return value
+
+    @field_validator("rename")
+    @classmethod
+    def _renamed_chars(cls, value: dict[str, str]) -> dict[str, str]:
+        for upstream, shown in value.items():
+            if not _PROMPT_NAME.fullmatch(shown):
+                raise ValueError(f"{upstream} -> {shown!r}: a name is 1 to 128 of A-Z a-z 0-9 _ - .")
+        return value
+
+    def shown(self, upstream: str) -> str:
+        """The name Writ shows for the upstream prompt `upstream`."""
+        return self.rename.get(upstream, self.prefix + upstream)
+
+
 class McpBackend(_Model):
     type: Literal["mcp"]
     url: str | None = None
@@ -206,8 +265,17 @@ class McpBackend(_Model):
     rename: dict[str, str] = Field(default_factory=dict)
     defaults: McpToolSettings = Field(default_factory=McpToolSettings)
     overrides: dict[str, McpToolSettings] = Field(default_factory=dict)
+    resources: McpResources | None = None
+    """Relay the upstream's resources (reads decided by policy); off unless set (`true` or a mapping)."""
+    prompts: McpPrompts | None = None
+    """Relay the upstream's prompts (gets decided by policy); off unless set (`true` or a mapping)."""
 
     _check_headers = field_validator("headers")(_header_fields)
+
+    @field_validator("resources", "prompts", mode="before", json_schema_input_type=bool | dict[str, Any])
+    @classmethod
+    def _switch(cls, value: Any) -> Any:
+        return _relay_switch(value)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpBackend:
@@ -338,6 +406,35 @@ class CapabilityConfig(_Model):
         return self.tool or self.id
 
 
+def check_uri_prefixes(backends: Mapping[str, BackendConfig]) -> None:
+    """Every relayed resource URI belongs to one backend: with several relaying, each has a prefix and
+    none begins another's.
+
+    Raises:
+        ValueError: naming the backends and what to fix.
+    """
+    relaying = {
+        name: backend.resources.uri_prefix
+        for name, backend in backends.items()
+        if isinstance(backend, McpBackend) and backend.resources is not None
+    }
+    if len(relaying) < 2:
+        return
+    bare = sorted(name for name, prefix in relaying.items() if not prefix)
+    if bare:
+        raise ValueError(
+            f"backends {', '.join(map(repr, sorted(relaying)))} relay resources: each needs its own "
+            f"resources.uri_prefix to keep their URIs apart (missing for {', '.join(map(repr, bare))})"
+        )
+    for name, prefix in relaying.items():
+        for other, other_prefix in relaying.items():
+            if name != other and other_prefix.startswith(prefix):
+                raise ValueError(
+                    f"backend {other!r}: resources.uri_prefix {other_prefix!r} begins with backend "
+                    f"{name!r}'s {prefix!r}, so a URI could belong to both; make neither begin the other"
+                )
+
+
 def check_references(backends: Mapping[str, BackendConfig], capabilities: Sequence[CapabilityConfig]) -> None:
     """Each capability names a backend that exists and suits it, and ids are unique.
 
@@ -381,6 +478,7 @@ class CapabilitiesConfig(_Model):
     @model_validator(mode="after")
     def _cross_check(self) -> CapabilitiesConfig:
         check_references(self.backends, self.capabilities)
+        check_uri_prefixes(self.backends)
         return self
 
 

@@ -19,6 +19,10 @@ EffectClass = Literal["read", "write", "irreversible", "confirm"]
 """`read` has no side effect; `write` and `irreversible` do (`irreversible` cannot be compensated);
 `confirm` has a side effect the user confirms in the client."""
 
+CapabilityKind = Literal["tool", "resource", "prompt"]
+"""What a client asks for: a tool call (`tools/call`), a resource read (`resources/read`, one capability
+per backend whose URIs it serves) or a prompt get (`prompts/get`, one capability per prompt)."""
+
 OutcomeKind = Literal["completed", "failed", "unknown"]
 """`unknown`: the backend may have acted and no answer came back. Never treated as `failed`."""
 
@@ -148,6 +152,8 @@ class Capability:
     definition: Mapping[str, Any] = field(default_factory=dict)
     """What else defines the effect, as configured: the request mapping, the backend's settings
     (secrets only by where they come from), the lookup. Part of the contract an approval binds."""
+    kind: CapabilityKind = "tool"
+    """A tool; or a relayed resource read or prompt get, which are never listed or called as tools."""
 
     @property
     def horizon_s(self) -> float:

@@ -37,6 +37,15 @@ from capabilities.contract import (
 )
 from capabilities.credentials import Credentials
 from capabilities.mcp_reconcile import MissingField, lookup_arguments, verdict
+from capabilities.mcp_relays import (
+    all_pages,
+    prefixed_contents,
+    prefixed_messages,
+    prompt_capabilities,
+    resource_capability,
+    shown_uri,
+    upstream_uri,
+)
 from capabilities.mcp_session import Session, SessionKeeper
 from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting
 from capabilities.oauth_tokens import TokenSource
@@ -136,7 +145,108 @@ class McpExecutor:
             ) from exc
         capabilities = capabilities_from_tools(self.name, self._config, tools)
         self._upstream = {cap.id: cap.id.removeprefix(f"{self.name}.") for cap in capabilities}
+        if self._config.resources is not None:
+            capabilities.append(resource_capability(self.name, self._config))
+        if self._config.prompts is not None:
+            prompts: list[mcp_types.Prompt] = await all_pages(
+                self.name,
+                "prompts/list",
+                self._config.timeout_s,
+                lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"),
+                lambda page: page.prompts,
+                lambda page: page.next_cursor,
+                self._describe,
+            )
+            relayed = prompt_capabilities(self.name, self._config, prompts)
+            self._upstream.update({cap.id: cap.id.split("/", 2)[2] for cap in relayed})
+            capabilities.extend(relayed)
         return capabilities
+
+    # --- relayed listings (asked of the upstream each time; nothing is recorded) -------------------
+
+    @property
+    def uri_prefix(self) -> str | None:
+        """What this backend puts before its resources' URIs; None when it relays none."""
+        resources = self._config.resources
+        return resources.uri_prefix if resources is not None else None
+
+    async def list_resources(self) -> list[mcp_types.Resource]:
+        """The upstream's resources, with their URIs as Writ shows them.
+
+        Raises:
+            BackendUnavailable: the upstream cannot be reached or the listing failed.
+        """
+        prefix = self.uri_prefix or ""
+        client = await self._client_now()
+        found: list[mcp_types.Resource] = await all_pages(
+            self.name,
+            "resources/list",
+            self._config.timeout_s,
+            lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"),
+            lambda page: page.resources,
+            lambda page: page.next_cursor,
+            self._describe,
+        )
+        return [r.model_copy(update={"uri": shown_uri(prefix, r.uri)}) for r in found]
+
+    async def list_resource_templates(self) -> list[mcp_types.ResourceTemplate]:
+        """The upstream's resource templates, with their URI templates as Writ shows them.
+
+        Raises:
+            BackendUnavailable: the upstream cannot be reached or the listing failed.
+        """
+        prefix = self.uri_prefix or ""
+        client = await self._client_now()
+        found: list[mcp_types.ResourceTemplate] = await all_pages(
+            self.name,
+            "resources/templates/list",
+            self._config.timeout_s,
+            lambda cursor: client.list_resource_templates(cursor=cursor, cache_mode="bypass"),
+            lambda page: page.resource_templates,
+            lambda page: page.next_cursor,
+            self._describe,
+        )
+        return [t.model_copy(update={"uri_template": shown_uri(prefix, t.uri_template)}) for t in found]
+
+    async def complete(
+        self,
+        capability: Capability,
+        ref: mcp_types.PromptReference | mcp_types.ResourceTemplateReference,
+        argument: mcp_types.CompletionArgument,
+        context: mcp_types.CompletionContext | None,
+    ) -> mcp_types.CompleteResult:
+        """The upstream's completion of an argument of one of its prompts or resource templates, `ref`
+        naming it as Writ shows it.
+
+        Raises:
+            BackendUnavailable: the upstream cannot be reached, or did not answer usably.
+        """
+        upstream_ref: mcp_types.PromptReference | mcp_types.ResourceTemplateReference
+        if isinstance(ref, mcp_types.PromptReference):
+            upstream_ref = mcp_types.PromptReference(name=self._upstream.get(capability.id, ref.name))
+        else:
+            uri = upstream_uri(self.uri_prefix or "", ref.uri)
+            if uri is None:
+                raise BackendUnavailable(f"mcp backend {self.name!r} serves no {ref.uri!r}")
+            upstream_ref = mcp_types.ResourceTemplateReference(uri=uri)
+        client = await self._client_now()
+        try:
+            with anyio.fail_after(self._config.timeout_s):
+                return await client.complete(
+                    upstream_ref,
+                    {"name": argument.name, "value": argument.value},
+                    context.arguments if context is not None else None,
+                )
+        except (MCPError, TimeoutError, ValidationError, RuntimeError) as exc:
+            raise BackendUnavailable(
+                f"mcp backend {self.name!r}: completion/complete failed: {self._describe(exc)}"
+            ) from exc
+
+    async def _client_now(self) -> Client:
+        session = await self._sessions.current()
+        await self._check_token(self._config.timeout_s)
+        assert session.client is not None
+        return session.client
 
     # --- calls ---------------------------------------------------------------------------------------
 
@@ -144,6 +254,8 @@ class McpExecutor:
         """Call the upstream tool once (never raises for upstream behaviour)."""
         capability = invocation.capability
         upstream = self._upstream.get(capability.id)
+        if capability.kind == "resource":
+            upstream = upstream_uri(self.uri_prefix or "", str(invocation.arguments.get("uri", "")))
         if upstream is None:
             return failed_outcome(
                 invocation, "unknown_capability", f"{capability.ref} is not served by {self.name}"
@@ -154,6 +266,8 @@ class McpExecutor:
         except BackendUnavailable as exc:
             return failed_outcome(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
         assert session.client is not None
+        if capability.kind != "tool":
+            return await self._relay(invocation, session, upstream)
         read_only = capability.effect == "read"
         meta: Any = {
             "writ/idempotencyKey": invocation.idempotency_key,
@@ -201,6 +315,39 @@ class McpExecutor:
                 external_request_id=invocation.external_request_id,
             )
         return Outcome("completed", tool_result, external_request_id=invocation.external_request_id)
+
+    async def _relay(self, invocation: Invocation, session: Session, upstream: str) -> Outcome:
+        """A resource read or prompt get, its answer kept as the result's structured content (as
+        `ReadResourceResult` or `GetPromptResult` in JSON), scrubbed of the backend's credentials."""
+        assert session.client is not None
+        capability = invocation.capability
+        answer: mcp_types.ReadResourceResult | mcp_types.GetPromptResult
+        try:
+            with anyio.fail_after(capability.timeout_s):
+                if capability.kind == "resource":
+                    read = await session.client.read_resource(upstream, cache_mode="bypass")
+                    answer = prefixed_contents(self.uri_prefix or "", read)
+                else:
+                    arguments = {k: str(v) for k, v in invocation.arguments.items()}
+                    got = await session.client.get_prompt(upstream, arguments)
+                    answer = prefixed_messages(self.uri_prefix or "", got)
+        except TimeoutError:
+            detail = f"{self.name}: no answer within {capability.timeout_s:g}s"
+            return unanswered_outcome(invocation, True, "response_timeout", detail)
+        except MCPError as exc:
+            return self._protocol_error(invocation, session, exc, True)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            session.kill()
+            return unanswered_outcome(invocation, True, "connection_lost", self._describe(exc))
+        except (RuntimeError, ValidationError) as exc:
+            return unanswered_outcome(invocation, True, "invalid_response", self._describe(exc))
+        body = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+        body.pop("resultType", None)
+        result = ToolResult(structured=self._credentials.scrub_json(body))
+        if not is_json(result.to_json()):
+            detail = f"{self.name}: the answer holds NaN or Infinity, which JSON cannot carry"
+            return unanswered_outcome(invocation, True, "invalid_response", detail)
+        return Outcome("completed", result, external_request_id=invocation.external_request_id)
 
     async def reconcile(self, invocation: Invocation) -> ReconcileResult:
         """Look the earlier call up with the tool's `reconcile:` upstream tool (never raises for

@@ -48,8 +48,15 @@ class Registry:
         self._capabilities: list[Capability] = []
         self._by_tool: dict[str, Capability] = {}
         self._by_id: dict[str, Capability] = {}
+        self._by_prompt: dict[str, Capability] = {}
+        self._resources: list[Capability] = []
+        """Resource capabilities, one per backend that relays resources (its prefixes are disjoint)."""
         self._started: list[Executor] = []
         self._running = False
+        self.relays_resources = False
+        """Some backend is configured to relay resources (known before discovery: it decides what the
+        MCP face advertises)."""
+        self.relays_prompts = False
         self._add(capabilities)
 
     @classmethod
@@ -116,7 +123,11 @@ class Registry:
             horizon = cap.commit_horizon_s or backend.commit_horizon_s
             check_horizon(owner, timeout, horizon)
             static.append(_capability(cap, schema, timeout, horizon, backend))
-        return cls(executors, static, reserved=reserved)
+        registry = cls(executors, static, reserved=reserved)
+        mcp = [b for b in config.backends.values() if isinstance(b, McpBackend)]
+        registry.relays_resources = any(b.resources is not None for b in mcp)
+        registry.relays_prompts = any(b.prompts is not None for b in mcp)
+        return registry
 
     async def start(self) -> None:
         """Start every executor and add what upstreams contribute; runs discovery once.
@@ -168,8 +179,44 @@ class Registry:
         return self._by_id.get(capability_id)
 
     def capabilities(self) -> list[Capability]:
-        """All capabilities: configured ones in config order, then discovered ones by backend."""
+        """All tools: configured ones in config order, then discovered ones by backend."""
         return list(self._capabilities)
+
+    def in_force(self, tool_name: str, capability_id: str) -> Capability | None:
+        """The capability a recorded call would run under now: the tool (or relayed prompt) exposed
+        under its name, or its backend's resource capability for a resource read."""
+        recorded = self._by_id.get(capability_id)
+        if recorded is not None and recorded.kind == "resource":
+            return recorded
+        if recorded is not None and recorded.kind == "prompt":
+            return self._by_prompt.get(tool_name)
+        return self._by_tool.get(tool_name)
+
+    def prompt(self, name: str) -> Capability | None:
+        """The relayed prompt shown under this name."""
+        return self._by_prompt.get(name)
+
+    def prompts(self) -> list[Capability]:
+        """Every relayed prompt, by backend in config order, each in its upstream's order."""
+        return list(self._by_prompt.values())
+
+    def resource_capability(self, uri: str) -> Capability | None:
+        """The resource capability of the backend whose resources include `uri` (by its prefix)."""
+        for capability in self._resources:
+            relay = self.relay(capability)
+            prefix = relay.uri_prefix if relay is not None else None
+            if prefix is not None and uri.startswith(prefix) and len(uri) > len(prefix):
+                return capability
+        return None
+
+    def resource_relays(self) -> list[tuple[Capability, McpExecutor]]:
+        """Each backend that relays resources: its resource capability and its executor."""
+        return [(c, relay) for c in self._resources if (relay := self.relay(c)) is not None]
+
+    def relay(self, capability: Capability) -> McpExecutor | None:
+        """The upstream MCP executor behind a relayed resource or prompt (None for any other)."""
+        executor = self._executors.get(capability.backend)
+        return executor if isinstance(executor, McpExecutor) else None
 
     def executor(self, capability: Capability) -> Executor:
         """The executor of the capability's backend.
@@ -186,6 +233,9 @@ class Registry:
         for capability in capabilities:
             if capability.backend not in self._executors:
                 raise ConfigError(f"capability {capability.id!r}: unknown backend {capability.backend!r}")
+            if capability.kind != "tool":
+                self._add_relayed(capability)
+                continue
             if capability.tool_name in self._reserved:
                 raise ConfigError(
                     f"{capability.ref}: tool name {capability.tool_name!r} is Writ's own tool; "
@@ -202,6 +252,21 @@ class Registry:
             self._by_tool[capability.tool_name] = capability
             self._by_id[capability.id] = capability
             self._capabilities.append(capability)
+
+    def _add_relayed(self, capability: Capability) -> None:
+        if capability.id in self._by_id:
+            raise ConfigError(f"capability id {capability.id!r} is defined twice")
+        if capability.kind == "prompt":
+            clash = self._by_prompt.get(capability.tool_name)
+            if clash is not None:
+                raise ConfigError(
+                    f"prompt name {capability.tool_name!r} is relayed from both backend {clash.backend!r} "
+                    f"and backend {capability.backend!r}; give one a prompts.prefix or prompts.rename"
+                )
+            self._by_prompt[capability.tool_name] = capability
+        else:
+            self._resources.append(capability)
+        self._by_id[capability.id] = capability
 
 
 def _capability(

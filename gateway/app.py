@@ -350,6 +350,7 @@ def build_app(runtime: Runtime) -> Starlette:
         current_principal,
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
+        registry=runtime.registry,
     )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,
@@ -409,7 +410,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 verify=_principal_of_token(runtime),
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
-                in_force=InForce(runtime.registry.get, lambda: runtime.policy_source().version),
+                in_force=InForce(runtime.registry.in_force, lambda: runtime.policy_source().version),
             )
         )
     if runtime.dev_issuer is not None:

@@ -13,7 +13,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from capabilities.config import BackendConfig, CapabilitiesConfig, CapabilityConfig, check_references
+from capabilities.config import (
+    BackendConfig,
+    CapabilitiesConfig,
+    CapabilityConfig,
+    check_references,
+    check_uri_prefixes,
+)
 from capabilities.contract import config_problems
 from gateway.calls.approvals import ApprovalsConfig
 from gateway.calls.rate_limits import RateLimitsConfig
@@ -270,6 +276,7 @@ class WritConfig(_Section):
     @model_validator(mode="after")
     def _references(self) -> WritConfig:
         check_references(self.backends, self.capabilities)
+        check_uri_prefixes(self.backends)
         return self
 
     @property

@@ -45,6 +45,7 @@ def serve_stdio(config: WritConfig) -> None:
         lambda: principal if time.time() < expires_at else None,
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
+        registry=runtime.registry,
     )
 
     async def main() -> None:

@@ -6,7 +6,7 @@ is safe to take from a config file. Nothing here ever hands a string to Python's
 Variables an expression sees:
     args        the concrete tool arguments (JSON -> CEL)
     principal   {subject, tenant, roles, scopes, groups, client_id}
-    capability  {id, version, tool, effect}
+    capability  {id, version, tool, effect, kind}: tool is a prompt's name for a prompt get
     context     {now (timestamp), run_call_count}
 """
 
@@ -184,7 +184,13 @@ def activation_for(inp: PolicyInput) -> Activation:
         "args": to_cel(dict(inp.arguments)),
         "principal": to_cel(inp.principal.to_json()),
         "capability": to_cel(
-            {"id": cap.id, "version": cap.version, "tool": cap.tool_name, "effect": cap.effect}
+            {
+                "id": cap.id,
+                "version": cap.version,
+                "tool": cap.tool_name,
+                "effect": cap.effect,
+                "kind": cap.kind,
+            }
         ),
         "context": to_cel({"now": now, "run_call_count": inp.context.run_call_count}),
     }

@@ -49,8 +49,10 @@ class _CompiledRule:
     rule: Rule
     condition: Condition | None
 
-    def in_scope(self, principal: Principal, capability: Capability) -> bool:
-        return in_scope(self.rule, principal, capability)
+    def in_scope(
+        self, principal: Principal, capability: Capability, arguments: Mapping[str, Any] | None = None
+    ) -> bool:
+        return in_scope(self.rule, principal, capability, arguments)
 
 
 class Policy:
@@ -115,7 +117,7 @@ class Policy:
         traces: list[RuleTrace] = []
         for compiled in self._rules:
             rule = compiled.rule
-            if not compiled.in_scope(inp.principal, inp.capability):
+            if not compiled.in_scope(inp.principal, inp.capability, inp.arguments):
                 traces.append(RuleTrace(rule.id, "out_of_scope", rule.decision))
                 continue
             if compiled.condition is None:
@@ -139,9 +141,11 @@ class Policy:
         """
         return self._budgets.charges(inp, run_id)
 
-    def may_list(self, principal: Principal, capability: Capability) -> bool:
-        """Whether the tool may be shown: some allowing rule could apply, and no unconditional deny does."""
-        in_scope = [c.rule for c in self._rules if c.in_scope(principal, capability)]
+    def may_list(self, principal: Principal, capability: Capability, uri: str | None = None) -> bool:
+        """Whether the tool (prompt, or resource at `uri`) may be shown: some allowing rule could apply,
+        and no unconditional deny does."""
+        arguments = {"uri": uri} if uri is not None else None
+        in_scope = [c.rule for c in self._rules if c.in_scope(principal, capability, arguments)]
         if any(rule.decision == "deny" and rule.when is None for rule in in_scope):
             return False
         return any(rule.decision != "deny" for rule in in_scope)

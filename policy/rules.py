@@ -99,6 +99,10 @@ class Rule(_Strict):
     id: str
     tools: list[str] = Field(default_factory=lambda: ["*"])
     """MCP tool names, capability ids or `id@version` refs; fnmatch globs (`*`, `refund_*`) allowed."""
+    resources: list[str] | None = None
+    """Instead of tools: relayed resources whose URI (as Writ shows it) matches one of these globs."""
+    prompts: list[str] | None = None
+    """Instead of tools: relayed prompts by name (as Writ shows it) or capability id; globs allowed."""
     roles: list[str] | None = None
     """The principal must hold at least one of these roles. Omitted: any principal."""
     subjects: list[str] | None = None
@@ -135,7 +139,7 @@ class Rule(_Strict):
             raise ValueError(f"{value!r} is reserved for decisions the engine makes itself")
         return value
 
-    @field_validator("tools", "roles", "subjects", "tenants", "effects")
+    @field_validator("tools", "roles", "subjects", "tenants", "effects", "resources", "prompts")
     @classmethod
     def _not_empty(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and (not value or any(not item for item in value)):
@@ -148,6 +152,17 @@ class Rule(_Strict):
         if value is not None and not value.strip():
             raise ValueError("must be a CEL expression (omit the field for an unconditional rule)")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Rule:
+        # Runs outside `_name_the_rule`, so it names the rule itself.
+        named = [f for f in ("tools", "resources", "prompts") if f in self.model_fields_set]
+        if len(named) > 1:
+            raise ValueError(
+                f"rule {self.id!r}: {' and '.join(named)}: a rule covers tool calls (tools), resource "
+                "reads (resources) or prompt gets (prompts); write one rule for each"
+            )
+        return self
 
     @model_validator(mode="after")
     def _approval_matches_decision(self) -> Rule:
@@ -165,6 +180,11 @@ class Rule(_Strict):
     @property
     def reason_code(self) -> str:
         return self.reason or self.id
+
+    @property
+    def kind(self) -> str:
+        """What the rule covers: `tool`, `resource` or `prompt` calls."""
+        return "resource" if self.resources is not None else "prompt" if self.prompts is not None else "tool"
 
 
 class Conversion(_Strict):
@@ -228,6 +248,16 @@ class Budget(_Strict):
             raise ValueError("must list at least one non-empty name (omit the field to match any)")
         return value
 
+    @property
+    def resources(self) -> None:
+        """Budgets count tool calls only: a relayed resource read is not counted."""
+        return None
+
+    @property
+    def prompts(self) -> None:
+        """Budgets count tool calls only: a relayed prompt get is not counted."""
+        return None
+
     @field_validator("window", mode="before", json_schema_input_type=_DURATION_INPUT | Literal["run"])
     @classmethod
     def _window(cls, value: object) -> int | str:
@@ -284,4 +314,9 @@ class PolicyConfig(_Strict):
         if not self.budgets:
             # A policy without budgets keeps the version it had before budgets existed.
             del data["budgets"]
+        for rule in data["rules"]:
+            # Likewise a rule about tools keeps its spelling from before resource and prompt rules.
+            for field in ("resources", "prompts"):
+                if rule[field] is None:
+                    del rule[field]
         return data

@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
-from capabilities.contract import Capability, Executor
+from capabilities.contract import Capability, CapabilityKind, Executor
 from gateway.calls.actions import Redactor, action_hash, contract_hash, derived_key, new_id
 from gateway.calls.authorize import (
     PolicyLike,
@@ -78,6 +78,12 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 class RegistryLike(Protocol):
     def get(self, tool_name: str) -> Capability | None: ...
 
+    def prompt(self, name: str) -> Capability | None: ...
+
+    def resource_capability(self, uri: str) -> Capability | None: ...
+
+    def in_force(self, tool_name: str, capability_id: str) -> Capability | None: ...
+
     def executor(self, capability: Capability) -> Executor: ...
 
     def capabilities(self) -> Sequence[Capability]: ...
@@ -85,7 +91,11 @@ class RegistryLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CallInput:
-    """One tools/call as the MCP edge hands it in: who, which tool, which arguments, which key."""
+    """One tools/call as the MCP edge hands it in: who, which tool, which arguments, which key.
+
+    A relayed resource read or prompt get is a call too (`kind`): `tool_name` is then the prompt's
+    name, or the resource's URI, which is also the `uri` argument.
+    """
 
     principal: Principal
     tool_name: str
@@ -95,6 +105,7 @@ class CallInput:
     correlation_id: str | None = None
     can_confirm: bool = False
     """The client can ask its user to confirm in an input-required round (needed by `confirm` tools)."""
+    kind: CapabilityKind = "tool"
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +219,10 @@ class CallPipeline:
         policy = self._policy()
         return [c for c in self._registry.capabilities() if policy.may_list(principal, c)]
 
+    def may_list(self, principal: Principal, capability: Capability, uri: str | None = None) -> bool:
+        """Whether a relayed prompt (or a resource at `uri`) could ever be got (read) by this principal."""
+        return self._policy().may_list(principal, capability, uri)
+
     def capability(self, tool_name: str) -> Capability | None:
         return self._registry.get(tool_name)
 
@@ -239,7 +254,7 @@ class CallPipeline:
 
     async def _prepare(self, inp: CallInput) -> _Prepared:
         """Find the capability, take the rate limit, and name the call: ids, key, action hash."""
-        capability = self._registry.get(inp.tool_name)
+        capability = self._resolve(inp)
         if capability is None:
             raise UnknownTool(inp.tool_name)
         principal = inp.principal
@@ -286,6 +301,14 @@ class CallPipeline:
             now=now,
         )
         return _Prepared(inp, capability, arguments, identity, self._policy(), tuple(unfit))
+
+    def _resolve(self, inp: CallInput) -> Capability | None:
+        """The capability the call names, of the kind it asks for (a tool is never a prompt)."""
+        if inp.kind == "prompt":
+            return self._registry.prompt(inp.tool_name)
+        if inp.kind == "resource":
+            return self._registry.resource_capability(inp.tool_name)
+        return self._registry.get(inp.tool_name)
 
     def _validate(self, call: _Prepared) -> tuple[str, ...]:
         """Why the arguments cannot be run (unrecordable, too large, against the schema); empty if fine."""

@@ -130,7 +130,7 @@ class Reconciler:
         return True
 
     def _capability(self, call: CallView) -> Capability | None:
-        capability = self._registry.get(call.tool_name)
+        capability = self._registry.in_force(call.tool_name, call.capability_id)
         return capability if capability is not None and capability.id == call.capability_id else None
 
     def _method(self, capability: Capability | None, call: CallView) -> str:

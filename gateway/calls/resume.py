@@ -47,9 +47,9 @@ logger = logging.getLogger(__name__)
 
 
 class Capabilities(Protocol):
-    """What resuming needs of the registry: the capability a tool name serves now."""
+    """What resuming needs of the registry: the capability a recorded call would run under now."""
 
-    def get(self, tool_name: str) -> Capability | None: ...
+    def in_force(self, tool_name: str, capability_id: str) -> Capability | None: ...
 
 
 class Resumer:
@@ -144,7 +144,7 @@ class Resumer:
         """Find what the approved call would run now, then authorize it again (blocking)."""
         if approval is None or approval.status != "approved":
             return Refusal(ReasonCode.APPROVAL_MISSING, "the call has no granted approval")
-        capability = self._registry.get(call.tool_name)
+        capability = self._registry.in_force(call.tool_name, call.capability_id)
         if capability is None:
             return Refusal(
                 ReasonCode.CAPABILITY_UNAVAILABLE, f"tool {call.tool_name} is no longer registered"

@@ -43,7 +43,11 @@ def _fail(message: str, code: int = 2) -> None:
 @policy_app.command("check")
 def policy_check(
     sub: Annotated[str, typer.Option("--sub", help="Subject of the would-be caller.")],
-    tool: Annotated[str, typer.Option("--tool", help="Tool name, e.g. refund_order.")],
+    tool: Annotated[str | None, typer.Option("--tool", help="Tool name, e.g. refund_order.")] = None,
+    resource: Annotated[
+        str | None,
+        typer.Option("--resource", help="Instead of --tool: the URI of a relayed resource to read."),
+    ] = None,
     roles: Annotated[str, typer.Option("--roles", help="Comma-separated roles.")] = "",
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant.")] = "default",
     scopes: Annotated[str, typer.Option("--scopes", help="Comma-separated OAuth scopes.")] = "",
@@ -63,6 +67,9 @@ def policy_check(
     """Print the decision for one concrete call, its reason, the policy version and the deciding rule."""
     from gateway.cli.policy_check import check_policy
 
+    if (tool is None) == (resource is None):
+        _fail("name what to check: --tool NAME, or --resource URI (a relayed resource read)")
+        return
     try:
         arguments = json.loads(args)
     except json.JSONDecodeError as exc:
@@ -89,6 +96,7 @@ def policy_check(
         tenant=tenant.strip(),
         scopes=[s.strip() for s in scopes.split(",") if s.strip()],
         tool=tool,
+        resource=resource,
         arguments=arguments,
         run_call_count=run_call_count,
         now=now if now is not None else CLOCK(),

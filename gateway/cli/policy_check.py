@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from capabilities.config import McpBackend
-from capabilities.contract import CapabilityError
+from capabilities.contract import Capability, CapabilityError
+from capabilities.mcp_relays import resource_capability, upstream_uri
 from capabilities.registry import Registry
 from gateway.calls.authorize import decision_record
 from gateway.calls.policy_source import policy_provider
@@ -96,17 +97,19 @@ def check_policy(
     *,
     subject: str,
     roles: Sequence[str],
-    tool: str,
+    tool: str | None,
     arguments: Mapping[str, Any],
+    resource: str | None = None,
     tenant: str = "default",
     scopes: Sequence[str] = (),
     run_call_count: int = 0,
     now: datetime,
 ) -> PolicyCheck:
-    """Evaluate the policy in force for one call.
+    """Evaluate the policy in force for one call: of `tool`, or a read of the relayed `resource`
+    (whose argument is its URI; the other arguments are then ignored).
 
     Raises:
-        ConfigurationError: the capabilities or the policy do not load.
+        ConfigurationError: the capabilities or the policy do not load, or no backend relays `resource`.
         UnknownTool: no configured capability has this tool name (upstream MCP tools are only known
             once a running gateway has discovered them).
     """
@@ -118,17 +121,11 @@ def check_policy(
         policy = policy_provider(config.policy, config.policy_file, base_dir=base_dir)()
     except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
-    capability = registry.get(tool)
-    if capability is None:
-        upstreams = sorted(n for n, b in config.backends.items() if isinstance(b, McpBackend))
-        if upstreams:
-            # Said plainly: `Unknown tool` for a tool the running gateway serves reads as a typo.
-            raise ConfigurationError(
-                f"no configured capability is named {tool!r}; tools of MCP backends "
-                f"({', '.join(upstreams)}) are listed by the upstream only once a gateway runs, so "
-                "writ policy check cannot try them"
-            )
-        raise UnknownTool(tool)
+    if resource is not None:
+        capability = _resource_capability(config, resource)
+        arguments = {"uri": resource}
+    else:
+        capability = _tool_capability(config, registry, tool or "")
     principal = Principal(subject=subject, tenant=tenant, roles=frozenset(roles), scopes=frozenset(scopes))
     inp = PolicyInput(
         principal,
@@ -146,3 +143,39 @@ def check_policy(
             # As the pipeline does: an amount that cannot be counted denies the call.
             decision = Decision("deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc))
     return PolicyCheck(decision, policy.trace(inp), capability.ref, charges)
+
+
+def _tool_capability(config: WritConfig, registry: Registry, tool: str) -> Capability:
+    """The configured capability of this tool name.
+
+    Raises:
+        ConfigurationError: no such tool, and MCP backends could list it once a gateway runs.
+        UnknownTool: no such tool.
+    """
+    capability = registry.get(tool)
+    if capability is not None:
+        return capability
+    upstreams = sorted(n for n, b in config.backends.items() if isinstance(b, McpBackend))
+    if upstreams:
+        # Said plainly: `Unknown tool` for a tool the running gateway serves reads as a typo.
+        raise ConfigurationError(
+            f"no configured capability is named {tool!r}; tools of MCP backends "
+            f"({', '.join(upstreams)}) are listed by the upstream only once a gateway runs, so "
+            "writ policy check cannot try them"
+        )
+    raise UnknownTool(tool)
+
+
+def _resource_capability(config: WritConfig, uri: str) -> Capability:
+    """The resource capability of the backend whose `uri_prefix` the URI starts with (known from the
+    config alone: no upstream is asked whether it has the resource).
+
+    Raises:
+        ConfigurationError: no backend relays resources under this URI.
+    """
+    for name, backend in config.backends.items():
+        if not isinstance(backend, McpBackend) or backend.resources is None:
+            continue
+        if upstream_uri(backend.resources.uri_prefix, uri) is not None:
+            return resource_capability(name, backend)
+    raise ConfigurationError(f"no backend relays resources under {uri!r} (see resources.uri_prefix)")

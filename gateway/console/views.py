@@ -22,7 +22,8 @@ _DECISIONS = frozenset({"approval.granted", "approval.rejected"})
 class InForce:
     """What is in force now, to hold a waiting call against: its capability, the policy's version."""
 
-    capability: Callable[[str], Capability | None]
+    capability: Callable[[str, str], Capability | None]
+    """The capability a call (by tool name and capability id) would run under now."""
     policy_version: Callable[[], str]
 
 
@@ -34,7 +35,7 @@ def changes_since_request(call: CallView, now: InForce) -> list[str]:
     refused at execution; a changed policy decides again).
     """
     changes = []
-    capability = now.capability(call.tool_name)
+    capability = now.capability(call.tool_name, call.capability_id)
     if capability is None:
         changes.append(f"The tool {call.tool_name} is no longer offered: this call cannot run.")
     elif (capability.id, capability.version) != (call.capability_id, call.capability_version) or (

@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
+from capabilities.registry import Registry
 from gateway.auth.oversight import may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.pipeline import CallInput, CallPipeline, ConfirmInput
@@ -24,6 +25,7 @@ from gateway.calls.rate_limits import RateLimited
 from gateway.errors import Refused, UnknownTool
 from gateway.mcp import rounds
 from gateway.mcp.documents import StatusDocument, output_schema
+from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
 from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
@@ -347,9 +349,18 @@ def build_mcp_server(
     telemetry: Telemetry | None = None,
     sealing: RequestStateSecurity | None = None,
     name: str = "writ",
+    registry: Registry | None = None,
 ) -> Server[Any]:
-    """The low-level MCP server for this gateway; `sealing` protects confirmation rounds' state."""
+    """The low-level MCP server for this gateway; `sealing` protects confirmation rounds' state.
+
+    With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
+    and completions too; else a client hears that they are not there, as from a server without them.
+    """
     face = McpFace(pipeline, store, principal, telemetry or Telemetry())
+    relays = RelayFace(pipeline, registry, store, face.caller) if registry is not None else None
+    resources = relays if relays is not None and relays.serves_resources else None
+    prompts = relays if relays is not None and relays.serves_prompts else None
+    completing = resources or prompts
     server: Server[Any] = Server(
         name,
         version=_version(),
@@ -361,6 +372,12 @@ def build_mcp_server(
         on_list_tools=face.list_tools,
         on_call_tool=face.call_tool,
         get_tool_input_schema=face.input_schema,
+        on_list_resources=resources.list_resources if resources else None,
+        on_list_resource_templates=resources.list_resource_templates if resources else None,
+        on_read_resource=resources.read_resource if resources else None,
+        on_list_prompts=prompts.list_prompts if prompts else None,
+        on_get_prompt=prompts.get_prompt if prompts else None,
+        on_completion=completing.complete if completing else None,
     )
     sealing = sealing or rounds.sealing(pipeline.confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))

@@ -12,7 +12,9 @@ import yaml
 from capabilities.config import HttpBackend, McpBackend, parse_config
 from capabilities.contract import DEFAULT_HORIZON_MARGIN_S, ConfigError
 from capabilities.credentials import Credentials
+from capabilities.mcp_relays import prompt_capabilities
 from capabilities.mcp_tools import capabilities_from_tools
+from capabilities.mcp_upstream import McpExecutor
 from capabilities.registry import Registry
 
 EXAMPLE = """
@@ -333,3 +335,65 @@ def test_an_mcp_tool_horizon_shorter_than_its_timeout_is_refused() -> None:
     with pytest.raises(ConfigError, match="backend 'up' tool 'pay': commit_horizon_s 3 is shorter"):
         capabilities_from_tools("up", backend(3), [tool])
     assert capabilities_from_tools("up", backend(12), [tool])[0].horizon_s == 12
+
+
+# --- resources and prompts relayed from MCP upstreams ---------------------------------------------
+
+
+def _upstream(**relay: Any) -> dict[str, Any]:
+    return {"type": "mcp", "url": "http://127.0.0.1:9000/mcp", **relay}
+
+
+def test_relaying_is_off_unless_asked_for_and_true_takes_the_defaults() -> None:
+    parsed = parse_config({"a": _upstream(), "b": _upstream(resources=True, prompts=True)}, [])
+    a, b = parsed.backends["a"], parsed.backends["b"]
+    assert isinstance(a, McpBackend) and isinstance(b, McpBackend)
+    assert (a.resources, a.prompts) == (None, None)
+    assert b.resources is not None and b.resources.uri_prefix == ""
+    assert b.prompts is not None and b.prompts.names == "*"
+
+
+def test_several_upstreams_relaying_resources_need_prefixes_none_beginning_another() -> None:
+    with pytest.raises(ConfigError, match=r"each needs its own resources.uri_prefix.*missing for 'b'"):
+        parse_config({"a": _upstream(resources={"uri_prefix": "a+"}), "b": _upstream(resources=True)}, [])
+    with pytest.raises(ConfigError, match=r"backend 'b'.*'lib\+x' begins with backend 'a'.*'lib\+'"):
+        parse_config(
+            {
+                "a": _upstream(resources={"uri_prefix": "lib+"}),
+                "b": _upstream(resources={"uri_prefix": "lib+x"}),
+            },
+            [],
+        )
+    parse_config(
+        {"a": _upstream(resources={"uri_prefix": "a+"}), "b": _upstream(resources={"uri_prefix": "b+"})}, []
+    )
+
+
+def test_prompt_names_shown_must_be_names_a_client_accepts() -> None:
+    with pytest.raises(ConfigError, match=r"backend 'a': prompts.prefix"):
+        parse_config({"a": _upstream(prompts={"prefix": "a prompt "})}, [])
+    with pytest.raises(ConfigError, match=r"backend 'a': prompts.rename: .*summarize -> 'sum mary'"):
+        parse_config({"a": _upstream(prompts={"rename": {"summarize": "sum mary"}})}, [])
+
+
+def test_prompt_settings_naming_what_the_upstream_lacks_are_a_config_error() -> None:
+    prompts = [mcp_types.Prompt(name="summarize", arguments=[mcp_types.PromptArgument(name="topic")])]
+    for settings, named in (
+        ({"names": ["summarise"]}, "prompts.names names summarise"),
+        ({"rename": {"greet": "hello"}}, "prompts.rename names greet"),
+        ({"redact": {"summarize": ["topik"]}}, "prompts.redact.summarize names topik"),
+    ):
+        backend = McpBackend.model_validate(_upstream(prompts=settings))
+        with pytest.raises(ConfigError, match=named):
+            prompt_capabilities("a", backend, prompts)
+
+
+def test_two_upstreams_relaying_one_prompt_name_is_a_config_error() -> None:
+    prompts = [mcp_types.Prompt(name="summarize")]
+    backends = {name: McpBackend.model_validate(_upstream(prompts=True)) for name in ("a", "b")}
+    registry = Registry({name: McpExecutor(name, backend) for name, backend in backends.items()})
+    registry._add(prompt_capabilities("a", backends["a"], prompts))
+    with pytest.raises(
+        ConfigError, match=r"prompt name 'summarize' is relayed from both backend 'a' and backend 'b'"
+    ):
+        registry._add(prompt_capabilities("b", backends["b"], prompts))

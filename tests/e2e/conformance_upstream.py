@@ -4,14 +4,18 @@ Behind Writ it lets the suite's content and schema scenarios (tools-call-simple-
 -embedded-resource, -mixed-content, -error, json-schema-2020-12, the sync `greet` checks of the tasks
 scenarios) see whether Writ relays a tool's result and input schema unchanged, and the SEP-2243
 custom-header scenario whether it checks the `Mcp-Param-*` header of a relayed tool's `x-mcp-header`
-parameter. The fixtures that need a call to talk back to the client (progress, logging, sampling,
-elicitation) or to become a task are not here: Writ does not relay those.
+parameter. Its resources, resource template, prompts and completions are the reference server's, for
+the resources-*, prompts-*, completion-complete, SEP-2164 and caching scenarios. The fixtures that need
+a call to talk back to the client (progress, logging, sampling, elicitation) or to become a task are
+not here: Writ does not relay those.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import json
+import re
 import struct
 import wave
 import zlib
@@ -21,6 +25,8 @@ import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 
 def _png() -> str:
@@ -146,7 +152,132 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     return types.CallToolResult(content=content)
 
 
-server = Server("conformance-fixtures", on_list_tools=list_tools, on_call_tool=call_tool)
+# The reference server's resources, template, prompts and completions, relayed by Writ (resources and
+# prompts of this backend are on in tests/e2e/test_conformance.py, and policy lets the suite read them).
+
+STATIC_TEXT = types.TextResourceContents(
+    uri="test://static-text", mime_type="text/plain", text="This is the content of the static text resource."
+)
+STATIC_BINARY = types.BlobResourceContents(uri="test://static-binary", mime_type="image/png", blob=PNG)
+TEMPLATE = re.compile(r"test://template/([^/]+)/data")
+
+
+async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+    return types.ListResourcesResult(
+        resources=[
+            types.Resource(
+                uri=STATIC_TEXT.uri,
+                name="static-text",
+                description="A static text resource.",
+                mime_type="text/plain",
+            ),
+            types.Resource(
+                uri=STATIC_BINARY.uri,
+                name="static-binary",
+                description="A static PNG.",
+                mime_type="image/png",
+            ),
+        ]
+    )
+
+
+async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+    template = types.ResourceTemplate(
+        uri_template="test://template/{id}/data",
+        name="template",
+        description="Data for an id.",
+        mime_type="application/json",
+    )
+    return types.ListResourceTemplatesResult(resource_templates=[template])
+
+
+async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    if params.uri == STATIC_TEXT.uri:
+        return types.ReadResourceResult(contents=[STATIC_TEXT])
+    if params.uri == STATIC_BINARY.uri:
+        return types.ReadResourceResult(contents=[STATIC_BINARY])
+    if match := TEMPLATE.fullmatch(params.uri):
+        data = {"id": match[1], "templateTest": True, "data": f"Data for ID: {match[1]}"}
+        text = json.dumps(data, separators=(",", ":"))
+        contents = types.TextResourceContents(uri=params.uri, mime_type="application/json", text=text)
+        return types.ReadResourceResult(contents=[contents])
+    raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": params.uri})
+
+
+def _argument(name: str) -> types.PromptArgument:
+    return types.PromptArgument(name=name, description=f"The {name}", required=True)
+
+
+PROMPTS = [
+    types.Prompt(name="test_simple_prompt", description="A prompt without arguments."),
+    types.Prompt(
+        name="test_prompt_with_arguments",
+        description="A prompt with two arguments.",
+        arguments=[_argument("arg1"), _argument("arg2")],
+    ),
+    types.Prompt(
+        name="test_prompt_with_embedded_resource",
+        description="A prompt embedding a resource.",
+        arguments=[_argument("resourceUri")],
+    ),
+    types.Prompt(name="test_prompt_with_image", description="A prompt with an image."),
+]
+
+
+def _said(text: str) -> types.PromptMessage:
+    return types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
+
+
+async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=PROMPTS)
+
+
+async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    arguments = params.arguments or {}
+    match params.name:
+        case "test_simple_prompt":
+            messages = [_said("This is a simple prompt for testing.")]
+        case "test_prompt_with_arguments":
+            messages = [
+                _said(f"Prompt with arguments: arg1='{arguments['arg1']}', arg2='{arguments['arg2']}'")
+            ]
+        case "test_prompt_with_embedded_resource":
+            embedded = types.TextResourceContents(
+                uri=arguments["resourceUri"],
+                mime_type="text/plain",
+                text="Embedded resource content for testing.",
+            )
+            resource = types.EmbeddedResource(type="resource", resource=embedded)
+            messages = [
+                types.PromptMessage(role="user", content=resource),
+                _said("Please process the embedded resource above."),
+            ]
+        case "test_prompt_with_image":
+            messages = [
+                types.PromptMessage(role="user", content=IMAGE),
+                _said("Please analyze the image above."),
+            ]
+        case _:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {params.name}")
+    return types.GetPromptResult(messages=messages)
+
+
+async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+    values = [v for v in ("paris", "park", "party", "test") if v.startswith(params.argument.value)]
+    return types.CompleteResult(completion=types.Completion(values=values, total=len(values), has_more=False))
+
+
+server = Server(
+    "conformance-fixtures",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+    on_list_resources=list_resources,
+    on_list_resource_templates=list_templates,
+    on_read_resource=read_resource,
+    on_list_prompts=list_prompts,
+    on_get_prompt=get_prompt,
+    on_completion=complete,
+)
 
 
 async def main() -> None:

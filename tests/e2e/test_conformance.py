@@ -30,7 +30,7 @@ from tests.e2e.harness import Backend, Gateway, writ_gateway
 VERSIONS = ("2025-11-25", "2026-07-28")
 # The checks that pass today, so a run that silently checks less (a scenario that crashed before its
 # checks, a suite that ran nothing) fails even though nothing in it failed. Raise it as checks are fixed.
-MIN_PASSED = {"2025-11-25": 53, "2026-07-28": 124}
+MIN_PASSED = {"2025-11-25": 63, "2026-07-28": 140}
 UPSTREAM = Path(__file__).with_name("conformance_upstream.py")
 
 
@@ -46,16 +46,20 @@ def suite() -> Suite:
 @pytest.fixture
 def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
     """The demo on SQLite (the store plays no part in what the suite checks) and the fixture upstream."""
-    fixtures = {"type": "mcp", "command": [sys.executable, str(UPSTREAM)]}
-    rule = {
-        "id": "agents-call-fixtures",
-        "tools": [t.name for t in TOOLS],
-        "roles": ["agent"],
-        "decision": "allow",
-    }
+    fixtures = {"type": "mcp", "command": [sys.executable, str(UPSTREAM)], "resources": True, "prompts": True}
+    rules = [
+        {
+            "id": "agents-call-fixtures",
+            "tools": [t.name for t in TOOLS],
+            "roles": ["agent"],
+            "decision": "allow",
+        },
+        {"id": "agents-read-fixtures", "resources": ["test://*"], "roles": ["agent"], "decision": "allow"},
+        {"id": "agents-get-fixture-prompts", "prompts": ["test_*"], "roles": ["agent"], "decision": "allow"},
+    ]
     store = f"sqlite:///{tmp_path / 'writ.db'}"
     with writ_gateway(
-        tmp_path, backend, store, extra_backends={"fixtures": fixtures}, extra_rules=[rule]
+        tmp_path, backend, store, extra_backends={"fixtures": fixtures}, extra_rules=rules
     ) as g:
         yield g
 

@@ -116,3 +116,37 @@ def test_the_budgets_a_call_would_count_against_are_shown(tmp_path: Path) -> Non
     assert "refunds-an-hour  principal default/bob  +1 of 10  resets 2026-12-01T13:00:00+00:00" in out.stdout
     assert "spend  tenant default  +7 of 100  resets 2026-12-02T00:00:00+00:00" in out.stdout
     assert "other-tools" not in out.stdout
+
+
+def test_a_resource_read_is_checked_by_its_uri_against_resource_rules(tmp_path: Path) -> None:
+    path = Path(config(tmp_path))
+    data = yaml.safe_load(path.read_text())
+    data["backends"]["files"] = {
+        "type": "mcp",
+        "url": "http://127.0.0.1:9/mcp",
+        "resources": {"uri_prefix": "f+"},
+    }
+    data["policy"]["rules"].append(
+        {"id": "read-reports", "resources": ["f+file:///reports/*"], "roles": ["agent"], "decision": "allow"}
+    )
+    path.write_text(yaml.safe_dump(data))
+
+    def check_read(uri: str) -> str:
+        args = ["policy", "check", "--sub", "b", "--roles", "agent", "--resource", uri, "-c", str(path)]
+        out = CliRunner().invoke(app, args)
+        assert out.exit_code == 0, out.output
+        return out.stdout
+
+    allowed, denied = check_read("f+file:///reports/q3.pdf"), check_read("f+file:///payroll.csv")
+    assert "decision: allow" in allowed and "rule: read-reports" in allowed
+    assert "capability: files/resources@1" in allowed
+    assert "decision: deny" in denied and "reason: no_matching_rule" in denied
+    elsewhere = CliRunner().invoke(
+        app, ["policy", "check", "--sub", "b", "--resource", "x://y", "-c", str(path)]
+    )
+    assert isinstance(elsewhere.exception, ConfigurationError)
+    assert "no backend relays resources under 'x://y'" in str(elsewhere.exception)
+    both = CliRunner().invoke(
+        app, ["policy", "check", "--sub", "b", "--tool", "t", "--resource", "f+x", "-c", str(path)]
+    )
+    assert both.exit_code == 2 and "--tool NAME, or --resource URI" in both.output

@@ -9,7 +9,10 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from capabilities.config import McpBackend
 from capabilities.fake import FakeExecutor, completed, fake_capability
+from capabilities.mcp_relays import resource_capability
+from capabilities.mcp_upstream import McpExecutor
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
 from gateway.calls.pipeline import CallInput, CallPipeline
@@ -104,3 +107,25 @@ async def test_writ_call_status_publishes_an_output_schema_its_results_validate_
     assert [t["status"] for t in told] == ["approval_pending", "completed"]  # type: ignore[index]
     assert told[1]["result"]["structuredContent"] == {"ok": True}  # type: ignore[index]
     assert missing.structured_content == {"status": "not_found", "toolCallId": "tc_nobody"}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_an_unexpected_error_in_a_relayed_read_or_get_names_no_detail(
+    tmp_path: Path, mode: str
+) -> None:
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    upstream = McpBackend.model_validate({"type": "mcp", "url": "http://127.0.0.1:9/mcp", "resources": True})
+    registry = Registry({"lib": McpExecutor("lib", upstream)}, [resource_capability("lib", upstream)])
+    registry.relays_resources = True
+    policy = Policy.from_mapping({"rules": [{"id": "all", "resources": ["*"], "decision": "allow"}]})
+    pipeline = BrokenPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
+    server = build_mcp_server(pipeline, store, lambda: ALICE, registry=registry)
+    try:
+        async with Client(server, mode=mode) as client:
+            with pytest.raises(MCPError) as raised:
+                await client.read_resource("note://x")
+    finally:
+        store.close()
+    assert raised.value.error.code == -32603
+    assert "hunter2" not in str(raised.value) and "secret" not in str(raised.value)

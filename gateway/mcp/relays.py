@@ -1,0 +1,251 @@
+"""The MCP face for what upstream servers offer besides tools: resources, prompts, completions.
+
+Listings are asked of the upstreams when a client asks and show only what policy could let the caller
+read or get; nothing of a listing is recorded. A read (`resources/read`) or a get (`prompts/get`) is a
+call through the one pipeline, as a tool call is: decided by policy, recorded (requested, then denied,
+or dispatching and completed or failed), with the same privacy rules. Anything but its content answers
+a JSON-RPC error whose `data` is the call's status document (`reason` for a denial).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+from capabilities.contract import BackendUnavailable, Capability
+from capabilities.mcp_relays import prompt_of
+from capabilities.registry import Registry
+from gateway.auth.standing import is_revoked
+from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
+from gateway.calls.rate_limits import RateLimited
+from gateway.errors import UnknownTool
+from gateway.mcp.results import status_document
+from gateway.reasons import ReasonCode
+from policy.model import Principal
+from store.model import Unavailable
+from store.ports import CallStatus
+
+logger = logging.getLogger(__name__)
+
+RESOURCE_NOT_FOUND = INVALID_PARAMS
+"""The code of a read of a resource no upstream relays, with the URI as `data.uri` (SEP-2164)."""
+REFUSED = -32003
+"""Writ's code for a read or get it did not carry out: denied, waiting for approval, rate limited;
+`data.status` and `data.reason` say which."""
+INTERNAL = "Internal error in Writ (logged on the server)."
+STORE_UNAVAILABLE = (
+    "Writ's store is unavailable, so this request was not carried out: nothing was sent upstream. "
+    "Try again later."
+)
+
+
+_Params = TypeVar("_Params")
+_Result = TypeVar("_Result")
+_Handler = Callable[["RelayFace", Any, _Params], Awaitable[_Result]]
+
+
+def _guarded(handler: _Handler[_Params, _Result]) -> _Handler[_Params, _Result]:
+    """The handler, with every error Writ did not mean answered as one that names no detail (the SDK
+    would tell a 2025-11-25 client the exception's own text)."""
+
+    @functools.wraps(handler)
+    async def guarded(face: RelayFace, ctx: Any, params: _Params) -> _Result:
+        try:
+            return await handler(face, ctx, params)
+        except MCPError:
+            raise
+        except Unavailable as exc:
+            logger.error("%s: the store is unavailable: %s", handler.__name__, exc)
+            raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE) from exc
+        except Exception as exc:
+            logger.exception("%s failed", handler.__name__)
+            raise MCPError(INTERNAL_ERROR, INTERNAL) from exc
+
+    return guarded
+
+
+class RelayFace:
+    """Handlers of the relayed requests; `caller` is the MCP face's one authentication guard."""
+
+    def __init__(
+        self, pipeline: CallPipeline, registry: Registry, store: CallStatus, caller: Callable[[], Principal]
+    ) -> None:
+        self.pipeline = pipeline
+        self.registry = registry
+        self.store = store
+        self.caller = caller
+
+    @property
+    def serves_resources(self) -> bool:
+        return self.registry.relays_resources
+
+    @property
+    def serves_prompts(self) -> bool:
+        return self.registry.relays_prompts
+
+    # --- listings --------------------------------------------------------------------------------------
+
+    @_guarded
+    async def list_resources(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        """resources/list: every relaying upstream's resources this caller may read."""
+        who = await self._listing_caller()
+        shown: list[types.Resource] = []
+        if who is None:
+            return types.ListResourcesResult(resources=shown)
+        for capability, relay in self.registry.resource_relays():
+            try:
+                listed = await relay.list_resources()
+            except BackendUnavailable as exc:
+                logger.warning("resources/list: %s left out: %s", capability.backend, exc)
+                continue
+            shown.extend(r for r in listed if self.pipeline.may_list(who, capability, r.uri))
+        return types.ListResourcesResult(resources=shown)
+
+    @_guarded
+    async def list_resource_templates(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """resources/templates/list: templates whose URI template a rule lets this caller read."""
+        who = await self._listing_caller()
+        shown: list[types.ResourceTemplate] = []
+        if who is None:
+            return types.ListResourceTemplatesResult(resource_templates=shown)
+        for capability, relay in self.registry.resource_relays():
+            try:
+                listed = await relay.list_resource_templates()
+            except BackendUnavailable as exc:
+                logger.warning("resources/templates/list: %s left out: %s", capability.backend, exc)
+                continue
+            shown.extend(t for t in listed if self.pipeline.may_list(who, capability, t.uri_template))
+        return types.ListResourceTemplatesResult(resource_templates=shown)
+
+    @_guarded
+    async def list_prompts(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        """prompts/list: the relayed prompts this caller may get."""
+        who = await self._listing_caller()
+        if who is None:
+            return types.ListPromptsResult(prompts=[])
+        visible = [c for c in self.registry.prompts() if self.pipeline.may_list(who, c)]
+        return types.ListPromptsResult(prompts=[prompt_of(c) for c in visible])
+
+    async def _listing_caller(self) -> Principal | None:
+        """The caller, or None for a revoked one (who may read nothing, so is shown nothing)."""
+        who = self.caller()
+        try:
+            revoked = await is_revoked(self.store, who)
+        except Unavailable as exc:
+            # As for tools/list: listed by policy alone; no read can be admitted without the store.
+            logger.warning("listing: the store is unavailable, standing not checked: %s", exc)
+            revoked = False
+        return None if revoked else who
+
+    # --- reads and gets -------------------------------------------------------------------------------
+
+    @_guarded
+    async def read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """resources/read: a call decided by policy over the URI, recorded, then read upstream."""
+        report = await self._call(
+            CallInput(
+                principal=self.caller(), tool_name=params.uri, arguments={"uri": params.uri}, kind="resource"
+            )
+        )
+        return types.ReadResourceResult.model_validate(_content(report, {"uri": params.uri}))
+
+    @_guarded
+    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        """prompts/get: a call decided by policy over the name and arguments, recorded, then got upstream."""
+        report = await self._call(
+            CallInput(
+                principal=self.caller(),
+                tool_name=params.name,
+                arguments=dict(params.arguments or {}),
+                kind="prompt",
+            )
+        )
+        return types.GetPromptResult.model_validate(_content(report))
+
+    async def _call(self, inp: CallInput) -> CallReport:
+        try:
+            return await self.pipeline.call(inp)
+        except UnknownTool as exc:
+            if inp.kind == "resource":
+                where = {"uri": inp.tool_name}
+                raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {inp.tool_name}", where) from exc
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {inp.tool_name!r}") from exc
+        except RateLimited as exc:
+            data = {
+                "status": "denied",
+                "reason": ReasonCode.RATE_LIMITED.value,
+                "retryAfterS": exc.retry_after_s,
+            }
+            raise MCPError(
+                REFUSED, f"Rate limited: nothing was done; try again in {exc.retry_after_s:g} s", data
+            ) from exc
+
+    # --- completions ----------------------------------------------------------------------------------
+
+    @_guarded
+    async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """completion/complete: asked of the upstream that serves the prompt or template, when the
+        caller may get or read it; not recorded (a suggestion reads nothing)."""
+        who = self.caller()
+        ref = params.ref
+        capability: Capability | None
+        if isinstance(ref, types.PromptReference):
+            capability = self.registry.prompt(ref.name)
+            visible = capability is not None and self.pipeline.may_list(who, capability)
+            unknown = f"Unknown prompt: {ref.name!r}"
+        else:
+            capability = self.registry.resource_capability(ref.uri)
+            visible = capability is not None and self.pipeline.may_list(who, capability, ref.uri)
+            unknown = f"Unknown resource template: {ref.uri}"
+        relay = self.registry.relay(capability) if capability is not None else None
+        if capability is None or relay is None or not visible or await is_revoked(self.store, who):
+            raise MCPError(INVALID_PARAMS, unknown)
+        try:
+            return await relay.complete(capability, ref, params.argument, params.context)
+        except BackendUnavailable as exc:
+            logger.warning("completion/complete: %s", exc)
+            raise MCPError(INTERNAL_ERROR, f"The upstream could not complete this: {exc}") from exc
+
+
+def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """The relayed answer of a completed read or get.
+
+    Raises:
+        MCPError: the call was refused, is waiting, or failed: its status document (with `said`, a
+            read's `uri`) is the error's data.
+    """
+    call = report.call
+    if call.status == "completed" and call.result is not None and report.recorded:
+        return call.result.get("structuredContent") or {}
+    document = {**status_document(call), **(said or {})}
+    if report.kind == "invalid_arguments":
+        raise MCPError(INVALID_PARAMS, "Invalid arguments: " + "; ".join(report.validation_errors), document)
+    if not report.recorded:
+        raise MCPError(INTERNAL_ERROR, STORE_UNAVAILABLE, document)
+    if call.status == "failed":
+        code = _upstream_code(call.error)
+        raise MCPError(code, f"Not read: {call.error or 'failed'} ({call.tool_call_id})", document)
+    if call.status == "denied":
+        raise MCPError(REFUSED, f"Denied ({call.reason}): {call.summary}", document)
+    raise MCPError(REFUSED, f"Not carried out: the request is {call.status} ({call.tool_call_id})", document)
+
+
+def _upstream_code(error: str | None) -> int:
+    """The upstream's own JSON-RPC code when it refused (`mcp_error_32002`), else an internal error."""
+    if error and error.startswith("mcp_error_") and error[10:].isdigit():
+        return -int(error[10:])
+    return INTERNAL_ERROR
