@@ -220,7 +220,7 @@ async def test_a_read_is_recorded_as_a_read_class_call_of_its_principal(recordin
     assert call.arguments == {"uri": "lib+note://welcome"}
     assert call.result is not None
     assert call.result["structuredContent"]["contents"][0]["text"] == "Welcome to the lib library."
-    assert call.principal is not None and call.principal["roles"] == ["agent"]
+    assert call.principal is not None and call.principal.roles == ("agent",)
     assert gateway.event_types(call.tool_call_id) == [
         "tool_call.requested",
         "tool_call.dispatching",
