@@ -235,6 +235,8 @@ class Grammar:
             raise _Broken("reconciled_after_escalation", "a lookup started on a call handed to a person")
         elif isinstance(event, ev.ReconciliationEscalatedEvent):
             call.escalated = True
+        elif isinstance(event, ev.ToolCallResultUnknownEvent):
+            call.escalated = False  # unknown again (after a retry): due for lookups again, as projected
         elif isinstance(event, ev.ReconciliationResolvedEvent):
             if call.state != "result_unknown" and not call.contradicted:
                 raise _Broken("resettled", f"reconciliation.resolved of a call settled {call.state}")
@@ -326,9 +328,3 @@ class _Broken(Exception):
         super().__init__(detail)
         self.rule = rule
         self.detail = detail
-
-
-def describe(violation: GrammarViolation) -> str:
-    """One line: the seq, the rule and what happened."""
-    call = f" (call {violation.tool_call_id})" if violation.tool_call_id else ""
-    return f"seq {violation.seq}{call}: {violation.rule}: {violation.detail}"

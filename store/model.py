@@ -472,6 +472,10 @@ class GrammarViolation:
     detail: str
     tool_call_id: str | None = None
 
+    def describe(self) -> str:
+        call = f" (call {self.tool_call_id})" if self.tool_call_id else ""
+        return f"seq {self.seq}{call}: {self.rule}: {self.detail}"
+
 
 @dataclass(frozen=True, slots=True)
 class AuditReport:

@@ -96,9 +96,10 @@ def _rows(conn: Connection, table: Table) -> Iterator[tuple[tuple[Any, ...], Any
     postgres = conn.dialect.name == "postgresql"
     order = [c.collate("C") if postgres and isinstance(c.type, String) else c for c in key_columns]
     query = select(table).order_by(*order).execution_options(yield_per=_PAGE)
+    at = [list(table.columns).index(c) for c in key_columns]
     with conn.execute(query) as result:  # closed, server-side cursor and all, when the walk stops early
         for row in result:
-            yield tuple(getattr(row, c.name) for c in key_columns), row
+            yield tuple(row[i] for i in at), row
 
 
 def _first_difference(
@@ -114,12 +115,12 @@ def _first_difference(
             return ProjectionDifference(table.name, _key(names, left[0]), None, "a row", "absent")
         if left is None or right[0] < left[0]:
             return ProjectionDifference(table.name, _key(names, right[0]), None, "absent", "a row")
-        for column in table.columns:
-            ours, theirs = getattr(left[1], column.name), getattr(right[1], column.name)
-            if ours != theirs:
-                return ProjectionDifference(
-                    table.name, _key(names, left[0]), column.name, _shown(ours), _shown(theirs)
-                )
+        if tuple(left[1]) != tuple(right[1]):  # both select(table): the same columns in the same order
+            for column, ours, theirs in zip(table.columns, left[1], right[1], strict=True):
+                if ours != theirs:
+                    return ProjectionDifference(
+                        table.name, _key(names, left[0]), column.name, _shown(ours), _shown(theirs)
+                    )
         left, right = next(stored, None), next(replayed, None)
     return None
 
