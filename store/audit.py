@@ -21,7 +21,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from store import events as ev
 from store.grammar import Grammar
 from store.log import envelope_of, read_pages
-from store.model import Anchor, AuditReport, CorruptEvent, GrammarViolation, StoreError
+from store.model import (
+    Anchor,
+    AuditReport,
+    CorruptEvent,
+    GrammarViolation,
+    ScratchUnavailable,
+    StoreError,
+)
 from store.replay import Replay
 from store.schema import events, log_head
 
@@ -71,6 +78,8 @@ class _Follower:
             return
         try:
             self.replay.apply(event)
+        except ScratchUnavailable:
+            raise  # verify could not finish: no finding about the log either way
         except (StoreError, SQLAlchemyError) as exc:
             detail = f"the projector cannot apply it: {str(exc).splitlines()[0]}"
             self._stop(GrammarViolation(seq, "unreplayable", detail, event.tool_call_id))

@@ -77,6 +77,11 @@ class CorruptEvent(StoreError):
         self.seq = seq
 
 
+class ScratchUnavailable(StoreError):
+    """Verify's scratch database (a temporary SQLite file the size of the projections) could not be
+    made or written: no room in `$TMPDIR`, or no such directory. Nothing was found about the log."""
+
+
 class KeyClaimLost(StoreError):
     """Another call took the idempotency key between reading and claiming it."""
 

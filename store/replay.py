@@ -17,10 +17,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, String, Table, create_engine, event, select
+from sqlalchemy import Connection, Engine, String, Table, create_engine, event, exc, select
 
 from store import events as ev
-from store.model import ProjectionDifference
+from store.model import ProjectionDifference, ScratchUnavailable
 from store.projector import apply
 from store.schema import PROJECTION_TABLES, metadata
 
@@ -33,9 +33,19 @@ class Replay:
     """Scratch projections, built event by event; a context manager that deletes them on exit."""
 
     def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="writ-verify-")
-        self._engine = _scratch_engine(Path(self._dir.name) / "replay.db")
-        metadata.create_all(self._engine, tables=list(PROJECTION_TABLES))
+        """Raises: ScratchUnavailable: the temporary directory ($TMPDIR) cannot hold the file."""
+        try:
+            self._dir = tempfile.TemporaryDirectory(prefix="writ-verify-")
+        except OSError as error:
+            raise ScratchUnavailable(_scratch_failed(tempfile.gettempdir(), error)) from error
+        self._path = Path(self._dir.name) / "replay.db"
+        self._engine = _scratch_engine(self._path)
+        try:
+            metadata.create_all(self._engine, tables=list(PROJECTION_TABLES))
+        except exc.OperationalError as error:
+            self._engine.dispose()
+            self._dir.cleanup()
+            raise ScratchUnavailable(_scratch_failed(self._path, error.orig)) from error
         self._conn = self._engine.connect()
         self._tx = self._conn.begin()
 
@@ -55,10 +65,14 @@ class Replay:
         """Project one event into the scratch tables, exactly as the live append does.
 
         Raises:
-            StoreError, KeyClaimLost, sqlalchemy errors: the event cannot be applied (a second claim of
-                a held key, a row inserted twice, an event naming no row).
+            StoreError, KeyClaimLost, IntegrityError: the event cannot be applied (a second claim of a
+                held key, a row inserted twice, an event naming no row).
+            ScratchUnavailable: the scratch file cannot be written.
         """
-        apply(self._conn, event)
+        try:
+            apply(self._conn, event)
+        except exc.OperationalError as error:  # the scratch file's own trouble (a full disk), not the log's
+            raise ScratchUnavailable(_scratch_failed(self._path, error.orig)) from error
 
     def compare(self, live: Connection) -> list[ProjectionDifference]:
         """The first differing row of each projection table (in `PROJECTION_TABLES` order), or none."""
@@ -68,6 +82,13 @@ class Replay:
             if difference is not None:
                 differences.append(difference)
         return differences
+
+
+def _scratch_failed(where: object, error: object) -> str:
+    return (
+        f"verify's scratch database at {where} failed ({error}): it needs room for a copy of the "
+        "projections; point TMPDIR at a directory that has it"
+    )
 
 
 def _scratch_engine(path: Path) -> Engine:

@@ -211,8 +211,14 @@ def audit_verify(config: ConfigOption = None, checkpoints: CheckpointsOption = N
     except CheckpointUnverifiable as exc:
         typer.echo(f"UNVERIFIABLE: {exc}", err=True)
         raise typer.Exit(1) from None
-    with _store(config) as store:
-        report = store.verify([c.anchor for c in found])
+    from store.model import ScratchUnavailable
+
+    try:
+        with _store(config) as store:
+            report = store.verify([c.anchor for c in found])
+    except ScratchUnavailable as exc:
+        _fail(f"cannot verify: {exc}")
+        return
     if not report.chain_ok:
         finding = f"first bad seq {report.first_bad_seq} ({report.problem}): {report.detail or ''}"
         typer.echo(f"TAMPERED: {finding}".rstrip(": "), err=True)

@@ -5,7 +5,9 @@ writes verifies clean."""
 
 from __future__ import annotations
 
+import tempfile
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from sqlalchemy import select
 from store import ApprovedDispatch, Store
 from store import events as ev
 from store.commands import DecideApproval, RevokePrincipal
+from store.model import ScratchUnavailable
 from store.schema import approvals, effect_ledger, runs, tool_calls
 from tests.store import tamper
 from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, outcome, refusal_request
@@ -274,3 +277,12 @@ def test_verify_leaves_the_live_projections_as_they_were(history: Store) -> None
     history.verify()
 
     assert (call := history.get_call("granted")) is not None and call.status == "failed"
+
+
+def test_no_room_for_the_scratch_projections_is_an_error_not_a_finding(
+    history: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-directory"))
+
+    with pytest.raises(ScratchUnavailable, match="point TMPDIR at a directory"):
+        history.verify()

@@ -5,6 +5,7 @@ changed behind the log and forged events resealed into it fail verify by their r
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -216,3 +217,16 @@ def test_a_log_whose_chain_is_broken_is_not_replayed(logged: tuple[Path, Store])
     assert verified.exit_code == 1
     assert "first bad seq 4 (edited)" in verified.output
     assert "projections: not compared" in verified.output
+
+
+def test_verify_without_room_for_its_scratch_file_exits_2_and_finds_nothing(
+    logged: tuple[Path, Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, _ = logged
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-directory"))
+
+    verified = writ("audit", "verify", "-c", str(config))
+
+    assert verified.exit_code == 2
+    assert "cannot verify: verify's scratch database" in verified.output
+    assert "TAMPERED" not in verified.output
