@@ -1,8 +1,11 @@
-"""Verifying the hash chain: find the first event that was edited, deleted, inserted or reordered.
+"""Verifying the log: the hash chain, the anchors, the event grammar and the projections.
 
-The chain alone cannot catch someone who rewrites an event and re-seals everything after it (the
-hash is unkeyed and the head lives in the same database): checkpoints signed outside the database
-(`Anchor`s, checked by the gateway) can, as each vouches for the hashes of a range of seqs.
+The chain names the first event that was edited, deleted, inserted or reordered. It alone cannot
+catch someone who rewrites an event and re-seals everything after it (the hash is unkeyed and the
+head lives in the same database): checkpoints signed outside the database (`Anchor`s, checked by the
+gateway) can, as each vouches for the hashes of a range of seqs. The same walk feeds each event to the
+grammar (store.grammar) and to a replay into scratch projections (store.replay), which are compared
+with the live ones at the end, in the same snapshot: what the runtime acts on must be what the log says.
 """
 
 from __future__ import annotations
@@ -11,11 +14,22 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Connection, Row, func, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from store import events as ev
+from store.grammar import Grammar
 from store.log import envelope_of, read_pages
-from store.model import Anchor, AuditReport, CorruptEvent
+from store.model import (
+    Anchor,
+    AuditReport,
+    CorruptEvent,
+    GrammarViolation,
+    ScratchUnavailable,
+    StoreError,
+)
+from store.replay import Replay
 from store.schema import events, log_head
 
 Finding = tuple[str, int, str]
@@ -26,16 +40,69 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = ()) -> AuditReport:
     """Walk the whole log in seq order, streaming, and report the first inconsistency.
 
     Each anchor must match the log: the same first event, the hashes it vouches for, and a log at
-    least as long as the seq it was made at.
+    least as long as the seq it was made at. Once the chain is intact, the report also carries the
+    first grammar violation and the first projection row that differs from the replay, if any.
     """
     vouched = _Vouched(anchors)
-    report = _verify_chain(conn, vouched)
-    if not report.ok:
-        return report
-    return vouched.finish(report)
+    with Replay() as replay:
+        follower = _Follower(replay)
+        report = _verify_chain(conn, vouched, follower)
+        if report.chain_ok:
+            report = vouched.finish(report)
+        if not report.chain_ok:
+            return report  # the log itself is altered: a replay of it would prove nothing
+        return follower.finish(conn, report)
 
 
-def _verify_chain(conn: Connection, vouched: _Vouched) -> AuditReport:
+class _Follower:
+    """Feeds each event whose chain link holds to the grammar and to the replay."""
+
+    def __init__(self, replay: Replay) -> None:
+        self.replay = replay
+        self.grammar = Grammar()
+        self.violation: GrammarViolation | None = None
+        self.applying = True
+
+    def take(self, seq: int, envelope: dict[str, Any]) -> None:
+        if not self.applying and self.violation is not None:
+            return
+        try:
+            event = ev.parse_event(envelope)
+        except ValidationError as exc:
+            detail = f"event {seq} is not a valid {envelope.get('type')} event: {exc.error_count()} errors"
+            self._stop(GrammarViolation(seq, "unreadable_event", detail, envelope.get("tool_call_id")))
+            return
+        if self.violation is None:
+            self.violation = self.grammar.check(event)
+        if not self.applying:
+            return
+        try:
+            self.replay.apply(event)
+        except ScratchUnavailable:
+            raise  # verify could not finish: no finding about the log either way
+        except (StoreError, SQLAlchemyError) as exc:
+            detail = f"the projector cannot apply it: {str(exc).splitlines()[0]}"
+            self._stop(GrammarViolation(seq, "unreplayable", detail, event.tool_call_id))
+
+    def _stop(self, violation: GrammarViolation) -> None:
+        self.applying = False
+        if self.violation is None:
+            self.violation = violation
+
+    def finish(self, conn: Connection, report: AuditReport) -> AuditReport:
+        report = replace(report, replayed=True, grammar_violation=self.violation)
+        if not self.applying:
+            return report
+        differences = self.replay.compare(conn)
+        return replace(
+            report,
+            projections_compared=True,
+            projection_difference=differences[0] if differences else None,
+            differing_tables=tuple(d.table for d in differences),
+        )
+
+
+def _verify_chain(conn: Connection, vouched: _Vouched, follower: _Follower) -> AuditReport:
     head = conn.execute(
         select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1)
     ).one_or_none()
@@ -52,10 +119,13 @@ def _verify_chain(conn: Connection, vouched: _Vouched) -> AuditReport:
     current = next(rows, None)
     while current is not None:
         following = next(rows, None)
-        finding = _check(current, following, expected, prev_hash) or vouched.check(current.seq, current.hash)
+        checked_row = _check(current, following, expected, prev_hash)
+        finding = checked_row if isinstance(checked_row, tuple) else vouched.check(current.seq, current.hash)
         if finding is not None:
             problem, seq, detail = finding
             return AuditReport(False, checked, first_bad_seq=seq, problem=problem, detail=detail)
+        assert isinstance(checked_row, dict)
+        follower.take(current.seq, checked_row)
         checked += 1
         expected, prev_hash, current = expected + 1, current.hash, following
     last_seq = expected - 1
@@ -122,7 +192,7 @@ class _Vouched:
             )
             return replace(
                 report,
-                ok=False,
+                chain_ok=False,
                 first_bad_seq=last_seq + 1,
                 problem="truncated",
                 detail=detail,
@@ -137,7 +207,10 @@ class _Vouched:
         )
 
 
-def _check(row: Row[Any], following: Row[Any] | None, expected: int, prev_hash: str) -> Finding | None:
+def _check(
+    row: Row[Any], following: Row[Any] | None, expected: int, prev_hash: str
+) -> Finding | dict[str, Any]:
+    """The finding about `row`, or its envelope when it hashes and links as it should."""
     if row.seq != expected:
         return ("deleted", expected, f"seq {expected} is missing; the next event has seq {row.seq}")
     try:
@@ -156,7 +229,7 @@ def _check(row: Row[Any], following: Row[Any] | None, expected: int, prev_hash: 
         bad = max(row.seq - 1, 1)
         detail = f"event {row.seq} does not link to event {row.seq - 1}: one of them was rewritten"
         return ("broken_chain", bad, detail)
-    return None
+    return envelope
 
 
 def _explain_mismatch(row: Row[Any], following: Row[Any] | None, envelope: dict[str, Any]) -> Finding:

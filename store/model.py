@@ -77,6 +77,11 @@ class CorruptEvent(StoreError):
         self.seq = seq
 
 
+class ScratchUnavailable(StoreError):
+    """Verify's scratch database (a temporary SQLite file the size of the projections) could not be
+    made or written: no room in `$TMPDIR`, or no such directory. Nothing was found about the log."""
+
+
 class KeyClaimLost(StoreError):
     """Another call took the idempotency key between reading and claiming it."""
 
@@ -476,8 +481,45 @@ class Anchor:
 
 
 @dataclass(frozen=True, slots=True)
+class ProjectionDifference:
+    """The first row where a projection the runtime acts on differs from a replay of the log."""
+
+    table: str
+    key: tuple[tuple[str, str], ...]
+    """The row's primary key, column by column, as text."""
+    column: str | None
+    """The first column that differs; None when the row exists on one side only."""
+    stored: str
+    """What the database holds (`absent` when it has no such row)."""
+    replayed: str
+    """What the log says it should hold (`absent` when the replay made no such row)."""
+
+    def describe(self) -> str:
+        key = ", ".join(f"{name}={value}" for name, value in self.key)
+        if self.column is None:
+            return f"{self.table} [{key}]: stored {self.stored}, replayed {self.replayed}"
+        return f"{self.table} [{key}] column {self.column}: stored {self.stored}, replayed {self.replayed}"
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarViolation:
+    """The first event that no sequence the store writes could contain (store.grammar)."""
+
+    seq: int
+    rule: str
+    """A short name of the rule broken, such as `dispatch_without_approval`."""
+    detail: str
+    tool_call_id: str | None = None
+
+    def describe(self) -> str:
+        call = f" (call {self.tool_call_id})" if self.tool_call_id else ""
+        return f"seq {self.seq}{call}: {self.rule}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
 class AuditReport:
-    ok: bool
+    chain_ok: bool
+    """The hash chain, the head and the anchors agree (what `problem` describes when they do not)."""
     events_checked: int
     first_bad_seq: int | None = None
     problem: str | None = None
@@ -490,3 +532,21 @@ class AuditReport:
     """The newest seq a checkpoint vouches for (0: none)."""
     unanchored_events: int = 0
     """Events after `anchored_seq`: intact as a chain, but a rewrite of them would not be caught."""
+    replayed: bool = False
+    """The whole log was replayed: the grammar was checked, and the projections compared unless an event
+    could not be applied (a grammar violation says which)."""
+    projections_compared: bool = False
+    projection_difference: ProjectionDifference | None = None
+    differing_tables: tuple[str, ...] = ()
+    """Every projection with at least one differing row, the first difference's table first."""
+    grammar_violation: GrammarViolation | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Nothing was found: chain, anchors, grammar and projections all agree with the log."""
+        return (
+            self.chain_ok
+            and self.grammar_violation is None
+            and self.projection_difference is None
+            and (self.projections_compared or not self.replayed)
+        )

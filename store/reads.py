@@ -176,7 +176,7 @@ class Reads:
             return [approval_view(row) for row in conn.execute(query)]
 
     def verify(self, anchors: Iterable[Anchor] = ()) -> AuditReport:
-        """Check the hash chain end to end against the head and `anchors`; names the first bad seq."""
+        """Check the chain against the head and `anchors`, the grammar, and the projections (a replay)."""
         with self._read() as conn:
             return audit.verify(conn, anchors)
 

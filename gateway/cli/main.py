@@ -35,6 +35,7 @@ from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_
 from store.model import StoreError
 
 if TYPE_CHECKING:
+    from store.model import AuditReport
     from store.ports import Standing
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
@@ -199,8 +200,8 @@ CheckpointsOption = Annotated[
 
 @audit_app.command("verify")
 def audit_verify(config: ConfigOption = None, checkpoints: CheckpointsOption = None) -> None:
-    """Check the hash chain and the signed checkpoints; exit 1 and name the first bad seq if the log
-    was edited, deleted, moved, rewritten or cut short."""
+    """Check the hash chain and the signed checkpoints, replay the log against the projections the
+    gateway acts on, and check the event grammar; exit 1 naming the first bad seq or row on any finding."""
     from gateway.audit.checkpoints import CheckpointUnverifiable, read_all, trusted_keys
 
     cfg = _config(config)
@@ -211,31 +212,58 @@ def audit_verify(config: ConfigOption = None, checkpoints: CheckpointsOption = N
     except CheckpointUnverifiable as exc:
         typer.echo(f"UNVERIFIABLE: {exc}", err=True)
         raise typer.Exit(1) from None
-    with _store(config) as store:
-        report = store.verify([c.anchor for c in found])
-    if report.ok:
-        typer.echo(f"ok: {report.events_checked} events, hash chain intact")
-        if found:
-            newest = max(found, key=lambda c: (c.anchor.seq, c.at))
-            plural = "" if len(found) == 1 else "s"
-            typer.echo(
-                f"anchored up to seq {report.anchored_seq} by {len(found)} checkpoint{plural} "
-                f"(newest {newest.at}, kid {newest.kid}); "
-                f"{report.unanchored_events} later events not yet anchored"
-            )
-        else:
-            typer.echo(
-                "no checkpoints: nothing vouches for the log against someone who can rewrite the "
-                "database (see `writ audit checkpoint`)"
-            )
+    from store.model import ScratchUnavailable
+
+    try:
+        with _store(config) as store:
+            report = store.verify([c.anchor for c in found])
+    except ScratchUnavailable as exc:
+        _fail(f"cannot verify: {exc}")
         return
-    typer.echo(
-        f"TAMPERED: first bad seq {report.first_bad_seq} ({report.problem}): {report.detail or ''}".rstrip(
-            ": "
-        ),
-        err=True,
-    )
-    raise typer.Exit(1)
+    if not report.chain_ok:
+        finding = f"first bad seq {report.first_bad_seq} ({report.problem}): {report.detail or ''}"
+        typer.echo(f"TAMPERED: {finding}".rstrip(": "), err=True)
+        typer.echo("projections: not compared (the log itself is altered: a replay of it proves nothing)")
+        typer.echo("grammar: not checked (the log itself is altered)")
+        raise typer.Exit(1)
+    verdict = "ok" if report.ok else "chain"
+    typer.echo(f"{verdict}: {report.events_checked} events, hash chain intact")
+    if found:
+        newest = max(found, key=lambda c: (c.anchor.seq, c.at))
+        plural = "" if len(found) == 1 else "s"
+        typer.echo(
+            f"anchored up to seq {report.anchored_seq} by {len(found)} checkpoint{plural} "
+            f"(newest {newest.at}, kid {newest.kid}); "
+            f"{report.unanchored_events} later events not yet anchored"
+        )
+    else:
+        typer.echo(
+            "no checkpoints: nothing vouches for the log against someone who can rewrite the "
+            "database (see `writ audit checkpoint`)"
+        )
+    typer.echo(f"projections: {_projections_line(report)}")
+    typer.echo(f"grammar: {_grammar_line(report)}")
+    if not report.ok:
+        typer.echo("TAMPERED: what the gateway acts on is not what the log says (see above)", err=True)
+        raise typer.Exit(1)
+
+
+def _projections_line(report: AuditReport) -> str:
+    difference = report.projection_difference
+    if difference is not None:
+        others = [t for t in report.differing_tables if t != difference.table]
+        also = f"; also differ: {', '.join(others)}" if others else ""
+        return f"first difference in {difference.describe()}{also}"
+    if not report.projections_compared:
+        return "not compared (the replay stopped at the grammar violation below)"
+    return "match (every projection the gateway acts on equals a replay of the log)"
+
+
+def _grammar_line(report: AuditReport) -> str:
+    violation = report.grammar_violation
+    if violation is None:
+        return "ok (every call's events follow the lifecycle)"
+    return f"first violation at {violation.describe()}"
 
 
 @audit_app.command("checkpoint")

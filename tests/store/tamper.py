@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Table, delete, insert, select, update
 
 from store import Store
 from store.canonical import canonical_json
-from store.events import ToolCallDenied, ToolCallDeniedEvent
+from store.events import Envelope, ToolCallDenied, ToolCallDeniedEvent
 from store.schema import events, log_head
 
 
@@ -165,3 +165,65 @@ def truncate_to(store: Store, seq: int) -> None:
     with store.engine.begin() as conn:
         conn.execute(delete(events).where(events.c.seq > seq))
         conn.execute(update(log_head).values(last_seq=seq, last_hash=kept["hash"]))
+
+
+# -- the projections: what the runtime acts on, changed behind the log's back -----------------------
+
+
+def set_projection(store: Store, table: Table, where: dict[str, Any], **values: Any) -> None:
+    """`UPDATE table SET values WHERE where`, one row: what `UPDATE approvals SET status=...` does."""
+    condition = [table.c[name] == value for name, value in where.items()]
+    with store.engine.begin() as conn:
+        changed = conn.execute(update(table).where(*condition).values(**values)).rowcount
+    assert changed == 1, f"{table.name} has no single row where {where}"
+
+
+def delete_projection_rows(store: Store, table: Table, **where: Any) -> None:
+    """Delete the rows of `table` matching `where` (every row without it): an emptied effect ledger."""
+    condition = [table.c[name] == value for name, value in where.items()]
+    with store.engine.begin() as conn:
+        conn.execute(delete(table).where(*condition))
+
+
+# -- the grammar: a forged event the chain and the projections agree with ---------------------------
+
+
+def envelope_of_call(store: Store, tool_call_id: str) -> dict[str, Any]:
+    """The envelope fields a new event about the call would carry, caused by its last event."""
+    last = store.events(tool_call_id=tool_call_id)[-1]
+    return {
+        "occurred_at": last.occurred_at,
+        "producer": "attacker",
+        "run_id": last.run_id,
+        "tool_call_id": last.tool_call_id,
+        "approval_id": last.approval_id,
+        "capability_id": last.capability_id,
+        "capability_version": last.capability_version,
+        "policy_version": last.policy_version,
+        "correlation_id": last.correlation_id,
+        "causation_id": last.event_id,
+        "tenant": last.tenant,
+    }
+
+
+def inject_resealed(store: Store, seq: int, forged: Envelope) -> None:
+    """Put `forged` at `seq` (later events move up one), re-seal it and every later event, move the head,
+    and rebuild the projections from the forged log: chain, head and projections all agree with the
+    forgery, so only the grammar can tell that no store could have written it."""
+    from store.events import compute_hash, json_for
+
+    everything = rows(store)
+    prev_hash = everything[seq - 2]["hash"] if seq > 1 else "0" * 64
+    first = {**forged.envelope(), "seq": seq}
+    later = [{**r, "payload": json.loads(r["payload"]), "seq": r["seq"] + 1} for r in everything[seq - 1 :]]
+    resealed = []
+    for envelope in [first, *later]:
+        envelope = {**envelope, "prev_hash": prev_hash}
+        envelope["hash"] = compute_hash(envelope)
+        resealed.append({**envelope, "payload": json_for(envelope["schema_version"])(envelope["payload"])})
+        prev_hash = envelope["hash"]
+    with store.engine.begin() as conn:
+        conn.execute(delete(events).where(events.c.seq >= seq))
+        conn.execute(insert(events), resealed)
+        conn.execute(update(log_head).values(last_seq=resealed[-1]["seq"], last_hash=prev_hash))
+    store.rebuild()

@@ -1,8 +1,11 @@
 """`writ audit checkpoint` and `writ audit verify`: a log rewritten or cut short behind the store's back
-fails verify against the checkpoints, naming the first bad seq; a rotated key still verifies."""
+fails verify against the checkpoints, naming the first bad seq; a rotated key still verifies; projections
+changed behind the log and forged events resealed into it fail verify by their row and seq."""
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +16,12 @@ from typer.testing import CliRunner
 
 from gateway.cli.main import app
 from store import Store
+from store import events as ev
+from store.schema import approvals, effect_ledger
+from tests.postgres import fresh_schema
 from tests.store import tamper
-from tests.store.builders import NOW, call_request, outcome
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
+from tests.store.histories import record_every_path
 
 
 @pytest.fixture
@@ -122,3 +129,104 @@ def test_checkpoints_given_on_the_command_line_are_checked(
 
     assert verified.exit_code == 1
     assert "first bad seq 2 (rewritten)" in verified.output
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def history(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, Store]]:
+    """A config naming a store of either kind holding every path a call can take, and `waiting`, a call
+    still waiting for its approval."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / 'writ.db'}"
+        else:
+            url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
+        store = stack.enter_context(Store.open(url))
+        store.migrate()
+        record_every_path(store)
+        waiting = call_request(tool_call_id="waiting", idempotency_key="k-waiting", decision=REQUIRE_APPROVAL)
+        store.admit(waiting)
+        yield config_for(tmp_path, url), store
+
+
+def test_verify_replays_a_clean_log_of_every_path_and_says_so(history: tuple[Path, Store]) -> None:
+    config, _ = history
+
+    verified = writ("audit", "verify", "-c", str(config))
+
+    assert verified.exit_code == 0, verified.output
+    assert verified.output.startswith("ok: ")
+    assert "projections: match" in verified.output
+    assert "grammar: ok" in verified.output
+
+
+def test_an_approval_forged_in_the_database_fails_verify_naming_table_key_and_column(
+    history: tuple[Path, Store],
+) -> None:
+    config, store = history
+    call = store.get_call("waiting")
+    assert call is not None and call.approval_id is not None
+    tamper.set_projection(store, approvals, {"approval_id": call.approval_id}, status="approved")
+
+    verified = writ("audit", "verify", "-c", str(config))
+
+    assert verified.exit_code == 1, verified.output
+    assert "hash chain intact" in verified.output  # the chain cannot see it
+    assert (
+        f"projections: first difference in approvals [approval_id={call.approval_id}] column status: "
+        "stored 'approved', replayed 'awaiting_approval'"
+    ) in verified.output
+    assert "grammar: ok" in verified.output
+
+
+def test_an_emptied_effect_ledger_fails_verify_naming_its_first_key(history: tuple[Path, Store]) -> None:
+    config, store = history
+    tamper.delete_projection_rows(store, effect_ledger)
+
+    verified = writ("audit", "verify", "-c", str(config))
+
+    assert verified.exit_code == 1, verified.output
+    assert "projections: first difference in effect_ledger [tenant=acme, subject=alice, " in verified.output
+    assert "stored absent, replayed a row" in verified.output
+
+
+def test_a_forged_dispatch_resealed_into_the_log_fails_verify_at_its_seq(history: tuple[Path, Store]) -> None:
+    config, store = history
+    call = store.get_call("waiting")
+    assert call is not None
+    seq = store.log_head()[0] + 1
+    payload = ev.ToolCallDispatching(
+        attempt=1, idempotency_key=call.idempotency_key, external_request_id=call.external_request_id
+    )
+    forged = ev.ToolCallDispatchingEvent(**tamper.envelope_of_call(store, "waiting"), payload=payload)
+    tamper.inject_resealed(store, seq, forged)
+
+    verified = writ("audit", "verify", "-c", str(config))
+
+    assert verified.exit_code == 1, verified.output
+    assert "projections: match" in verified.output
+    violation = f"grammar: first violation at seq {seq} (call waiting): dispatch_without_approval"
+    assert violation in verified.output
+
+
+def test_a_log_whose_chain_is_broken_is_not_replayed(logged: tuple[Path, Store]) -> None:
+    config, store = logged
+    tamper.edit_payload(store, 4)
+
+    verified = writ("audit", "verify", "-c", str(config))
+
+    assert verified.exit_code == 1
+    assert "first bad seq 4 (edited)" in verified.output
+    assert "projections: not compared" in verified.output
+
+
+def test_verify_without_room_for_its_scratch_file_exits_2_and_finds_nothing(
+    logged: tuple[Path, Store], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, _ = logged
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-directory"))
+
+    verified = writ("audit", "verify", "-c", str(config))
+
+    assert verified.exit_code == 2
+    assert "cannot verify: verify's scratch database" in verified.output
+    assert "TAMPERED" not in verified.output

@@ -1,0 +1,167 @@
+"""The event grammar on its own, over events built in memory: every event type has a place in it, and
+the guards that a state name cannot hold (who may approve, who holds a key) decide as the store does."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from store import events as ev
+from store.grammar import CALL_FREE_TYPES, TRANSITIONS, Grammar
+from store.model import GrammarViolation
+from tests.store.builders import NOW
+
+AT = ev.format_ts(NOW)
+
+
+def test_every_event_type_has_a_place_in_the_grammar() -> None:
+    placed = {event_type for _, event_type in TRANSITIONS} | CALL_FREE_TYPES | {"tool_call.requested"}
+
+    assert ev.TYPE_NAMES - placed == set()
+
+
+def envelope(call: str, seq: int, at: str = AT, **extra: Any) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "occurred_at": at,
+        "producer": "t",
+        "run_id": "run-1",
+        "tool_call_id": call,
+        "tenant": "acme",
+        **extra,
+    }
+
+
+def requested(
+    call: str, seq: int, *, effect: str = "allow", key: str = "k", at: str = AT, **payload: Any
+) -> ev.Event:
+    fields: dict[str, Any] = {
+        "tool_name": "refund",
+        "subject": "alice",
+        "arguments": {},
+        "action_hash": "a",
+        "idempotency_key": key,
+        "key_source": "client",
+        "claims_key": True,
+        "principal": {},
+        "decision": {"effect": effect},
+        "effect_class": "write",
+        "summary": "",
+        "external_request_id": "x",
+        "dedupe_window_s": 600,
+        **payload,
+    }
+    return ev.ToolCallRequestedEvent(**envelope(call, seq, at), payload=ev.ToolCallRequested(**fields))
+
+
+def follow(*events: ev.Event) -> GrammarViolation | None:
+    grammar = Grammar()
+    run = ev.RunStartedEvent(
+        **envelope("", 0) | {"tool_call_id": None}, payload=ev.RunStarted(tenant="acme", subject="alice")
+    )
+    for event in (run, *events):
+        violation = grammar.check(event)
+        if violation is not None:
+            return violation
+    return None
+
+
+def pending(call: str, seq: int, *, requester_may_approve: bool = False) -> list[ev.Event]:
+    required = ev.ApprovalRequired(
+        approval_id=f"ap-{call}",
+        approver_role="finance",
+        expires_at=AT,
+        requester_may_approve=requester_may_approve,
+        action_hash="a",
+        requester="alice",
+    )
+    return [
+        requested(call, seq, effect="require_approval"),
+        ev.ApprovalRequiredEvent(**envelope(call, seq + 1, approval_id=f"ap-{call}"), payload=required),
+    ]
+
+
+def granted(call: str, seq: int, by: str, **payload: Any) -> ev.Event:
+    return ev.ApprovalGrantedEvent(
+        **envelope(call, seq, approval_id=f"ap-{call}"), payload=ev.ApprovalDecided(decided_by=by, **payload)
+    )
+
+
+def dispatching(call: str, seq: int, *, key: str = "k", attempt: int = 1) -> ev.Event:
+    payload = ev.ToolCallDispatching(attempt=attempt, idempotency_key=key, external_request_id="x")
+    return ev.ToolCallDispatchingEvent(**envelope(call, seq), payload=payload)
+
+
+def test_an_approved_call_dispatches_once() -> None:
+    assert follow(*pending("c", 1), granted("c", 3, "carol"), dispatching("c", 4)) is None
+    second = follow(
+        *pending("c", 1), granted("c", 3, "carol"), dispatching("c", 4), dispatching("c", 5, attempt=2)
+    )
+    assert second is not None and (second.seq, second.rule) == (5, "second_dispatch")
+
+
+def test_the_requester_may_approve_only_where_the_rule_said_so() -> None:
+    refused = follow(*pending("c", 1), granted("c", 3, "alice"))
+    allowed = follow(*pending("c", 1, requester_may_approve=True), granted("c", 3, "alice"))
+
+    assert refused is not None and (refused.seq, refused.rule) == (3, "self_approval")
+    assert allowed is None
+
+
+def test_a_revoked_approver_may_not_approve_unless_by_break_glass() -> None:
+    revoked = ev.PrincipalRevokedEvent(
+        **envelope("", 3) | {"tool_call_id": None},
+        payload=ev.PrincipalRevoked(subject="eve", revoked_by="root"),
+    )
+    by_eve = follow(*pending("c", 1), revoked, granted("c", 4, "eve"))
+    by_glass = follow(*pending("c", 1), revoked, granted("c", 4, "eve", break_glass=True))
+
+    assert by_eve is not None and by_eve.rule == "approval_by_revoked"
+    assert by_glass is None
+
+
+def test_a_derived_key_is_taken_over_only_past_its_holders_dedupe_window() -> None:
+    first = requested("c1", 1, key_source="derived")
+    done = ev.ToolCallCompletedEvent(**envelope("c1", 3), payload=ev.ToolCallCompleted())
+    inside = ev.format_ts(NOW + timedelta(seconds=599))
+    outside = ev.format_ts(NOW + timedelta(seconds=601))
+
+    too_soon = follow(
+        first,
+        dispatching("c1", 2),
+        done,
+        requested("c2", 4, at=inside, key_source="derived", supersedes="c1"),
+    )
+    later = follow(
+        first,
+        dispatching("c1", 2),
+        done,
+        requested("c2", 4, at=outside, key_source="derived", supersedes="c1"),
+    )
+    in_flight = follow(
+        first, dispatching("c1", 2), requested("c2", 3, at=outside, key_source="derived", supersedes="c1")
+    )
+
+    assert too_soon is not None and (too_soon.seq, too_soon.rule) == (4, "key_taken_over_too_soon")
+    assert later is None
+    assert in_flight is not None and "still dispatching" in in_flight.detail
+
+
+def test_a_retry_after_an_unknown_outcome_must_say_which_attempt_it_retries() -> None:
+    unknown = ev.ToolCallResultUnknownEvent(**envelope("c", 3), payload=ev.ToolCallResultUnknown())
+    marked = ev.ToolCallDispatchingEvent(
+        **envelope("c", 4),
+        payload=ev.ToolCallDispatching(
+            attempt=2, idempotency_key="k", external_request_id="x", retry_of_attempt=1
+        ),
+    )
+
+    assert follow(requested("c", 1), dispatching("c", 2), unknown, marked) is None
+    unmarked = follow(requested("c", 1), dispatching("c", 2), unknown, dispatching("c", 4, attempt=2))
+    assert unmarked is not None and unmarked.rule == "redispatch_unmarked"
+
+
+def test_a_confirm_capability_never_dispatches_unconfirmed() -> None:
+    violation = follow(requested("c", 1, effect_class="confirm"), dispatching("c", 2))
+
+    assert violation is not None and (violation.seq, violation.rule) == (2, "dispatch_without_confirmation")
