@@ -1,4 +1,5 @@
-"""The web console in a real browser (Debian's Chromium driven by Playwright) against real processes."""
+"""The web console in a real browser (Debian's Chromium driven by Playwright, hence e2e) against the whole
+gateway served in this process (`inproc_sqlite_gateway`, the CLI run by its own `main`)."""
 
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ async def logged_in(browser: Browser, gateway: Gateway, token: str) -> Page:
 
 
 async def test_an_approver_approves_a_pending_refund_in_the_inbox_and_sees_it_complete(
-    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+    inproc_sqlite_gateway: Gateway, inproc_sqlite_backend: Backend, browser: Browser
 ) -> None:
-    gateway = sqlite_gateway
+    gateway, backend = inproc_sqlite_gateway, inproc_sqlite_backend
     pending = await request_refund(gateway, "console-1")
     page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
 
@@ -85,9 +86,10 @@ async def test_an_approver_approves_a_pending_refund_in_the_inbox_and_sees_it_co
 
 
 async def test_the_requesters_own_approval_is_refused_in_the_page(
-    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+    inproc_sqlite_gateway: Gateway, inproc_sqlite_backend: Backend, browser: Browser
 ) -> None:
-    gateway = sqlite_gateway
+    gateway, backend = inproc_sqlite_gateway, inproc_sqlite_backend
+    refunds = backend.refunds()
     pending = await request_refund(gateway, "console-2", roles="agent,approver")
     page = await logged_in(browser, gateway, gateway.token("alice", roles="agent,approver"))
 
@@ -97,14 +99,14 @@ async def test_the_requesters_own_approval_is_refused_in_the_page(
 
     await expect(page.locator(".error")).to_contain_text("self_approval_forbidden")
     await expect(page.locator(".error")).to_contain_text("does not let you approve it yourself")
-    await expect(page.locator("article .status")).to_have_text("awaiting_approval")
-    assert backend.refunds() == []
+    await expect(page.locator(f"article#{pending['approvalId']} .status")).to_have_text("awaiting_approval")
+    assert backend.refunds() == refunds
 
 
 async def test_a_decision_without_the_sessions_csrf_token_is_refused(
-    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+    inproc_sqlite_gateway: Gateway, browser: Browser
 ) -> None:
-    gateway = sqlite_gateway
+    gateway = inproc_sqlite_gateway
     pending = await request_refund(gateway, "console-3")
     page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
 
@@ -118,22 +120,23 @@ async def test_a_decision_without_the_sessions_csrf_token_is_refused(
     await expect(page.locator(f"article#{pending['approvalId']} .status")).to_have_text("awaiting_approval")
 
 
-async def test_a_bad_token_does_not_log_in(sqlite_gateway: Gateway, browser: Browser) -> None:
+async def test_a_bad_token_does_not_log_in(inproc_sqlite_gateway: Gateway, browser: Browser) -> None:
+    gateway = inproc_sqlite_gateway
     page = await (await browser.new_context()).new_page()
-    await page.goto(f"{sqlite_gateway.url}/console/login")
+    await page.goto(f"{gateway.url}/console/login")
     await page.fill("#token", "not-a-token")
     await page.click("#login")
     await expect(page.locator(".error")).to_contain_text("did not verify")
-    await page.goto(f"{sqlite_gateway.url}/console/inbox")
-    await expect(page).to_have_url(f"{sqlite_gateway.url}/console/login")
+    await page.goto(f"{gateway.url}/console/inbox")
+    await expect(page).to_have_url(f"{gateway.url}/console/login")
 
 
 async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
-    sqlite_gateway: Gateway, backend: Backend, browser: Browser
+    inproc_sqlite_gateway: Gateway, browser: Browser
 ) -> None:
     # U+202E made the approver read order "1002" and reason "live" where "\u202e2001" and "\u202eevil"
     # would be sent; U+200B is not seen at all.
-    gateway = sqlite_gateway
+    gateway = inproc_sqlite_gateway
     arguments = {"order_id": "\u202e2001", "amount": 250, "currency": "EUR", "reason": "\u202eevil\u200b"}
     async with gateway.client(gateway.token("alice")) as client:
         result = await client.call_tool("refund_order", arguments)
@@ -149,10 +152,10 @@ async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
     assert "<U+202E>2001" in gateway.cli("approvals", "list").stdout
 
 
-def test_a_login_posted_from_another_site_is_refused(sqlite_gateway: Gateway) -> None:
+def test_a_login_posted_from_another_site_is_refused(inproc_sqlite_gateway: Gateway) -> None:
     # Login CSRF: a page elsewhere posts the attacker's token, and the approver's browser is then
     # logged in as the attacker. The browser's Sec-Fetch-Site says the form came from another site.
-    gateway = sqlite_gateway
+    gateway = inproc_sqlite_gateway
     form = {"token": gateway.token("mallory", roles="approver")}
     url = f"{gateway.url}/console/login"
     forged = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "cross-site"}, timeout=10)

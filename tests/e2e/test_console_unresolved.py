@@ -1,7 +1,10 @@
-"""Escalated calls settled by a person in the web console (real browser, real gateway and backend)."""
+"""Escalated calls settled by a person in the web console: a real browser (hence e2e) against the whole
+gateway and backend served in this process, one of each per case (`inproc.writ`: the case counts what is
+unresolved, so it shares no gateway)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -10,10 +13,10 @@ import pytest
 import yaml
 from playwright.async_api import Browser, expect
 
-from store import Store
-from tests.e2e.harness import REPO, Backend, Gateway, writ_gateway
+from tests.e2e.harness import REPO, Backend, Gateway
 from tests.e2e.test_console import browser, logged_in
 from tests.eventually import eventually
+from tests.gateway.mcp import inproc
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -36,12 +39,18 @@ def capabilities_with_a_lookup_that_never_tells() -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def escalating_gateway(tmp_path: Path, backend: Backend) -> Any:
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    with inproc.acme(tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+def escalating_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
     overrides = {
         "workers": {"interval_s": 0.2, "reconcile_max_attempts": 1},
         "capabilities": capabilities_with_a_lookup_that_never_tells(),
     }
-    with writ_gateway(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", overrides=overrides) as g:
+    with inproc.writ(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", overrides=overrides) as g:
         yield g
 
 
@@ -60,7 +69,7 @@ async def escalated_call(gateway: Gateway, backend: Backend, key: str) -> str:
 
 
 async def test_an_approver_sees_an_escalated_call_with_its_evidence_and_resolves_it_as_succeeded(
-    escalating_gateway: Gateway, backend: Backend, browser: Browser, tmp_path: Path
+    escalating_gateway: Gateway, backend: Backend, browser: Browser
 ) -> None:
     gateway = escalating_gateway
     tool_call_id = await escalated_call(gateway, backend, "console-unknown-1")
@@ -89,7 +98,7 @@ async def test_an_approver_sees_an_escalated_call_with_its_evidence_and_resolves
     await expect(resolved).to_contain_text("verdict=confirmed_success")
     await page.goto(f"{gateway.url}/console/unresolved")
     await expect(page.locator(".empty").first).to_have_text("Nothing is unresolved.")
-    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
+    with gateway.store() as store:
         last = store.events(tool_call_id=tool_call_id)[-1]
     assert (last.producer, last.payload["resolved_by"]) == ("writ-console", "bob")
     assert last.payload["evidence"] == {"manual": "refund for key console-unknown-1 is in the ledger"}

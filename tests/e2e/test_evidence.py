@@ -1,10 +1,16 @@
-"""What the record holds, on a running `writ serve` and both stores: no redacted value in clear, who
-decided with which roles, under which policy a call was refused, and approvals bound to the contract."""
+"""What the record holds, on both stores: no redacted value in clear, who decided with which roles, under
+which policy a call was refused, and approvals bound to the contract.
+
+Against the whole gateway and backend served in this process: the cases that keep to the module's
+configuration share one per store (`evidence`); a case that rewrites its policy, stops its workers,
+changes its capabilities between two gateways on one store or needs its own files opens its own
+(`inproc.writ`). The gateway's log is read as records (caplog); the console case drives Chromium (e2e)."""
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,13 +25,14 @@ from playwright.async_api import Browser, expect
 
 from store import Store
 from store.schema import held_arguments, metadata
-from tests.e2e.harness import REPO, Backend, Gateway, writ_gateway
+from tests.e2e.harness import REPO, Backend, Gateway
 from tests.e2e.test_console import browser, logged_in
 from tests.eventually import eventually
+from tests.gateway.mcp import inproc
 
 __all__ = ["browser"]  # the fixture, shared with the console's own tests
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 CARD = "4111111111111111"
 SECRET_REASON = "customer iban DE89370400440532013000"
@@ -83,13 +90,35 @@ def started(workdir: Path, backend: Backend, store_url: str, *, workers: bool = 
     }
     if not workers:
         overrides["workers"] = {"enabled": False}
-    return writ_gateway(workdir, backend, store_url, overrides=overrides)
+    return inproc.writ(workdir, backend, store_url, overrides=overrides)
 
 
 @pytest.fixture
-def evidence(tmp_path: Path, backend: Backend, store_url: str) -> Iterator[Gateway]:
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    """A case's own backend, served in this process."""
+    with inproc.acme(tmp_path) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def evidence(
+    tmp_path_factory: pytest.TempPathFactory, inproc_backend: Backend, module_store_url: str
+) -> Iterator[Gateway]:
+    """The module's gateway on this store, for the cases that change nothing of its configuration."""
+    with started(tmp_path_factory.mktemp("writ"), inproc_backend, module_store_url) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+def own_evidence(tmp_path: Path, backend: Backend, store_url: str) -> Iterator[Gateway]:
+    """A gateway of the case's own, for a case that rewrites its policy file."""
     with started(tmp_path, backend, store_url) as gateway:
         yield gateway
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> str:
+    """What was logged in this process while the case ran (INFO and up, as `writ serve` logs)."""
+    return "\n".join(caplog.handler.format(record) for record in caplog.records)
 
 
 def stored(store_url: str) -> str:
@@ -132,16 +161,16 @@ def events_of(store_url: str, tool_call_id: str) -> dict[str, Any]:
         return {event.type: event for event in store.events(tool_call_id=tool_call_id)}
 
 
-async def policy_reloaded(gateway: Gateway, rules: dict[str, Any]) -> None:
-    log = gateway.workdir / "writ.log"
-    before = log.read_text().count("policy reloaded from")
+async def policy_reloaded(gateway: Gateway, rules: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.calls.policy_source")
+    before = logged(caplog).count("policy reloaded from")
     (gateway.workdir / "policy.yaml").write_text(yaml.safe_dump(rules))
     # The policy file is looked at when the policy is asked for: listing tools asks.
     async with gateway.client(gateway.token("alice")) as client:
 
         async def reloads() -> int:
             await client.list_tools()
-            return log.read_text().count("policy reloaded from")
+            return logged(caplog).count("policy reloaded from")
 
         await eventually(reloads, lambda count: count > before)
 
@@ -150,8 +179,10 @@ async def policy_reloaded(gateway: Gateway, rules: dict[str, Any]) -> None:
 
 
 async def test_a_card_number_failing_its_pattern_in_a_redacted_field_is_named_never_quoted(
-    evidence: Gateway, store_url: str
+    evidence: Gateway, module_store_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    store_url = module_store_url
+    caplog.set_level(logging.INFO)
     async with evidence.client(evidence.token("alice")) as client:
         # The pattern's error quoted the value; maxProperties' error quoted all the arguments.
         by_pattern = await client.call_tool("charge_card", {"card": CARD, "amount": 10})
@@ -168,7 +199,7 @@ async def test_a_card_number_failing_its_pattern_in_a_redacted_field_is_named_ne
         "audit export": exported,
         "calls list": evidence.cli("calls", "list").stdout,
         "store": stored(store_url),
-        "log": (evidence.workdir / "writ.log").read_text(),
+        "log": logged(caplog),
     }
     for where, text in everywhere.items():
         assert CARD not in text, where  # ...and none of them quotes the card
@@ -213,8 +244,9 @@ async def test_held_arguments_are_released_when_an_approved_call_settles_after_a
 
 
 async def test_a_backend_echoing_a_redacted_argument_puts_it_neither_into_the_log_nor_the_answer(
-    evidence: Gateway, store_url: str
+    evidence: Gateway, module_store_url: str
 ) -> None:
+    store_url = module_store_url
     # acme-payments answers a refund with its record, reason included: the log would keep it for good.
     args = {"order_id": "1002", "amount": 20, "currency": "EUR", "reason": SECRET_REASON}
     async with evidence.client(evidence.token("alice")) as client:
@@ -230,8 +262,9 @@ async def test_a_backend_echoing_a_redacted_argument_puts_it_neither_into_the_lo
 
 
 async def test_a_call_refused_at_execution_records_the_deciders_roles_and_the_refusing_policy_and_rule(
-    evidence: Gateway, store_url: str, backend: Backend
+    own_evidence: Gateway, store_url: str, backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
+    evidence = own_evidence
     pending = await request_refund(evidence, "refused-later")
     frozen = {
         "id": "refunds-frozen",
@@ -239,7 +272,7 @@ async def test_a_call_refused_at_execution_records_the_deciders_roles_and_the_re
         "decision": "deny",
         "reason": "refunds_frozen",
     }
-    await policy_reloaded(evidence, policy(frozen))
+    await policy_reloaded(evidence, policy(frozen), caplog)
     bob = evidence.token("bob", roles="approver,auditor")
     decided = api(
         evidence,
@@ -309,6 +342,7 @@ async def test_a_pending_approval_whose_capability_contract_changed_under_the_sa
     assert backend.refunds("contract") == []
 
 
+@pytest.mark.e2e
 async def test_the_console_tells_the_approver_the_contract_and_the_policy_changed_since_the_request(
     tmp_path: Path, backend: Backend, browser: Browser
 ) -> None:

@@ -1,4 +1,6 @@
-"""Webhook notifications of pending approvals, from the outbox to a real local HTTP receiver."""
+"""Webhook notifications of pending approvals, from the outbox to a real local HTTP receiver, by the whole
+gateway served in this process (`inproc.writ`, one per case for its own webhook; the CLI run by its own
+`main`)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,12 @@ from typing import Any
 import pytest
 
 from gateway.calls.outbox import verify
-from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_approvals import request_refund
 from tests.eventually import eventually
+from tests.gateway.mcp import inproc
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 SECRET = "test-webhook-secret"
 
@@ -72,15 +75,16 @@ def notifying_gateway(
         "poll_interval_s": 0.2,
         "webhook": {"url": hook.url, "backoff_initial_s": 0.2, "backoff_max_s": 1, **webhook},
     }
-    with writ_gateway(
+    with inproc.writ(
         tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", overrides={"approvals": approvals}
     ) as gateway:
         yield gateway
 
 
 async def test_a_pending_approval_is_announced_by_a_signed_webhook_retried_until_delivered(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, inproc_sqlite_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    backend = inproc_sqlite_backend
     with receiver(failures=1) as hook, notifying_gateway(tmp_path, backend, hook, monkeypatch) as gateway:
         pending = await request_refund(gateway, "hooked")
         await eventually(lambda: "delivered" in gateway.cli("approvals", "outbox").stdout)
@@ -107,8 +111,9 @@ async def test_a_pending_approval_is_announced_by_a_signed_webhook_retried_until
 
 
 async def test_a_webhook_that_keeps_failing_is_visible_and_given_up_after_its_attempts(
-    tmp_path: Path, backend: Backend, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, inproc_sqlite_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    backend = inproc_sqlite_backend
     with (
         receiver(failures=1000) as hook,
         notifying_gateway(tmp_path, backend, hook, monkeypatch, max_attempts=3) as gateway,

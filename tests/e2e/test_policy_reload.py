@@ -1,8 +1,11 @@
 """A running gateway follows its policy file: a change takes effect without a restart and the decision
-records the version that made it; a broken file is logged and the policy in force stays."""
+records the version that made it; a broken file is logged and the policy in force stays. The gateway is
+served in this process (`inproc.writ`, one per case, since a case rewrites its policy file), its log read
+as records (caplog), the CLI run by its own `main`."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from string import Template
@@ -12,9 +15,12 @@ import httpx2
 import pytest
 import yaml
 
-from tests.e2e.harness import REPO, Backend, Gateway, writ_gateway
+from tests.e2e.harness import REPO, Backend, Gateway
+from tests.gateway.mcp import inproc
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
+
+POLICY_LOG = "gateway.calls.policy_source"
 
 
 def refund(amount: float = 20) -> dict[str, object]:
@@ -27,16 +33,25 @@ def demo_policy() -> dict:
 
 
 @pytest.fixture
-def watched(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
+def watched(tmp_path: Path, inproc_sqlite_backend: Backend) -> Iterator[Gateway]:
     (tmp_path / "policy.yaml").write_text(yaml.safe_dump(demo_policy()))
     overrides = {"policy": {"rules": []}, "policy_file": str(tmp_path / "policy.yaml")}
-    with writ_gateway(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", overrides=overrides) as g:
+    store_url = f"sqlite:///{tmp_path / 'writ.db'}"
+    with inproc.writ(tmp_path, inproc_sqlite_backend, store_url, overrides=overrides) as g:
         yield g
 
 
+def logged(caplog: pytest.LogCaptureFixture) -> str:
+    """What the policy source logged during the case."""
+    return "\n".join(r.getMessage() for r in caplog.records if r.name == POLICY_LOG)
+
+
 async def test_a_changed_policy_file_applies_to_the_next_call_without_a_restart(
-    watched: Gateway, backend: Backend
+    watched: Gateway, inproc_sqlite_backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
+    backend = inproc_sqlite_backend
+    caplog.set_level(logging.INFO, logger=POLICY_LOG)
+    refunds = len(backend.refunds())
     async with watched.client(watched.token("alice")) as client:
         allowed = await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": "k1"})
         assert allowed.meta["writ/status"] == "completed"
@@ -68,15 +83,17 @@ async def test_a_changed_policy_file_applies_to_the_next_call_without_a_restart(
         timeout=5,
     ).json()
     assert result.structured_content["policyVersion"] != first["policyVersion"]
-    assert "policy reloaded from" in (watched.workdir / "writ.log").read_text()
-    assert len(backend.refunds()) == n - 1
+    assert "policy reloaded from" in logged(caplog)
+    assert len(backend.refunds()) == refunds + n - 1
 
 
-async def test_a_broken_policy_file_is_logged_and_the_policy_in_force_stays(watched: Gateway) -> None:
+async def test_a_broken_policy_file_is_logged_and_the_policy_in_force_stays(
+    watched: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=POLICY_LOG)
     (watched.workdir / "policy.yaml").write_text("rules: [{id: broken, tools: [x], decision: maybe}]")
-    log = watched.workdir / "writ.log"
     with anyio.fail_after(10):
-        while "not loaded, keeping policy" not in log.read_text():
+        while "not loaded, keeping policy" not in logged(caplog):
             await anyio.sleep(0.2)
             async with watched.client(watched.token("alice")) as client:
                 result = await client.call_tool("lookup_order", {"order_id": "1001"})

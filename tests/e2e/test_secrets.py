@@ -1,19 +1,21 @@
-"""No configured secret leaks, and no client token reaches a backend, on a running `writ serve`.
+"""No configured secret leaks, and no client token reaches a backend, on the whole gateway served in this
+process (`inproc.writ`; the acme and echo backends and the authorization server are served here too, the
+CLI run by its own `main`).
 
 Every kind of secret is configured at once (a backend bearer token from env, a header token from a file,
 a basic password, an OAuth client secret for client credentials and the tokens it yields, the
 introspection client secret, the webhook signing secret, the dev issuer's private key); calls end in
 every state (completed, failed, token endpoint down, result_unknown, approval_pending, denied); then the
-audit export, every MCP result, the API, `writ calls show` and the gateway's DEBUG log are scanned.
+audit export, every MCP result, the API, `writ calls show` and the gateway's DEBUG log (every record
+logged in this process while the case runs, as caplog's text) are scanned.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from string import Template
@@ -22,14 +24,17 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import uvicorn
 import yaml
 
-from tests.e2e.harness import REPO, Backend, Gateway, free_port, stop, wait_http, writ_gateway
+from tests.e2e import echo_backend
+from tests.e2e.harness import REPO, Backend, Gateway, free_port
 from tests.eventually import eventually
-from tests.gateway.auth.oauth_process import AuthServer, auth_server
+from tests.gateway.auth.oauth_process import AuthServer
 from tests.gateway.auth.oauth_server import CLIENTS
+from tests.gateway.mcp import inproc
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 OBJECT = {"type": "object"}
 
@@ -43,24 +48,23 @@ class Echo:
 
 
 @pytest.fixture
+def backend(tmp_path: Path) -> Iterator[Backend]:
+    with inproc.acme(tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
 def echo() -> Iterator[Echo]:
+    """tests/e2e/echo_backend.py, served in this process."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.echo_backend", "--port", str(port)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", process)
-        yield Echo(url)
-    finally:
-        stop(process)
+    config = uvicorn.Config(echo_backend.build_app(), host="127.0.0.1", port=port, log_level="warning")
+    with inproc.serving(config):
+        yield Echo(f"http://127.0.0.1:{port}")
 
 
 @pytest.fixture
 def oauth() -> Iterator[AuthServer]:
-    with auth_server("http://unused.example/mcp") as server:
+    with inproc.oauth("http://unused.example/mcp") as server:
         yield server
 
 
@@ -167,6 +171,7 @@ async def test_no_configured_secret_reaches_results_events_api_cli_or_logs_and_n
     echo: Echo,
     oauth: AuthServer,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     acme_token, archive_password = secrets.token_hex(16), secrets.token_hex(16)
     file_token, webhook_secret = secrets.token_hex(16), secrets.token_hex(16)
@@ -177,7 +182,8 @@ async def test_no_configured_secret_reaches_results_events_api_cli_or_logs_and_n
     monkeypatch.setenv("T_WEBHOOK_SECRET", webhook_secret)
     monkeypatch.setenv("T_LEDGER_CLIENT_SECRET", CLIENTS["writ-backend"]["secret"])
     monkeypatch.setenv("T_INTROSPECT_SECRET", CLIENTS["writ-introspect"]["secret"])
-    monkeypatch.setenv("WRIT_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("WRIT_LOG_LEVEL", "DEBUG")  # for the CLI's runs; the gateway's is caplog's level
+    caplog.set_level(logging.DEBUG)
     auth = {
         "issuers": [
             {
@@ -190,7 +196,7 @@ async def test_no_configured_secret_reaches_results_events_api_cli_or_logs_and_n
     store = f"sqlite:///{tmp_path / 'writ.db'}"
     calls = Calls()
     with (
-        writ_gateway(tmp_path, backend, store, auth=auth, overrides=config) as gateway,
+        inproc.writ(tmp_path, backend, store, auth=auth, overrides=config) as gateway,
         anyio.fail_after(120),
     ):
         dev_token = gateway.token("alice", roles="agent")
@@ -243,8 +249,13 @@ async def test_no_configured_secret_reaches_results_events_api_cli_or_logs_and_n
         shown = [gateway.cli("calls", "show", call_id).stdout for call_id in sorted(calls.call_ids)]
         export = gateway.cli("audit", "export").stdout
 
-    log = (tmp_path / "writ.log").read_text()
-    assert " DEBUG " in log and " INFO " in log
+    # The gateway's log: every record but those of the servers beside it in this process (the
+    # authorization server logs the client secrets it checks; a process of its own did so elsewhere).
+    beside = {f"uvicorn:{url.rsplit(':', 1)[1]}" for url in (backend.url, echo.url, oauth.issuer)}
+    records = [r for r in caplog.records if r.threadName not in beside]
+    log = "\n".join(caplog.handler.format(r) for r in records)
+    assert {"DEBUG", "INFO"} <= {r.levelname for r in records}
+    assert any(r.name.startswith("gateway.") for r in records)
 
     issued = {r["headers"]["authorization"].removeprefix("Bearer ") for r in seen if r["path"] == "/notes"}
     assert len(issued) == 1  # one token served the three record_note calls

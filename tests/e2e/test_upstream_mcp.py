@@ -1,4 +1,8 @@
-"""An upstream MCP server's tools re-exposed through Writ (renamed, guarded, recorded), stdio and HTTP."""
+"""An upstream MCP server's tools re-exposed through Writ (renamed, guarded, recorded), stdio and HTTP.
+
+The upstream is a process (spawned by the gateway over stdio, or serving HTTP), hence e2e; the gateway is
+served in this process (`inproc.served`, one per case on a config of its own), its CLI run by its own
+`main`."""
 
 from __future__ import annotations
 
@@ -12,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from store import Store
-from tests.e2e.harness import WRIT, free_port, mcp_client, stop, wait_http, wait_listening, writ
+from tests.e2e.harness import free_port, stop, wait_listening
 from tests.eventually import eventually
+from tests.gateway.mcp import inproc
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -33,7 +37,7 @@ def upstream_http(notes: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway_for(tmp_path: Path, backend: dict) -> Iterator[tuple[str, Path]]:
+def gateway_for(tmp_path: Path, backend: dict) -> Iterator[inproc.Writ]:
     port = free_port()
     config = {
         "server": {"port": port},
@@ -45,12 +49,8 @@ def gateway_for(tmp_path: Path, backend: dict) -> Iterator[tuple[str, Path]]:
     }
     path = tmp_path / "writ.yaml"
     path.write_text(yaml.safe_dump(config))
-    process = subprocess.Popen([*WRIT, "serve", "-c", str(path)], cwd=tmp_path)
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process)
-        yield f"http://127.0.0.1:{port}/mcp", path
-    finally:
-        stop(process)
+    with inproc.served(path, tmp_path) as gateway:
+        yield gateway
 
 
 def notes_backend(transport: str, notes: Path, url: str | None = None) -> dict:
@@ -71,10 +71,8 @@ async def test_upstream_tools_are_re_exposed_renamed_and_their_effects_happen_on
     notes = tmp_path / "notes.json"
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(upstream_http(notes)) if transport == "http" else None
-        mcp_url, config = stack.enter_context(gateway_for(tmp_path, notes_backend(transport, notes, url)))
-        token = writ("token", "--sub", "alice", "--roles", "agent", "-c", str(config), cwd=tmp_path)
-        token = token.stdout.strip().splitlines()[-1]
-        async with mcp_client(mcp_url, token) as client:
+        gateway = stack.enter_context(gateway_for(tmp_path, notes_backend(transport, notes, url)))
+        async with gateway.client(gateway.token("alice", roles="agent")) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert set(tools) == {"notes_add", "list_notes", "writ_call_status"}
             assert tools["notes_add"].input_schema["required"] == ["text"]  # taken from the upstream
@@ -113,10 +111,8 @@ async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_thro
             }
         },
     }
-    with gateway_for(tmp_path, backend) as (mcp_url, config):
-        token = writ("token", "--sub", "alice", "--roles", "agent", "-c", str(config), cwd=tmp_path)
-        token = token.stdout.strip().splitlines()[-1]
-        async with mcp_client(mcp_url, token) as client:
+    with gateway_for(tmp_path, backend) as gateway:
+        async with gateway.client(gateway.token("alice", roles="agent")) as client:
             first = await client.call_tool(
                 "add_note", {"text": "late"}, meta={"writ/idempotencyKey": "slow-1"}
             )
@@ -126,14 +122,14 @@ async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_thro
                 lambda s: s.structured_content["status"] != "result_unknown",
                 within_s=30,
             )
-        shown = writ("calls", "show", tool_call_id, "-c", str(config), cwd=tmp_path).stdout
+        shown = gateway.cli("calls", "show", tool_call_id).stdout
+        with gateway.store() as store:
+            resolved = store.events(tool_call_id=tool_call_id)[-1]
 
     assert first.structured_content["status"] == "result_unknown"
     settled = status.structured_content
     assert (settled["status"], settled["verification"]) == ("completed", "confirmed_success")
     assert settled["result"]["structuredContent"] == {"id": 1, "text": "late", "key": "slow-1"}
     assert "reconciliation.resolved" in shown
-    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
-        resolved = store.events(tool_call_id=tool_call_id)[-1]
     assert resolved.payload["evidence"]["lookup_tool"] == "find_note_by_key"
     assert len(json.loads(notes.read_text())) == 1  # looked up, never re-sent

@@ -71,6 +71,9 @@ def acme(workdir: Path) -> Iterator[Backend]:
         log_level="warning",
         lifespan="off",
         timeout_graceful_shutdown=1,
+        # asyncio's own loop, as `python -m demo.acme_payments` runs it: the chaos that drops a response
+        # aborts the connection's asyncio transport, which uvloop's transports are not.
+        loop="asyncio",
     )
     with serving(config):
         yield Backend(f"http://127.0.0.1:{port}")
@@ -111,7 +114,15 @@ def writ(workdir: Path, backend: Backend, store_url: str, **config: Any) -> Iter
     `backend`, recording into `store_url`."""
     port = free_port()
     path = demo_config(workdir, gateway_port=port, backend_url=backend.url, store_url=store_url, **config)
+    with served(path, workdir) as gateway:
+        yield gateway
+
+
+@contextlib.contextmanager
+def served(path: Path, workdir: Path) -> Iterator[Writ]:
+    """Writ on the config file at `path` (a config of the case's own, not the demo's), as `writ serve -c
+    PATH` run in `workdir` would serve it."""
     writ_config = load_config(path)
     runtime = build_runtime(writ_config)
     with serving(uvicorn_config(build_app(runtime), writ_config.server)):
-        yield Writ(f"http://127.0.0.1:{port}", path, workdir, runtime)
+        yield Writ(f"http://127.0.0.1:{writ_config.server.port}", path, workdir, runtime)
