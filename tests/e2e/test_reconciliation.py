@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late delivery"}
 TIMEOUT_S = 0.5
 """The backend's timeout (its commit horizon twice that): what a hung refund waits before it is unknown."""
-WORKERS = {"interval_s": 0.2, "executor_grace_s": 0.3, "lease_margin_s": 1.0, "reconcile_backoff_s": 0.2}
+WORKERS = {"interval_s": 0.5, "executor_grace_s": 0.3, "lease_margin_s": 1.0, "reconcile_backoff_s": 0.5}
 
 
 @pytest.fixture(scope="module")
