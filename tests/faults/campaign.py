@@ -82,11 +82,13 @@ def plan(number: int, *, store_faults: bool) -> list[str]:
     """The fault each call of round `number` meets, in order; the last one crashes the gateway."""
     point = POINTS[number % len(POINTS)]
     cycle = number // len(POINTS)
-    nth = 2 + cycle % 5  # 1-5 backend faults (and on PostgreSQL one store fault), then the crash
+    # 1-5 backend faults (and on PostgreSQL one store fault), then the crash; the first cycle has 4, so
+    # that its rounds, one per crash point, meet every backend fault and both store cuts as well.
+    nth = 2 + (cycle + 3) % 5
     faults = [*BACKEND_FAULTS, *SLOW_FAULTS]
     labels = [faults[(number + i) % len(faults)] for i in range(1, nth)]
     if store_faults:  # one cut per round, anywhere before the crash
-        labels.insert(number % nth, list(STORE_FAULTS)[cycle % len(STORE_FAULTS)])
+        labels.insert(number % nth, list(STORE_FAULTS)[number % len(STORE_FAULTS)])
     return [*labels, point]
 
 
