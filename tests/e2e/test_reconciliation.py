@@ -7,9 +7,7 @@ short timeout and quick workers: a lookup, a backoff, a lease run out the same w
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
-import httpx2
 import pytest
 
 from store import Store
@@ -84,33 +82,3 @@ async def test_a_refund_the_backend_never_executed_reconciles_to_failed(
 
     assert (settled["status"], settled["verification"]) == ("failed", "confirmed_failure")
     assert backend.refunds("hung") == []
-
-
-async def test_an_approver_resolves_an_unknown_call_over_the_api_and_an_agent_may_not(
-    tmp_path: Path, backend: Backend
-) -> None:
-    # No workers: the unknown call stays unknown until a person settles it.
-    overrides = {"workers": {"enabled": False}}
-    store_url = f"sqlite:///{tmp_path / 'writ.db'}"
-    with writ_gateway(tmp_path, backend, store_url, timeout_s=TIMEOUT_S, overrides=overrides) as gateway:
-        backend.chaos(hang=1)
-        async with gateway.client(gateway.token("alice")) as client:
-            first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "by-hand"})
-        tool_call_id = first.meta["writ/toolCallId"]
-        url = f"{gateway.url}/api/calls/{tool_call_id}/resolution"
-        body = {"outcome": "failed", "evidence": "no refund in the bank statement"}
-        agent = {"Authorization": f"Bearer {gateway.token('alice')}"}
-        approver = {"Authorization": f"Bearer {gateway.token('bob', roles='approver')}"}
-        outsider = {"Authorization": f"Bearer {gateway.token('eve', roles='approver', tenant='other')}"}
-
-        assert httpx2.post(url, json=body, headers=agent, timeout=10).status_code == 403
-        assert httpx2.post(url, json=body, headers=outsider, timeout=10).status_code == 404
-        answer = httpx2.post(url, json=body, headers=approver, timeout=10)
-        again = httpx2.post(url, json=body, headers=approver, timeout=10)
-
-    assert answer.status_code == 200, answer.text
-    assert (answer.json()["status"], answer.json()["verification"]) == ("failed", "confirmed_failure")
-    assert answer.json()["resolvedBy"] == "bob"
-    assert again.status_code == 409
-    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
-        assert store.events(tool_call_id=tool_call_id)[-1].payload["resolved_by"] == "bob"
