@@ -52,7 +52,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
+def _wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:

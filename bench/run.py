@@ -5,8 +5,9 @@
 Direct: the acme-payments backend over HTTP (one persistent httpx2 connection per worker). Through
 Writ: `writ serve` on the demo config (auth on, events durable), the official MCP client with one
 reused session per worker, on each store. Sequential (1 worker) and concurrent (N workers). Every
-scenario gets a fresh backend, store and gateway, and is warmed up before the clock starts. Prints a
-markdown table and writes JSON. Nothing here asserts a speed: it reports what it measures.
+scenario gets a fresh backend, store and gateway (unless --reuse-processes), and is warmed up before
+the clock starts. Prints a markdown table and writes JSON. Nothing here asserts a speed: it reports
+what it measures.
 """
 
 from __future__ import annotations
@@ -146,20 +147,32 @@ class Bench:
             variant["json_response"] = json_response
         if repeat_reads:
             variant["repeated_args_joined"] = True
-        for op, mode, concurrency in plan:
-            workdir = self._dir(f"writ-{store}-{op}-{concurrency}")
-            with (
-                processes.backend(workdir / "backend") as backend,
-                processes.store_url(store, workdir) as url,
-                processes.gateway(
-                    workdir / "gateway", backend.url, url, durable=durable, json_response=json_response
-                ) as gateway,
-            ):
-                session = load.through_writ(
-                    gateway.mcp_url, gateway.token(), op, CLIENT_MODE[mode], repeat_reads=repeat_reads
-                )
-                m = self._measure(session, concurrency, [gateway.pid])
-            self._record(Row(op, "writ", store, mode, concurrency, m, variant))
+        reuse = self.args.reuse_processes
+        with contextlib.ExitStack() as shared:
+            started: tuple[processes.Gateway, str] | None = None
+            for op, mode, concurrency in plan:
+                with contextlib.ExitStack() as own:
+                    if started is None or not reuse:
+                        workdir = self._dir(f"writ-{store}-{op}-{concurrency}")
+                        stack = shared if reuse else own
+                        backend = stack.enter_context(processes.backend(workdir / "backend"))
+                        url = stack.enter_context(processes.store_url(store, workdir))
+                        gateway = stack.enter_context(
+                            processes.gateway(
+                                workdir / "gateway",
+                                backend.url,
+                                url,
+                                durable=durable,
+                                json_response=json_response,
+                            )
+                        )
+                        started = gateway, gateway.token()
+                    gateway, token = started
+                    session = load.through_writ(
+                        gateway.mcp_url, token, op, CLIENT_MODE[mode], repeat_reads=repeat_reads
+                    )
+                    m = self._measure(session, concurrency, [gateway.pid])
+                self._record(Row(op, "writ", store, mode, concurrency, m, variant))
 
     def _concurrencies(self) -> list[int]:
         return [1] if self.args.concurrency <= 1 else [1, self.args.concurrency]
@@ -249,6 +262,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
     parser.add_argument("--warmup", type=int, default=40, help="unmeasured calls before each scenario")
     parser.add_argument("--no-extras", action="store_true", help="skip the durable=false and JSON-mode rows")
+    parser.add_argument(
+        "--reuse-processes",
+        action="store_true",
+        help="one backend, store and gateway per store and variant for all its rows, not one per row "
+        "(quicker, and each row then starts from the previous rows' state: for checking the benchmark "
+        "still runs, not for figures)",
+    )
     parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
     parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
     parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")

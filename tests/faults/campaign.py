@@ -82,11 +82,13 @@ def plan(number: int, *, store_faults: bool) -> list[str]:
     """The fault each call of round `number` meets, in order; the last one crashes the gateway."""
     point = POINTS[number % len(POINTS)]
     cycle = number // len(POINTS)
-    nth = 2 + cycle % 5  # 1-5 backend faults (and on PostgreSQL one store fault), then the crash
+    # 1-5 backend faults (and on PostgreSQL one store fault), then the crash; the first cycle has 4, so
+    # that its rounds, one per crash point, meet every backend fault and both store cuts as well.
+    nth = 2 + (cycle + 3) % 5
     faults = [*BACKEND_FAULTS, *SLOW_FAULTS]
     labels = [faults[(number + i) % len(faults)] for i in range(1, nth)]
     if store_faults:  # one cut per round, anywhere before the crash
-        labels.insert(number % nth, list(STORE_FAULTS)[cycle % len(STORE_FAULTS)])
+        labels.insert(number % nth, list(STORE_FAULTS)[number % len(STORE_FAULTS)])
     return [*labels, point]
 
 
@@ -189,13 +191,14 @@ class Campaign:
         """`target` calls meeting the slow faults only, through `replicas` gateways on one store, the
         first send through one and the re-send through the next; no crash. Then settle every call."""
         with contextlib.ExitStack() as stack:
-            clients = []
+            clients, urls = [], []
             async with contextlib.AsyncExitStack() as clients_stack:
                 for n in range(replicas):
                     workdir, port = self.workdir / f"replica-{n}", free_port()
                     workdir.mkdir(exist_ok=True)
                     stack.enter_context(self.gateway(workdir, port))
                     url, token = f"http://127.0.0.1:{port}/mcp", self.token(workdir, port)
+                    urls.append((url, token))
                     clients.append(
                         await clients_stack.enter_async_context(mcp_client(url, token, mode="2026-07-28"))
                     )
@@ -204,7 +207,8 @@ class Campaign:
                     self.trials.append(trial)
                     await self._slow_call(clients[n % replicas], clients[(n + 1) % replicas], trial, n)
                     self.check_verdicts()
-        await self.settle(self.token())
+            # No crash was armed: the first replica, running all along, is the fault-free gateway.
+            await self._settle(*urls[0])
 
     async def round(self, number: int, token: str) -> None:
         """Each call but the last meets a backend (or store) fault; the last crashes the gateway."""
@@ -350,7 +354,13 @@ class Campaign:
 
     async def settle(self, token: str, deadline_s: float = 60.0) -> None:
         """Run a fault-free gateway until nothing is dispatching or awaiting reconciliation."""
-        with self.gateway(), Store.open(self.store_url) as store:
+        with self.gateway():
+            await self._settle(f"{self.url}/mcp", token, deadline_s)
+
+    async def _settle(self, mcp_url: str, token: str, deadline_s: float = 60.0) -> None:
+        """Wait, with a fault-free gateway at `mcp_url` running, until nothing is dispatching or awaiting
+        reconciliation; then re-send every call through it and check every verdict."""
+        with Store.open(self.store_url) as store:
             with anyio.fail_after(deadline_s):
                 while any(
                     c.status == "dispatching" or (c.status == "result_unknown" and not c.escalated)
@@ -359,7 +369,7 @@ class Campaign:
                     await anyio.sleep(0.2)
             # A client that re-sends a call it never heard back about joins the recorded call; a model
             # that re-sends a call without a key once the first one has a verdict must join it too.
-            async with mcp_client(f"{self.url}/mcp", token, mode="2026-07-28") as client:
+            async with mcp_client(mcp_url, token, mode="2026-07-28") as client:
                 for trial in self.trials:
                     if trial.arguments is not None and trial.tool_call_id is not None:
                         sent = store.get_call(trial.tool_call_id)

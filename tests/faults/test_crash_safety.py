@@ -22,8 +22,9 @@ from tests.faults.plug import Plug, plugged
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
 DEFAULT_TRIALS = 15
-"""Six rounds on SQLite, five on PostgreSQL: each crash point, backend fault and store cut at least once
-(the assertion on the table's rows checks it). More trials repeat these kinds with other counts."""
+"""Three rounds on each store, one per crash point, each with four backend faults before its crash (and
+on PostgreSQL a store cut): each crash point, backend fault and store cut at least once (the assertion
+on the table's rows checks it). More trials repeat these kinds with other counts."""
 TRIALS = int(os.environ.get("WRIT_FAULT_TRIALS", DEFAULT_TRIALS))
 # A campaign runs as long as its trials (2 to 2.6 s each at load 10): 20 s a trial is only ever a hang.
 CAMPAIGN_TIMEOUT = pytest.mark.timeout(max(600, 20 * TRIALS))

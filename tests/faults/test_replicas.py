@@ -2,6 +2,9 @@
 
 A replica killed (SIGKILL) or frozen (SIGSTOP) mid-dispatch is recovered by the other; a frozen one
 that wakes after its lease cannot record or dispatch any more (DESIGN §3.5).
+
+The cases share the database, the backend and the replica that takes over (`other`), each case with
+keys of its own; the replica a case kills or freezes is its own.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import pytest
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.calls.faults import STOP_ENV
 from store import CallView, Store
-from tests.e2e.harness import WRIT, Backend, demo_config, free_port, mcp_client, stop, wait_http
+from tests.e2e.harness import WRIT, Backend, acme_backend, demo_config, free_port, mcp_client, stop, wait_http
 from tests.faults.campaign import ARGS, TIMEOUT_S, WORKERS
+from tests.postgres import fresh_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e, pytest.mark.postgres]
 
@@ -66,6 +70,36 @@ def replica(root: Path, name: str, backend: Backend, store_url: str, **env: str)
         log.close()
 
 
+@pytest.fixture(scope="module")
+def shared_url(postgres_url: str) -> Iterator[str]:
+    with fresh_schema(postgres_url, "writ_rep") as url:
+        with Store.open(url) as store:
+            store.migrate()  # once, before the replicas start
+        yield url
+
+
+@pytest.fixture(scope="module")
+def shared_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with acme_backend(tmp_path_factory.mktemp("acme")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def other(
+    tmp_path_factory: pytest.TempPathFactory, shared_backend: Backend, shared_url: str
+) -> Iterator[Replica]:
+    """The replica that stays up through every case: it serves, recovers and takes over."""
+    with replica(tmp_path_factory.mktemp("replicas"), "b", shared_backend, shared_url) as b:
+        yield b
+
+
+@pytest.fixture
+def backend(shared_backend: Backend) -> Iterator[Backend]:
+    """The module's backend, its faults cleared after the case."""
+    yield shared_backend
+    shared_backend.chaos()
+
+
 async def wait_for(store: Store, key: str, predicate: Any, timeout_s: float = 20) -> CallView:
     with anyio.fail_after(timeout_s):
         while True:
@@ -76,14 +110,15 @@ async def wait_for(store: Store, key: str, predicate: Any, timeout_s: float = 20
 
 
 async def test_identical_calls_through_two_replicas_cause_one_effect(
-    tmp_path: Path, backend: Backend, pg_url: str
+    tmp_path: Path, backend: Backend, shared_url: str, other: Replica
 ) -> None:
+    pg_url, b = shared_url, other
     statuses: list[str | None] = []
 
     async def call(through: Replica) -> None:
         statuses.append(await through.call("same-key"))
 
-    with replica(tmp_path, "a", backend, pg_url) as a, replica(tmp_path, "b", backend, pg_url) as b:
+    with replica(tmp_path, "a", backend, pg_url) as a:
         async with anyio.create_task_group() as tg:
             for n in range(6):
                 tg.start_soon(call, a if n % 2 else b)
@@ -94,12 +129,12 @@ async def test_identical_calls_through_two_replicas_cause_one_effect(
 
 
 async def test_a_replica_killed_mid_dispatch_is_recovered_and_reconciled_by_the_other(
-    tmp_path: Path, backend: Backend, pg_url: str
+    tmp_path: Path, backend: Backend, shared_url: str, other: Replica
 ) -> None:
+    pg_url = shared_url
     backend.chaos(delay_ms=3000)  # the refund commits, the answer is slow
     with (
         replica(tmp_path, "a", backend, pg_url) as a,
-        replica(tmp_path, "b", backend, pg_url),
         Store.open(pg_url) as store,
     ):
         async with anyio.create_task_group() as tg:
@@ -122,29 +157,35 @@ async def test_a_replica_killed_mid_dispatch_is_recovered_and_reconciled_by_the_
     ids=["frozen-after-the-effect", "frozen-before-sending"],
 )
 async def test_a_replica_frozen_past_its_lease_is_taken_over_and_cannot_record_or_dispatch_after(
-    tmp_path: Path, backend: Backend, pg_url: str, point: str, status: str, effects: int
+    tmp_path: Path,
+    backend: Backend,
+    shared_url: str,
+    other: Replica,
+    point: str,
+    status: str,
+    effects: int,
 ) -> None:
+    pg_url, key = shared_url, f"frozen-{point}"
     with (
         replica(tmp_path, "a", backend, pg_url, **{STOP_ENV: f"{point}:1"}) as a,
-        replica(tmp_path, "b", backend, pg_url),
         Store.open(pg_url) as store,
     ):
         answer: list[str | None] = []
 
         async def call_through_a() -> None:
-            answer.append(await a.call("frozen"))
+            answer.append(await a.call(key))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(call_through_a)
-            settled = await wait_for(store, "frozen", lambda c: c.status in ("completed", "failed"))
+            settled = await wait_for(store, key, lambda c: c.status in ("completed", "failed"))
             os.kill(a.process.pid, signal.SIGCONT)  # wakes up long past its lease
             with anyio.fail_after(20):
                 while not answer:
                     await anyio.sleep(0.05)
-        final = store.find_call_by_key("acme", "agent-1", "frozen")
+        final = store.find_call_by_key("acme", "agent-1", key)
         events = [e.type for e in store.events(tool_call_id=final.tool_call_id)]
     assert settled.status == status and final == settled  # the woken replica recorded nothing
     assert answer == [status]
-    assert len(backend.refunds("frozen")) == effects
+    assert len(backend.refunds(key)) == effects
     assert "tool_call.result_unknown" in events and "reconciliation.resolved" in events
     assert "tool_call.completed" not in events and "tool_call.failed" not in events
