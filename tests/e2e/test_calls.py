@@ -1,4 +1,9 @@
-"""A guarded, recorded, exactly-once tool call from the official MCP client to a real backend, both eras."""
+"""A guarded, recorded, exactly-once tool call from the official MCP client to a real backend, both eras.
+
+Against the whole gateway served in this process, one per store for the module (`inproc_gateway`); and
+the either-era call once more against `writ serve` and the backend as processes (e2e), so each protocol
+era is heard through a real gateway process too.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,21 @@ import pytest
 from tests.e2e.harness import Backend, Gateway
 from tests.eventually import eventually
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 ERAS = ["legacy", "2026-07-28"]
 
 
-# The cases share one gateway and backend per store (conftest's module_gateway): each uses keys and
+# The cases share one gateway and backend per store (conftest's inproc_gateway): each uses keys and
 # principals of its own, and counts refunds against what the backend held before it.
 @pytest.fixture
-def gateway(module_gateway: Gateway) -> Gateway:
-    return module_gateway
+def gateway(inproc_gateway: Gateway) -> Gateway:
+    return inproc_gateway
 
 
 @pytest.fixture
-def backend(module_backend: Backend) -> Backend:
-    return module_backend
+def backend(inproc_backend: Backend) -> Backend:
+    return inproc_backend
 
 
 def fresh(name: str) -> str:
@@ -41,6 +46,19 @@ def refund_args(amount: float = 20, order: str = "1002", currency: str = "EUR") 
 async def test_a_client_of_either_era_lists_tools_and_makes_a_read_and_a_write_call(
     gateway: Gateway, backend: Backend, mode: str
 ) -> None:
+    await read_and_write(gateway, backend, mode)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_of_either_era_is_served_by_a_writ_serve_process(
+    module_sqlite_gateway: Gateway, module_sqlite_backend: Backend, mode: str
+) -> None:
+    # The transport and each era through the real process and its start-up; the store is not the point.
+    await read_and_write(module_sqlite_gateway, module_sqlite_backend, mode)
+
+
+async def read_and_write(gateway: Gateway, backend: Backend, mode: str) -> None:
     key = fresh(f"k-{mode}")
     async with gateway.client(gateway.token("alice"), mode=mode) as client:
         assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")

@@ -1,4 +1,9 @@
-"""Confirm-class capabilities ask the user in the client (input-required, 2026-07-28) via `writ serve`."""
+"""Confirm-class capabilities ask the user in the client (input-required, 2026-07-28).
+
+Against the whole gateway served in this process (one for the module; two `inproc.writ` on one store for
+the replica cases); the restart cases restart `writ serve` processes, and a bad key file stops `writ
+serve` at start-up (e2e: what only processes show).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,9 @@ import yaml
 from mcp.shared.exceptions import MCPError
 
 from tests.e2e.harness import REPO, Backend, Gateway, demo_config, free_port, writ, writ_gateway
+from tests.gateway.mcp import inproc
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 MODERN = "2026-07-28"
 
@@ -52,18 +58,19 @@ def replica_settings(root: Path, key_file: Path | None) -> dict[str, Any]:
     }
 
 
-# One backend for the module and one gateway with `refund_now` for the cases that need no restart or
-# replica of their own: every case sends its own keys and compares the refunds with what was before.
+# One backend for the module, and one gateway with `refund_now` for the cases that need no restart or
+# replica of their own, both in this process: every case sends its own keys and compares the refunds
+# with what was before. The gateways a restart or a replica case starts call the same backend.
 @pytest.fixture
-def backend(module_sqlite_backend: Backend) -> Backend:
-    return module_sqlite_backend
+def backend(inproc_sqlite_backend: Backend) -> Backend:
+    return inproc_sqlite_backend
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, module_sqlite_backend: Backend) -> Iterator[Gateway]:
+def gateway(tmp_path_factory: pytest.TempPathFactory, inproc_sqlite_backend: Backend) -> Iterator[Gateway]:
     workdir = tmp_path_factory.mktemp("writ")
-    with writ_gateway(
-        workdir, module_sqlite_backend, f"sqlite:///{workdir / 'writ.db'}", overrides=confirm_overrides()
+    with inproc.writ(
+        workdir, inproc_sqlite_backend, f"sqlite:///{workdir / 'writ.db'}", overrides=confirm_overrides()
     ) as g:
         yield g
 
@@ -183,6 +190,7 @@ async def test_a_confirmation_for_other_arguments_is_refused_by_the_state_bindin
     assert backend.refunds() == before
 
 
+@pytest.mark.e2e
 async def test_a_confirmation_from_before_a_restart_is_refused_and_runs_nothing(
     tmp_path: Path, backend: Backend
 ) -> None:
@@ -246,8 +254,8 @@ async def test_replicas_sharing_a_key_file_take_a_confirmation_begun_at_another(
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     settings = replica_settings(tmp_path, key_file)
     with (
-        writ_gateway(tmp_path / "a", backend, store_url, **settings) as a,
-        writ_gateway(tmp_path / "b", backend, store_url, **settings) as b,
+        inproc.writ(tmp_path / "a", backend, store_url, **settings) as a,
+        inproc.writ(tmp_path / "b", backend, store_url, **settings) as b,
     ):
         first, answered = await answer_elsewhere(a, b, "now-replicas")
         assert answered.meta["writ/status"] == "completed", answered
@@ -264,8 +272,8 @@ async def test_replicas_without_a_shared_key_refuse_a_confirmation_begun_at_anot
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     settings = replica_settings(tmp_path, None)
     with (
-        writ_gateway(tmp_path / "a", backend, store_url, **settings) as a,
-        writ_gateway(tmp_path / "b", backend, store_url, **settings) as b,
+        inproc.writ(tmp_path / "a", backend, store_url, **settings) as a,
+        inproc.writ(tmp_path / "b", backend, store_url, **settings) as b,
     ):
         first, refused = await answer_elsewhere(a, b, "now-own-keys")
         assert isinstance(refused, MCPError) and refused.message == "Invalid or expired requestState"
@@ -280,6 +288,7 @@ async def _status(gateway: Gateway, tool_call_id: str) -> str:
     return str(status.structured_content["status"])
 
 
+@pytest.mark.e2e
 async def test_a_confirmation_from_before_a_restart_is_taken_when_the_key_file_stays(
     tmp_path: Path, backend: Backend
 ) -> None:
@@ -300,6 +309,7 @@ async def test_a_confirmation_from_before_a_restart_is_taken_when_the_key_file_s
     assert len(backend.refunds("now-6")) == 1
 
 
+@pytest.mark.e2e
 def test_a_key_file_with_a_short_key_stops_writ_serve_with_a_clear_error(
     tmp_path: Path, backend: Backend
 ) -> None:

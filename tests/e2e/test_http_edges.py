@@ -1,4 +1,9 @@
-"""What a client that speaks badly gets: malformed JSON-RPC, missing or bad tokens, unknown routes."""
+"""What a client that speaks badly gets: malformed JSON-RPC, missing or bad tokens, unknown routes.
+
+Against the whole gateway served in this process (`inproc_sqlite_gateway`, `inproc_gateway`: the
+composition root and `writ serve`'s uvicorn settings, its HTTP parser included; the CLI run by its own
+`main`): what is checked is what the gateway answers, not how a process starts or dies.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.e2e.harness import Backend, Gateway, writ_gateway
-
-pytestmark = pytest.mark.e2e
+from tests.e2e.harness import Backend, Gateway
+from tests.gateway.mcp import inproc
 
 MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
@@ -19,13 +23,13 @@ MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, 
 # The cases share one gateway per module (conftest): SQLite for those about the edge, one per store
 # for those about what the store can hold. None of them needs a gateway of its own but the last.
 @pytest.fixture
-def sqlite_gateway(module_sqlite_gateway: Gateway) -> Gateway:
-    return module_sqlite_gateway
+def sqlite_gateway(inproc_sqlite_gateway: Gateway) -> Gateway:
+    return inproc_sqlite_gateway
 
 
 @pytest.fixture
-def gateway(module_gateway: Gateway) -> Gateway:
-    return module_gateway
+def gateway(inproc_gateway: Gateway) -> Gateway:
+    return inproc_gateway
 
 
 def post(gateway: Gateway, body: bytes, token: str | None) -> httpx2.Response:
@@ -49,14 +53,14 @@ def test_a_request_without_a_token_gets_401_with_the_resource_metadata_url(sqlit
     ids=["garbage", "three-dots", "alg-none"],
 )
 def test_a_bad_token_gets_401_and_reaches_nothing(
-    sqlite_gateway: Gateway, module_sqlite_backend: Backend, token: str
+    sqlite_gateway: Gateway, inproc_sqlite_backend: Backend, token: str
 ) -> None:
-    before = module_sqlite_backend.refunds()
+    before = inproc_sqlite_backend.refunds()
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"refund_order","arguments":{}}}'
     response = post(sqlite_gateway, body, token)
     assert response.status_code == 401
     assert response.json()["error"] == "invalid_token"
-    assert module_sqlite_backend.refunds() == before
+    assert inproc_sqlite_backend.refunds() == before
 
 
 def test_a_token_for_another_resource_is_refused(sqlite_gateway: Gateway, tmp_path) -> None:
@@ -207,13 +211,13 @@ NOT_JSON = [
 
 
 def test_arguments_that_are_not_json_are_refused_recorded_and_never_sent(
-    gateway: Gateway, module_backend: Backend
+    gateway: Gateway, inproc_backend: Backend
 ) -> None:
     # Python's json (the 2026-07-28 transport's parser) reads NaN, Infinity, 1e400 (as infinity) and lone
     # surrogate escapes; canonical JSON, UTF-8 encoding and the store's serializer (at ~250 levels) then
     # raised, and the client got -32603 "Internal server error" (or, on a 2025-11-25 session, code 0 with
     # the exception's text) with nothing recorded.
-    token, before = gateway.token("alice"), module_backend.refunds()
+    token, before = gateway.token("alice"), inproc_backend.refunds()
     for amount, reason, error in NOT_JSON:
         arguments = f'{{"order_id":"1001","amount":{amount},"currency":"EUR","reason":{reason}}}'
         status, answer = call_2026(gateway, token, "refund_order", arguments)
@@ -224,7 +228,7 @@ def test_arguments_that_are_not_json_are_refused_recorded_and_never_sent(
         assert any(error in e for e in result["structuredContent"]["errors"]), result
         shown = gateway.cli("calls", "show", result["_meta"]["writ/toolCallId"]).stdout
         assert "tool_call.denied" in shown and "invalid_arguments" in shown
-    assert module_backend.refunds() == before
+    assert inproc_backend.refunds() == before
     assert "hash chain intact" in gateway.cli("audit", "verify").stdout
     # The server goes on serving.
     status, answer = call_2026(gateway, token, "lookup_order", '{"order_id":"1001"}')
@@ -235,20 +239,20 @@ BAD_IDS = ["k\\u0000", "\\ud800", "caf\\u00e9", " padded ", "x" * 256, "", "\\n"
 
 
 def test_a_key_or_run_id_that_cannot_be_stored_or_sent_is_refused_before_anything_runs(
-    gateway: Gateway, module_backend: Backend
+    gateway: Gateway, inproc_backend: Backend
 ) -> None:
     # A NUL in either was a -32603 on PostgreSQL (text cannot hold NUL), a lone surrogate one on both
     # stores, and a key with a control character was recorded, dispatched and failed in the executor
     # (an HTTP header cannot carry it).
     token = gateway.token("alice")
-    refunds, calls = module_backend.refunds(), gateway.recorded_calls()
+    refunds, calls = inproc_backend.refunds(), gateway.recorded_calls()
     arguments = '{"order_id":"1001","amount":20,"currency":"EUR","reason":"r"}'
     for name in ("writ/idempotencyKey", "writ/runId"):
         for value in BAD_IDS:
             status, answer = call_2026(gateway, token, "refund_order", arguments, f'{{"{name}":"{value}"}}')
             assert status == 400, (name, value, answer)
             assert answer["error"]["code"] == -32602 and name in answer["error"]["message"]
-    assert module_backend.refunds() == refunds
+    assert inproc_backend.refunds() == refunds
     assert gateway.recorded_calls() == calls  # nothing recorded
 
 
@@ -271,11 +275,11 @@ def test_writ_call_status_with_an_odd_tool_call_id_says_not_found(gateway: Gatew
 
 
 def test_api_ids_and_texts_with_nul_get_clear_answers_on_both_stores(
-    gateway: Gateway, module_backend: Backend
+    gateway: Gateway, inproc_backend: Backend
 ) -> None:
     # PostgreSQL's text cannot hold NUL: each of these was a 500 there (a DataError), where SQLite
     # answered; a decision's reason with NUL could not be recorded.
-    before = module_backend.refunds()
+    before = inproc_backend.refunds()
     arguments = '{"order_id":"1001","amount":250,"currency":"EUR","reason":"r"}'
     status, answer = call_2026(gateway, gateway.token("alice"), "refund_order", arguments)
     approval_id = answer["result"]["structuredContent"]["approvalId"]
@@ -297,7 +301,7 @@ def test_api_ids_and_texts_with_nul_get_clear_answers_on_both_stores(
         f"{gateway.url}/api/principals/bob%00/revocation", json={}, headers=carol, timeout=10
     )
     assert revoked.status_code == 400
-    assert module_backend.refunds() == before
+    assert inproc_backend.refunds() == before
     assert "hash chain intact" in gateway.cli("audit", "verify").stdout
 
 
@@ -322,10 +326,11 @@ def test_an_api_body_over_the_limit_is_refused_with_413_without_being_read(sqlit
 
 
 def test_with_allowed_hosts_a_browser_client_from_the_public_origin_is_served_and_others_get_403(
-    tmp_path: Path, backend: Backend
+    tmp_path: Path, inproc_sqlite_backend: Backend
 ) -> None:
     server = {"public_url": "http://writ.example", "allowed_hosts": ["127.0.0.1:*"]}
-    with writ_gateway(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", server=server) as gateway:
+    store_url = f"sqlite:///{tmp_path / 'writ.db'}"
+    with inproc.writ(tmp_path, inproc_sqlite_backend, store_url, server=server) as gateway:
         token = gateway.token("alice")
         body = json.dumps(
             {

@@ -1,6 +1,7 @@
 """Runs and idempotency keys belong to the principal that named them, and every identifier the store
 cannot hold is refused at the edge with a clear answer: the official MCP client and the HTTP API
-against a real gateway, on SQLite and PostgreSQL."""
+against the whole gateway served in this process (the CLI run by its own `main`), on SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ import pytest
 from joserfc import jws
 
 from gateway.auth.dev_issuer import ALGORITHM, DevIssuer
-from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_http_edges import call_2026
+from tests.gateway.mcp import inproc
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 # Counts every call of the run, so a call counted into my run by someone else shows as a denial.
 LONG_RUNS = {
@@ -34,10 +36,10 @@ LONG_RUNS = {
 # compares the backend's refunds and the call list with what they held before it.
 @pytest.fixture(scope="module")
 def scoped_gateway(
-    tmp_path_factory: pytest.TempPathFactory, module_backend: Backend, module_store_url: str
+    tmp_path_factory: pytest.TempPathFactory, inproc_backend: Backend, module_store_url: str
 ) -> Iterator[Gateway]:
     workdir = tmp_path_factory.mktemp("writ")
-    with writ_gateway(workdir, module_backend, module_store_url, extra_rules=[LONG_RUNS]) as g:
+    with inproc.writ(workdir, inproc_backend, module_store_url, extra_rules=[LONG_RUNS]) as g:
         yield g
 
 
@@ -47,8 +49,8 @@ def gateway(scoped_gateway: Gateway) -> Gateway:
 
 
 @pytest.fixture
-def backend(module_backend: Backend) -> Backend:
-    return module_backend
+def backend(inproc_backend: Backend) -> Backend:
+    return inproc_backend
 
 
 # Order 1002 (5000 EUR) can take every case's refunds; 1001 (120 EUR) would run out.

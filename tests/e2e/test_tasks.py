@@ -1,4 +1,8 @@
-"""The MCP tasks extension (SEP-2663): a call waiting for an approver is a task the client polls."""
+"""The MCP tasks extension (SEP-2663): a call waiting for an approver is a task the client polls.
+
+Against the whole gateway served in this process (`inproc_sqlite_gateway`): the official client of the
+2026-07-28 era, with the extension, over real HTTP.
+"""
 
 from __future__ import annotations
 
@@ -16,19 +20,19 @@ from pydantic import Field, TypeAdapter
 from tests.e2e.harness import Backend, Gateway
 from tests.eventually import eventually
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 
 # One gateway and backend for the module (conftest): every case sends its own idempotency key, and a
 # task left waiting for an approver stays apart from the others.
 @pytest.fixture
-def sqlite_gateway(module_sqlite_gateway: Gateway) -> Gateway:
-    return module_sqlite_gateway
+def sqlite_gateway(inproc_sqlite_gateway: Gateway) -> Gateway:
+    return inproc_sqlite_gateway
 
 
 @pytest.fixture
-def backend(module_sqlite_backend: Backend) -> Backend:
-    return module_sqlite_backend
+def backend(inproc_sqlite_backend: Backend) -> Backend:
+    return inproc_sqlite_backend
 
 
 class CreateTaskResult(types.Result):

@@ -1,5 +1,8 @@
 """Tenants are isolated on every read and control path: a principal of one tenant never sees, joins,
-conflicts with or decides another tenant's calls, runs, events or approvals, whatever its roles."""
+conflicts with or decides another tenant's calls, runs, events or approvals, whatever its roles.
+
+Against the whole gateway served in this process, one per store for the module (`inproc_gateway`).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +13,19 @@ import pytest
 
 from tests.e2e.harness import Backend, Gateway
 
-pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
+pytestmark = pytest.mark.anyio
 
 
 # One gateway and backend per store for the module (conftest): the cases use keys and amounts of their
 # own, and count refunds against what the backend held before them.
 @pytest.fixture
-def gateway(module_gateway: Gateway) -> Gateway:
-    return module_gateway
+def gateway(inproc_gateway: Gateway) -> Gateway:
+    return inproc_gateway
 
 
 @pytest.fixture
-def backend(module_backend: Backend) -> Backend:
-    return module_backend
+def backend(inproc_backend: Backend) -> Backend:
+    return inproc_backend
 
 
 # Order 1002 (5000 EUR) can take every case's refunds; 1001 (120 EUR) would run out.
