@@ -27,6 +27,7 @@ from store.model import (
     ConfirmationAnswer,
     CorruptEvent,
     KeyClaimLost,
+    ReadRecord,
     RefusalRequest,
     StoreError,
     Unavailable,
@@ -163,6 +164,21 @@ class Store(Settlement, Queues, Reads, RateLimits):
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
         _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
+
+    def admissible_read(self, req: CallRequest) -> bool:
+        """Whether an allowed read may run before it is recorded (no revocation, no budget passed)."""
+        _aware(req.identity.now)
+        with self._read() as conn:
+            return recording.admissible_read(conn, req)
+
+    def record_read(self, rec: ReadRecord) -> Admission:
+        """Record a read that already ran, intent to outcome, in one transaction (one commit).
+
+        The call is refused instead, its answer unrecorded, if its principal was revoked or a budget
+        ran out since `admissible_read`.
+        """
+        _aware(rec.observed_at)
+        return self._write_retrying(lambda conn: recording.record_read(conn, rec, producer=self._producer))
 
     def refuse(self, req: RefusalRequest) -> CallView:
         """Record a call refused before it could claim a key (requested + denied)."""
