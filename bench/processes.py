@@ -52,6 +52,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+START_TIMEOUT_S = 180.0
+"""How long `writ serve` may take to answer: its imports alone take a minute on a saturated machine."""
+
+
 def _wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -104,7 +108,7 @@ def backend(workdir: Path) -> Iterator[Backend]:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{url}/healthz", process)
+        _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
         yield Backend(url, process.pid)
     finally:
         _stop(process)
@@ -155,7 +159,7 @@ def bare_proxy(
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_http(f"{url}/healthz", process)
+            _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
             yield BareProxy(f"{url}/mcp", process.pid)
         finally:
             _stop(process)
@@ -256,7 +260,7 @@ def gateway(
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_http(f"{url}/healthz", process)
+            _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
             yield Gateway(url, path, workdir, process.pid)
         finally:
             _stop(process)

@@ -185,7 +185,7 @@ class Bench:
         each row gets a fresh proxy or gateway (and store). Reads are sent as an agent sends them: no
         idempotency key, arguments of their own.
         """
-        for op in ("read", "write"):
+        for op in self.args.ops:
             workdir = self._dir(f"mcp-{op}")
             with (
                 processes.backend(workdir / "backend") as backend,
@@ -374,11 +374,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only-mcp", action="store_true", help="run only the scenario with an upstream MCP server"
     )
+    parser.add_argument("--ops", default="read,write", help="the MCP scenario's operations: read,write")
     parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
     parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
     parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
 
     if args.tree:
         processes.use_tree(Path(args.tree))
