@@ -168,7 +168,7 @@ class Store(Settlement, Queues, Reads, RateLimits):
     def admissible_read(self, req: CallRequest) -> bool:
         """Whether an allowed read may run before it is recorded (no revocation, no budget passed)."""
         _aware(req.identity.now)
-        with self._read() as conn:
+        with self._look() as conn:
             return recording.admissible_read(conn, req)
 
     def record_read(self, rec: ReadRecord) -> Admission:
@@ -327,6 +327,15 @@ class Store(Settlement, Queues, Reads, RateLimits):
                     if attempt == 1:
                         raise
         raise AssertionError("unreachable")
+
+    @contextmanager
+    def _look(self) -> Iterator[Connection]:
+        """A read that needs no snapshot across its statements: on PostgreSQL, no change of isolation
+        level (two more round trips) as `_read` makes."""
+        with _translated(), self._engine.connect() as conn:
+            conn.execution_options(**{READ_ONLY: True})
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
