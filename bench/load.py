@@ -156,7 +156,14 @@ def direct(base_url: str, op: str) -> Session:
 
 
 def through_writ(
-    mcp_url: str, token: str, op: str, mode: str, *, repeat_reads: bool = False, writ: bool = True
+    mcp_url: str,
+    token: str,
+    op: str,
+    mode: str,
+    *,
+    repeat_reads: bool = False,
+    writ: bool = True,
+    agent_reads: bool = False,
 ) -> Session:
     """Writ with the official MCP client, one client session per worker, reused for every call.
 
@@ -164,6 +171,9 @@ def through_writ(
     one, an identical read inside the capability's dedupe window (10 minutes) joins the completed call
     and is answered from the log. `repeat_reads` measures that path instead. `writ=False` points the
     same client at the bare proxy, whose results carry no Writ status.
+
+    `agent_reads` sends reads as an agent does: without a key (so Writ records each in one commit),
+    each with arguments of its own (`request`: its index), so that no two are joined in flight.
     """
     check = _check if writ else _check_bare
 
@@ -177,11 +187,13 @@ def through_writ(
             async def read(index: int) -> None:
                 meta = (
                     None
-                    if repeat_reads
+                    if repeat_reads or agent_reads
                     else cast(RequestParamsMeta, {"writ/idempotencyKey": _key("read", index)})
                 )
-                order = ORDERS[index % len(ORDERS)][0]
-                check(await client.call_tool("lookup_order", {"order_id": order}, meta=meta))
+                arguments: dict[str, Any] = {"order_id": ORDERS[index % len(ORDERS)][0]}
+                if agent_reads:
+                    arguments["request"] = f"{index}-{uuid.uuid4().hex[:8]}"
+                check(await client.call_tool("lookup_order", arguments, meta=meta))
 
             async def write(index: int) -> None:
                 result = await client.call_tool(

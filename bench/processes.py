@@ -52,6 +52,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+START_TIMEOUT_S = 180.0
+"""How long `writ serve` may take to answer: its imports alone take a minute on a saturated machine."""
+
+
 def _wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -104,7 +108,7 @@ def backend(workdir: Path) -> Iterator[Backend]:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{url}/healthz", process)
+        _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
         yield Backend(url, process.pid)
     finally:
         _stop(process)
@@ -137,21 +141,25 @@ class BareProxy:
 
 
 @contextlib.contextmanager
-def bare_proxy(workdir: Path, backend_url: str) -> Iterator[BareProxy]:
-    """`bench.bare_proxy` in front of this backend: the MCP SDK stack with nothing of Writ's."""
+def bare_proxy(
+    workdir: Path, backend_url: str | None = None, *, upstream_mcp: str | None = None
+) -> Iterator[BareProxy]:
+    """`bench.bare_proxy` in front of this backend (acme-payments over HTTP, or `upstream_mcp`): the MCP
+    SDK stack with nothing of Writ's. Always this checkout's, even under `use_tree`: it is the yardstick."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    target = ["--upstream-mcp", upstream_mcp] if upstream_mcp else ["--backend", str(backend_url)]
     with (workdir / "bare-proxy.log").open("w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.bare_proxy", "--port", str(port), "--backend", backend_url],
+            [sys.executable, "-m", "bench.bare_proxy", "--port", str(port), *target],
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env=dict(os.environ),
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_http(f"{url}/healthz", process)
+            _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
             yield BareProxy(f"{url}/mcp", process.pid)
         finally:
             _stop(process)
@@ -181,8 +189,19 @@ class Gateway:
         return out.stdout.strip().splitlines()[-1]
 
 
+UPSTREAM_MODE = "2026-07-28"
+"""The protocol Writ speaks to the upstream MCP server: the bare proxy's (`bench.bare_proxy`)."""
+
+
 def _config(
-    workdir: Path, *, port: int, backend_url: str, store: str, durable: bool, json_response: bool | None
+    workdir: Path,
+    *,
+    port: int,
+    backend_url: str,
+    store: str,
+    durable: bool,
+    json_response: bool | None,
+    upstream_mcp: str | None = None,
 ) -> Path:
     demo = _tree / "demo" if (_tree / "demo").is_dir() else _tree / "gateway" / "demo"
     template = Template((demo / "demo.yaml").read_text())
@@ -190,6 +209,13 @@ def _config(
     config = yaml.safe_load(
         template.safe_substitute(gateway_port=port, backend_port=backend_port, state_dir=workdir)
     )
+    if upstream_mcp is not None:
+        # The same two tools, discovered from an upstream MCP server instead of declared over HTTP.
+        effects = {"lookup_order": {"effect": "read"}, "refund_order": {"effect": "write", "timeout_s": 5}}
+        config["backends"] = {
+            "upstream": {"type": "mcp", "url": upstream_mcp, "mode": UPSTREAM_MODE, "overrides": effects}
+        }
+        config["capabilities"] = []
     config["store"]["url"] = store
     config["store"]["durable"] = durable
     if json_response is not None:
@@ -207,13 +233,26 @@ def _config(
 
 @contextlib.contextmanager
 def gateway(
-    workdir: Path, backend_url: str, store: str, *, durable: bool = True, json_response: bool | None = None
+    workdir: Path,
+    backend_url: str,
+    store: str,
+    *,
+    durable: bool = True,
+    json_response: bool | None = None,
+    upstream_mcp: str | None = None,
 ) -> Iterator[Gateway]:
-    """`writ serve` on the demo config against this backend and store; its log goes to workdir/writ.log."""
+    """`writ serve` on the demo config against this backend (or, with `upstream_mcp`, the demo's tools
+    served by that upstream MCP server) and store; its log goes to workdir/writ.log."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     path = _config(
-        workdir, port=port, backend_url=backend_url, store=store, durable=durable, json_response=json_response
+        workdir,
+        port=port,
+        backend_url=backend_url,
+        store=store,
+        durable=durable,
+        json_response=json_response,
+        upstream_mcp=upstream_mcp,
     )
     with (workdir / "writ.log").open("w") as log:
         process = subprocess.Popen(
@@ -221,7 +260,7 @@ def gateway(
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_http(f"{url}/healthz", process)
+            _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
             yield Gateway(url, path, workdir, process.pid)
         finally:
             _stop(process)

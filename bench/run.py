@@ -6,8 +6,13 @@ Direct: the acme-payments backend over HTTP (one persistent httpx2 connection pe
 Writ: `writ serve` on the demo config (auth on, events durable), the official MCP client with one
 reused session per worker, on each store. Sequential (1 worker) and concurrent (N workers). Every
 scenario gets a fresh backend, store and gateway (unless --reuse-processes), and is warmed up before
-the clock starts. Prints a markdown table and writes JSON. Nothing here asserts a speed: it reports
-what it measures.
+the clock starts.
+
+The MCP scenario (issue 16) puts an upstream MCP server in front of acme-payments and measures the
+official client against it directly (MCP-direct), through the bare MCP proxy and through Writ, and
+each Writ row's calls/s and gateway CPU against the bare proxy's of the same run.
+
+Prints a markdown table and writes JSON. Nothing here asserts a speed: it reports what it measures.
 """
 
 from __future__ import annotations
@@ -46,11 +51,20 @@ class Row:
     m: load.Measurement
     variant: dict[str, Any] = field(default_factory=dict)
     ratio: float | None = None
+    upstream: str = "http"
+    """What serves the tools: acme-payments over HTTP, or an MCP server in front of it (`mcp`)."""
+    vs_bare: float | None = None
+    """calls/s over the bare proxy's, same operation, mode, concurrency and upstream."""
+    cpu_vs_bare: float | None = None
+    """Server CPU per call over the bare proxy's."""
 
     @property
     def scenario(self) -> str:
-        via = {"direct": "direct", "bare": "via bare MCP proxy", "writ": "via Writ"}[self.target]
-        return f"{self.op} {via}"
+        if self.upstream == "mcp":
+            via = {"direct": "MCP-direct", "bare": "via bare MCP proxy -> MCP", "writ": "via Writ -> MCP"}
+        else:
+            via = {"direct": "direct", "bare": "via bare MCP proxy", "writ": "via Writ"}
+        return f"{self.op} {via[self.target]}"
 
     @property
     def store_label(self) -> str:
@@ -61,6 +75,7 @@ class Row:
         return {
             "op": self.op,
             "target": self.target,
+            "upstream": self.upstream,
             "store": self.store,
             "mode": self.mode,
             "variant": self.variant,
@@ -71,6 +86,8 @@ class Row:
             "p50_ms": round(self.m.percentile_ms(50), 3),
             "p99_ms": round(self.m.percentile_ms(99), 3),
             "ratio_vs_direct": None if self.ratio is None else round(self.ratio, 3),
+            "ratio_vs_bare": _round(self.vs_bare),
+            "cpu_vs_bare": _round(self.cpu_vs_bare),
             "client_cpu_s": round(self.m.client_cpu_s, 3),
             "server_cpu_ms_per_call": _round(self.m.server_cpu_ms_per_call()),
         }
@@ -174,10 +191,54 @@ class Bench:
                     m = self._measure(session, concurrency, [gateway.pid])
                 self._record(Row(op, "writ", store, mode, concurrency, m, variant))
 
+    def mcp(self) -> None:
+        """MCP client -> (nothing, the bare proxy, Writ on each store) -> an upstream MCP server.
+
+        The upstream is `bench.bare_proxy` over acme-payments, one per operation, shared by its rows;
+        each row gets a fresh proxy or gateway (and store). Reads are sent as an agent sends them: no
+        idempotency key, arguments of their own.
+        """
+        for op in self.args.ops:
+            workdir = self._dir(f"mcp-{op}")
+            with (
+                processes.backend(workdir / "backend") as backend,
+                processes.bare_proxy(workdir / "upstream", backend.url) as upstream,
+            ):
+                for concurrency in self._concurrencies():
+                    session = load.through_writ(
+                        upstream.mcp_url, "none", op, MODERN, writ=False, agent_reads=True
+                    )
+                    m = self._measure(session, concurrency, [upstream.pid])
+                    self._record(Row(op, "direct", "-", MODERN, concurrency, m, upstream="mcp"))
+                    with processes.bare_proxy(
+                        workdir / f"bare-{concurrency}", upstream_mcp=upstream.mcp_url
+                    ) as proxy:
+                        session = load.through_writ(
+                            proxy.mcp_url, "none", op, MODERN, writ=False, agent_reads=True
+                        )
+                        m = self._measure(session, concurrency, [proxy.pid])
+                    self._record(Row(op, "bare", "-", MODERN, concurrency, m, upstream="mcp"))
+                    for store in self.args.stores:
+                        here = workdir / f"writ-{store}-{concurrency}"
+                        with (
+                            processes.store_url(store, here) as url,
+                            processes.gateway(here, backend.url, url, upstream_mcp=upstream.mcp_url) as gw,
+                        ):
+                            session = load.through_writ(gw.mcp_url, gw.token(), op, MODERN, agent_reads=True)
+                            m = self._measure(session, concurrency, [gw.pid])
+                        self._record(Row(op, "writ", store, MODERN, concurrency, m, upstream="mcp"))
+
     def _concurrencies(self) -> list[int]:
         return [1] if self.args.concurrency <= 1 else [1, self.args.concurrency]
 
     def run(self) -> None:
+        if self.args.only_mcp:
+            print(
+                "MCP scenario: client -> (direct | bare proxy | Writ) -> upstream MCP server", file=sys.stderr
+            )
+            self.mcp()
+            self._ratios()
+            return
         print("direct (backend over HTTP)", file=sys.stderr)
         self.direct()
         print("bare MCP proxy (the SDK stack, nothing of Writ's)", file=sys.stderr)
@@ -199,47 +260,71 @@ class Bench:
             self.writ("sqlite", seq, durable=False)
             self.writ("sqlite", seq, json_response=False)
             self.writ("sqlite", [("read", MODERN, 1)], repeat_reads=True)
+        if not self.args.no_mcp:
+            print(
+                "MCP scenario: client -> (direct | bare proxy | Writ) -> upstream MCP server", file=sys.stderr
+            )
+            self.mcp()
         self._ratios()
 
     def _ratios(self) -> None:
-        baseline = {(r.op, r.concurrency): r.m.calls_per_s for r in self.rows if r.target == "direct"}
+        baseline = {
+            (r.op, r.concurrency): r.m.calls_per_s
+            for r in self.rows
+            if r.target == "direct" and r.upstream == "http"
+        }
         for row in self.rows:
-            if row.target != "direct" and (base := baseline.get((row.op, row.concurrency))):
+            is_baseline = row.target == "direct" and row.upstream == "http"
+            if not is_baseline and (base := baseline.get((row.op, row.concurrency))):
                 row.ratio = row.m.calls_per_s / base
+        bare = {(r.op, r.mode, r.concurrency, r.upstream): r for r in self.rows if r.target == "bare"}
+        for row in self.rows:
+            proxy = bare.get((row.op, row.mode, row.concurrency, row.upstream))
+            if row.target != "writ" or proxy is None:
+                continue
+            row.vs_bare = row.m.calls_per_s / proxy.m.calls_per_s
+            cpu, proxy_cpu = row.m.server_cpu_ms_per_call(), proxy.m.server_cpu_ms_per_call()
+            if cpu is not None and proxy_cpu:
+                row.cpu_vs_bare = cpu / proxy_cpu
 
 
 def table(rows: list[Row]) -> str:
     head = (
         "| scenario | store | mode | concurrency | calls | calls/s | p50 ms | p99 ms | ratio vs direct "
-        "| server CPU ms/call | client CPU ms/call |"
+        "| server CPU ms/call | client CPU ms/call | calls/s vs bare proxy | CPU vs bare proxy |"
     )
-    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         cpu = r.m.server_cpu_ms_per_call()
         lines.append(
             f"| {r.scenario} | {r.store_label} | {r.mode} | {r.concurrency} | {r.m.calls} "
             f"| {r.m.calls_per_s:.1f} | {r.m.percentile_ms(50):.2f} | {r.m.percentile_ms(99):.2f} "
-            f"| {'-' if r.ratio is None else f'{r.ratio:.2f}x'} | {'-' if cpu is None else f'{cpu:.2f}'} "
-            f"| {r.m.client_cpu_ms_per_call():.2f} |"
+            f"| {_x(r.ratio)} | {'-' if cpu is None else f'{cpu:.2f}'} "
+            f"| {r.m.client_cpu_ms_per_call():.2f} | {_x(r.vs_bare)} | {_x(r.cpu_vs_bare)} |"
         )
     return "\n".join(lines)
 
 
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
 def aims(rows: list[Row]) -> list[str]:
-    """The issue's aims, read off the sequential 2026-07-28 rows of each store (reported, not enforced)."""
+    """The issues' aims, read off the sequential 2026-07-28 rows of each store (reported, not enforced)."""
     out = []
     targets: dict[str, Callable[[float], bool]] = {"read": lambda r: r >= 0.5, "write": lambda r: r >= 1 / 3}
-    for r in rows:
+    http = [r for r in rows if r.upstream == "http"]
+    for r in http:
         if r.target == "writ" and r.concurrency == 1 and r.mode == MODERN and not r.variant and r.ratio:
             aim = "0.50" if r.op == "read" else "0.33"
             verdict = "met" if targets[r.op](r.ratio) else "not met"
             out.append(f"{r.op} on {r.store}: {r.ratio:.2f}x direct (aim >= {aim}x): {verdict}")
-    for r in rows:
+    for r in http:
         # What the SDK stack allows any gateway: with nothing of Writ's, the bare proxy's ratio is a ceiling.
         if r.target == "bare" and r.mode == MODERN and r.ratio:
             out.append(f"{r.op} via the bare MCP proxy (no Writ at all): {r.ratio:.2f}x direct, the ceiling")
-    direct = {r.op: r for r in rows if r.target == "direct" and r.concurrency == 1}
-    clients = [r for r in rows if r.target == "writ" and r.concurrency == 1 and r.mode == MODERN]
+    direct = {r.op: r for r in http if r.target == "direct" and r.concurrency == 1}
+    clients = [r for r in http if r.target == "writ" and r.concurrency == 1 and r.mode == MODERN]
     if "read" in direct and (reads := [r for r in clients if r.op == "read"]):
         # Sequential calls add up: the MCP client's own CPU per call plus the backend's is a floor
         # under any call through a gateway, before the gateway does anything.
@@ -250,6 +335,42 @@ def aims(rows: list[Row]) -> list[str]:
             f"read at 0.5x direct leaves {budget:.2f} ms per call; the official MCP client alone uses "
             f"{client:.2f} ms of CPU per call and the backend {backend:.2f} ms"
         )
+    return out + mcp_aims(rows)
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "not met"
+
+
+def mcp_aims(rows: list[Row]) -> list[str]:
+    """Issue 16's aims, relative to the bare MCP proxy in front of the same upstream MCP server."""
+    out = []
+    writ = {(r.op, r.store, r.concurrency): r for r in rows if r.upstream == "mcp" and r.target == "writ"}
+    for (op, store, concurrency), r in writ.items():
+        if concurrency != 1 or r.vs_bare is None:
+            continue
+        aim = 0.7 if op == "read" else 0.55
+        line = f"MCP {op} on {store}: {r.vs_bare:.2f}x the bare proxy's calls/s (aim >= {aim}x): "
+        line += _verdict(r.vs_bare >= aim)
+        if op == "read" and r.cpu_vs_bare is not None:
+            cpu = f"; gateway CPU {r.cpu_vs_bare:.2f}x the bare proxy's (aim <= 2x): "
+            line += cpu + _verdict(r.cpu_vs_bare <= 2)
+        out.append(line)
+    sqlite, postgres = writ.get(("read", "sqlite", 1)), writ.get(("read", "postgres", 1))
+    if sqlite and postgres:
+        slower = sqlite.m.calls_per_s / postgres.m.calls_per_s
+        out.append(
+            f"MCP read on postgres: SQLite's calls/s are {slower:.2f}x PostgreSQL's (aim <= 1.3x): "
+            + _verdict(slower <= 1.3)
+        )
+    for (op, store, concurrency), r in writ.items():
+        alone = writ.get((op, store, 1))
+        if concurrency > 1 and alone is not None:
+            gain = r.m.calls_per_s / alone.m.calls_per_s
+            out.append(
+                f"MCP {op} on {store} with {concurrency} clients: {gain:.2f}x its sequential calls/s "
+                f"(aim >= 1.3x with 8): {_verdict(gain >= 1.3)}"
+            )
     return out
 
 
@@ -269,11 +390,17 @@ def main(argv: list[str] | None = None) -> None:
         "(quicker, and each row then starts from the previous rows' state: for checking the benchmark "
         "still runs, not for figures)",
     )
+    parser.add_argument("--no-mcp", action="store_true", help="skip the scenario with an upstream MCP server")
+    parser.add_argument(
+        "--only-mcp", action="store_true", help="run only the scenario with an upstream MCP server"
+    )
+    parser.add_argument("--ops", default="read,write", help="the MCP scenario's operations: read,write")
     parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
     parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
     parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
 
     if args.tree:
         processes.use_tree(Path(args.tree))

@@ -350,6 +350,16 @@ class OutcomeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadRecord:
+    """A read allowed outright that already ran: `Store.record_read` records it in one transaction."""
+
+    request: CallRequest
+    outcome: OutcomeRecord
+    observed_at: datetime
+    """When the executor's answer came back (the intent and decision are dated `request`'s now)."""
+
+
+@dataclass(frozen=True, slots=True)
 class RefusalRequest:
     """A call refused before it could claim a key (invalid arguments): recorded as requested + denied."""
 

@@ -39,6 +39,7 @@ from store.model import (
     CallView,
     ConfirmationAnswer,
     OutboxMessage,
+    ReadRecord,
     RefusalRequest,
     StoredEvent,
 )
@@ -100,6 +101,10 @@ class CallLedger(Outcomes, Standing, Protocol):
     """The pipeline's store: intent and decision, the key claim, refusals and confirmations."""
 
     def admit(self, req: CallRequest) -> Admission: ...
+
+    def admissible_read(self, req: CallRequest) -> bool: ...
+
+    def record_read(self, rec: ReadRecord) -> Admission: ...
 
     def refuse(self, req: RefusalRequest) -> CallView: ...
 

@@ -21,6 +21,8 @@ from store.model import (
     CallView,
     Charge,
     DecisionRecord,
+    OutcomeRecord,
+    ReadRecord,
     RefusalRequest,
     StoreError,
 )
@@ -66,13 +68,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     log = Append(conn)
     who = req.identity
     # After the head lock, so under PostgreSQL's read committed this statement sees every earlier claim.
-    params = {
-        "b_run_id": who.run_id,
-        "b_tenant": who.tenant,
-        "b_idempotency_key": who.idempotency_key,
-        "b_subject": who.subject,
-    }
-    lookup = _ADMIT_LOOKUP.one(conn, params)
+    lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
     if lookup.revoked:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
@@ -101,6 +97,63 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     queues.on_admitted(conn, req)
     log.flush()
     return Admission("new", call=log.call(who.tool_call_id))
+
+
+def admissible_read(conn: Connection, req: CallRequest) -> bool:
+    """Whether a read allowed by policy may run before anything is recorded (`record_read` after it).
+
+    False when its principal is revoked or a budget it draws on would pass its limit: then the call
+    is admitted as any other (`admit`), which records the refusal. Read without the head lock: the
+    answer is checked again in `record_read`'s transaction.
+    """
+    who = req.identity
+    lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
+    _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
+    return not lookup.revoked and _breach(conn, req.charges) is None
+
+
+def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admission:
+    """Record a read that already ran in one transaction: requested, dispatching and its outcome.
+
+    Standing and budgets are checked again under the head lock, as `admit` checks them: a read whose
+    principal was revoked or whose budget ran out meanwhile is recorded refused (`principal_revoked`,
+    `budget_exceeded`) and what the backend answered is not recorded, so nobody is told it. Its key is
+    taken over from any call holding it: a derived key only joins identical calls, and a read has no
+    effect for a second holder to duplicate.
+    """
+    req = rec.request
+    log = Append(conn)
+    who = req.identity
+    lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
+    _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
+    if lookup.revoked:
+        refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
+        return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    breach = _breach(conn, req.charges)
+    if breach is not None:
+        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
+        return Admission("new", call=call, breach=breach)
+    last = _record_new(
+        log, req, supersedes=lookup.holder, run_is_new=lookup.run_tenant is None, producer=producer
+    )
+    envelope = {
+        **_base(who, req.policy_version, producer),
+        "occurred_at": ev.format_ts(rec.observed_at),
+        "tool_call_id": who.tool_call_id,
+        "causation_id": last.event_id,
+    }
+    log.add(outcome_event(envelope, rec.outcome))
+    log.flush()
+    return Admission("new", call=log.call(who.tool_call_id))
+
+
+def _lookup_params(who: CallIdentity) -> dict[str, Any]:
+    return {
+        "b_run_id": who.run_id,
+        "b_tenant": who.tenant,
+        "b_idempotency_key": who.idempotency_key,
+        "b_subject": who.subject,
+    }
 
 
 def _breach(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
@@ -224,24 +277,29 @@ def record_outcome(conn: Connection, cmd: RecordOutcome, *, producer: str) -> Ca
     log = Append(conn)
     row = fenced(conn, tool_call_id, cmd.token, "dispatching", ENVELOPE_BY_ID)
     envelope = call_envelope(row, now, producer)
+    event = outcome_event(envelope, outcome)
+    log.add(event)
+    log.flush()
+    return log.call(tool_call_id)
+
+
+def outcome_event(
+    envelope: dict[str, Any], outcome: OutcomeRecord
+) -> ev.ToolCallCompletedEvent | ev.ToolCallFailedEvent | ev.ToolCallResultUnknownEvent:
+    """The event recording what an executor observed, with `envelope`'s fields."""
     result = dict(outcome.result) if outcome.result is not None else None
-    event: ev.Envelope
     if outcome.kind == "completed":
         payload = ev.ToolCallCompleted(
             result=result, external_request_id=outcome.external_request_id, evidence=dict(outcome.evidence)
         )
-        event = ev.ToolCallCompletedEvent(**envelope, payload=payload)
-    elif outcome.kind == "failed":
+        return ev.ToolCallCompletedEvent(**envelope, payload=payload)
+    if outcome.kind == "failed":
         failed = ev.ToolCallFailed(error=outcome.error, detail=outcome.detail, result=result)
-        event = ev.ToolCallFailedEvent(**envelope, payload=failed)
-    else:
-        unknown = ev.ToolCallResultUnknown(
-            error=outcome.error, detail=outcome.detail, evidence=dict(outcome.evidence)
-        )
-        event = ev.ToolCallResultUnknownEvent(**envelope, payload=unknown)
-    log.add(event)
-    log.flush()
-    return log.call(tool_call_id)
+        return ev.ToolCallFailedEvent(**envelope, payload=failed)
+    unknown = ev.ToolCallResultUnknown(
+        error=outcome.error, detail=outcome.detail, evidence=dict(outcome.evidence)
+    )
+    return ev.ToolCallResultUnknownEvent(**envelope, payload=unknown)
 
 
 def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
@@ -332,7 +390,8 @@ def _charged(charge: Charge) -> ev.BudgetCharged:
 
 def _record_new(
     log: Append, req: CallRequest, *, supersedes: str | None, run_is_new: bool, producer: str
-) -> None:
+) -> ev.Event:
+    """Append the events of an admitted call; returns the last (what a later event of it is caused by)."""
     who = req.identity
     base = _base(who, req.policy_version, producer)
     if run_is_new:
@@ -347,8 +406,8 @@ def _record_new(
         denied = ev.ToolCallDenied(
             reason=decision.reason or "denied", rule_id=decision.rule_id, message=decision.message
         )
-        log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
-    elif effect == "require_approval":
+        return log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
+    if effect == "require_approval":
         if req.approval_id is None or req.approval_expires_at is None:
             raise StoreError("a require_approval decision needs approval_id and approval_expires_at")
         need = decision.approval
@@ -360,8 +419,8 @@ def _record_new(
             action_hash=who.action_hash,
             requester=who.subject,
         )
-        log.add(ev.ApprovalRequiredEvent(**call, approval_id=req.approval_id, payload=required))
-    elif effect == "allow" and req.confirmation_id is not None:
+        return log.add(ev.ApprovalRequiredEvent(**call, approval_id=req.approval_id, payload=required))
+    if effect == "allow" and req.confirmation_id is not None:
         if req.confirmation_expires_at is None:
             raise StoreError("a call awaiting confirmation needs confirmation_expires_at")
         asked = ev.ConfirmationRequired(
@@ -370,17 +429,16 @@ def _record_new(
             expires_at=ev.format_ts(req.confirmation_expires_at),
             requester=who.subject,
         )
-        log.add(ev.ConfirmationRequiredEvent(**call, payload=asked))
-    elif effect == "allow":
+        return log.add(ev.ConfirmationRequiredEvent(**call, payload=asked))
+    if effect == "allow":
         dispatching = ev.ToolCallDispatching(
             attempt=1,
             idempotency_key=who.idempotency_key,
             external_request_id=req.external_request_id,
             **grant(req.lease_owner, 0, who.now, req.lease_s),
         )
-        log.add(ev.ToolCallDispatchingEvent(**call, payload=dispatching))
-    else:
-        raise StoreError(f"unknown decision effect {effect!r}")
+        return log.add(ev.ToolCallDispatchingEvent(**call, payload=dispatching))
+    raise StoreError(f"unknown decision effect {effect!r}")
 
 
 def _record_conflict(

@@ -27,6 +27,7 @@ from store.model import (
     ConfirmationAnswer,
     CorruptEvent,
     KeyClaimLost,
+    ReadRecord,
     RefusalRequest,
     StoreError,
     Unavailable,
@@ -163,6 +164,21 @@ class Store(Settlement, Queues, Reads, RateLimits):
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
         _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
+
+    def admissible_read(self, req: CallRequest) -> bool:
+        """Whether an allowed read may run before it is recorded (no revocation, no budget passed)."""
+        _aware(req.identity.now)
+        with self._look() as conn:
+            return recording.admissible_read(conn, req)
+
+    def record_read(self, rec: ReadRecord) -> Admission:
+        """Record a read that already ran, intent to outcome, in one transaction (one commit).
+
+        The call is refused instead, its answer unrecorded, if its principal was revoked or a budget
+        ran out since `admissible_read`.
+        """
+        _aware(rec.observed_at)
+        return self._write_retrying(lambda conn: recording.record_read(conn, rec, producer=self._producer))
 
     def refuse(self, req: RefusalRequest) -> CallView:
         """Record a call refused before it could claim a key (requested + denied)."""
@@ -311,6 +327,15 @@ class Store(Settlement, Queues, Reads, RateLimits):
                     if attempt == 1:
                         raise
         raise AssertionError("unreachable")
+
+    @contextmanager
+    def _look(self) -> Iterator[Connection]:
+        """A read that needs no snapshot across its statements: on PostgreSQL, no change of isolation
+        level (two more round trips) as `_read` makes."""
+        with _translated(), self._engine.connect() as conn:
+            conn.execution_options(**{READ_ONLY: True})
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:

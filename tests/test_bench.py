@@ -49,3 +49,13 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
         "write on postgres",
     ]
     assert "| read via Writ | sqlite | 2026-07-28 | 1 | 5 |" in completed.stdout
+
+    # Issue 16's scenario: an upstream MCP server, reached directly, through the bare proxy and Writ.
+    mcp = [r for r in report["rows"] if r["upstream"] == "mcp"]
+    reached = {(r["op"], r["target"], r["store"], r["concurrency"]) for r in mcp}
+    for op in ("read", "write"):
+        for concurrency in (1, 2):
+            assert {(op, "direct", "-", concurrency), (op, "bare", "-", concurrency)} <= reached
+            assert {(op, "writ", "sqlite", concurrency), (op, "writ", "postgres", concurrency)} <= reached
+    assert all(r["ratio_vs_bare"] is not None for r in mcp if r["target"] == "writ")
+    assert any(line.startswith("MCP read on postgres: ") for line in report["aims"])

@@ -21,7 +21,7 @@ from capabilities.contract import Capability, Executor, Invocation, Outcome, Out
 from gateway.calls.actions import Redactor
 from gateway.calls.faults import NO_FAULTS, FaultPoints
 from store.commands import RecordContradiction, RecordOutcome
-from store.model import CallView, OutcomeRecord, StaleLease, StoreError, Unavailable
+from store.model import CallRequest, CallView, OutcomeRecord, ReadRecord, StaleLease, StoreError, Unavailable
 from store.ports import Outcomes
 
 logger = logging.getLogger(__name__)
@@ -126,6 +126,31 @@ class Dispatcher:
         # unshared, deadline-free one never does), so a `return` inside leaves a path returning None.
         return settled
 
+    async def run_read(
+        self, capability: Capability, request: CallRequest, arguments: dict[str, Any]
+    ) -> ReadRecord:
+        """Run a read allowed outright before anything of it is recorded; the caller records it whole.
+
+        A read has no effect to protect, so nothing is made durable before it is sent: a crash before
+        `Store.record_read` commits leaves no trace of it, and its answer was never told.
+        """
+        who = request.identity
+        sent_at = self._clock()
+        invocation = Invocation(
+            capability=capability,
+            arguments=arguments,
+            idempotency_key=who.idempotency_key,
+            tool_call_id=who.tool_call_id,
+            external_request_id=request.external_request_id,
+            attempt=1,
+            commit_deadline=sent_at + timedelta(seconds=self.guard_s(capability) + capability.horizon_s),
+        )
+        outcome = await self._execute(capability, invocation)
+        record = self._observed(
+            outcome, lambda data: self._redactor.withhold_echoes(capability, arguments, data)
+        )
+        return ReadRecord(request, record, observed_at=self._clock())
+
     def _lease_covers_dispatch(self, capability: Capability, call: CallView) -> bool:
         # Checked locally right before sending: the whole dispatch must fit in what is left of the
         # lease, or recovery could declare it unknown and reconciliation look before it lands.
@@ -159,14 +184,7 @@ class Dispatcher:
         What the backend said passes `withhold` first: an echo of a redacted argument never reaches the
         log, nor the client's answer, which is read from the record.
         """
-        record = OutcomeRecord(
-            kind=outcome.kind,
-            result=withhold(outcome.result.to_json()) if outcome.result is not None else None,
-            error=outcome.error,
-            detail=withhold(outcome.detail) if outcome.detail is not None else None,
-            external_request_id=outcome.external_request_id,
-            evidence=withhold(dict(outcome.evidence)),
-        )
+        record = self._observed(outcome, withhold)
         token, now = call.lease_token, self._clock()
         try:
             recorded = await anyio.to_thread.run_sync(
@@ -200,6 +218,17 @@ class Dispatcher:
                 exc_info=not isinstance(exc, Unavailable),
             )
             return Dispatched(call, recorded=False)
+
+    @staticmethod
+    def _observed(outcome: Outcome, withhold: Callable[[Any], Any]) -> OutcomeRecord:
+        return OutcomeRecord(
+            kind=outcome.kind,
+            result=withhold(outcome.result.to_json()) if outcome.result is not None else None,
+            error=outcome.error,
+            detail=withhold(outcome.detail) if outcome.detail is not None else None,
+            external_request_id=outcome.external_request_id,
+            evidence=withhold(dict(outcome.evidence)),
+        )
 
     async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
         executor = self._registry.executor(capability)

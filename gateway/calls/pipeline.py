@@ -12,8 +12,15 @@
 5. `_dispatch_or_join`: the claimant dispatches (`Dispatcher`: executor, then the outcome recorded
    before the client hears it); a call that joined an identical one waits for its recorded state.
 
-Nothing crosses a boundary before the fact that it is about to is durable in the store; the store's
-ledger decides who may dispatch, so replicas and retries never cause a second effect.
+Nothing with an effect crosses a boundary before the fact that it is about to is durable in the store;
+the store's ledger decides who may dispatch, so replicas and retries never cause a second effect.
+
+A read allowed outright under a derived key (`_read`) has no effect to protect: it runs first, then
+its intent, decision and outcome are recorded in one transaction (`store.record_read`, one commit),
+before the client hears the answer. Standing and budgets are looked at before it runs and checked
+again, and charged, in that transaction; identical reads in flight in this process share one backend
+call (`Flights`). A crash between the backend's answer and that commit leaves no record of the read,
+and nobody was told its answer.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from gateway.calls.authorize import (
 )
 from gateway.calls.budgets import store_charges
 from gateway.calls.dispatch import Dispatcher
+from gateway.calls.flights import Flights
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.run_ids import scoped_run_id
 from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
@@ -193,6 +201,7 @@ class CallPipeline:
         self._notify_approvals = notify_approvals
         self._confirmation_ttl_s = confirmation_ttl_s
         self._schemas = InputSchemas()
+        self._reads: Flights[CallReport] = Flights()
 
     def prepare(self) -> None:
         """Check every capability's input schema once, after the registry has discovered them all.
@@ -249,8 +258,30 @@ class CallPipeline:
         request = self._intent(call, decision, charges)
         if isinstance(request, RefusalRequest):
             return CallReport("new", await self._run(self._store.refuse, request), call.capability)
+        if _one_commit(request):
+            return await self._read(call, request)
         admission = await self._run(self._store.admit, request)
         return await self._dispatch_or_join(call, request, admission)
+
+    async def _read(self, call: _Prepared, request: CallRequest) -> CallReport:
+        """Run a read allowed outright, then record it whole in one commit; or join an identical one
+        running in this process. A revoked principal or a spent budget takes the path of every other
+        call (`admit`), which records the refusal."""
+
+        async def run() -> CallReport:
+            if not await self._run(self._store.admissible_read, request):
+                return await self._dispatch_or_join(
+                    call, request, await self._run(self._store.admit, request)
+                )
+            ran = await self._dispatcher.run_read(call.capability, request, call.arguments)
+            admission = await self._run(self._store.record_read, ran)
+            return CallReport("new", admission.call, call.capability, breach=admission.breach)
+
+        who = request.identity
+        report, joined = await self._reads.run((who.tenant, who.subject, who.idempotency_key), run)
+        if not joined or report.kind != "new":
+            return report
+        return CallReport("joined", report.call, call.capability, breach=report.breach)
 
     async def _prepare(self, inp: CallInput) -> _Prepared:
         """Find the capability, take the rate limit, and name the call: ids, key, action hash."""
@@ -508,6 +539,21 @@ def _approval_notice(
         "expiresAt": expires_at.isoformat(),
         "policyVersion": decision.policy_version,
     }
+
+
+def _one_commit(request: CallRequest) -> bool:
+    """Whether a call is recorded once, after it ran: a read allowed outright, under a derived key.
+
+    Writes, reads awaiting approval and reads under a client's idempotency key (whose recorded state
+    the key promises to every later call that names it) are admitted before they run.
+    """
+    return (
+        request.effect_class == "read"
+        and request.decision.effect == "allow"
+        and request.approval_id is None
+        and request.confirmation_id is None
+        and request.identity.key_source == "derived"
+    )
 
 
 def _dedupe_window(capability: Capability) -> int:

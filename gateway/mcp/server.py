@@ -145,8 +145,9 @@ class McpFace:
         try:
             return await self._call_tool(ctx, params)
         except Unavailable as exc:
-            # Raised before anything was sent: once a call is dispatched, a store that goes away
-            # makes its answer `result_unknown` instead (gateway.calls.dispatch).
+            # Raised before anything with an effect was sent: once such a call is dispatched, a store
+            # that goes away makes its answer `result_unknown` instead (gateway.calls.dispatch). A read
+            # allowed outright may have run: its answer, never recorded, is not told either.
             logger.error("tools/call %s: the store is unavailable: %s", params.name, exc)
             message = STATUS_UNAVAILABLE if params.name == STATUS_TOOL else STORE_UNAVAILABLE
             raise MCPError(INTERNAL_ERROR, message) from exc

@@ -1,0 +1,205 @@
+"""Reads allowed outright: run first, then recorded whole in one commit; joined in memory while in flight.
+
+The real pipeline, dispatcher and SQLite store, with a scripted executor (`FakeExecutor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from capabilities.fake import FakeExecutor, completed, fake_capability
+from capabilities.registry import Registry
+from gateway.calls.actions import Redactor
+from gateway.calls.dispatch import Dispatcher
+from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
+from policy.engine import Policy
+from policy.model import Principal
+from store.commands import RevokePrincipal
+from store.store import Store
+from tests.commits import write_commits
+from tests.eventually import eventually
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}
+LOOKUP = fake_capability("lookup_order", effect="read", input_schema=SCHEMA, timeout_s=0.5)
+REFUND = fake_capability("refund_order", effect="write", input_schema=SCHEMA, timeout_s=0.5)
+ALICE = Principal("alice", tenant="acme", roles=frozenset({"agent"}))
+ALLOW = {"id": "agents", "tools": ["*"], "roles": ["agent"], "decision": "allow"}
+ANSWER = {"order_id": "1001", "amount": "250.00"}
+
+
+def _pipeline(store: Store, executor: FakeExecutor, **policy: Any) -> CallPipeline:
+    registry = Registry({"fake": executor}, [LOOKUP, REFUND])
+    redactor = Redactor(b"salt")
+    rules = Policy.from_mapping({"rules": [ALLOW], **policy})
+    clock = lambda: datetime.now(UTC)  # noqa: E731
+    dispatcher = Dispatcher(
+        store=store, registry=registry, redactor=redactor, clock=clock, executor_grace_s=0.3
+    )
+    p = CallPipeline(
+        store=store, registry=registry, policy=lambda: rules, redactor=redactor, dispatcher=dispatcher
+    )
+    p.prepare()
+    return p
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    s.migrate()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def executor() -> FakeExecutor:
+    return FakeExecutor(default=completed(ANSWER))
+
+
+@pytest.fixture
+def pipeline(store: Store, executor: FakeExecutor) -> CallPipeline:
+    return _pipeline(store, executor)
+
+
+def call(tool: str = "lookup_order", key: str | None = None, order: str = "1001") -> CallInput:
+    return CallInput(principal=ALICE, tool_name=tool, arguments={"order_id": order}, idempotency_key=key)
+
+
+def types(store: Store, tool_call_id: str | None = None) -> list[str]:
+    return [e.type for e in store.events(tool_call_id=tool_call_id)]
+
+
+async def _while_running(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor, inp: CallInput
+) -> tuple[list[str], CallReport]:
+    """The events recorded while the executor holds `inp`, and the call's report once it answers."""
+    executor.gate = anyio.Event()
+    reports: list[CallReport] = []
+    before = len(executor.invocations)
+
+    async def one() -> None:
+        reports.append(await pipeline.call(inp))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one)
+        await eventually(lambda: len(executor.invocations) > before, within_s=5)
+        during = types(store)
+        executor.gate.set()
+    return during, reports[0]
+
+
+async def test_an_allowed_read_runs_before_anything_is_recorded_then_is_recorded_in_one_commit(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor
+) -> None:
+    with write_commits(store) as seen:
+        during, report = await _while_running(pipeline, store, executor, call())
+
+    assert during == []
+    assert len(seen) == 1
+    assert (report.kind, report.call.status) == ("new", "completed")
+    assert report.call.result is not None and report.call.result["structuredContent"] == ANSWER
+    assert types(store) == [
+        "run.started",
+        "tool_call.requested",
+        "tool_call.dispatching",
+        "tool_call.completed",
+    ]
+    assert store.verify().ok
+
+
+async def test_a_write_and_a_read_under_the_clients_key_are_recorded_before_they_run(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor
+) -> None:
+    for inp in (call(tool="refund_order", key="w-1"), call(key="r-1")):
+        with write_commits(store) as seen:
+            during, report = await _while_running(pipeline, store, executor, inp)
+        assert during[-2:] == ["tool_call.requested", "tool_call.dispatching"]
+        assert len(seen) == 2
+        assert report.call.status == "completed"
+
+
+async def test_identical_reads_in_flight_share_one_backend_call_and_one_record(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor
+) -> None:
+    executor.gate = anyio.Event()
+    reports: list[CallReport] = []
+
+    async def one() -> None:
+        reports.append(await pipeline.call(call()))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(one)
+        await eventually(lambda: executor.invocations, within_s=5)
+        await anyio.sleep(0.05)  # the others arrive while the first is still at the backend
+        executor.gate.set()
+
+    assert len(executor.invocations) == 1
+    assert sorted(r.kind for r in reports) == ["joined", "joined", "new"]
+    assert {r.call.tool_call_id for r in reports} == {reports[0].call.tool_call_id}
+    assert {r.call.status for r in reports} == {"completed"}
+    assert types(store).count("tool_call.requested") == 1
+
+
+async def test_different_reads_in_flight_are_not_joined(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor
+) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pipeline.call, call(order="1001"))
+        tg.start_soon(pipeline.call, call(order="1002"))
+
+    assert sorted(i.arguments["order_id"] for i in executor.invocations) == ["1001", "1002"]
+    assert types(store).count("tool_call.completed") == 2
+
+
+async def test_a_read_whose_client_goes_away_is_still_recorded_for_those_joined_to_it(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor
+) -> None:
+    executor.gate = anyio.Event()
+    joined: list[CallReport] = []
+
+    async def second() -> None:
+        joined.append(await pipeline.call(call()))
+
+    async with anyio.create_task_group() as outer, anyio.create_task_group() as first:
+        first.start_soon(pipeline.call, call())
+        await eventually(lambda: executor.invocations, within_s=5)
+        outer.start_soon(second)
+        await anyio.sleep(0.05)
+        first.cancel_scope.cancel()  # the first client disconnects while the backend works
+        executor.gate.set()
+
+    assert [r.call.status for r in joined] == ["completed"]
+    assert len(executor.invocations) == 1
+    assert types(store).count("tool_call.completed") == 1
+
+
+async def test_a_revoked_principals_read_never_reaches_the_backend_and_is_recorded_refused(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor
+) -> None:
+    store.revoke_principal(RevokePrincipal("acme", "alice", revoked_by="root", now=datetime.now(UTC)))
+
+    report = await pipeline.call(call())
+
+    assert executor.invocations == []
+    assert (report.call.status, report.call.reason) == ("denied", "principal_revoked")
+
+
+async def test_a_read_over_its_calls_budget_never_reaches_the_backend_and_is_recorded_refused(
+    store: Store, executor: FakeExecutor
+) -> None:
+    pipeline = _pipeline(store, executor, budgets=[{"id": "lookups", "tools": ["lookup_order"], "limit": 2}])
+
+    reports = [await pipeline.call(call(order=str(n))) for n in range(3)]
+
+    assert [r.call.status for r in reports] == ["completed", "completed", "denied"]
+    assert reports[2].call.reason == "budget_exceeded" and reports[2].breach is not None
+    assert len(executor.invocations) == 2
+    assert types(store).count("budget.exceeded") == 1
