@@ -43,6 +43,7 @@ from gateway.auth.trust import trusted_issuers
 from gateway.calls.actions import Redactor
 from gateway.calls.approvals import Decisions
 from gateway.calls.authorize import PolicyLike
+from gateway.calls.catalogue import Catalogue
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.faults import FaultPoints
 from gateway.calls.outbox import Notifier
@@ -346,8 +347,10 @@ def build_app(runtime: Runtime) -> Starlette:
 
     mcp_server = build_mcp_server(
         runtime.pipeline,
+        Catalogue(runtime.registry, runtime.policy_source),
         runtime.store,
         current_principal,
+        clock=runtime.clock,
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
         registry=runtime.registry,

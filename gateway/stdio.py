@@ -15,6 +15,7 @@ from mcp.server.stdio import stdio_server
 
 from gateway.app import build_runtime
 from gateway.auth.tokens import ClaimsRejected
+from gateway.calls.catalogue import Catalogue
 from gateway.config import WritConfig
 from gateway.errors import AuthenticationError
 from gateway.mcp.server import build_mcp_server
@@ -41,8 +42,10 @@ def serve_stdio(config: WritConfig) -> None:
     # Checked on every request: a token that expires mid-session stops being honoured.
     server = build_mcp_server(
         runtime.pipeline,
+        Catalogue(runtime.registry, runtime.policy_source),
         runtime.store,
         lambda: principal if time.time() < expires_at else None,
+        clock=runtime.clock,
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
         registry=runtime.registry,

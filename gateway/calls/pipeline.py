@@ -223,27 +223,6 @@ class CallPipeline:
                     capability.tool_name,
                 )
 
-    def visible_capabilities(self, principal: Principal) -> list[Capability]:
-        """The capabilities this principal could ever be allowed to call (others are not listed)."""
-        policy = self._policy()
-        return [c for c in self._registry.capabilities() if policy.may_list(principal, c)]
-
-    def may_list(self, principal: Principal, capability: Capability, uri: str | None = None) -> bool:
-        """Whether a relayed prompt (or a resource at `uri`) could ever be got (read) by this principal."""
-        return self._policy().may_list(principal, capability, uri)
-
-    def capability(self, tool_name: str) -> Capability | None:
-        return self._registry.get(tool_name)
-
-    @property
-    def confirmation_ttl_s(self) -> float:
-        """How long a user has to answer a confirmation round."""
-        return self._confirmation_ttl_s
-
-    def now(self) -> datetime:
-        """The pipeline's clock, for what the edges record beside its calls."""
-        return self._clock()
-
     async def call(self, inp: CallInput) -> CallReport:
         """Admit, decide and (when allowed and ours to do) dispatch one call: DESIGN §3, step by step.
 

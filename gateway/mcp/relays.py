@@ -22,6 +22,7 @@ from capabilities.contract import BackendUnavailable, Capability
 from capabilities.mcp_relays import prompt_of
 from capabilities.registry import Registry
 from gateway.auth.standing import is_revoked
+from gateway.calls.catalogue import Catalogue
 from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
 from gateway.calls.rate_limits import RateLimited
 from gateway.errors import UnknownTool
@@ -74,9 +75,15 @@ class RelayFace:
     """Handlers of the relayed requests; `caller` is the MCP face's one authentication guard."""
 
     def __init__(
-        self, pipeline: CallPipeline, registry: Registry, store: CallStatus, caller: Callable[[], Principal]
+        self,
+        pipeline: CallPipeline,
+        catalogue: Catalogue,
+        registry: Registry,
+        store: CallStatus,
+        caller: Callable[[], Principal],
     ) -> None:
         self.pipeline = pipeline
+        self.catalogue = catalogue
         self.registry = registry
         self.store = store
         self.caller = caller
@@ -106,7 +113,7 @@ class RelayFace:
             except BackendUnavailable as exc:
                 logger.warning("resources/list: %s left out: %s", capability.backend, exc)
                 continue
-            shown.extend(r for r in listed if self.pipeline.may_list(who, capability, r.uri))
+            shown.extend(r for r in listed if self.catalogue.may_list(who, capability, r.uri))
         return types.ListResourcesResult(resources=shown)
 
     @_guarded
@@ -124,7 +131,7 @@ class RelayFace:
             except BackendUnavailable as exc:
                 logger.warning("resources/templates/list: %s left out: %s", capability.backend, exc)
                 continue
-            shown.extend(t for t in listed if self.pipeline.may_list(who, capability, t.uri_template))
+            shown.extend(t for t in listed if self.catalogue.may_list(who, capability, t.uri_template))
         return types.ListResourceTemplatesResult(resource_templates=shown)
 
     @_guarded
@@ -135,7 +142,7 @@ class RelayFace:
         who = await self._listing_caller()
         if who is None:
             return types.ListPromptsResult(prompts=[])
-        visible = [c for c in self.registry.prompts() if self.pipeline.may_list(who, c)]
+        visible = [c for c in self.registry.prompts() if self.catalogue.may_list(who, c)]
         return types.ListPromptsResult(prompts=[prompt_of(c) for c in visible])
 
     async def _listing_caller(self) -> Principal | None:
@@ -205,11 +212,11 @@ class RelayFace:
         capability: Capability | None
         if isinstance(ref, types.PromptReference):
             capability = self.registry.prompt(ref.name)
-            visible = capability is not None and self.pipeline.may_list(who, capability)
+            visible = capability is not None and self.catalogue.may_list(who, capability)
             unknown = f"Unknown prompt: {ref.name!r}"
         else:
             capability = self.registry.resource_capability(ref.uri)
-            visible = capability is not None and self.pipeline.may_list(who, capability, ref.uri)
+            visible = capability is not None and self.catalogue.may_list(who, capability, ref.uri)
             unknown = f"Unknown resource template: {ref.uri}"
         relay = self.registry.relay(capability) if capability is not None else None
         if capability is None or relay is None or not visible or await is_revoked(self.store, who):

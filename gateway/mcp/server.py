@@ -20,8 +20,10 @@ from capabilities.contract import Capability
 from capabilities.registry import Registry
 from gateway.auth.oversight import may_read
 from gateway.auth.standing import is_revoked, revoked_text
+from gateway.calls.catalogue import Catalogue
 from gateway.calls.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.calls.rate_limits import RateLimited
+from gateway.clock import Clock
 from gateway.errors import Refused, UnknownTool
 from gateway.mcp import rounds
 from gateway.mcp.documents import StatusDocument, output_schema
@@ -97,9 +99,17 @@ class McpFace:
     """
 
     def __init__(
-        self, pipeline: CallPipeline, store: CallStatus, principal: PrincipalProvider, telemetry: Telemetry
+        self,
+        pipeline: CallPipeline,
+        catalogue: Catalogue,
+        store: CallStatus,
+        principal: PrincipalProvider,
+        telemetry: Telemetry,
+        clock: Clock,
     ) -> None:
         self.pipeline = pipeline
+        self.catalogue = catalogue
+        self.clock = clock
         self.store = store
         self.principal = principal
         self.telemetry = telemetry
@@ -119,7 +129,7 @@ class McpFace:
         """The input schema the SDK validates a tool's arguments against, None for an unknown tool."""
         if tool == STATUS_TOOL:
             return _STATUS_TOOL.input_schema
-        capability = self.pipeline.capability(tool)
+        capability = self.catalogue.capability(tool)
         return dict(capability.input_schema) if capability else None
 
     async def list_tools(
@@ -137,7 +147,7 @@ class McpFace:
             revoked = False
         if revoked:  # a revoked principal may call nothing, so nothing is listed to it
             return types.ListToolsResult(tools=[])
-        visible = self.pipeline.visible_capabilities(who)
+        visible = self.catalogue.visible(who)
         return types.ListToolsResult(tools=[*map(_tool, visible), _STATUS_TOOL])
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
@@ -221,7 +231,7 @@ class McpFace:
 
     async def _ask_again(self, who: Any, tool_name: str, tool_call_id: str) -> Any:
         call = await anyio.to_thread.run_sync(lambda: self.store.get_call(tool_call_id, tenant=who.tenant))
-        capability = self.pipeline.capability(tool_name)
+        capability = self.catalogue.capability(tool_name)
         if call is not None and capability is not None and call.status == "awaiting_confirmation":
             return rounds.ask_to_confirm(call, capability.ref)
         return rounds.refusal(
@@ -242,7 +252,7 @@ class McpFace:
             if _is_identifier(tool_call_id):
                 return _status_error(text, StatusDocument(status="not_found", tool_call_id=tool_call_id))
             return _status_error(text, StatusDocument(status="not_found"))
-        shaped = shape_call(call, self.pipeline.capability(call.tool_name))
+        shaped = shape_call(call, self.catalogue.capability(call.tool_name))
         status = status_document(call, include_result=True)
         shaped["structuredContent"] = status
         if call.status != "completed":
@@ -293,7 +303,7 @@ class McpFace:
                         approve=False,
                         decided_by=who.subject,
                         reason=WITHDRAWN,
-                        now=self.pipeline.now(),
+                        now=self.clock(),
                         tenant=who.tenant,
                         decided_by_roles=who.roles,
                     )
@@ -327,7 +337,7 @@ class McpFace:
         return call
 
     async def _task(self, call: CallView) -> dict[str, Any]:
-        final = shape_call(call, self.pipeline.capability(call.tool_name))
+        final = shape_call(call, self.catalogue.capability(call.tool_name))
         status = status_document(call)
         return rounds.task_of(call, final, _status_text(status), withdrawn=await self._withdrawn(call))
 
@@ -344,21 +354,26 @@ class McpFace:
 
 def build_mcp_server(
     pipeline: CallPipeline,
+    catalogue: Catalogue,
     store: CallStatus,
     principal: PrincipalProvider,
     *,
+    clock: Clock,
     telemetry: Telemetry | None = None,
     sealing: RequestStateSecurity | None = None,
+    confirmation_ttl_s: float = 600.0,
     name: str = "writ",
     registry: Registry | None = None,
 ) -> Server[Any]:
-    """The low-level MCP server for this gateway; `sealing` protects confirmation rounds' state.
+    """The low-level MCP server for this gateway: `pipeline` decides and runs calls, `catalogue` says
+    what a caller is shown; `sealing` protects confirmation rounds' state (by default this process's
+    own keys, for rounds of `confirmation_ttl_s`).
 
     With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
     and completions too; else a client hears that they are not there, as from a server without them.
     """
-    face = McpFace(pipeline, store, principal, telemetry or Telemetry())
-    relays = RelayFace(pipeline, registry, store, face.caller) if registry is not None else None
+    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock)
+    relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
     completing = resources or prompts
@@ -380,7 +395,7 @@ def build_mcp_server(
         on_get_prompt=prompts.get_prompt if prompts else None,
         on_completion=completing.complete if completing else None,
     )
-    sealing = sealing or rounds.sealing(pipeline.confirmation_ttl_s)
+    sealing = sealing or rounds.sealing(confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}
     server.add_request_handler("tasks/get", rounds.TaskParams, face.tasks_get)

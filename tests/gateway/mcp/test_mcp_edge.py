@@ -15,7 +15,9 @@ from capabilities.mcp_relays import resource_capability
 from capabilities.mcp_upstream import McpExecutor
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
+from gateway.calls.catalogue import Catalogue
 from gateway.calls.pipeline import CallInput, CallPipeline
+from gateway.clock import system_clock
 from gateway.mcp.documents import output_schema
 from gateway.mcp.server import build_mcp_server
 from policy.engine import Policy
@@ -44,7 +46,9 @@ async def test_an_unexpected_error_is_an_internal_error_that_names_no_detail(
     )
     policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
     pipeline = BrokenPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
-    server = build_mcp_server(pipeline, store, lambda: ALICE)
+    server = build_mcp_server(
+        pipeline, Catalogue(registry, lambda: policy), store, lambda: ALICE, clock=system_clock
+    )
     try:
         async with Client(server, mode=mode) as client:
             with pytest.raises(MCPError) as raised:
@@ -81,7 +85,9 @@ async def test_writ_call_status_publishes_an_output_schema_its_results_validate_
         }
     )
     pipeline = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
-    server = build_mcp_server(pipeline, store, lambda: ALICE)
+    server = build_mcp_server(
+        pipeline, Catalogue(registry, lambda: policy), store, lambda: ALICE, clock=system_clock
+    )
     schema = output_schema()
     try:
         async with Client(server, mode=mode) as client:
@@ -120,7 +126,14 @@ async def test_an_unexpected_error_in_a_relayed_read_or_get_names_no_detail(
     registry.relays_resources = True
     policy = Policy.from_mapping({"rules": [{"id": "all", "resources": ["*"], "decision": "allow"}]})
     pipeline = BrokenPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
-    server = build_mcp_server(pipeline, store, lambda: ALICE, registry=registry)
+    server = build_mcp_server(
+        pipeline,
+        Catalogue(registry, lambda: policy),
+        store,
+        lambda: ALICE,
+        clock=system_clock,
+        registry=registry,
+    )
     try:
         async with Client(server, mode=mode) as client:
             with pytest.raises(MCPError) as raised:
