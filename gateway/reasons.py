@@ -114,6 +114,8 @@ class ReasonCode(StrEnum):
     """An authorization code was presented again after it was redeemed: its tokens are revoked."""
     REFRESH_TOKEN_REUSED = "refresh_token_reused"
     """A rotated refresh token was presented again: every token of its sign-in is revoked."""
+    TOKEN_REVOKED = "token_revoked"
+    """The client revoked one of the sign-in's tokens (RFC 7009): every token of it is revoked."""
 
 
 FORBIDDEN = 403

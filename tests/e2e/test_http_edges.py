@@ -88,11 +88,13 @@ def test_malformed_json_rpc_gets_a_json_rpc_error(sqlite_gateway: Gateway, body:
     assert error["message"]
 
 
-def test_protected_resource_metadata_names_the_resource_and_its_issuer(sqlite_gateway: Gateway) -> None:
+def test_protected_resource_metadata_names_the_resource_and_writs_authorization_server(
+    sqlite_gateway: Gateway,
+) -> None:
     for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
         metadata = httpx2.get(sqlite_gateway.url + path, timeout=5).json()
         assert metadata["resource"] == sqlite_gateway.mcp_url
-        assert metadata["authorization_servers"] == [f"{sqlite_gateway.url}/dev-issuer"]
+        assert metadata["authorization_servers"] == [f"{sqlite_gateway.url}/"]
 
 
 def test_health_and_readiness_answer(sqlite_gateway: Gateway) -> None:
