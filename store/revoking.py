@@ -3,7 +3,7 @@ projection every later call, resume and authorised read checks (DESIGN §3.4: cu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import Connection, select, union
@@ -23,6 +23,8 @@ class Revocation:
     revoked_at: datetime
     revoked_by: str
     reason: str | None
+    grants_revoked: int | None = None
+    """Sign-ins at Writ's authorization server this revocation ended (set on the revoke that did)."""
 
 
 def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocation:
@@ -47,7 +49,7 @@ def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocati
     log.flush()
     found = get(conn, cmd.tenant, cmd.subject)
     assert found is not None
-    return found
+    return replace(found, grants_revoked=grants)
 
 
 def restore(conn: Connection, cmd: RestorePrincipal, *, producer: str) -> Revocation:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from typer.testing import CliRunner
 
+from gateway.cli.main import app
 from store.oauth import CodeGrant, Grantee
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.gateway.oauth.flow import (
@@ -241,3 +243,23 @@ def test_the_resource_metadata_names_only_servers_whose_endpoints_answer(gateway
             assert answer.status_code in (400, 401) and "error" in answer.json(), endpoint
         answer = httpx2.post(document["registration_endpoint"], json={}, timeout=10)
         assert answer.status_code == 400 and "error" in answer.json()
+
+
+def test_writ_principals_revoke_ends_the_subjects_sign_ins_and_records_how_many(
+    gateway: Writ, client_id: str
+) -> None:
+    pkce = Pkce.make()
+    code = redirected(sign_in(gateway.url, authorization_params(client_id, pkce), user=1))["code"]
+    tokens = exchange(gateway.url, client_id, code, pkce.verifier).json()
+    assert tools_list(gateway.mcp_url, tokens["access_token"]).status_code != 401
+    config = gateway.runtime.config.source
+    assert config is not None
+    root = gateway.token("root", roles="admin")
+    args = ["principals", "revoke", "demo-approver", "--tenant", "acme", "--reason", "left", "--token", root]
+    result = CliRunner().invoke(app, [*args, "-c", config])
+    assert result.exit_code == 0, result.output
+    assert "ended 1 sign-in of demo-approver at Writ's authorization server" in result.output
+    assert tools_list(gateway.mcp_url, tokens["access_token"]).status_code == 401
+    assert error_of(refresh(gateway.url, client_id, tokens["refresh_token"])) == "invalid_grant"
+    revoked = [e for e in gateway.runtime.store.events(tenant="acme") if e.type == "principal.revoked"]
+    assert revoked[-1].payload["subject"] == "demo-approver" and revoked[-1].payload["grants_revoked"] == 1
