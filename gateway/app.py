@@ -42,7 +42,7 @@ from gateway.api.routes import api_routes
 from gateway.audit.checkpointer import Checkpointer
 from gateway.audit.checkpoints import CheckpointSigner
 from gateway.auth.dev_issuer import DevIssuer
-from gateway.auth.issuers import StaticKeys, TrustedIssuer
+from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.auth.trust import trusted_issuers
 from gateway.calls.actions import Redactor
@@ -264,7 +264,12 @@ def _sign_in_revoked(store: Store) -> Callable[[Mapping[str, Any]], Awaitable[bo
 
     async def revoked(claims: Mapping[str, Any]) -> bool:
         family = claims.get("sid")
-        return not isinstance(family, str) or await anyio.to_thread.run_sync(store.family_revoked, family)
+        if not isinstance(family, str):
+            return True
+        try:
+            return await anyio.to_thread.run_sync(store.family_revoked, family)
+        except StoreError as exc:  # refused, not guessed: the token is taken again once the store answers
+            raise IssuerUnavailable(f"cannot tell whether sign-in {family} was revoked: {exc}") from exc
 
     return revoked
 

@@ -314,6 +314,7 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
             mapping.subject: user.subject,
             mapping.tenant: user.tenant,
             mapping.roles: list(user.roles),
+            mapping.client_id: request.client.client_id,
         }
         if user.groups:
             claims[mapping.groups] = list(user.groups)

@@ -263,3 +263,22 @@ def test_writ_principals_revoke_ends_the_subjects_sign_ins_and_records_how_many(
     assert error_of(refresh(gateway.url, client_id, tokens["refresh_token"])) == "invalid_grant"
     revoked = [e for e in gateway.runtime.store.events(tenant="acme") if e.type == "principal.revoked"]
     assert revoked[-1].payload["subject"] == "demo-approver" and revoked[-1].payload["grants_revoked"] == 1
+
+
+def test_a_client_registered_with_a_secret_must_present_it_at_token(gateway: Writ) -> None:
+    registered = httpx2.post(
+        f"{gateway.url}/register",
+        json={"redirect_uris": [REDIRECT], "grant_types": ["authorization_code", "refresh_token"]},
+        timeout=10,
+    ).json()
+    assert registered["token_endpoint_auth_method"] == "client_secret_basic" and registered["client_secret"]
+    client_id, secret = registered["client_id"], registered["client_secret"]
+    pkce = Pkce.make()
+    code = code_for(gateway.url, client_id, pkce)
+    assert error_of(exchange(gateway.url, client_id, code, pkce.verifier), 401) == "invalid_client"
+    data = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT}
+    data["code_verifier"] = pkce.verifier
+    wrong = httpx2.post(f"{gateway.url}/token", data=data, auth=(client_id, "not-it"), timeout=10)
+    assert error_of(wrong, 401) == "invalid_client"
+    right = httpx2.post(f"{gateway.url}/token", data=data, auth=(client_id, secret), timeout=10)
+    assert right.status_code == 200 and right.json()["refresh_token"]
