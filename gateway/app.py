@@ -543,7 +543,7 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
         return store.take_tokens([bucket])
 
     login = BuiltinLogin(section.login.users, pages, cookies)
-    return AuthorizationRoutes(server, login, pages, cookies, registration_limit).routes()
+    return AuthorizationRoutes(server, login, pages, cookies, registration_limit, store).routes()
 
 
 def _principal_of_token(runtime: Runtime) -> Callable[[str], Awaitable[Principal | None]]:

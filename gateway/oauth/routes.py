@@ -15,11 +15,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.auth.standing import revoked_text
 from gateway.oauth.login import LoginStep
 from gateway.oauth.pages import Pages
 from gateway.oauth.server import Answer, HttpJsonRequest, HttpRequest, WritAuthorizationServer
 from gateway.oauth.signin import Pending, SigninCookies, csrf_ok
+from policy.model import Principal
 from store.oauth import Grantee
+from store.ports import Standing
 
 RegistrationLimit = Callable[[str], float | None]
 """Takes one registration for a client address: None if allowed, else the seconds to wait."""
@@ -33,8 +36,10 @@ class AuthorizationRoutes:
         pages: Pages,
         cookies: SigninCookies,
         registration_limit: RegistrationLimit,
+        standing: Standing,
     ) -> None:
         self.server = server
+        self.standing = standing
         self.login = login
         self.pages = pages
         self.cookies = cookies
@@ -129,6 +134,9 @@ class AuthorizationRoutes:
 
     async def signed_in(self, request: Request, pending: Pending, user: Grantee) -> Response:
         """The consent page, for a request validated again (its client may be gone by now)."""
+        if await anyio.to_thread.run_sync(self.standing.is_revoked, user.tenant, user.subject):
+            who = Principal(subject=user.subject, tenant=user.tenant, roles=frozenset(user.roles))
+            return self.pages.problem(request, f"{revoked_text(who)}.", status_code=403)
         oauth = self._authorization_request(request, pending.query)
         try:
             grant = await anyio.to_thread.run_sync(self.server.get_consent_grant, oauth)

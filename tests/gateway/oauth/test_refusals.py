@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gateway.cli.main import app
+from store.commands import RevokePrincipal
 from store.oauth import CodeGrant, Grantee
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.gateway.oauth.flow import (
@@ -22,6 +23,7 @@ from tests.gateway.oauth.flow import (
     Pkce,
     authorization_params,
     code_for,
+    csrf_of,
     exchange,
     redirected,
     refresh,
@@ -53,8 +55,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, store_url: str) -> Iterato
             yield g
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def client_id(gateway: Writ) -> str:
+    """One public client for the module's cases (registrations are rate-limited per address)."""
     return str(register(gateway.url)["client_id"])
 
 
@@ -141,10 +144,15 @@ def test_the_plain_pkce_method_is_refused(gateway: Writ, client_id: str) -> None
     assert back["error"] == "invalid_request" and "S256" in back["error_description"]
 
 
-def test_a_code_without_its_verifier_or_with_a_wrong_one_gets_no_token(gateway: Writ, client_id: str) -> None:
+def test_a_code_without_its_verifier_gets_no_token(gateway: Writ, client_id: str) -> None:
     pkce = Pkce.make()
     code = code_for(gateway.url, client_id, pkce)
     assert error_of(exchange(gateway.url, client_id, code, None)) == "invalid_request"
+
+
+def test_a_code_with_a_wrong_verifier_gets_no_token(gateway: Writ, client_id: str) -> None:
+    pkce = Pkce.make()
+    code = code_for(gateway.url, client_id, pkce)
     assert error_of(exchange(gateway.url, client_id, code, Pkce.make().verifier)) == "invalid_grant"
 
 
@@ -282,3 +290,13 @@ def test_a_client_registered_with_a_secret_must_present_it_at_token(gateway: Wri
     assert error_of(wrong, 401) == "invalid_client"
     right = httpx2.post(f"{gateway.url}/token", data=data, auth=(client_id, secret), timeout=10)
     assert right.status_code == 200 and right.json()["refresh_token"]
+
+
+def test_a_revoked_principal_cannot_sign_in(gateway: Writ, client_id: str) -> None:
+    now = gateway.runtime.clock()
+    gateway.runtime.store.revoke_principal(RevokePrincipal("acme", "demo-admin", revoked_by="root", now=now))
+    with httpx2.Client(base_url=gateway.url, timeout=10) as browser:
+        page = browser.get("/authorize", params=authorization_params(client_id, Pkce.make()))
+        refused = browser.post("/authorize/login", data={"csrf": csrf_of(page.text), "user": "2"})
+    assert refused.status_code == 403 and "demo-admin is revoked in tenant acme" in refused.text
+    assert "/authorize/consent" not in refused.text
