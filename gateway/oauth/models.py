@@ -127,11 +127,10 @@ class Token(TokenMixin):  # type: ignore[misc]
     client_id: str
     scope: str
     resource: str
-    refresh: RefreshGrant | None = None
 
     @classmethod
     def of_refresh(cls, value: str, grant: RefreshGrant) -> Token:
-        return cls(value, grant.family_id, grant.client_id, grant.scope, grant.resource, grant)
+        return cls(value, grant.family_id, grant.client_id, grant.scope, grant.resource)
 
     def check_client(self, client: Client) -> bool:
         return bool(client.client_id == self.client_id)

@@ -18,7 +18,8 @@ from starlette.routing import BaseRoute, Route
 from gateway.auth.standing import revoked_text
 from gateway.oauth.login import LoginStep
 from gateway.oauth.pages import Pages
-from gateway.oauth.server import Answer, HttpJsonRequest, HttpRequest, WritAuthorizationServer
+from gateway.oauth.requests import Answer, HttpJsonRequest, HttpRequest
+from gateway.oauth.server import WritAuthorizationServer
 from gateway.oauth.signin import Pending, SigninCookies, csrf_ok
 from policy.model import Principal
 from store.oauth import Grantee
