@@ -82,6 +82,7 @@ from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
+from store.ports import OAuthGrants
 from store.rate_limits import Bucket
 from store.store import Store
 
@@ -197,9 +198,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     own = None
     if oauth_settings is not None and oauth_keys is not None:
         authorization_server = WritAuthorizationServer(oauth_settings, store, oauth_keys, clock=system_clock)
-        own = TrustedIssuer(
-            oauth_settings.issuer, StaticKeys(oauth_keys.public_keys), revoked=_sign_in_revoked(store)
-        )
+        own = own_issuer(oauth_settings.issuer, oauth_keys, store)
     verifier = token_verifier(config, dev_issuer, environ=environ, own=own)
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
@@ -258,7 +257,13 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     return runtime
 
 
-def _sign_in_revoked(store: Store) -> Callable[[Mapping[str, Any]], Awaitable[bool]]:
+def own_issuer(issuer: str, keys: SigningKeys, store: OAuthGrants) -> TrustedIssuer:
+    """Writ's authorization server as a trusted issuer: its keys from the key file, and each token
+    refused once its sign-in is revoked (the gateway, and the CLI's `--token`)."""
+    return TrustedIssuer(issuer, StaticKeys(keys.public_keys), revoked=_sign_in_revoked(store))
+
+
+def _sign_in_revoked(store: OAuthGrants) -> Callable[[Mapping[str, Any]], Awaitable[bool]]:
     """Whether the sign-in (grant family) an access token of Writ's authorization server belongs to
     was revoked: a replayed code, a reused refresh token, RFC 7009, `writ principals revoke`."""
 
