@@ -193,6 +193,8 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     oauth = config.auth.authorization_server
     oauth_settings = settings_for(config) if oauth.enabled else None
     oauth_keys = SigningKeys.load_or_create(oauth.key_file) if oauth.enabled else None
+    if oauth_settings is not None and oauth_settings.issuer in {i.issuer for i in config.auth.issuers}:
+        raise ConfigurationError(f"auth.issuers: {oauth_settings.issuer} is Writ's own authorization server")
     store = open_store(config)
     authorization_server = None
     own = None

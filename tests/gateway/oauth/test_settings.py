@@ -3,9 +3,12 @@ http public URL off loopback, and its issuer spelled as MCP clients compare it."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
+from gateway.app import build_runtime
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError
 from gateway.oauth import settings_for
@@ -43,3 +46,25 @@ def test_scopes_offered_default_to_the_required_ones() -> None:
     )
     assert settings_for(required).scopes == ("writ:tools",)
     assert settings_for(config({"public_url": "https://w.example"}, scopes=["a", "b"])).scopes == ("a", "b")
+
+
+def test_an_issuer_configured_with_the_authorization_servers_own_name_is_refused_before_the_store_opens(
+    tmp_path: Path,
+) -> None:
+    cfg = WritConfig.model_validate(
+        {
+            "store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"},
+            "privacy": {"salt_file": str(tmp_path / "salt")},
+            "auth": {
+                "issuers": [{"issuer": "http://127.0.0.1:8080/", "jwks_uri": "http://127.0.0.1:9/jwks"}],
+                "authorization_server": {
+                    "enabled": True,
+                    "key_file": str(tmp_path / "k.json"),
+                    "login": USERS,
+                },
+            },
+        }
+    )
+    with pytest.raises(ConfigurationError, match="is Writ's own authorization server"):
+        build_runtime(cfg)
+    assert not (tmp_path / "writ.db").exists()
