@@ -134,7 +134,11 @@ Approver token ({APPROVER[0]}, role {APPROVER[1]}, tenant {TENANT}):
   Paste it at {url.removesuffix("/mcp")}/console to approve or reject waiting refunds, or use
   `writ approvals list` and `writ approvals approve ID --reason ...`.
 
-Connect a client:
+Connect a client by signing in (the browser shows Writ's sign-in page: pick a demo user, Allow):
+  Claude Code      claude mcp add --transport http writ {url}
+                   then /mcp, pick "writ", Authenticate
+
+Or with a token:
   Claude Code      claude mcp add --transport http writ {url} --header "Authorization: Bearer $TOKEN"
   Claude Desktop   add to claude_desktop_config.json (stdio):
                      {{"mcpServers": {{"writ": {{

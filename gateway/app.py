@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,11 @@ import anyio
 import anyio.to_thread
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, RequireAuthMiddleware
-from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.auth.routes import (
+    build_resource_metadata_url,
+    cors_middleware,
+    create_protected_resource_routes,
+)
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -38,6 +42,7 @@ from gateway.api.routes import api_routes
 from gateway.audit.checkpointer import Checkpointer
 from gateway.audit.checkpoints import CheckpointSigner
 from gateway.auth.dev_issuer import DevIssuer
+from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.auth.trust import trusted_issuers
 from gateway.calls.actions import Redactor
@@ -65,12 +70,21 @@ from gateway.http.body_deadline import BodyDeadline
 from gateway.http.headers import TrimHeaderValues
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
+from gateway.oauth import settings_for
+from gateway.oauth.keys import SigningKeys
+from gateway.oauth.login import BuiltinLogin
+from gateway.oauth.pages import Pages
+from gateway.oauth.routes import AuthorizationRoutes
+from gateway.oauth.server import WritAuthorizationServer
+from gateway.oauth.signin import SigninCookies
 from gateway.opening import dev_issuer_for, open_store
 from gateway.startup_errors import StartupErrors
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
+from store.ports import OAuthGrants
+from store.rate_limits import Bucket
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -102,6 +116,8 @@ class Runtime:
     """Approval decisions (API); the resume worker in `background` executes approved calls."""
     console_decisions: Decisions | None = None
     """The same, recorded in the console's name."""
+    authorization_server: WritAuthorizationServer | None = None
+    """Writ's own OAuth authorization server, when `auth.authorization_server` is enabled."""
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Workers run while the runtime runs: lease recovery and reconciliation, approvals (resume,
     expiry), outbox delivery; each one a `run_periodically` loop."""
@@ -129,11 +145,22 @@ class Runtime:
 
 
 def token_verifier(
-    config: WritConfig, dev_issuer: DevIssuer | None, *, environ: dict[str, str] | None = None
+    config: WritConfig,
+    dev_issuer: DevIssuer | None,
+    *,
+    environ: dict[str, str] | None = None,
+    own: TrustedIssuer | None = None,
 ) -> JwtVerifier:
-    """The bearer-token check of /mcp, /api and the console; the CLI checks `--token` with it too."""
+    """The bearer-token check of /mcp, /api and the console; the CLI checks `--token` with it too.
+
+    `own` is Writ's authorization server, when it runs: trusted with its keys from the key file.
+    """
     base_dir = Path(config.source).parent if config.source else Path.cwd()
     issuers = trusted_issuers(config.auth, dev_issuer, environ=environ or dict(os.environ), base_dir=base_dir)
+    if own is not None:
+        if any(i.issuer == own.issuer for i in issuers):
+            raise ConfigurationError(f"auth.issuers: {own.issuer} is Writ's own authorization server")
+        issuers.append(own)
     return JwtVerifier(
         issuers,
         audience=config.server.resource_url,
@@ -162,9 +189,20 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc
     dev_issuer = dev_issuer_for(config)
-    verifier = token_verifier(config, dev_issuer, environ=environ)
-    sealing = _sealing(config, base_dir)  # a bad key file is refused before the store is opened
+    token_verifier(config, dev_issuer, environ=environ)  # a bad issuer is refused before the store opens
+    sealing = _sealing(config, base_dir)  # so is a bad key file
+    oauth = config.auth.authorization_server
+    oauth_settings = settings_for(config) if oauth.enabled else None
+    oauth_keys = SigningKeys.load_or_create(oauth.key_file) if oauth.enabled else None
+    if oauth_settings is not None and oauth_settings.issuer in {i.issuer for i in config.auth.issuers}:
+        raise ConfigurationError(f"auth.issuers: {oauth_settings.issuer} is Writ's own authorization server")
     store = open_store(config)
+    authorization_server = None
+    own = None
+    if oauth_settings is not None and oauth_keys is not None:
+        authorization_server = WritAuthorizationServer(oauth_settings, store, oauth_keys, clock=system_clock)
+        own = own_issuer(oauth_settings.issuer, oauth_keys, store)
+    verifier = token_verifier(config, dev_issuer, environ=environ, own=own)
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
     redactor = Redactor.from_file(config.privacy.salt_file)
@@ -205,6 +243,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         dispatcher=dispatcher,
         policy_source=policy_source,
         clock=clock,
+        authorization_server=authorization_server,
     )
     if timing.enabled:
         recovery = _workers(runtime, owner, redactor)
@@ -219,6 +258,28 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     _attach_checkpointer(runtime)
     return runtime
+
+
+def own_issuer(issuer: str, keys: SigningKeys, store: OAuthGrants) -> TrustedIssuer:
+    """Writ's authorization server as a trusted issuer: its keys from the key file, and each token
+    refused once its sign-in is revoked (the gateway, and the CLI's `--token`)."""
+    return TrustedIssuer(issuer, StaticKeys(keys.public_keys), revoked=_sign_in_revoked(store))
+
+
+def _sign_in_revoked(store: OAuthGrants) -> Callable[[Mapping[str, Any]], Awaitable[bool]]:
+    """Whether the sign-in (grant family) an access token of Writ's authorization server belongs to
+    was revoked: a replayed code, a reused refresh token, RFC 7009, `writ principals revoke`."""
+
+    async def revoked(claims: Mapping[str, Any]) -> bool:
+        family = claims.get("sid")
+        if not isinstance(family, str):
+            return True
+        try:
+            return await anyio.to_thread.run_sync(store.family_revoked, family)
+        except StoreError as exc:  # refused, not guessed: the token is taken again once the store answers
+            raise IssuerUnavailable(f"cannot tell whether sign-in {family} was revoked: {exc}") from exc
+
+    return revoked
 
 
 def _attach_checkpointer(runtime: Runtime) -> None:
@@ -363,13 +424,7 @@ def build_app(runtime: Runtime) -> Starlette:
     )
     resource_url = AnyHttpUrl(server_config.resource_url)
     metadata_url = str(build_resource_metadata_url(resource_url))
-    issuers = [AnyHttpUrl(issuer) for issuer in runtime.verifier.issuers]
-    metadata_routes = create_protected_resource_routes(
-        resource_url=resource_url,
-        authorization_servers=issuers,
-        scopes_supported=config.auth.required_scopes or None,
-        resource_name="Writ",
-    )
+    metadata_routes = _resource_metadata_routes(runtime, resource_url)
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -418,6 +473,8 @@ def build_app(runtime: Runtime) -> Starlette:
         )
     if runtime.dev_issuer is not None:
         routes.append(Route("/dev-issuer/jwks.json", dev_jwks))
+    if runtime.authorization_server is not None:
+        routes.extend(_authorization_routes(runtime, runtime.authorization_server))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -441,6 +498,63 @@ def build_app(runtime: Runtime) -> Starlette:
         ],
         lifespan=lifespan,
     )
+
+
+def _resource_metadata_routes(runtime: Runtime, resource_url: AnyHttpUrl) -> list[Route]:
+    """RFC 9728 metadata naming the authorization servers that answer: Writ's own when it runs, and
+    the configured issuers (never the dev issuer, which has no endpoints: its tokens are pasted)."""
+    config = runtime.config
+    servers = [issuer.issuer for issuer in config.auth.issuers]
+    if runtime.authorization_server is not None:
+        servers.insert(0, runtime.authorization_server.settings.issuer)
+    scopes = config.auth.required_scopes or None
+    if servers:
+        return create_protected_resource_routes(
+            resource_url=resource_url,
+            authorization_servers=[AnyHttpUrl(server) for server in servers],
+            scopes_supported=scopes,
+            resource_name="Writ",
+        )
+    # No server to name (tokens come from `writ token` only): authorization_servers is left out, as
+    # RFC 9728 allows, rather than naming one that does not answer.
+    document: dict[str, Any] = {
+        "resource": str(resource_url),
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Writ",
+    }
+    if scopes:
+        document["scopes_supported"] = scopes
+
+    async def metadata(request: Request) -> Response:
+        return JSONResponse(document, headers={"Cache-Control": "public, max-age=3600"})
+
+    path = urlsplit(str(build_resource_metadata_url(resource_url))).path
+    return [Route(path, cors_middleware(metadata, ["GET", "OPTIONS"]), methods=["GET", "OPTIONS"])]
+
+
+def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> list[BaseRoute]:
+    """The authorization server's face, with its login step (the built-in one: `writ demo`)."""
+    section = runtime.config.auth.authorization_server
+    assert section.login is not None  # the config refuses an enabled server without one
+    store = runtime.store
+    cookies = SigninCookies(
+        server.keys,
+        server.settings.issuer,
+        ttl_s=section.login_ttl_s,
+        secure=runtime.config.server.base_url.startswith("https://"),
+    )
+    pages = Pages()
+
+    def registration_limit(address: str) -> float | None:
+        bucket = Bucket(
+            f"oauth-register:{address}",
+            per_s=section.registrations_per_minute / 60,
+            burst=section.registration_burst,
+        )
+        return store.take_tokens([bucket])
+
+    login = BuiltinLogin(section.login.users, pages, cookies)
+    return AuthorizationRoutes(server, login, pages, cookies, registration_limit, store).routes()
 
 
 def _principal_of_token(runtime: Runtime) -> Callable[[str], Awaitable[Principal | None]]:

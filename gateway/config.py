@@ -205,8 +205,70 @@ class IssuerConfig(_Section):
         return self
 
 
+class LoginUser(_Section):
+    """Someone the built-in login page lets sign in, with the identity their tokens carry."""
+
+    subject: str
+    tenant: str = "default"
+    roles: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+    name: str | None = None
+    """Shown on the login page (default: the subject)."""
+
+    @field_validator("tenant")
+    @classmethod
+    def _storable(cls, tenant: str) -> str:
+        message = refusal("the tenant", tenant, TENANT_CHARS)
+        if message is not None:
+            raise ValueError(message)
+        return tenant
+
+
+class BuiltinLoginConfig(_Section):
+    """The built-in login: a page listing `users`, anyone who reaches it signs in as one of them.
+
+    For `writ demo` and trials on one machine, never for production: no password is asked."""
+
+    type: Literal["builtin"] = "builtin"
+    users: list[LoginUser] = Field(min_length=1)
+
+
+class AuthorizationServerConfig(_Section):
+    """Writ's own OAuth authorization server for MCP clients (RFC 8414, 7591, 7636, 7009, 8707).
+
+    Served at the gateway's own URL: `/.well-known/oauth-authorization-server`, `/authorize`, `/token`,
+    `/register`, `/revoke`, `/jwks.json`; the RFC 9728 metadata names it. Its access tokens are ES256
+    JWTs for `{public_url}/mcp`, accepted by this gateway like any trusted issuer's."""
+
+    enabled: bool = False
+    key_file: str = str(DEFAULT_STATE_DIR / "oauth-keys.json")
+    """The signing keys (made, mode 0600, on first use; give every replica the same file): the first
+    signs, all are published in /jwks.json and verify, so a new key can be put first while the old
+    one still verifies the tokens it signed (`gateway.oauth.keys.rotate`)."""
+    access_token_ttl_s: int = Field(default=900, ge=5)
+    refresh_token_ttl_s: int = Field(default=30 * 86400, ge=60)
+    code_ttl_s: int = Field(default=60, ge=5, le=600)
+    login_ttl_s: int = Field(default=600, ge=30)
+    """How long a sign-in (login, then consent) may take before the client must start over."""
+    registrations_per_minute: float = Field(default=10.0, gt=0)
+    """Dynamic client registrations allowed per client IP address (shared by replicas via the store)."""
+    registration_burst: int = Field(default=20, ge=1)
+    scopes: list[str] | None = None
+    """The scopes clients may ask for (default: `auth.required_scopes`); a token gets those asked
+    for, or all of these when none are asked for."""
+    login: BuiltinLoginConfig | None = None
+    """How the person behind a sign-in is identified (required when enabled)."""
+
+    @model_validator(mode="after")
+    def _login(self) -> AuthorizationServerConfig:
+        if self.enabled and self.login is None:
+            raise ValueError("authorization_server: set `login` (who may sign in) when it is enabled")
+        return self
+
+
 class AuthConfig(_Section):
     dev_issuer: DevIssuerConfig = Field(default_factory=DevIssuerConfig)
+    authorization_server: AuthorizationServerConfig = Field(default_factory=AuthorizationServerConfig)
     issuers: list[IssuerConfig] = Field(default_factory=list)
     jwks_max_age_s: float = Field(default=300.0, gt=0)
     """How long fetched signing keys are used before they are fetched again."""

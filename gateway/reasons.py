@@ -109,6 +109,14 @@ class ReasonCode(StrEnum):
     BEFORE_COMMIT_HORIZON = "before_commit_horizon"
     """A lookup found nothing before the commit horizon: inconclusive, the key stays claimed."""
 
+    # The authorization server revokes a sign-in (a grant family) and keeps why with it.
+    CODE_REUSED = "code_reused"
+    """An authorization code was presented again after it was redeemed: its tokens are revoked."""
+    REFRESH_TOKEN_REUSED = "refresh_token_reused"
+    """A rotated refresh token was presented again: every token of its sign-in is revoked."""
+    TOKEN_REVOKED = "token_revoked"
+    """The client revoked one of the sign-in's tokens (RFC 7009): every token of it is revoked."""
+
 
 FORBIDDEN = 403
 """A refusal of the act itself (policy, standing, binding): what a policy's own reason answers with."""

@@ -282,6 +282,8 @@ class PrincipalRevoked(Payload):
     revoked_by: str
     reason: str | None = None
     break_glass: bool = False
+    grants_revoked: int | None = None
+    """Sign-ins at Writ's authorization server revoked with it (their refresh and access tokens)."""
 
 
 class PrincipalRestored(Payload):

@@ -43,6 +43,7 @@ from store.model import (
     RefusalRequest,
     StoredEvent,
 )
+from store.oauth import CodeGrant, RefreshGrant, RegisteredClient
 from store.revoking import Revocation
 
 
@@ -218,3 +219,27 @@ class Oversight(CallReads, Standing, ManualResolutions, Protocol):
 
 class CallStatus(CallReads, Standing, Approvals, Protocol):
     """What a client is told of its calls, and the approvals it may withdraw."""
+
+
+class OAuthGrants(Protocol):
+    """The authorization server's clients, codes, refresh tokens and grant families (store.oauth)."""
+
+    def register_client(self, client: RegisteredClient) -> None: ...
+
+    def get_client(self, client_id: str) -> RegisteredClient | None: ...
+
+    def issue_code(self, code: str, grant: CodeGrant, *, now: datetime) -> None: ...
+
+    def find_code(self, code: str) -> CodeGrant | None: ...
+
+    def redeem_code(self, code: str, *, client_id: str, now: datetime) -> CodeGrant: ...
+
+    def issue_refresh_token(self, token: str, grant: RefreshGrant) -> None: ...
+
+    def find_refresh_token(self, token: str) -> RefreshGrant | None: ...
+
+    def use_refresh_token(self, token: str, *, client_id: str, now: datetime) -> RefreshGrant: ...
+
+    def revoke_family(self, family_id: str, *, reason: str, now: datetime) -> bool: ...
+
+    def family_revoked(self, family_id: str) -> bool: ...

@@ -3,7 +3,7 @@ projection every later call, resume and authorised read checks (DESIGN §3.4: cu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import Connection, select, union
@@ -12,6 +12,7 @@ from store import events as ev
 from store.commands import RestorePrincipal, RevokePrincipal
 from store.log import Append
 from store.model import NotFound
+from store.oauth import revoke_principal_grants
 from store.schema import approvals, revocations, runs, tool_calls
 
 
@@ -22,25 +23,33 @@ class Revocation:
     revoked_at: datetime
     revoked_by: str
     reason: str | None
+    grants_revoked: int | None = None
+    """Sign-ins at Writ's authorization server this revocation ended (set on the revoke that did)."""
 
 
 def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocation:
-    """Append `principal.revoked` (a repeated one is recorded too); return the standing revocation."""
+    """Append `principal.revoked` (a repeated one is recorded too) and revoke the subject's sign-ins
+    at the authorization server (their refresh tokens and access tokens); return the revocation."""
     log = Append(conn)
+    grants = revoke_principal_grants(conn, cmd.tenant, cmd.subject, reason="principal_revoked", now=cmd.now)
     log.add(
         ev.PrincipalRevokedEvent(
             occurred_at=ev.format_ts(cmd.now),
             producer=producer,
             tenant=cmd.tenant,
             payload=ev.PrincipalRevoked(
-                subject=cmd.subject, revoked_by=cmd.revoked_by, reason=cmd.reason, break_glass=cmd.break_glass
+                subject=cmd.subject,
+                revoked_by=cmd.revoked_by,
+                reason=cmd.reason,
+                break_glass=cmd.break_glass,
+                grants_revoked=grants,
             ),
         )
     )
     log.flush()
     found = get(conn, cmd.tenant, cmd.subject)
     assert found is not None
-    return found
+    return replace(found, grants_revoked=grants)
 
 
 def restore(conn: Connection, cmd: RestorePrincipal, *, producer: str) -> Revocation:

@@ -255,6 +255,65 @@ budget_counters = Table(
     Column("resets_at", UTCDateTime),
 )
 
+# The authorization server's state (issue 12). Not projections: none of it is in the log, and a
+# rebuild leaves it alone. Secrets (client secrets, codes, refresh tokens) are kept as sha256 digests.
+oauth_clients = Table(
+    "oauth_clients",
+    metadata,
+    Column("client_id", String(128), primary_key=True),
+    Column("secret_hash", String(64)),
+    # The RFC 7591 metadata as registered (canonical JSON).
+    Column("metadata", Text, nullable=False),
+    Column("issued_at", UTCDateTime, nullable=False),
+)
+
+# A grant family: one sign-in, and every code, refresh token and access token descending from it.
+# Revoking it (a replayed code, a reused refresh token, `writ principals revoke`, RFC 7009) ends them all.
+oauth_families = Table(
+    "oauth_families",
+    metadata,
+    Column("family_id", String(64), primary_key=True),
+    Column("client_id", String(128), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("subject", String(256), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime),
+    Column("revoked_reason", String(64)),
+    Index("ix_oauth_families_principal", "tenant", "subject"),
+)
+
+oauth_codes = Table(
+    "oauth_codes",
+    metadata,
+    Column("code_hash", String(64), primary_key=True),
+    Column("family_id", String(64), nullable=False),
+    Column("client_id", String(128), nullable=False),
+    Column("redirect_uri", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("code_challenge", String(128), nullable=False),
+    Column("code_challenge_method", String(16), nullable=False),
+    # The principal the code speaks for: subject, tenant, roles, groups (canonical JSON).
+    Column("grantee", Text, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("used_at", UTCDateTime),
+)
+
+oauth_refresh_tokens = Table(
+    "oauth_refresh_tokens",
+    metadata,
+    Column("token_hash", String(64), primary_key=True),
+    Column("family_id", String(64), nullable=False),
+    Column("client_id", String(128), nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("resource", Text, nullable=False),
+    Column("grantee", Text, nullable=False),
+    Column("issued_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("used_at", UTCDateTime),
+    Index("ix_oauth_refresh_tokens_family", "family_id"),
+)
+
 PROJECTION_TABLES: tuple[Table, ...] = (
     runs,
     tool_calls,

@@ -32,6 +32,7 @@ from store.model import (
     StoreError,
     Unavailable,
 )
+from store.oauth import OAuthRecords
 from store.projector import apply
 from store.queues import Queues
 from store.rate_limits import RateLimits
@@ -72,7 +73,7 @@ def _aware(moment: datetime) -> None:
         raise ValueError("the store records timezone-aware datetimes only")
 
 
-class Store(Settlement, Queues, Reads, RateLimits):
+class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(self, engine: Engine, *, producer: str = PRODUCER) -> None:
@@ -363,3 +364,4 @@ _Outbox: type[ports.Outbox] = Store
 _Revocations: type[ports.Revocations] = Store
 _Oversight: type[ports.Oversight] = Store
 _CallStatus: type[ports.CallStatus] = Store
+_OAuthGrants: type[ports.OAuthGrants] = Store

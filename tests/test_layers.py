@@ -29,11 +29,11 @@ GATEWAY_LAYERS = [
     {"gateway.calls", "gateway.audit"},
     {"gateway.config", "gateway.telemetry"},
     {"gateway.auth"},
-    {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console"},
+    {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console", "gateway.oauth"},
     {"gateway.app", "gateway.opening", "gateway.serve", "gateway.stdio", "gateway.startup_errors"},
     {"gateway.cli"},
 ]
-FACES = {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console"}
+FACES = {"gateway.http", "gateway.mcp", "gateway.api", "gateway.console", "gateway.oauth"}
 EXTRA = {
     # What a client is told is shaped once, by the MCP face, and shown alike by the API and the console.
     "gateway.api": {"gateway.mcp.results"},
@@ -167,6 +167,9 @@ CLOCK_READERS = {
     # Token lifetimes are checked on the clock the JWT library checks `exp` and `iat` on, not on ours.
     "gateway.auth.tokens": {"time.time"},
     "gateway.auth.dev_issuer": {"time.time"},
+    # Likewise the sign-in cookie's `exp`; and a signing key's birth, only to know when it may go.
+    "gateway.oauth.signin": {"time.time"},
+    "gateway.oauth.keys": {"time.time"},
     "gateway.stdio": {"time.time"},
     # Ids start with the time so that they sort by creation: not a fact anything decides on.
     "gateway.calls.actions": {"time.time"},

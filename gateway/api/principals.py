@@ -131,11 +131,14 @@ async def _checked(request: Request) -> StandingBody | Response:
     return body
 
 
-def _revocation(revocation: Revocation) -> dict[str, str | None]:
-    return {
+def _revocation(revocation: Revocation) -> dict[str, str | int | None]:
+    body: dict[str, str | int | None] = {
         "tenant": revocation.tenant,
         "subject": revocation.subject,
         "revokedAt": revocation.revoked_at.isoformat(),
         "revokedBy": revocation.revoked_by,
         "reason": revocation.reason,
     }
+    if revocation.grants_revoked is not None:
+        body["signInsEnded"] = revocation.grants_revoked
+    return body

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -65,6 +65,9 @@ class TrustedIssuer:
     algorithms: Sequence[str] | None = None
     introspector: Any = None
     """An `Introspector` for opaque tokens, when configured."""
+    revoked: Callable[[Mapping[str, Any]], Awaitable[bool]] | None = None
+    """Whether a verified token of this issuer was revoked since (asked on every use): Writ's own
+    authorization server revokes a sign-in's access tokens with its refresh tokens."""
 
 
 def metadata_urls(issuer: str) -> list[str]:

@@ -99,8 +99,14 @@ class JwtVerifier:
         digest = hashlib.sha256(token.encode()).digest()
         remembered = self._verified.get(digest)
         if remembered is not None and remembered[0] > time.time():
-            return remembered[1]
-        return await self._verify(token)
+            verified = remembered[1]
+        else:
+            verified = await self._verify(token)
+        claims = verified.claims or {}
+        issuer = self._issuers.get(str(claims.get("iss", "")))
+        if issuer is not None and issuer.revoked is not None and await issuer.revoked(claims):
+            raise TokenRejected("revoked at its issuer")
+        return verified
 
     def _remember(self, digest: bytes, token: AccessToken, until: float) -> None:
         self._verified[digest] = (until, token)

@@ -10,10 +10,12 @@ event, never under another person's name.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import anyio
@@ -26,6 +28,7 @@ from gateway.reasons import ReasonCode
 from policy.model import Principal
 
 if TYPE_CHECKING:
+    from gateway.auth.issuers import TrustedIssuer
     from store.ports import Standing
 
 CLI = "writ-cli"
@@ -123,8 +126,9 @@ def _verified(config: WritConfig, token: str) -> tuple[str, Principal]:
 
     if token.lower().startswith("bearer "):
         token = token[7:].strip()
-    verifier = token_verifier(config, dev_issuer_for(config))
-    access = anyio.run(verifier.verify_token, token)
+    with contextlib.ExitStack() as stack:
+        verifier = token_verifier(config, dev_issuer_for(config), own=_own_issuer(config, stack))
+        access = anyio.run(verifier.verify_token, token)
     if access is None:
         raise Refused(
             ReasonCode.INVALID_TOKEN,
@@ -133,6 +137,21 @@ def _verified(config: WritConfig, token: str) -> tuple[str, Principal]:
         )
     principal = principal_from_claims(access.claims or {}, config.auth.claims)
     return principal.subject, principal
+
+
+def _own_issuer(config: WritConfig, stack: contextlib.ExitStack) -> TrustedIssuer | None:
+    """Writ's authorization server, when it runs and has made its keys: its tokens are taken here as
+    at the gateway, and refused once their sign-in is revoked (so the store is opened to ask)."""
+    section = config.auth.authorization_server
+    if not section.enabled or not Path(section.key_file).exists():
+        return None
+    from gateway.app import own_issuer
+    from gateway.oauth import settings_for
+    from gateway.oauth.keys import SigningKeys
+    from gateway.opening import open_store
+
+    store = stack.enter_context(open_store(config, migrate_empty=False, producer=CLI))
+    return own_issuer(settings_for(config).issuer, SigningKeys.load_or_create(section.key_file), store)
 
 
 def check_standing(store: Standing, who: Authority) -> None:

@@ -195,6 +195,7 @@ def _change_standing(
                 )
             )
     store = open_store(cfg, migrate_empty=False, producer=CLI)
+    ended = 0
     try:
         try:
             check_standing(store, who)
@@ -210,7 +211,7 @@ def _change_standing(
                     "Nothing was recorded: name the tenant it acts in",
                     1,
                 )
-            store.revoke_principal(
+            revocation = store.revoke_principal(
                 RevokePrincipal(
                     tenant,
                     sub,
@@ -220,6 +221,7 @@ def _change_standing(
                     break_glass=who.break_glass,
                 )
             )
+            ended = revocation.grants_revoked or 0
         else:
             try:
                 store.restore_principal(
@@ -239,3 +241,8 @@ def _change_standing(
     mark = " (break-glass)" if who.break_glass else ""
     done = "revoked" if revoke else "restored"
     typer.echo(f"{done} {sub} in tenant {tenant} at {now.isoformat()} by {who.name}{mark}")
+    if revoke and ended:
+        # Their refresh tokens (and the access tokens of those sign-ins) stop working now.
+        typer.echo(
+            f"ended {ended} sign-in{'s' if ended != 1 else ''} of {sub} at Writ's authorization server"
+        )

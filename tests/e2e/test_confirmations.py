@@ -53,7 +53,11 @@ def replica_settings(root: Path, key_file: Path | None) -> dict[str, Any]:
         overrides["confirmations"] = {"key_file": str(key_file)}
     return {
         "server": {"public_url": "http://writ.example"},
-        "auth": {"dev_issuer": {"enabled": True, "key_file": str(root / "shared-dev-issuer.jwk")}},
+        "auth": {
+            "dev_issuer": {"enabled": True, "key_file": str(root / "shared-dev-issuer.jwk")},
+            # Writ's authorization server needs https (or loopback) for its public URL.
+            "authorization_server": {"enabled": False},
+        },
         "overrides": overrides,
     }
 

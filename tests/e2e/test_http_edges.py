@@ -92,11 +92,13 @@ def test_malformed_json_rpc_gets_a_json_rpc_error(sqlite_gateway: Gateway, body:
     assert error["message"]
 
 
-def test_protected_resource_metadata_names_the_resource_and_its_issuer(sqlite_gateway: Gateway) -> None:
+def test_protected_resource_metadata_names_the_resource_and_writs_authorization_server(
+    sqlite_gateway: Gateway,
+) -> None:
     for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
         metadata = httpx2.get(sqlite_gateway.url + path, timeout=5).json()
         assert metadata["resource"] == sqlite_gateway.mcp_url
-        assert metadata["authorization_servers"] == [f"{sqlite_gateway.url}/dev-issuer"]
+        assert metadata["authorization_servers"] == [f"{sqlite_gateway.url}/"]
 
 
 def test_health_and_readiness_answer(sqlite_gateway: Gateway) -> None:
@@ -329,8 +331,10 @@ def test_with_allowed_hosts_a_browser_client_from_the_public_origin_is_served_an
     tmp_path: Path, inproc_sqlite_backend: Backend
 ) -> None:
     server = {"public_url": "http://writ.example", "allowed_hosts": ["127.0.0.1:*"]}
+    # Writ's authorization server would refuse to start on plain http off loopback (OAuth needs TLS).
+    auth = {"authorization_server": {"enabled": False}}
     store_url = f"sqlite:///{tmp_path / 'writ.db'}"
-    with inproc.writ(tmp_path, inproc_sqlite_backend, store_url, server=server) as gateway:
+    with inproc.writ(tmp_path, inproc_sqlite_backend, store_url, server=server, auth=auth) as gateway:
         token = gateway.token("alice")
         body = json.dumps(
             {

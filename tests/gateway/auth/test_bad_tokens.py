@@ -133,7 +133,9 @@ def test_protected_resource_metadata_lists_every_trusted_issuer(
     for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
         metadata = httpx2.get(guarded.url + path, timeout=5).json()
         servers = [s.rstrip("/") for s in metadata["authorization_servers"]]
-        assert servers == [f"{guarded.url}/dev-issuer", auth_server.issuer]
+        # Writ's own authorization server (the demo config runs it) and the configured issuer; never
+        # the dev issuer, which has no endpoints to name.
+        assert servers == [guarded.url, auth_server.issuer]
         assert metadata["resource"] == guarded.mcp_url and metadata["scopes_supported"] == [SCOPE]
 
 

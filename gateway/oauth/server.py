@@ -1,0 +1,205 @@
+"""Writ's authorization server on authlib's server components, framework-neutral.
+
+authlib is synchronous and this server's storage is the (blocking) store, so the HTTP face
+(`gateway.oauth.routes`) reads each request whole, builds an `HttpRequest` from it and runs the
+server in a worker thread; every answer comes back as an `Answer` for the face to send.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from authlib.oauth2 import AuthorizationServer
+from authlib.oauth2.rfc6749 import InvalidScopeError
+from joserfc import jwt
+from joserfc.errors import JoseError
+
+from gateway.config import ClaimMapping
+from gateway.oauth.endpoints import Registration, Revocation
+from gateway.oauth.grants import AUTH_METHODS, AuthorizationCode, OneResource, RefreshToken, S256Only
+from gateway.oauth.keys import ALGORITHM, SigningKeys
+from gateway.oauth.models import Client
+from gateway.oauth.requests import Answer, HttpRequest
+from store.oauth import CodeGrant, Grantee, GrantRefused, RefreshGrant
+from store.ports import OAuthGrants
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the server needs of the configuration, resolved."""
+
+    issuer: str
+    """As RFC 8414 clients compare it: the base URL as pydantic renders it (`http://host:port/`)."""
+    base_url: str
+    resource: str
+    access_token_ttl_s: int
+    refresh_token_ttl_s: int
+    code_ttl_s: int
+    scopes: tuple[str, ...] = ()
+    claims: ClaimMapping = field(default_factory=ClaimMapping)
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}{path}"
+
+
+class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
+    """Codes with PKCE S256 for one resource, rotated refresh tokens, ES256 access tokens."""
+
+    def __init__(
+        self, settings: Settings, store: OAuthGrants, keys: SigningKeys, clock: Callable[[], datetime]
+    ) -> None:
+        super().__init__(scopes_supported=list(settings.scopes))
+        self.settings = settings
+        self.store = store
+        self.keys = keys
+        self.now = clock
+        self.resource = OneResource(settings.resource)
+        self.register_grant(AuthorizationCode, [S256Only(required=True), self.resource])
+        self.register_grant(RefreshToken)
+        self.register_endpoint(Registration)
+        self.register_endpoint(Revocation)
+
+    def metadata(self) -> dict[str, Any]:
+        """RFC 8414 authorization server metadata."""
+        url = self.settings.url
+        document: dict[str, Any] = {
+            "issuer": self.settings.issuer,
+            "authorization_endpoint": url("/authorize"),
+            "token_endpoint": url("/token"),
+            "registration_endpoint": url("/register"),
+            "revocation_endpoint": url("/revoke"),
+            "jwks_uri": url("/jwks.json"),
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": AUTH_METHODS,
+            "revocation_endpoint_auth_methods_supported": AUTH_METHODS,
+            "authorization_response_iss_parameter_supported": True,
+        }
+        if self.settings.scopes:
+            document["scopes_supported"] = list(self.settings.scopes)
+        return document
+
+    # -- authlib's framework hooks ------------------------------------------------------------
+
+    def query_client(self, client_id: str) -> Client | None:
+        record = self.store.get_client(client_id)
+        return Client(record) if record is not None else None
+
+    def create_oauth2_request(self, request: Any) -> Any:
+        return request  # the face built it already (`HttpRequest`)
+
+    def create_json_request(self, request: Any) -> Any:
+        return request
+
+    def handle_response(self, status: int, body: Any, headers: Any) -> Answer:
+        return Answer(status, body if isinstance(body, dict | str) else str(body), list(headers))
+
+    def send_signal(self, name: str, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def validate_requested_scope(self, scope: str | None) -> None:
+        # authlib lets any scope through when none is configured: here none is then allowed.
+        if scope and not set(scope.split()) <= set(self.settings.scopes):
+            raise InvalidScopeError(f"scopes offered here: {' '.join(self.settings.scopes) or 'none'}")
+
+    # -- what the grants call -----------------------------------------------------------------
+
+    def save_code(self, code: str, request: HttpRequest) -> None:
+        user: Grantee = request.user
+        now = self.now()
+        data = request.payload.data
+        self.store.issue_code(
+            code,
+            CodeGrant(
+                family_id=uuid.uuid4().hex,
+                client_id=request.client.client_id,
+                redirect_uri=data.get("redirect_uri") or "",
+                scope=request.scope or " ".join(self.settings.scopes),
+                resource=self.settings.resource,
+                code_challenge=data["code_challenge"],
+                code_challenge_method=data["code_challenge_method"],
+                grantee=user,
+                expires_at=now + timedelta(seconds=self.settings.code_ttl_s),
+            ),
+            now=now,
+        )
+
+    def mint(
+        self, request: HttpRequest, user: Grantee, scope: str, *, include_refresh_token: bool
+    ) -> dict[str, Any]:
+        """The token response: an ES256 access token for the resource, and a new refresh token."""
+        issued = int(self.now().timestamp())
+        ttl = self.settings.access_token_ttl_s
+        mapping = self.settings.claims
+        claims: dict[str, Any] = {
+            "iss": self.settings.issuer,
+            "sub": user.subject,
+            "aud": self.settings.resource,
+            "iat": issued,
+            "nbf": issued,
+            "exp": issued + ttl,
+            "jti": uuid.uuid4().hex,
+            "client_id": request.client.client_id,
+            "sid": request.family_id,
+            mapping.subject: user.subject,
+            mapping.tenant: user.tenant,
+            mapping.roles: list(user.roles),
+            mapping.client_id: request.client.client_id,
+        }
+        if user.groups:
+            claims[mapping.groups] = list(user.groups)
+        if scope:
+            claims[mapping.scopes] = scope
+        token: dict[str, Any] = {
+            "token_type": "Bearer",
+            "access_token": self.keys.sign(claims),
+            "expires_in": ttl,
+        }
+        if scope:
+            token["scope"] = scope
+        if include_refresh_token:
+            token["refresh_token"] = secrets.token_urlsafe(32)
+        return token
+
+    def save_token(self, token: dict[str, Any], request: HttpRequest) -> None:
+        refresh = token.get("refresh_token")
+        if not refresh:
+            return
+        assert request.family_id is not None
+        now = self.now()
+        self.store.issue_refresh_token(
+            refresh,
+            RefreshGrant(
+                family_id=request.family_id,
+                client_id=request.client.client_id,
+                scope=str(token.get("scope", "")),
+                resource=request.resource or self.settings.resource,
+                grantee=request.user,
+                issued_at=now,
+                expires_at=now + timedelta(seconds=self.settings.refresh_token_ttl_s),
+            ),
+        )
+
+    def refused(self, problem: GrantRefused, what: str, client_id: str) -> None:
+        logger.warning("refused %s of client %s: %s (%s)", what, client_id, problem, problem.problem)
+
+    def own_access_token(self, token: str) -> dict[str, Any] | None:
+        """The claims of an access token this server signed (expired or not), else None."""
+        try:
+            decoded = jwt.decode(token, self.keys.public_keys, algorithms=[ALGORITHM])
+        except (JoseError, ValueError):
+            return None
+        claims = dict(decoded.claims)
+        if claims.get("iss") != self.settings.issuer or not claims.get("sid") or not claims.get("client_id"):
+            return None
+        return claims

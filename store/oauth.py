@@ -1,0 +1,358 @@
+"""The authorization server's records: registered clients, grant families, codes and refresh tokens.
+
+Codes, refresh tokens and client secrets are kept as sha256 digests: a copy of the database redeems
+nothing. Every claim on a secret is one conditional UPDATE (`used_at IS NULL`), so two replicas racing
+with the same code or refresh token cannot both win: on PostgreSQL the loser waits for the winner's row
+lock and then finds the row used; on SQLite writers are serialized. A secret presented after it was used
+revokes its whole family (RFC 6749 §4.1.2 for codes, OAuth 2.1 §4.3.1 for refresh tokens) in the same
+transaction that finds the reuse, and that revocation is committed before the caller hears the refusal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
+
+from store.canonical import canonical_json
+from store.model import StoreError
+from store.schema import oauth_clients, oauth_codes, oauth_families, oauth_refresh_tokens
+
+GrantProblem = Literal["unknown", "expired", "other_client", "reused", "revoked"]
+KEEP_EXPIRED = timedelta(hours=1)
+"""Expired codes and refresh tokens are kept this long (a late reuse is still recognised), then deleted."""
+
+
+class GrantRefused(StoreError):
+    """A code or refresh token that grants nothing; `problem` says why (for the log, not the client)."""
+
+    def __init__(self, problem: GrantProblem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
+def digest(secret: str) -> str:
+    """How a secret is kept: its sha256, in hex."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Grantee:
+    """The principal a grant speaks for, as the login step established it."""
+
+    subject: str
+    tenant: str
+    roles: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredClient:
+    client_id: str
+    metadata: Mapping[str, Any]
+    """The RFC 7591 metadata as registered (redirect_uris, client_name, grant_types, ...)."""
+    issued_at: datetime
+    secret_hash: str | None = None
+    """None for a public client (token_endpoint_auth_method `none`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CodeGrant:
+    """What an authorization code is bound to."""
+
+    family_id: str
+    client_id: str
+    redirect_uri: str
+    scope: str
+    resource: str
+    code_challenge: str
+    code_challenge_method: str
+    grantee: Grantee
+    expires_at: datetime
+    used_at: datetime | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshGrant:
+    """What a refresh token is bound to; each rotation issues a new one in the same family."""
+
+    family_id: str
+    client_id: str
+    scope: str
+    resource: str
+    grantee: Grantee
+    issued_at: datetime
+    expires_at: datetime
+    used_at: datetime | None = field(default=None, compare=False)
+
+
+class OAuthRecords:
+    """Mixed into `Store`, which provides the engine and the error translation."""
+
+    @property
+    def engine(self) -> Engine:
+        raise NotImplementedError
+
+    def _errors_translated(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def register_client(self, client: RegisteredClient) -> None:
+        with self._errors_translated(), self.engine.begin() as conn:
+            conn.execute(
+                insert(oauth_clients).values(
+                    client_id=client.client_id,
+                    secret_hash=client.secret_hash,
+                    metadata=canonical_json(dict(client.metadata)),
+                    issued_at=client.issued_at,
+                )
+            )
+
+    def get_client(self, client_id: str) -> RegisteredClient | None:
+        with self._read() as conn:
+            row = conn.execute(select(oauth_clients).where(oauth_clients.c.client_id == client_id)).first()
+        if row is None:
+            return None
+        return RegisteredClient(row.client_id, json.loads(row.metadata), row.issued_at, row.secret_hash)
+
+    # -- authorization codes ------------------------------------------------------------------
+
+    def issue_code(self, code: str, grant: CodeGrant, *, now: datetime) -> None:
+        """Record a new grant family and its code (and forget codes long expired)."""
+        with self._errors_translated(), self.engine.begin() as conn:
+            conn.execute(delete(oauth_codes).where(oauth_codes.c.expires_at < now - KEEP_EXPIRED))
+            conn.execute(
+                insert(oauth_families).values(
+                    family_id=grant.family_id,
+                    client_id=grant.client_id,
+                    tenant=grant.grantee.tenant,
+                    subject=grant.grantee.subject,
+                    created_at=now,
+                )
+            )
+            conn.execute(
+                insert(oauth_codes).values(
+                    code_hash=digest(code),
+                    family_id=grant.family_id,
+                    client_id=grant.client_id,
+                    redirect_uri=grant.redirect_uri,
+                    scope=grant.scope,
+                    resource=grant.resource,
+                    code_challenge=grant.code_challenge,
+                    code_challenge_method=grant.code_challenge_method,
+                    grantee=_grantee_json(grant.grantee),
+                    expires_at=grant.expires_at,
+                )
+            )
+
+    def find_code(self, code: str) -> CodeGrant | None:
+        """The code's grant, used or not (None: never issued, or long expired)."""
+        with self._read() as conn:
+            row = conn.execute(select(oauth_codes).where(oauth_codes.c.code_hash == digest(code))).first()
+        return None if row is None else _code(row)
+
+    def redeem_code(self, code: str, *, client_id: str, now: datetime) -> CodeGrant:
+        """Use the code, once: the first redemption wins, a later one revokes the code's family.
+
+        Raises:
+            GrantRefused: unknown, expired, issued to another client, used before (`reused`: its family
+                is revoked, committed before this is raised), or its family was revoked.
+        """
+        refused: GrantRefused | None = None
+        with self._errors_translated(), self.engine.begin() as conn:
+            claimed = conn.execute(
+                update(oauth_codes)
+                .where(
+                    oauth_codes.c.code_hash == digest(code),
+                    oauth_codes.c.client_id == client_id,
+                    oauth_codes.c.used_at.is_(None),
+                    oauth_codes.c.expires_at > now,
+                )
+                .values(used_at=now)
+                .returning(*oauth_codes.c)
+            ).first()
+            if claimed is not None:
+                grant = _code(claimed)
+                if _family_revoked(conn, grant.family_id):
+                    refused = GrantRefused("revoked", "the grant this code belongs to was revoked")
+            else:
+                row = conn.execute(select(oauth_codes).where(oauth_codes.c.code_hash == digest(code))).first()
+                refused = _why_not(row, client_id, now, what="code")
+                if refused.problem == "reused" and row is not None:
+                    _revoke(conn, row.family_id, reason="code_reused", now=now)
+        if refused is not None:
+            raise refused
+        return grant
+
+    # -- refresh tokens -----------------------------------------------------------------------
+
+    def issue_refresh_token(self, token: str, grant: RefreshGrant) -> None:
+        """Record a refresh token of an existing family (and forget tokens long expired)."""
+        with self._errors_translated(), self.engine.begin() as conn:
+            conn.execute(
+                delete(oauth_refresh_tokens).where(
+                    oauth_refresh_tokens.c.expires_at < grant.issued_at - KEEP_EXPIRED
+                )
+            )
+            conn.execute(
+                insert(oauth_refresh_tokens).values(
+                    token_hash=digest(token),
+                    family_id=grant.family_id,
+                    client_id=grant.client_id,
+                    scope=grant.scope,
+                    resource=grant.resource,
+                    grantee=_grantee_json(grant.grantee),
+                    issued_at=grant.issued_at,
+                    expires_at=grant.expires_at,
+                )
+            )
+
+    def find_refresh_token(self, token: str) -> RefreshGrant | None:
+        with self._read() as conn:
+            row = conn.execute(
+                select(oauth_refresh_tokens).where(oauth_refresh_tokens.c.token_hash == digest(token))
+            ).first()
+        return None if row is None else _refresh(row)
+
+    def use_refresh_token(self, token: str, *, client_id: str, now: datetime) -> RefreshGrant:
+        """Use the refresh token, once (the caller issues its successor); a second use revokes the family.
+
+        Raises:
+            GrantRefused: unknown, expired, issued to another client, used before (`reused`: the whole
+                family, the newest token included, is revoked and committed first), or revoked.
+        """
+        refused: GrantRefused | None = None
+        with self._errors_translated(), self.engine.begin() as conn:
+            claimed = conn.execute(
+                update(oauth_refresh_tokens)
+                .where(
+                    oauth_refresh_tokens.c.token_hash == digest(token),
+                    oauth_refresh_tokens.c.client_id == client_id,
+                    oauth_refresh_tokens.c.used_at.is_(None),
+                    oauth_refresh_tokens.c.expires_at > now,
+                )
+                .values(used_at=now)
+                .returning(*oauth_refresh_tokens.c)
+            ).first()
+            if claimed is not None:
+                grant = _refresh(claimed)
+                if _family_revoked(conn, grant.family_id):
+                    refused = GrantRefused("revoked", "the grant this refresh token belongs to was revoked")
+            else:
+                row = conn.execute(
+                    select(oauth_refresh_tokens).where(oauth_refresh_tokens.c.token_hash == digest(token))
+                ).first()
+                refused = _why_not(row, client_id, now, what="refresh token")
+                if refused.problem == "reused" and row is not None:
+                    _revoke(conn, row.family_id, reason="refresh_token_reused", now=now)
+        if refused is not None:
+            raise refused
+        return grant
+
+    # -- families -----------------------------------------------------------------------------
+
+    def revoke_family(self, family_id: str, *, reason: str, now: datetime) -> bool:
+        """End a grant family: its codes, refresh tokens and access tokens; False if it already was."""
+        with self._errors_translated(), self.engine.begin() as conn:
+            return _revoke(conn, family_id, reason=reason, now=now)
+
+    def family_revoked(self, family_id: str) -> bool:
+        """Whether the family was revoked (an unknown family counts as revoked: nothing vouches for it)."""
+        with self._read() as conn:
+            return _family_revoked(conn, family_id)
+
+
+def revoke_principal_grants(
+    conn: Connection, tenant: str, subject: str, *, reason: str, now: datetime
+) -> int:
+    """Revoke every live grant family of a principal; returns how many (used by `revoking.revoke`)."""
+    result = conn.execute(
+        update(oauth_families)
+        .where(
+            oauth_families.c.tenant == tenant,
+            oauth_families.c.subject == subject,
+            oauth_families.c.revoked_at.is_(None),
+        )
+        .values(revoked_at=now, revoked_reason=reason)
+    )
+    return int(result.rowcount)
+
+
+def _revoke(conn: Connection, family_id: str, *, reason: str, now: datetime) -> bool:
+    result = conn.execute(
+        update(oauth_families)
+        .where(oauth_families.c.family_id == family_id, oauth_families.c.revoked_at.is_(None))
+        .values(revoked_at=now, revoked_reason=reason)
+    )
+    return bool(result.rowcount)
+
+
+def _family_revoked(conn: Connection, family_id: str) -> bool:
+    row = conn.execute(
+        select(oauth_families.c.revoked_at).where(oauth_families.c.family_id == family_id)
+    ).first()
+    return row is None or row.revoked_at is not None
+
+
+def _why_not(row: Row[Any] | None, client_id: str, now: datetime, *, what: str) -> GrantRefused:
+    if row is None:
+        return GrantRefused("unknown", f"no such {what}")
+    if row.client_id != client_id:
+        return GrantRefused("other_client", f"the {what} was issued to another client")
+    if row.used_at is not None:
+        return GrantRefused("reused", f"the {what} was used before; its grant is revoked")
+    return GrantRefused("expired", f"the {what} expired")
+
+
+def _grantee_json(grantee: Grantee) -> str:
+    return canonical_json(
+        {
+            "subject": grantee.subject,
+            "tenant": grantee.tenant,
+            "roles": list(grantee.roles),
+            "groups": list(grantee.groups),
+        }
+    )
+
+
+def _grantee(text: str) -> Grantee:
+    data = json.loads(text)
+    return Grantee(data["subject"], data["tenant"], tuple(data["roles"]), tuple(data["groups"]))
+
+
+def _code(row: Row[Any]) -> CodeGrant:
+    return CodeGrant(
+        family_id=row.family_id,
+        client_id=row.client_id,
+        redirect_uri=row.redirect_uri,
+        scope=row.scope,
+        resource=row.resource,
+        code_challenge=row.code_challenge,
+        code_challenge_method=row.code_challenge_method,
+        grantee=_grantee(row.grantee),
+        expires_at=row.expires_at,
+        used_at=row.used_at,
+    )
+
+
+def _refresh(row: Row[Any]) -> RefreshGrant:
+    return RefreshGrant(
+        family_id=row.family_id,
+        client_id=row.client_id,
+        scope=row.scope,
+        resource=row.resource,
+        grantee=_grantee(row.grantee),
+        issued_at=row.issued_at,
+        expires_at=row.expires_at,
+        used_at=row.used_at,
+    )

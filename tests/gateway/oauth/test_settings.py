@@ -1,0 +1,70 @@
+"""The authorization server's section of the config: refused without a login step, refused on a plain
+http public URL off loopback, and its issuer spelled as MCP clients compare it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.app import build_runtime
+from gateway.config import WritConfig
+from gateway.errors import ConfigurationError
+from gateway.oauth import settings_for
+
+USERS = {"type": "builtin", "users": [{"subject": "alice", "tenant": "acme", "roles": ["agent"]}]}
+
+
+def config(server: dict[str, object], **section: object) -> WritConfig:
+    return WritConfig.model_validate(
+        {"server": server, "auth": {"authorization_server": {"enabled": True, "login": USERS, **section}}}
+    )
+
+
+def test_an_enabled_server_without_a_login_step_is_refused() -> None:
+    with pytest.raises(ValidationError, match="set `login`"):
+        WritConfig.model_validate({"auth": {"authorization_server": {"enabled": True}}})
+
+
+def test_a_plain_http_public_url_off_loopback_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigurationError, match="http://writ.example"):
+        settings_for(config({"public_url": "http://writ.example"}))
+
+
+def test_the_issuer_is_the_public_url_with_the_slash_clients_compare_and_tokens_are_for_mcp() -> None:
+    settings = settings_for(config({"public_url": "https://writ.example.com"}))
+    assert settings.issuer == "https://writ.example.com/"
+    assert settings.resource == "https://writ.example.com/mcp"
+    assert settings_for(config({"host": "127.0.0.1", "port": 8080})).issuer == "http://127.0.0.1:8080/"
+
+
+def test_scopes_offered_default_to_the_required_ones() -> None:
+    base = config({"public_url": "https://writ.example.com"})
+    required = base.model_copy(
+        update={"auth": base.auth.model_copy(update={"required_scopes": ["writ:tools"]})}
+    )
+    assert settings_for(required).scopes == ("writ:tools",)
+    assert settings_for(config({"public_url": "https://w.example"}, scopes=["a", "b"])).scopes == ("a", "b")
+
+
+def test_an_issuer_configured_with_the_authorization_servers_own_name_is_refused_before_the_store_opens(
+    tmp_path: Path,
+) -> None:
+    cfg = WritConfig.model_validate(
+        {
+            "store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"},
+            "privacy": {"salt_file": str(tmp_path / "salt")},
+            "auth": {
+                "issuers": [{"issuer": "http://127.0.0.1:8080/", "jwks_uri": "http://127.0.0.1:9/jwks"}],
+                "authorization_server": {
+                    "enabled": True,
+                    "key_file": str(tmp_path / "k.json"),
+                    "login": USERS,
+                },
+            },
+        }
+    )
+    with pytest.raises(ConfigurationError, match="is Writ's own authorization server"):
+        build_runtime(cfg)
+    assert not (tmp_path / "writ.db").exists()
