@@ -169,4 +169,6 @@ async def test_the_sdk_client_signs_in_through_the_browser_calls_tools_and_refre
     for result in (looked_up, again):
         call = store.get_call(result.meta["writ/toolCallId"])
         assert call is not None and (call.tenant, call.subject) == ("acme", "demo-agent")
-        assert call.principal.get("client_id") == storage.client.client_id, call.principal
+        assert call.principal is not None and call.principal.client_id == storage.client.client_id, (
+            call.principal
+        )
