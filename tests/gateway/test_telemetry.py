@@ -15,16 +15,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
-from gateway.calls.catalogue import Catalogue
-from gateway.calls.pipeline import CallPipeline
 from gateway.calls.rate_limits import RateLimiter, RateLimitsConfig
-from gateway.clock import system_clock
 from gateway.config import TelemetryConfig
-from gateway.mcp.server import build_mcp_server
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import Principal
 from store.store import Store
+from tests.gateway.mcp.faces import face
 
 pytestmark = pytest.mark.anyio
 
@@ -44,15 +41,7 @@ async def test_a_call_becomes_an_execute_tool_span_without_argument_values(tmp_p
         {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
     )
     policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
-    pipeline = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
-    server = build_mcp_server(
-        pipeline,
-        Catalogue(registry, lambda: policy),
-        store,
-        lambda: ALICE,
-        clock=system_clock,
-        telemetry=telemetry,
-    )
+    server = face(store, registry, policy, ALICE, telemetry=telemetry)
     try:
         async with Client(server) as client:
             result = await client.call_tool("refund_order", {"card": "4111111111111111"})
@@ -96,15 +85,7 @@ async def test_included_arguments_show_redacted_fields_as_their_hashes_as_the_lo
     registry = Registry({"fake": FakeExecutor(default=completed({"ok": True}))}, [capability])
     policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
     redactor = Redactor(b"s")
-    pipeline = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=redactor)
-    server = build_mcp_server(
-        pipeline,
-        Catalogue(registry, lambda: policy),
-        store,
-        lambda: ALICE,
-        clock=system_clock,
-        telemetry=telemetry,
-    )
+    server = face(store, registry, policy, ALICE, redactor=redactor, telemetry=telemetry)
     try:
         async with Client(server) as client:
             await client.call_tool("refund_order", {"card": "4111111111111111", "amount": 5})
@@ -146,17 +127,7 @@ async def test_a_rate_limited_call_is_counted_in_the_tool_calls_metric(tmp_path:
     )
     policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
     limiter = RateLimiter(RateLimitsConfig(per_s=0.01, burst=1), store.take_tokens)
-    pipeline = CallPipeline(
-        store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"), rate_limiter=limiter
-    )
-    server = build_mcp_server(
-        pipeline,
-        Catalogue(registry, lambda: policy),
-        store,
-        lambda: ALICE,
-        clock=system_clock,
-        telemetry=telemetry,
-    )
+    server = face(store, registry, policy, ALICE, rate_limiter=limiter, telemetry=telemetry)
     try:
         async with Client(server) as client:
             await client.call_tool("refund_order", {"n": 1})

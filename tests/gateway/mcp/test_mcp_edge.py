@@ -14,15 +14,12 @@ from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.mcp_relays import resource_capability
 from capabilities.mcp_upstream import McpExecutor
 from capabilities.registry import Registry
-from gateway.calls.actions import Redactor
-from gateway.calls.catalogue import Catalogue
 from gateway.calls.pipeline import CallInput, CallPipeline
-from gateway.clock import system_clock
 from gateway.mcp.documents import output_schema
-from gateway.mcp.server import build_mcp_server
 from policy.engine import Policy
 from policy.model import Principal
 from store.store import Store
+from tests.gateway.mcp.faces import face
 
 pytestmark = pytest.mark.anyio
 
@@ -45,10 +42,7 @@ async def test_an_unexpected_error_is_an_internal_error_that_names_no_detail(
         {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
     )
     policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
-    pipeline = BrokenPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
-    server = build_mcp_server(
-        pipeline, Catalogue(registry, lambda: policy), store, lambda: ALICE, clock=system_clock
-    )
+    server = face(store, registry, policy, ALICE, pipeline=BrokenPipeline)
     try:
         async with Client(server, mode=mode) as client:
             with pytest.raises(MCPError) as raised:
@@ -84,10 +78,7 @@ async def test_writ_call_status_publishes_an_output_schema_its_results_validate_
             ]
         }
     )
-    pipeline = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
-    server = build_mcp_server(
-        pipeline, Catalogue(registry, lambda: policy), store, lambda: ALICE, clock=system_clock
-    )
+    server = face(store, registry, policy, ALICE)
     schema = output_schema()
     try:
         async with Client(server, mode=mode) as client:
@@ -125,15 +116,7 @@ async def test_an_unexpected_error_in_a_relayed_read_or_get_names_no_detail(
     registry = Registry({"lib": McpExecutor("lib", upstream)}, [resource_capability("lib", upstream)])
     registry.relays_resources = True
     policy = Policy.from_mapping({"rules": [{"id": "all", "resources": ["*"], "decision": "allow"}]})
-    pipeline = BrokenPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
-    server = build_mcp_server(
-        pipeline,
-        Catalogue(registry, lambda: policy),
-        store,
-        lambda: ALICE,
-        clock=system_clock,
-        registry=registry,
-    )
+    server = face(store, registry, policy, ALICE, pipeline=BrokenPipeline, relays=True)
     try:
         async with Client(server, mode=mode) as client:
             with pytest.raises(MCPError) as raised:
