@@ -167,10 +167,11 @@ def through_writ(
 ) -> Session:
     """Writ with the official MCP client, one client session per worker, reused for every call.
 
-    Every call carries its own idempotency key, so each is a new call that reaches the backend: without
-    one, an identical read inside the capability's dedupe window (10 minutes) joins the completed call
-    and is answered from the log. `repeat_reads` measures that path instead. `writ=False` points the
-    same client at the bare proxy, whose results carry no Writ status.
+    Every call carries its own idempotency key, so each is a new call that reaches the backend and is
+    admitted before it runs (two commits, as a write). `repeat_reads` sends reads without a key, cycling
+    over a few orders: a read has no dedupe window, so each runs and is recorded in one commit, and
+    joins another only while an identical one is in flight. `writ=False` points the same client at the
+    bare proxy, whose results carry no Writ status.
 
     `agent_reads` sends reads as an agent does: without a key (so Writ records each in one commit),
     each with arguments of its own (`request`: its index), so that no two are joined in flight.
