@@ -231,6 +231,9 @@ class BuiltinLoginConfig(_Section):
 
     type: Literal["builtin"] = "builtin"
     users: list[LoginUser] = Field(min_length=1)
+    remote: bool = False
+    """Serve it on a public URL off loopback too. Anyone who reaches the page signs in as any listed
+    user (an admin included), so only for a trial behind access control of your own."""
 
 
 class AuthorizationServerConfig(_Section):

@@ -7,6 +7,7 @@ consent. The composition root (`gateway.app`) builds them from `auth.authorizati
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit
 
 from pydantic import AnyHttpUrl
@@ -27,7 +28,8 @@ def settings_for(config: WritConfig) -> Settings:
     """The authorization server's settings from the configuration.
 
     Raises:
-        ConfigurationError: the public URL is plain http on another host than loopback (OAuth needs TLS).
+        ConfigurationError: the public URL is plain http on another host than loopback (OAuth needs TLS);
+            or the built-in login, which asks no password, would be served off loopback unasked.
     """
     server = config.server
     base = server.base_url
@@ -36,6 +38,14 @@ def settings_for(config: WritConfig) -> Settings:
             f"auth.authorization_server needs an https server.public_url (or a loopback one), not {base}"
         )
     section = config.auth.authorization_server
+    login = section.login
+    if login is not None and login.type == "builtin" and not login.remote and not _on_loopback(base):
+        raise ConfigurationError(
+            f"auth.authorization_server.login: the built-in login signs in anyone who reaches it as any "
+            f"listed user and asks no password, so it serves only a loopback server.public_url, not {base}; "
+            "sign people in through your identity provider, or set login.remote: true for a trial behind "
+            "access control of your own"
+        )
     scopes = section.scopes if section.scopes is not None else config.auth.required_scopes
     return Settings(
         issuer=issuer_of(base),
@@ -47,3 +57,14 @@ def settings_for(config: WritConfig) -> Settings:
         scopes=tuple(scopes),
         claims=config.auth.claims,
     )
+
+
+def _on_loopback(url: str) -> bool:
+    """Whether `url`'s host is this machine (http or https)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -14,11 +14,12 @@ from gateway.errors import ConfigurationError
 from gateway.oauth import settings_for
 
 USERS = {"type": "builtin", "users": [{"subject": "alice", "tenant": "acme", "roles": ["agent"]}]}
+REMOTE = {**USERS, "remote": True}
 
 
-def config(server: dict[str, object], **section: object) -> WritConfig:
+def config(server: dict[str, object], login: dict[str, object] = REMOTE, **section: object) -> WritConfig:
     return WritConfig.model_validate(
-        {"server": server, "auth": {"authorization_server": {"enabled": True, "login": USERS, **section}}}
+        {"server": server, "auth": {"authorization_server": {"enabled": True, "login": login, **section}}}
     )
 
 
@@ -30,6 +31,16 @@ def test_an_enabled_server_without_a_login_step_is_refused() -> None:
 def test_a_plain_http_public_url_off_loopback_is_refused_naming_it() -> None:
     with pytest.raises(ConfigurationError, match="http://writ.example"):
         settings_for(config({"public_url": "http://writ.example"}))
+
+
+def test_the_built_in_login_is_refused_off_loopback_unless_asked_for() -> None:
+    # It asks no password: on a public URL anyone who reached it could sign in as the admin it lists.
+    for url in ("https://writ.example.com", "https://10.0.0.5:8443"):
+        with pytest.raises(ConfigurationError, match="asks no password"):
+            settings_for(config({"public_url": url}, login=USERS))
+        assert settings_for(config({"public_url": url}, login=REMOTE)).issuer.startswith("https://")
+    for url in ("http://127.0.0.1:8080", "http://localhost:8080", "https://localhost", "http://[::1]:9"):
+        assert settings_for(config({"public_url": url}, login=USERS)).base_url == url
 
 
 def test_the_issuer_is_the_public_url_with_the_slash_clients_compare_and_tokens_are_for_mcp() -> None:
