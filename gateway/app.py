@@ -64,7 +64,7 @@ from gateway.config import WritConfig
 from gateway.console import console_routes
 from gateway.console.views import InForce
 from gateway.errors import ConfigurationError
-from gateway.http.bearer import bearer_backend, refused_claims
+from gateway.http.bearer import bearer_backend, refused_token
 from gateway.http.bodies import BodyLimit
 from gateway.http.body_deadline import BodyDeadline
 from gateway.http.headers import TrimHeaderValues
@@ -492,7 +492,7 @@ def build_app(runtime: Runtime) -> Starlette:
             Middleware(
                 AuthenticationMiddleware,
                 backend=bearer_backend(runtime.verifier),
-                on_error=refused_claims(metadata_url),
+                on_error=refused_token(metadata_url),
             ),
             Middleware(AuthContextMiddleware),
         ],

@@ -14,7 +14,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from gateway.app import build_runtime
-from gateway.auth.tokens import ClaimsRejected
+from gateway.auth.tokens import ClaimsRejected, TokenRejected
 from gateway.calls.catalogue import Catalogue
 from gateway.config import WritConfig
 from gateway.errors import AuthenticationError
@@ -32,11 +32,13 @@ def serve_stdio(config: WritConfig) -> None:
     if not raw:
         raise AuthenticationError("writ stdio needs the caller's token in $WRIT_TOKEN (see `writ token`)")
     try:
-        token = anyio.run(functools.partial(runtime.verifier.verify_token, raw, explain_claims=True))
+        token = anyio.run(functools.partial(runtime.verifier.verify_token, raw, explain=True))
     except ClaimsRejected as exc:
         raise AuthenticationError(f"$WRIT_TOKEN cannot be used: {exc}") from exc
-    if token is None:
-        raise AuthenticationError("$WRIT_TOKEN did not verify (expired, wrong audience or unknown issuer)")
+    except TokenRejected as exc:
+        raise AuthenticationError(f"$WRIT_TOKEN did not verify: {exc.public}") from exc
+    if token is None:  # not reached: with `explain`, a refused token raises
+        raise AuthenticationError("$WRIT_TOKEN did not verify")
     principal = runtime.principal_from_claims(token.claims or {})
     expires_at = token.expires_at or 0
     # Checked on every request: a token that expires mid-session stops being honoured.

@@ -11,7 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from joserfc import jws, jwt
-from joserfc.errors import JoseError
+from joserfc.errors import (
+    BadSignatureError,
+    ExpiredTokenError,
+    InvalidClaimError,
+    InvalidKeyIdError,
+    JoseError,
+    MissingClaimError,
+)
 from mcp.server.auth.provider import AccessToken
 
 from gateway.auth.issuers import IssuerUnavailable, TrustedIssuer
@@ -31,13 +38,22 @@ __all__ = ["FORBIDDEN_ALGORITHMS", "ClaimsRejected", "JwtVerifier", "TrustedIssu
 
 
 class TokenRejected(AuthenticationError):
-    """This token is not acceptable (the reason is logged; the client only hears 401)."""
+    """This token is not acceptable. The detail is logged; its holder hears `public`, a reason of a
+    few words (expired, another audience, an issuer not trusted here...) that names no key, URL or
+    setting of this gateway's."""
+
+    def __init__(self, detail: str, public: str = "the token is malformed") -> None:
+        super().__init__(detail)
+        self.public = public
 
 
 class ClaimsRejected(TokenRejected):
     """A token that verified, but whose claims Writ cannot act on or record (a tenant of 300
-    characters, a subject with NUL). Its holder may hear why: the issuer signed it, so the reason
-    tells an operator what to fix and an attacker nothing about keys or issuers."""
+    characters, a subject with NUL). Its holder hears the whole detail: the issuer signed it, so the
+    reason tells an operator what to fix and an attacker nothing about keys or issuers."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, public=detail)
 
 
 class JwtVerifier:
@@ -45,7 +61,8 @@ class JwtVerifier:
 
     JWTs are checked against their issuer's keys; opaque tokens are introspected (RFC 7662) by the
     issuers configured for it. Implements the MCP SDK's `TokenVerifier` protocol: a token that fails
-    any check, or whose issuer cannot be reached, is None (401) and the reason is logged.
+    any check, or whose issuer cannot be reached, is None (401) and the reason is logged; with
+    `explain` it raises `TokenRejected`, whose `public` reason the HTTP edge tells the token's holder.
     """
 
     def __init__(
@@ -68,22 +85,23 @@ class JwtVerifier:
     def issuers(self) -> list[str]:
         return list(self._issuers)
 
-    async def verify_token(self, token: str, *, explain_claims: bool = False) -> AccessToken | None:
+    async def verify_token(self, token: str, *, explain: bool = False) -> AccessToken | None:
         """The verified token, or None with the reason logged (never the token itself).
 
         Raises:
-            ClaimsRejected: with `explain_claims`, for a verified token whose claims are unusable.
+            TokenRejected: with `explain`, for a token that is not acceptable, its `public` reason
+                for its holder (`IssuerUnavailable` included: the issuer could not be asked).
         """
         try:
             return await self.check(token)
         except IssuerUnavailable as exc:
             logger.error("refused bearer token: %s", exc)
-        except ClaimsRejected as exc:
-            logger.info("rejected bearer token: %s", exc)
-            if explain_claims:
-                raise
+            if explain:
+                raise TokenRejected(str(exc), public=ISSUER_UNAVAILABLE) from exc
         except TokenRejected as exc:
             logger.info("rejected bearer token: %s", exc)
+            if explain:
+                raise
         return None
 
     async def check(self, token: str) -> AccessToken:
@@ -105,7 +123,7 @@ class JwtVerifier:
         claims = verified.claims or {}
         issuer = self._issuers.get(str(claims.get("iss", "")))
         if issuer is not None and issuer.revoked is not None and await issuer.revoked(claims):
-            raise TokenRejected("revoked at its issuer")
+            raise TokenRejected("revoked at its issuer", public="the token was revoked")
         return verified
 
     def _remember(self, digest: bytes, token: AccessToken, until: float) -> None:
@@ -121,10 +139,13 @@ class JwtVerifier:
         header, unverified = parsed
         issuer = self._issuers.get(str(unverified.get("iss", "")))
         if issuer is None or issuer.keys is None:
-            raise TokenRejected("untrusted issuer")
+            raise TokenRejected("untrusted issuer", public=UNTRUSTED_ISSUER)
         algorithms = _allowed(issuer.algorithms) if issuer.algorithms is not None else self._algorithms
         if header.get("alg") not in algorithms:
-            raise TokenRejected(f"algorithm {str(header.get('alg'))[:20]!r} is not allowed")
+            raise TokenRejected(
+                f"algorithm {str(header.get('alg'))[:20]!r} is not allowed",
+                public="the token's signing algorithm is not accepted",
+            )
         keys = await issuer.keys.key_set(header.get("kid") if isinstance(header.get("kid"), str) else None)
         try:
             decoded = jwt.decode(token, keys, algorithms=algorithms)
@@ -136,7 +157,7 @@ class JwtVerifier:
                 sub={"essential": True},
             ).validate(decoded.claims)
         except (JoseError, ValueError) as exc:
-            raise TokenRejected(str(exc)) from exc
+            raise TokenRejected(str(exc), public=_public_reason(exc)) from exc
         verified = self._access_token(token, decoded.claims)
         until = min(float(decoded.claims["exp"]), time.time() + VERIFIED_TTL_S)
         self._remember(hashlib.sha256(token.encode()).digest(), verified, until)
@@ -152,17 +173,17 @@ class JwtVerifier:
                 continue
             claims = dict(claims)
             if claims.setdefault("iss", issuer.issuer) != issuer.issuer:
-                raise TokenRejected("introspected token names another issuer")
+                raise TokenRejected("introspected token names another issuer", public=UNTRUSTED_ISSUER)
             audience = issuer.audience or self._audience
             aud = claims.get("aud")
             if aud is not None and audience not in ([aud] if isinstance(aud, str) else aud):
-                raise TokenRejected("introspected token is for another audience")
+                raise TokenRejected("introspected token is for another audience", public=ANOTHER_AUDIENCE)
             if not isinstance(claims.get("exp"), int | float) or claims["exp"] + self._leeway < time.time():
-                raise TokenRejected("introspected token has no future exp")
+                raise TokenRejected("introspected token has no future exp", public=EXPIRED)
             if not claims.get("sub"):
-                raise TokenRejected("introspected token has no sub")
+                raise TokenRejected("introspected token has no sub", public="the token has no sub claim")
             return self._access_token(token, claims)
-        raise TokenRejected("inactive opaque token")
+        raise TokenRejected("inactive opaque token", public="the token is not active")
 
     def _access_token(self, token: str, claims: Mapping[str, Any]) -> AccessToken:
         # A principal must come out of every accepted token: a claim of the wrong shape (roles: 5,
@@ -184,6 +205,31 @@ class JwtVerifier:
             subject=str(claims["sub"]),
             claims=dict(claims),
         )
+
+
+EXPIRED = "the token has expired"
+ANOTHER_AUDIENCE = "the token is for another resource (aud)"
+UNTRUSTED_ISSUER = "the token's issuer is not trusted here"
+ISSUER_UNAVAILABLE = "the token's issuer could not be reached to check it; try again later"
+
+
+def _public_reason(exc: Exception) -> str:
+    """What a token's holder hears of a failed JWT check: the kind of failure, never a key or URL."""
+    if isinstance(exc, ExpiredTokenError):
+        return EXPIRED
+    if isinstance(exc, BadSignatureError):
+        return "the token's signature does not verify"
+    if isinstance(exc, InvalidKeyIdError):
+        return "the token's signing key (kid) is not one its issuer publishes"
+    if isinstance(exc, MissingClaimError):
+        return f"the token has no {exc.claim} claim"
+    if isinstance(exc, InvalidClaimError):  # joserfc's InvalidTokenError is this class too
+        return {
+            "aud": ANOTHER_AUDIENCE,
+            "nbf": "the token is not valid yet",
+            "iat": "the token was issued in the future",
+        }.get(exc.claim, f"the token's {exc.claim} claim is not accepted")
+    return "the token is malformed"
 
 
 def _allowed(algorithms: Sequence[str]) -> list[str]:

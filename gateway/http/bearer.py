@@ -1,9 +1,11 @@
-"""The HTTP edge's bearer authentication: the MCP SDK's backend, plus a reason for a refused claim.
+"""The HTTP edge's bearer authentication: the MCP SDK's backend, plus the reason a token is refused.
 
-A token that fails its signature, issuer, audience or expiry gets a bare 401 (the reason is logged:
-it would help a forger). A token the issuer signed whose claims Writ cannot act on or record (a tenant
-over the limit, a subject with NUL) gets 401 with that reason, so whoever configures the issuer learns
-what to fix; nothing of it reaches the store.
+A token that fails a check gets 401 `invalid_token` whose `error_description` says which kind of
+failure it was (expired, not valid yet, another audience, a bad signature, an issuer not trusted here,
+revoked, malformed) and nothing of this gateway's keys, URLs or settings; the log has the detail. A
+token the issuer signed whose claims Writ cannot act on or record (a tenant over the limit, a subject
+with NUL) gets that whole reason, so whoever configures the issuer learns what to fix; nothing of it
+reaches the store. A request with no token at all gets the SDK's own 401.
 """
 
 from __future__ import annotations
@@ -17,27 +19,27 @@ from starlette.authentication import AuthenticationError
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 
-from gateway.auth.tokens import ClaimsRejected, JwtVerifier
+from gateway.auth.tokens import JwtVerifier, TokenRejected
 from gateway.reasons import ReasonCode
 
-INVALID_CLAIMS = ReasonCode.INVALID_TOKEN
+INVALID_TOKEN = ReasonCode.INVALID_TOKEN
 
 
-class ClaimsRefused(AuthenticationError):
-    """Raised to Starlette's AuthenticationMiddleware, which answers it with `refused_claims`."""
+class TokenRefused(AuthenticationError):
+    """Raised to Starlette's AuthenticationMiddleware, which answers it with `refused_token`."""
 
 
 class _ReasonedVerifier:
-    """The SDK's `TokenVerifier` over `JwtVerifier`, letting a claims refusal through as an error."""
+    """The SDK's `TokenVerifier` over `JwtVerifier`, letting a refusal through with its public reason."""
 
     def __init__(self, verifier: JwtVerifier) -> None:
         self._verifier = verifier
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
-            return await self._verifier.verify_token(token, explain_claims=True)
-        except ClaimsRejected as exc:
-            raise ClaimsRefused(str(exc)) from exc
+            return await self._verifier.verify_token(token, explain=True)
+        except TokenRejected as exc:
+            raise TokenRefused(exc.public) from exc
 
 
 def bearer_backend(verifier: JwtVerifier) -> BearerAuthBackend:
@@ -45,19 +47,19 @@ def bearer_backend(verifier: JwtVerifier) -> BearerAuthBackend:
     return BearerAuthBackend(_ReasonedVerifier(verifier))
 
 
-def refused_claims(resource_metadata_url: str) -> Callable[[HTTPConnection, Exception], Response]:
-    """The `on_error` of AuthenticationMiddleware: 401 naming the claim and its limit."""
+def refused_token(resource_metadata_url: str) -> Callable[[HTTPConnection, Exception], Response]:
+    """The `on_error` of AuthenticationMiddleware: 401 saying why the token was refused."""
 
     def on_error(conn: HTTPConnection, exc: Exception) -> Response:
         description = str(exc)
         # A header value cannot hold a quote unescaped, nor anything but printable ASCII.
         quoted = json.dumps(description, ensure_ascii=True)[1:-1].replace('\\"', "'")
         challenge = (
-            f'Bearer error="{INVALID_CLAIMS}", error_description="{quoted}", '
+            f'Bearer error="{INVALID_TOKEN}", error_description="{quoted}", '
             f'resource_metadata="{resource_metadata_url}"'
         )
         return JSONResponse(
-            {"error": INVALID_CLAIMS, "error_description": description},
+            {"error": INVALID_TOKEN, "error_description": description},
             status_code=401,
             headers={"WWW-Authenticate": challenge},
         )

@@ -21,6 +21,8 @@ from tests.gateway.auth.oauth_process import AuthServer
 from tests.gateway.mcp.inproc import Backend, Writ, acme, oauth, writ
 
 SCOPE = "writ.tools"
+ALGORITHM = "the token's signing algorithm is not accepted"
+SIGNATURE = "the token's signature does not verify"
 REFUND = {"order_id": "1001", "amount": 20, "currency": "EUR", "reason": "damaged in transit"}
 
 
@@ -88,25 +90,53 @@ def test_every_kind_of_bad_token_is_refused_with_401_and_nothing_is_dispatched(
     jwks = httpx2.get(f"{auth_server.issuer}/jwks.json", timeout=5).json()["keys"]
     foreign = ECKey.generate_key("P-256", auto_kid=True)
     mint = auth_server.mint
+    # Each refusal says which kind of failure it was, and nothing of the gateway's keys or URLs.
     bad = {
-        "none": None,
-        "garbage": "garbage.garbage.garbage",
-        "alg none": f"{b64({'alg': 'none', 'typ': 'JWT'})}.{b64(claims)}.",
-        "HS256 with the public key": jwt.encode(
-            {"alg": "HS256", "kid": jwks[1]["kid"]}, claims, OctKey.import_key(json.dumps(jwks[1]).encode())
+        "none": (None, "Authentication required"),
+        "garbage": ("garbage.garbage.garbage", "the token is malformed"),
+        "alg none": (f"{b64({'alg': 'none', 'typ': 'JWT'})}.{b64(claims)}.", ALGORITHM),
+        "HS256 with the public key": (
+            jwt.encode(
+                {"alg": "HS256", "kid": jwks[1]["kid"]},
+                claims,
+                OctKey.import_key(json.dumps(jwks[1]).encode()),
+            ),
+            ALGORITHM,
         ),
-        "foreign key": jwt.encode({"alg": "ES256", "kid": jwks[1]["kid"]}, claims, foreign),
-        "unknown kid": jwt.encode({"alg": "ES256", "kid": foreign.kid}, claims, foreign),
-        "tampered payload": f"{header}.{b64(claims | {'roles': ['admin'], 'tenant': 'globex'})}.{signature}",
-        "expired": mint(aud=aud, scope=SCOPE, sub="a", iat=now - 7200, nbf=now - 7200, exp=now - 3600),
-        "not yet valid": mint(aud=aud, scope=SCOPE, sub="a", nbf=now + 3600, exp=now + 7200),
-        "wrong issuer": mint(aud=aud, scope=SCOPE, sub="a", iss="https://evil.example"),
-        "wrong audience": auth_server.token("agent-es", scope=SCOPE, resource="https://other.example/mcp"),
+        "foreign key": (jwt.encode({"alg": "ES256", "kid": jwks[1]["kid"]}, claims, foreign), SIGNATURE),
+        "unknown kid": (
+            jwt.encode({"alg": "ES256", "kid": foreign.kid}, claims, foreign),
+            "the token's signing key (kid) is not one its issuer publishes",
+        ),
+        "tampered payload": (
+            f"{header}.{b64(claims | {'roles': ['admin'], 'tenant': 'globex'})}.{signature}",
+            SIGNATURE,
+        ),
+        "expired": (
+            mint(aud=aud, scope=SCOPE, sub="a", iat=now - 7200, nbf=now - 7200, exp=now - 3600),
+            "the token has expired",
+        ),
+        "not yet valid": (
+            mint(aud=aud, scope=SCOPE, sub="a", nbf=now + 3600, exp=now + 7200),
+            "the token is not valid yet",
+        ),
+        "wrong issuer": (
+            mint(aud=aud, scope=SCOPE, sub="a", iss="https://evil.example"),
+            "the token's issuer is not trusted here",
+        ),
+        "wrong audience": (
+            auth_server.token("agent-es", scope=SCOPE, resource="https://other.example/mcp"),
+            "the token is for another resource (aud)",
+        ),
     }
-    for name, token in bad.items():
+    for name, (token, reason) in bad.items():
         response = call_refund(guarded, token)
         assert response.status_code == 401, f"{name}: {response.status_code} {response.text}"
         assert_refused(guarded, response)
+        assert response.json() == {"error": "invalid_token", "error_description": reason}, name
+        assert f'error_description="{reason}"' in response.headers["www-authenticate"], name
+        for secret in (auth_server.issuer, "jwks", "127.0.0.1", foreign.kid):
+            assert secret not in response.json()["error_description"], (name, secret)
     assert backend.refunds() == []
     assert guarded.runtime.store.events() == []  # what `writ audit export` prints: nothing
 
