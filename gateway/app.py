@@ -491,7 +491,7 @@ def build_app(runtime: Runtime) -> Starlette:
             Middleware(TrimHeaderValues),
             Middleware(
                 AuthenticationMiddleware,
-                backend=bearer_backend(runtime.verifier),
+                backend=bearer_backend(runtime.verifier, runtime.telemetry),
                 on_error=refused_token(metadata_url),
             ),
             Middleware(AuthContextMiddleware),

@@ -95,6 +95,11 @@ class Telemetry:
         self._duration = meter.create_histogram(
             "gen_ai.client.operation.duration", unit="s", description="Duration of execute_tool operations"
         )
+        self._auth_failures = meter.create_counter(
+            "writ.auth.failures",
+            unit="{request}",
+            description="Requests refused at the edge for their bearer token, by kind of failure",
+        )
         self._include_arguments = include_arguments
         self._providers = (tracer_provider, meter_provider)
 
@@ -114,6 +119,10 @@ class Telemetry:
                 labels = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name}
                 self._duration.record(time.perf_counter() - started, labels)
                 self._calls.add(1, {"gen_ai.tool.name": tool_name, "writ.status": call_span.status})
+
+    def authentication_failed(self, kind: str) -> None:
+        """A bearer token refused (`kind`: expired, wrong_audience, bad_signature, untrusted_issuer...)."""
+        self._auth_failures.add(1, {"error.type": kind})
 
     def shutdown(self) -> None:
         for provider in self._providers:

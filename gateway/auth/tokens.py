@@ -8,7 +8,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from joserfc import jws, jwt
 from joserfc.errors import (
@@ -37,14 +37,42 @@ VERIFIED_CACHE_SIZE = 10_000
 __all__ = ["FORBIDDEN_ALGORITHMS", "ClaimsRejected", "JwtVerifier", "TrustedIssuer", "principal_from_claims"]
 
 
-class TokenRejected(AuthenticationError):
-    """This token is not acceptable. The detail is logged; its holder hears `public`, a reason of a
-    few words (expired, another audience, an issuer not trusted here...) that names no key, URL or
-    setting of this gateway's."""
+class Failure(NamedTuple):
+    """A kind of token failure: `kind` for metrics and logs, `public` for the token's holder (a few
+    words that name no key, URL or setting of this gateway's)."""
 
-    def __init__(self, detail: str, public: str = "the token is malformed") -> None:
+    kind: str
+    public: str
+
+
+EXPIRED = Failure("expired", "the token has expired")
+ANOTHER_AUDIENCE = Failure("wrong_audience", "the token is for another resource (aud)")
+UNTRUSTED_ISSUER = Failure("untrusted_issuer", "the token's issuer is not trusted here")
+ISSUER_UNAVAILABLE = Failure(
+    "issuer_unavailable", "the token's issuer could not be reached to check it; try again later"
+)
+MALFORMED = Failure("malformed", "the token is malformed")
+REVOKED = Failure("revoked", "the token was revoked")
+ALGORITHM = Failure("algorithm_not_allowed", "the token's signing algorithm is not accepted")
+BAD_SIGNATURE = Failure("bad_signature", "the token's signature does not verify")
+UNKNOWN_KEY = Failure("unknown_key", "the token's signing key (kid) is not one its issuer publishes")
+INACTIVE = Failure("inactive", "the token is not active")
+
+
+class TokenRejected(AuthenticationError):
+    """This token is not acceptable. The detail is logged; its holder hears `failure.public`."""
+
+    def __init__(self, detail: str, failure: Failure = MALFORMED) -> None:
         super().__init__(detail)
-        self.public = public
+        self.failure = failure
+
+    @property
+    def public(self) -> str:
+        return self.failure.public
+
+    @property
+    def kind(self) -> str:
+        return self.failure.kind
 
 
 class ClaimsRejected(TokenRejected):
@@ -53,7 +81,7 @@ class ClaimsRejected(TokenRejected):
     reason tells an operator what to fix and an attacker nothing about keys or issuers."""
 
     def __init__(self, detail: str) -> None:
-        super().__init__(detail, public=detail)
+        super().__init__(detail, Failure("unusable_claims", detail))
 
 
 class JwtVerifier:
@@ -97,7 +125,7 @@ class JwtVerifier:
         except IssuerUnavailable as exc:
             logger.error("refused bearer token: %s", exc)
             if explain:
-                raise TokenRejected(str(exc), public=ISSUER_UNAVAILABLE) from exc
+                raise TokenRejected(str(exc), ISSUER_UNAVAILABLE) from exc
         except TokenRejected as exc:
             logger.info("rejected bearer token: %s", exc)
             if explain:
@@ -123,7 +151,7 @@ class JwtVerifier:
         claims = verified.claims or {}
         issuer = self._issuers.get(str(claims.get("iss", "")))
         if issuer is not None and issuer.revoked is not None and await issuer.revoked(claims):
-            raise TokenRejected("revoked at its issuer", public="the token was revoked")
+            raise TokenRejected("revoked at its issuer", REVOKED)
         return verified
 
     def _remember(self, digest: bytes, token: AccessToken, until: float) -> None:
@@ -139,12 +167,12 @@ class JwtVerifier:
         header, unverified = parsed
         issuer = self._issuers.get(str(unverified.get("iss", "")))
         if issuer is None or issuer.keys is None:
-            raise TokenRejected("untrusted issuer", public=UNTRUSTED_ISSUER)
+            raise TokenRejected("untrusted issuer", UNTRUSTED_ISSUER)
         algorithms = _allowed(issuer.algorithms) if issuer.algorithms is not None else self._algorithms
         if header.get("alg") not in algorithms:
             raise TokenRejected(
                 f"algorithm {str(header.get('alg'))[:20]!r} is not allowed",
-                public="the token's signing algorithm is not accepted",
+                ALGORITHM,
             )
         keys = await issuer.keys.key_set(header.get("kid") if isinstance(header.get("kid"), str) else None)
         try:
@@ -157,7 +185,7 @@ class JwtVerifier:
                 sub={"essential": True},
             ).validate(decoded.claims)
         except (JoseError, ValueError) as exc:
-            raise TokenRejected(str(exc), public=_public_reason(exc)) from exc
+            raise TokenRejected(str(exc), _failure_of(exc)) from exc
         verified = self._access_token(token, decoded.claims)
         until = min(float(decoded.claims["exp"]), time.time() + VERIFIED_TTL_S)
         self._remember(hashlib.sha256(token.encode()).digest(), verified, until)
@@ -173,17 +201,19 @@ class JwtVerifier:
                 continue
             claims = dict(claims)
             if claims.setdefault("iss", issuer.issuer) != issuer.issuer:
-                raise TokenRejected("introspected token names another issuer", public=UNTRUSTED_ISSUER)
+                raise TokenRejected("introspected token names another issuer", UNTRUSTED_ISSUER)
             audience = issuer.audience or self._audience
             aud = claims.get("aud")
             if aud is not None and audience not in ([aud] if isinstance(aud, str) else aud):
-                raise TokenRejected("introspected token is for another audience", public=ANOTHER_AUDIENCE)
+                raise TokenRejected("introspected token is for another audience", ANOTHER_AUDIENCE)
             if not isinstance(claims.get("exp"), int | float) or claims["exp"] + self._leeway < time.time():
-                raise TokenRejected("introspected token has no future exp", public=EXPIRED)
+                raise TokenRejected("introspected token has no future exp", EXPIRED)
             if not claims.get("sub"):
-                raise TokenRejected("introspected token has no sub", public="the token has no sub claim")
+                raise TokenRejected(
+                    "introspected token has no sub", Failure("missing_claim", "the token has no sub claim")
+                )
             return self._access_token(token, claims)
-        raise TokenRejected("inactive opaque token", public="the token is not active")
+        raise TokenRejected("inactive opaque token", INACTIVE)
 
     def _access_token(self, token: str, claims: Mapping[str, Any]) -> AccessToken:
         # A principal must come out of every accepted token: a claim of the wrong shape (roles: 5,
@@ -207,29 +237,23 @@ class JwtVerifier:
         )
 
 
-EXPIRED = "the token has expired"
-ANOTHER_AUDIENCE = "the token is for another resource (aud)"
-UNTRUSTED_ISSUER = "the token's issuer is not trusted here"
-ISSUER_UNAVAILABLE = "the token's issuer could not be reached to check it; try again later"
-
-
-def _public_reason(exc: Exception) -> str:
-    """What a token's holder hears of a failed JWT check: the kind of failure, never a key or URL."""
+def _failure_of(exc: Exception) -> Failure:
+    """The kind of a failed JWT check, from joserfc's error types."""
     if isinstance(exc, ExpiredTokenError):
         return EXPIRED
     if isinstance(exc, BadSignatureError):
-        return "the token's signature does not verify"
+        return BAD_SIGNATURE
     if isinstance(exc, InvalidKeyIdError):
-        return "the token's signing key (kid) is not one its issuer publishes"
+        return UNKNOWN_KEY
     if isinstance(exc, MissingClaimError):
-        return f"the token has no {exc.claim} claim"
+        return Failure("missing_claim", f"the token has no {exc.claim} claim")
     if isinstance(exc, InvalidClaimError):  # joserfc's InvalidTokenError is this class too
-        return {
-            "aud": ANOTHER_AUDIENCE,
-            "nbf": "the token is not valid yet",
-            "iat": "the token was issued in the future",
-        }.get(exc.claim, f"the token's {exc.claim} claim is not accepted")
-    return "the token is malformed"
+        if exc.claim == "aud":
+            return ANOTHER_AUDIENCE
+        if exc.claim in ("nbf", "iat"):
+            return Failure("not_yet_valid", "the token is not valid yet")
+        return Failure("invalid_claim", f"the token's {exc.claim} claim is not accepted")
+    return MALFORMED
 
 
 def _allowed(algorithms: Sequence[str]) -> list[str]:

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.auth.tokens import JwtVerifier, TokenRejected
 from gateway.reasons import ReasonCode
+from gateway.telemetry import Telemetry
 
 INVALID_TOKEN = ReasonCode.INVALID_TOKEN
 
@@ -32,19 +33,21 @@ class TokenRefused(AuthenticationError):
 class _ReasonedVerifier:
     """The SDK's `TokenVerifier` over `JwtVerifier`, letting a refusal through with its public reason."""
 
-    def __init__(self, verifier: JwtVerifier) -> None:
+    def __init__(self, verifier: JwtVerifier, telemetry: Telemetry) -> None:
         self._verifier = verifier
+        self._telemetry = telemetry
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
             return await self._verifier.verify_token(token, explain=True)
         except TokenRejected as exc:
+            self._telemetry.authentication_failed(exc.kind)
             raise TokenRefused(exc.public) from exc
 
 
-def bearer_backend(verifier: JwtVerifier) -> BearerAuthBackend:
-    """The authentication backend for every HTTP route."""
-    return BearerAuthBackend(_ReasonedVerifier(verifier))
+def bearer_backend(verifier: JwtVerifier, telemetry: Telemetry | None = None) -> BearerAuthBackend:
+    """The authentication backend for every HTTP route; refusals are counted in `telemetry`."""
+    return BearerAuthBackend(_ReasonedVerifier(verifier, telemetry or Telemetry()))
 
 
 def refused_token(resource_metadata_url: str) -> Callable[[HTTPConnection, Exception], Response]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
+from gateway.auth.dev_issuer import DevIssuer
+from gateway.auth.issuers import StaticKeys, TrustedIssuer
+from gateway.auth.tokens import JwtVerifier
 from gateway.calls.actions import Redactor
 from gateway.calls.rate_limits import RateLimiter, RateLimitsConfig
 from gateway.config import TelemetryConfig
+from gateway.http.bearer import TokenRefused, bearer_backend
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import Principal
@@ -145,3 +150,43 @@ async def test_a_rate_limited_call_is_counted_in_the_tool_calls_metric(tmp_path:
         for point in m.data.data_points
     }
     assert counted == {"completed": 1, "rate_limited": 1}
+
+
+async def test_refused_bearer_tokens_are_counted_by_kind_of_failure(tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(meter_provider=MeterProvider(metric_readers=[reader]))
+    issuer = DevIssuer.load_or_create(tmp_path / "key.jwk", "https://issuer.example")
+    audience = "https://writ.example/mcp"
+    verifier = JwtVerifier(
+        [TrustedIssuer(issuer.issuer, StaticKeys(issuer.public_keys))],
+        audience=audience,
+        algorithms=["ES256"],
+    )
+    backend = bearer_backend(verifier, telemetry).token_verifier
+    tokens = {
+        "expired": issuer.mint(subject="a", audience=audience, now=time.time() - 7200, ttl_s=60),
+        "wrong_audience": issuer.mint(subject="a", audience="https://other.example/mcp"),
+        "malformed": "garbage.garbage.garbage",
+    }
+    for kind, token in tokens.items():
+        with pytest.raises(TokenRefused) as refused:
+            await backend.verify_token(token)
+        assert (
+            str(refused.value)
+            == {
+                "expired": "the token has expired",
+                "wrong_audience": "the token is for another resource (aud)",
+                "malformed": "the token is malformed",
+            }[kind]
+        )
+    assert await backend.verify_token(issuer.mint(subject="a", audience=audience)) is not None
+
+    counted = {
+        point.attributes["error.type"]: point.value
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "writ.auth.failures"
+        for point in metric.data.data_points
+    }
+    assert counted == {"expired": 1, "wrong_audience": 1, "malformed": 1}
