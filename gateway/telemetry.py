@@ -33,6 +33,8 @@ class CallSpan:
 
     span: Span
     status: str = "error"
+    reason: str | None = None
+    """Why it was refused (`budget_exceeded`, `amount_over_limit`...), for the calls metric."""
     arguments: object = None
     """The call's arguments as the client sent them, kept only with `include_arguments`."""
 
@@ -60,12 +62,14 @@ class CallSpan:
         )
         if call.reason:
             self.span.set_attribute("writ.reason", call.reason)
+            if call.status in ("denied", "rejected"):
+                self.reason = call.reason
         if call.status in ("failed", "result_unknown"):
             self.span.set_status(Status(StatusCode.ERROR, call.error or call.status))
 
     def rate_limited(self) -> None:
         """Refused by a rate limit before anything was recorded (counted as `writ.status=rate_limited`)."""
-        self.status = "rate_limited"
+        self.status = self.reason = "rate_limited"
         self.span.set_attribute("writ.reason", "rate_limited")
 
     def unknown_tool(self) -> None:
@@ -118,7 +122,10 @@ class Telemetry:
             finally:
                 labels = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name}
                 self._duration.record(time.perf_counter() - started, labels)
-                self._calls.add(1, {"gen_ai.tool.name": tool_name, "writ.status": call_span.status})
+                counted = {"gen_ai.tool.name": tool_name, "writ.status": call_span.status}
+                if call_span.reason:
+                    counted["writ.reason"] = call_span.reason
+                self._calls.add(1, counted)
 
     def authentication_failed(self, kind: str) -> None:
         """A bearer token refused (`kind`: expired, wrong_audience, bad_signature, untrusted_issuer...)."""

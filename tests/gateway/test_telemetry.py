@@ -141,15 +141,41 @@ async def test_a_rate_limited_call_is_counted_in_the_tool_calls_metric(tmp_path:
         store.close()
 
     assert limited.structured_content["reason"] == "rate_limited"
-    counted = {
-        point.attributes["writ.status"]: point.value
+    assert tool_calls(reader) == {("completed", None): 1, ("rate_limited", "rate_limited"): 1}
+
+
+async def test_a_refused_call_is_counted_with_its_reason(tmp_path: Path) -> None:
+    # Budget, loop and policy refusals are told apart in the calls metric by their reason.
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(None, MeterProvider(metric_readers=[reader]))
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    registry = Registry(
+        {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
+    )
+    frozen = {"id": "frozen", "tools": ["refund_order"], "decision": "deny", "reason": "refunds_frozen"}
+    policy = Policy.from_mapping({"rules": [frozen]})
+    server = face(store, registry, policy, ALICE, telemetry=telemetry)
+    try:
+        async with Client(server) as client:
+            denied = await client.call_tool("refund_order", {"n": 1})
+    finally:
+        store.close()
+
+    assert denied.structured_content["reason"] == "refunds_frozen"
+    assert tool_calls(reader) == {("denied", "refunds_frozen"): 1}
+
+
+def tool_calls(reader: InMemoryMetricReader) -> dict[tuple[str, str | None], int]:
+    """`writ.tool_calls` by status and reason."""
+    return {
+        (point.attributes["writ.status"], point.attributes.get("writ.reason")): point.value
         for rm in reader.get_metrics_data().resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
         if m.name == "writ.tool_calls"
         for point in m.data.data_points
     }
-    assert counted == {"completed": 1, "rate_limited": 1}
 
 
 async def test_refused_bearer_tokens_are_counted_by_kind_of_failure(tmp_path: Path) -> None:
