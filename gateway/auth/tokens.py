@@ -127,7 +127,7 @@ class JwtVerifier:
             if explain:
                 raise TokenRejected(str(exc), ISSUER_UNAVAILABLE) from exc
         except TokenRejected as exc:
-            logger.info("rejected bearer token: %s", exc)
+            logger.info("rejected bearer token (%s): %s", exc.kind, exc)
             if explain:
                 raise
         return None
