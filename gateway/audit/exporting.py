@@ -12,10 +12,11 @@ import json
 import re
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from gateway.audit.ocsf import ocsf_event
 from gateway.errors import Refused
 from gateway.reasons import ReasonCode
 from store.exporting import EventFilter
@@ -89,10 +90,21 @@ def json_line(event: dict[str, Any]) -> str:
     return json.dumps(event, sort_keys=True, default=str) + "\n"
 
 
-def write_events(log: AuditExport, given: EventFilter, after_seq: int, out: TextIO) -> int:
+Line = Callable[[dict[str, Any]], str]
+"""How an event is written: `json_line`, or `ocsf_line` for OCSF."""
+
+
+def ocsf_line(event: dict[str, Any]) -> str:
+    """One event as one line of OCSF JSON (gateway.audit.ocsf)."""
+    return json_line(ocsf_event(event))
+
+
+def write_events(
+    log: AuditExport, given: EventFilter, after_seq: int, out: TextIO, line: Line = json_line
+) -> int:
     """Write what `given` selects after `after_seq`, flushed; the last seq written (else `after_seq`)."""
     for event in log.export(given, after_seq=after_seq):
-        out.write(json_line(event))
+        out.write(line(event))
         after_seq = event["seq"]
     out.flush()
     return after_seq
@@ -106,17 +118,24 @@ def follow(
     *,
     stop: threading.Event,
     interval: float = 1.0,
+    line: Line = json_line,
 ) -> int:
     """Write what `given` selects, then what commits later, every `interval` seconds until `stop` is
     set; the last seq written (else `after_seq`), so a follower can resume after it."""
     while True:
-        after_seq = write_events(log, given, after_seq, out)
+        after_seq = write_events(log, given, after_seq, out, line)
         if stop.wait(interval):
             return after_seq
 
 
 def follow_until_signalled(
-    log: AuditExport, given: EventFilter, after_seq: int, out: TextIO, *, interval: float
+    log: AuditExport,
+    given: EventFilter,
+    after_seq: int,
+    out: TextIO,
+    *,
+    interval: float,
+    line: Line = json_line,
 ) -> int:
     """`follow` until Ctrl-C or SIGTERM, which end it cleanly after the line being written."""
     stop = threading.Event()
@@ -124,7 +143,7 @@ def follow_until_signalled(
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
-        return follow(log, given, after_seq, out, stop=stop, interval=interval)
+        return follow(log, given, after_seq, out, stop=stop, interval=interval, line=line)
     except KeyboardInterrupt:
         out.flush()
         return after_seq

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import os
@@ -287,6 +288,11 @@ def audit_checkpoint(
     typer.echo(f"checkpoint at seq {made.anchor.seq} (kid {made.kid}) appended to {path}")
 
 
+class ExportFormat(enum.StrEnum):
+    JSONL = "jsonl"
+    OCSF = "ocsf"
+
+
 FOLLOW_INTERVAL_S = 1.0
 """How often `writ audit export --follow` asks the store for what committed since."""
 
@@ -310,12 +316,21 @@ def audit_export(
         str | None, typer.Option(help="Only events recorded under this capability id.")
     ] = None,
     after_seq: Annotated[int, typer.Option(min=0, help="Only events after this seq (a cursor).")] = 0,
+    format_: Annotated[
+        ExportFormat, typer.Option("--format", help="jsonl: Writ's envelopes; ocsf: OCSF events.")
+    ] = ExportFormat.JSONL,
     follow: Annotated[
         bool, typer.Option("--follow", help="Keep writing events as they commit, until Ctrl-C or SIGTERM.")
     ] = False,
 ) -> None:
     """Write the log's events as one JSON object per line, in seq order (filtered, after a cursor)."""
-    from gateway.audit.exporting import event_filter, follow_until_signalled, write_events
+    from gateway.audit.exporting import (
+        event_filter,
+        follow_until_signalled,
+        json_line,
+        ocsf_line,
+        write_events,
+    )
 
     try:
         given = event_filter(
@@ -329,11 +344,12 @@ def audit_export(
     except Refused as exc:
         _fail(str(exc))
         return
+    line = ocsf_line if format_ is ExportFormat.OCSF else json_line
     with _store(config) as store:
         if follow:
-            follow_until_signalled(store, given, after_seq, sys.stdout, interval=FOLLOW_INTERVAL_S)
+            follow_until_signalled(store, given, after_seq, sys.stdout, interval=FOLLOW_INTERVAL_S, line=line)
         else:
-            write_events(store, given, after_seq, sys.stdout)
+            write_events(store, given, after_seq, sys.stdout, line)
 
 
 @calls_app.command("show")

@@ -155,3 +155,19 @@ def test_follow_writes_what_commits_later_after_the_cursor_until_stopped(logged:
     assert [e["seq"] for e in written] == [e["seq"] for e in list(store.export(acme, after_seq=2))]
     assert {e["tenant"] for e in written} == {"acme"}
     assert followed == [written[-1]["seq"]]
+
+
+def test_ocsf_lines_carry_a_class_per_type_and_the_whole_envelope(logged: tuple[Path, Store]) -> None:
+    config, store = logged
+
+    printed = lines(export(config, "--tenant", "acme", "--format", "ocsf"))
+
+    envelopes = json.loads(json.dumps(list(store.export(EventFilter(tenant="acme"))), default=str))
+    assert [e["unmapped"]["writ"] for e in printed] == envelopes
+    assert {(e["class_uid"], e["category_uid"]) for e in printed} == {(6003, 6)}
+    assert all(e["type_uid"] == 600399 and e["metadata"]["tenant_uid"] == "acme" for e in printed)
+    failed = [e for e in printed if e["metadata"]["event_code"] == "tool_call.failed"]
+    assert [(e["status_id"], e["api"]["service"]["name"]) for e in failed] == [(2, "refund-order")]
+    first = printed[0]
+    assert first["time"] == int(NOW.timestamp() * 1000)
+    assert first["metadata"]["sequence"] == envelopes[0]["seq"]
