@@ -1,5 +1,6 @@
 """The append-only event log, its projections and the effect ledger, on SQLite or PostgreSQL."""
 
+from store.exporting import EventFilter
 from store.model import (
     Admission,
     Anchor,
@@ -32,6 +33,7 @@ from store.store import Store
 __all__ = [
     "Admission",
     "Anchor",
+    "EventFilter",
     "ApprovalNeed",
     "ApprovalView",
     "ApprovedDenial",

@@ -7,7 +7,7 @@ checks it where the composition root hands the store in).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from store.commands import (
     RevokePrincipal,
     StartReconciliation,
 )
+from store.exporting import EventFilter
 from store.model import (
     Admission,
     Anchor,
@@ -213,7 +214,15 @@ class AuditLog(Protocol):
     def verify(self, anchors: Iterable[Anchor] = ()) -> AuditReport: ...
 
 
-class Oversight(CallReads, Standing, ManualResolutions, Protocol):
+class AuditExport(Protocol):
+    """The log as an export reads it: filtered, after a cursor, in seq order."""
+
+    def export(
+        self, given: EventFilter | None = None, *, after_seq: int = 0, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]: ...
+
+
+class Oversight(CallReads, Standing, ManualResolutions, AuditExport, Protocol):
     """What the approvals API and the console read, and the manual resolutions they record."""
 
 

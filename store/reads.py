@@ -15,6 +15,7 @@ from sqlalchemy import Connection, bindparam, or_, select
 
 from store import audit, revoking
 from store.events import parse_ts
+from store.exporting import EventFilter, conditions
 from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
 from store.model import Anchor, ApprovalView, AuditReport, CallView, StoredEvent, StoreError
 from store.schema import approvals, effect_ledger, events, runs, tool_calls
@@ -206,13 +207,27 @@ class Reads:
             after_seq = page[-1].seq
         return hashes
 
-    def export(self) -> Iterator[dict[str, Any]]:
-        """Every event as its envelope dict, in seq order, one short read per page."""
-        after_seq = 0
-        while True:
+    def export(
+        self, given: EventFilter | None = None, *, after_seq: int = 0, limit: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The events `given` selects after `after_seq` (at most `limit`), as envelope dicts in seq
+        order, one short read per page.
+
+        Raises:
+            CorruptEvent: a stored payload is not JSON.
+        """
+        given = given or EventFilter()
+        if _unstorable(*given.keys()):
+            return
+        filters = conditions(given)
+        remaining = limit
+        while remaining is None or remaining > 0:
+            size = PAGE_SIZE if remaining is None else min(PAGE_SIZE, remaining)
             with self._read() as conn:
-                page = list(read_pages(conn, after_seq=after_seq, limit=PAGE_SIZE))
+                page = list(read_pages(conn, *filters, after_seq=after_seq, limit=size))
             yield from (envelope_of(row) for row in page)
-            if len(page) < PAGE_SIZE:
+            if len(page) < size:
                 return
             after_seq = page[-1].seq
+            if remaining is not None:
+                remaining -= len(page)

@@ -79,7 +79,8 @@ events = Table(
     Column("hash", String(64), nullable=False),
     Index("ix_events_run_id", "run_id"),
     Index("ix_events_tool_call_id", "tool_call_id"),
-    Index("ix_events_tenant", "tenant"),
+    # (tenant, seq): one tenant's events in log order, as the audit export pages them.
+    Index("ix_events_tenant_seq", "tenant", "seq"),
 )
 
 log_head = Table(

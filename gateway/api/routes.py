@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from gateway.api.audit import AuditEvents
 from gateway.api.guard import Guard, PrincipalOf, error, refused
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.calls.approvals import DecisionInput, Decisions
@@ -208,7 +209,8 @@ def api_routes(
     clock: Clock,
 ) -> list[Route]:
     """Routes under /api, each requiring a verified bearer token of a principal in good standing."""
-    return Api(store, clock, decisions).routes(Guard(store, principal_of, resource_metadata_url))
+    guarded = Guard(store, principal_of, resource_metadata_url)
+    return [*Api(store, clock, decisions).routes(guarded), AuditEvents(store).route(guarded)]
 
 
 def _run_subject(events: list[StoredEvent]) -> str | None:

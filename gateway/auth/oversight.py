@@ -15,3 +15,7 @@ OVERSEER_ROLES = frozenset({"approver", "auditor", "admin"})
 def may_read(who: Principal, owner: str | None) -> bool:
     """Whether `who` may read a record of the tenant that belongs to the subject `owner`."""
     return (owner is not None and who.subject == owner) or bool(who.roles & OVERSEER_ROLES)
+
+
+AUDIT_ROLES = frozenset({"auditor", "admin"})
+"""Roles that export their tenant's whole log."""

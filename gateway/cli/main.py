@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import os
@@ -287,12 +288,68 @@ def audit_checkpoint(
     typer.echo(f"checkpoint at seq {made.anchor.seq} (kid {made.kid}) appended to {path}")
 
 
+class ExportFormat(enum.StrEnum):
+    JSONL = "jsonl"
+    OCSF = "ocsf"
+
+
+FOLLOW_INTERVAL_S = 1.0
+"""How often `writ audit export --follow` asks the store for what committed since."""
+
+
 @audit_app.command("export")
-def audit_export(config: ConfigOption = None) -> None:
-    """Write every event as one JSON object per line, in log order."""
+def audit_export(
+    config: ConfigOption = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's events.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Events at or after this ISO 8601 time with offset (…Z).")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Events before this ISO 8601 time with offset.")] = None,
+    type_: Annotated[
+        list[str] | None,
+        typer.Option("--type", help="An event type, or a prefix such as tool_call.*; repeatable."),
+    ] = None,
+    principal: Annotated[
+        str | None, typer.Option(help="Only the events of this subject's runs and calls.")
+    ] = None,
+    capability: Annotated[
+        str | None, typer.Option(help="Only events recorded under this capability id.")
+    ] = None,
+    after_seq: Annotated[int, typer.Option(min=0, help="Only events after this seq (a cursor).")] = 0,
+    format_: Annotated[
+        ExportFormat, typer.Option("--format", help="jsonl: Writ's envelopes; ocsf: OCSF events.")
+    ] = ExportFormat.JSONL,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep writing events as they commit, until Ctrl-C or SIGTERM.")
+    ] = False,
+) -> None:
+    """Write the log's events as one JSON object per line, in seq order (filtered, after a cursor)."""
+    from gateway.audit.exporting import (
+        event_filter,
+        follow_until_signalled,
+        json_line,
+        ocsf_line,
+        write_events,
+    )
+
+    try:
+        given = event_filter(
+            tenant=tenant,
+            since=since,
+            until=until,
+            types=type_ or (),
+            principal=principal,
+            capability=capability,
+        )
+    except Refused as exc:
+        _fail(str(exc))
+        return
+    line = ocsf_line if format_ is ExportFormat.OCSF else json_line
     with _store(config) as store:
-        for event in store.export():
-            sys.stdout.write(json.dumps(event, sort_keys=True, default=str) + "\n")
+        if follow:
+            follow_until_signalled(store, given, after_seq, sys.stdout, interval=FOLLOW_INTERVAL_S, line=line)
+        else:
+            write_events(store, given, after_seq, sys.stdout, line)
 
 
 @calls_app.command("show")

@@ -1,0 +1,84 @@
+"""Every event type Writ records maps to an OCSF class (a new type fails here until it is mapped), and
+the classes' fields are the ones OCSF defines for them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.audit.ocsf import (
+    ACCOUNT_CHANGE,
+    API_ACTIVITY,
+    BASE_EVENT,
+    DETECTION_FINDING,
+    ocsf_class,
+    ocsf_event,
+)
+from store.events import TYPE_NAMES
+
+
+def envelope(event_type: str, **payload: Any) -> dict[str, Any]:
+    return {
+        "seq": 7,
+        "event_id": "ev-7",
+        "type": event_type,
+        "schema_version": 2,
+        "occurred_at": "2026-11-30T12:00:00.123456Z",
+        "producer": "writ-gateway",
+        "run_id": None,
+        "tool_call_id": None,
+        "approval_id": None,
+        "capability_id": None,
+        "capability_version": None,
+        "policy_version": None,
+        "correlation_id": "corr-1",
+        "causation_id": None,
+        "tenant": "acme",
+        "payload": payload,
+        "prev_hash": "0" * 64,
+        "hash": "1" * 64,
+    }
+
+
+@pytest.mark.parametrize("event_type", sorted(TYPE_NAMES))
+def test_every_recorded_type_has_a_class_of_its_own(event_type: str) -> None:
+    cls, activity_id, _ = ocsf_class(event_type)
+
+    assert cls is not BASE_EVENT
+    assert ocsf_event(envelope(event_type))["type_uid"] == cls.uid * 100 + activity_id
+
+
+def test_a_revocation_is_an_account_disabled_by_its_revoker() -> None:
+    out = ocsf_event(envelope("principal.revoked", subject="mallory", revoked_by="carol"))
+
+    assert (out["class_uid"], out["activity_id"], out["type_uid"]) == (ACCOUNT_CHANGE.uid, 5, 300105)
+    assert out["user"] == {"uid": "mallory"}
+    assert out["actor"] == {"user": {"uid": "carol"}}
+
+
+def test_a_loop_is_a_detection_finding_and_a_call_an_api_activity() -> None:
+    loop = ocsf_event(envelope("loop.detected"))
+    granted = ocsf_event(envelope("approval.granted", decided_by="carol"))
+
+    assert (loop["class_uid"], loop["severity_id"], loop["finding_info"]["uid"]) == (
+        DETECTION_FINDING.uid,
+        3,
+        "ev-7",
+    )
+    assert (granted["class_uid"], granted["status_id"], granted["actor"]) == (
+        API_ACTIVITY.uid,
+        1,
+        {"user": {"uid": "carol"}},
+    )
+    assert granted["time"] == 1796040000123
+
+
+def test_a_type_not_yet_mapped_is_a_base_event_not_dropped() -> None:
+    out = ocsf_event(envelope("security.auth_failed"))
+
+    assert (out["class_uid"], out["type_uid"], out["unmapped"]["writ"]["type"]) == (
+        0,
+        99,
+        "security.auth_failed",
+    )
