@@ -26,7 +26,7 @@ class LoopMark:
     """One pattern a call belongs to under one loop rule, in the window holding the call."""
 
     rule_id: str
-    kind: Literal["repeated_action", "near_identical"]
+    kind: Literal["repeated_action", "near_identical", "repeated_failure"]
     threshold: int
     window_s: int
     pattern: str
@@ -48,7 +48,12 @@ class Loops:
             if not in_scope(rule, inp.principal, inp.capability):
                 continue
             start, resets = fixed_window(rule.window, inp.context.now)
-            kept = {name: value for name, value in inp.arguments.items() if name not in rule.ignore}
+            # A rule counting failures counts the capability's calls whatever their arguments.
+            kept = (
+                None
+                if rule.count == "failures"
+                else {name: value for name, value in inp.arguments.items() if name not in rule.ignore}
+            )
             who = inp.principal
             parts: list[Any] = [rule.id, who.tenant, who.subject, inp.capability.id, kept, start.isoformat()]
             pattern = hashlib.sha256(rfc8785.dumps(parts)).hexdigest()

@@ -282,12 +282,14 @@ class Budget(_Strict):
 
 
 class LoopRule(_Strict):
-    """Calls of one principal that repeat the same action, or nearly, too often in a window (issue 13).
+    """Calls of one principal that repeat the same action, or nearly, or fail the same way, too often
+    in a window (issue 13).
 
     Scoped to calls as a budget is. Two calls are the same when they name the same capability and
     their arguments are equal once the top-level fields in `ignore` are removed (none: the same
-    action). Once `threshold` such calls were admitted in a fixed UTC window of `window` seconds,
-    the next is refused `loop_detected`, and so is every later one until the window ends.
+    action). Once `threshold` such calls were admitted in a fixed UTC window of `window` seconds (with
+    `count: failures`: once `threshold` calls of the capability failed with one error), the next is
+    refused `loop_detected`, and so is every later one until the window ends.
     """
 
     id: str
@@ -298,6 +300,8 @@ class LoopRule(_Strict):
     effects: list[EffectClass] | None = None
     ignore: list[str] = Field(default_factory=list)
     """Top-level argument fields a near-identical call may differ in, e.g. `amount`."""
+    count: Literal["calls", "failures"] = "calls"
+    """`failures`: count the calls of a capability that failed, per error, whatever their arguments."""
     threshold: int = Field(default=5, ge=1, le=100_000)
     """How many such calls are admitted in a window; the next one is refused."""
     window: int = 600
@@ -343,8 +347,16 @@ class LoopRule(_Strict):
         """Loops are looked for in tool calls only."""
         return None
 
+    @model_validator(mode="after")
+    def _ignore_counts_calls(self) -> LoopRule:
+        if self.count == "failures" and self.ignore:
+            raise ValueError(f"loop {self.id!r}: ignore: a rule counting failures ignores every argument")
+        return self
+
     @property
-    def kind(self) -> Literal["repeated_action", "near_identical"]:
+    def kind(self) -> Literal["repeated_action", "near_identical", "repeated_failure"]:
+        if self.count == "failures":
+            return "repeated_failure"
         return "near_identical" if self.ignore else "repeated_action"
 
 

@@ -295,6 +295,8 @@ class LoopDetected(Payload):
     resets_at: str | None = None
     window_s: int
     detail: str | None = None
+    error: str | None = None
+    """For `repeated_failure`: the error every call of the evidence failed with."""
 
 
 class PrincipalRevoked(Payload):

@@ -229,7 +229,8 @@ class LoopKey:
 
     rule_id: str
     kind: str
-    """`repeated_action` or `near_identical`."""
+    """`repeated_action`, `near_identical`, or `repeated_failure` (its calls that failed are counted,
+    per error)."""
     pattern: str
     """Names the pattern: rule, principal, capability, kept arguments and window (the policy hashes them)."""
     threshold: int
@@ -253,6 +254,8 @@ class LoopHit:
     """The admitted calls of the pattern in the window, in the order they were recorded."""
     first: bool
     """Whether this refusal detected the loop (records `loop.detected`); later ones only refuse."""
+    error: str | None = None
+    """For `repeated_failure`: the error the calls failed with."""
 
 
 @dataclass(frozen=True, slots=True)

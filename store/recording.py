@@ -30,7 +30,7 @@ from store.model import (
 )
 from store.raw import Statement
 from store.refusals import bounded
-from store.schema import budget_counters, effect_ledger, loop_marks, revocations, runs
+from store.schema import budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
 
@@ -168,19 +168,37 @@ def _lookup_params(who: CallIdentity) -> dict[str, Any]:
 
 
 def _loop(conn: Connection, loops: tuple[LoopKey, ...]) -> LoopHit | None:
-    """The first loop pattern of the call whose window already holds its threshold of calls, or None."""
+    """The first loop pattern of the call whose window already holds its threshold of calls (for
+    `repeated_failure`: of calls failed with one error), or None."""
     if not loops:
         return None
     rows = conn.execute(
-        select(loop_marks.c.pattern_key, loop_marks.c.tool_call_id, loop_marks.c.kind)
+        select(
+            loop_marks.c.pattern_key,
+            loop_marks.c.tool_call_id,
+            loop_marks.c.kind,
+            tool_calls.c.status,
+            tool_calls.c.error,
+        )
+        .select_from(loop_marks.outerjoin(tool_calls, tool_calls.c.tool_call_id == loop_marks.c.tool_call_id))
         .where(loop_marks.c.pattern_key.in_([k.pattern for k in loops]))
         .order_by(loop_marks.c.seq)
     ).all()
     for key in loops:
         mine = [row for row in rows if row.pattern_key == key.pattern]
-        calls = tuple(row.tool_call_id for row in mine if row.kind == "call")
         detected = any(row.kind == "detected" for row in mine)
-        if detected or len(calls) >= key.threshold:
+        calls = [row for row in mine if row.kind == "call"]
+        error: str | None = None
+        if key.kind == "repeated_failure":
+            by_error: dict[str, list[str]] = {}
+            for row in calls:
+                if row.status == "failed":
+                    by_error.setdefault(row.error or "", []).append(row.tool_call_id)
+            error, ids = max(by_error.items(), key=lambda item: len(item[1]), default=(None, []))
+            evidence = tuple(ids)
+        else:
+            evidence = tuple(row.tool_call_id for row in calls)
+        if detected or len(evidence) >= key.threshold:
             return LoopHit(
                 key.rule_id,
                 key.kind,
@@ -188,8 +206,9 @@ def _loop(conn: Connection, loops: tuple[LoopKey, ...]) -> LoopHit | None:
                 key.threshold,
                 key.window_s,
                 key.resets_at,
-                calls,
+                evidence,
                 first=not detected,
+                error=error,
             )
     return None
 
@@ -225,6 +244,7 @@ def _record_loop(
             tool_call_ids=list(loop.tool_call_ids),
             resets_at=ev.format_ts(loop.resets_at),
             detail=refusal.detail,
+            error=loop.error,
         )
         log.add(ev.LoopDetectedEvent(**call, payload=detected))
     denied = ev.ToolCallDenied(reason="loop_detected", message=refusal.detail)
@@ -234,6 +254,12 @@ def _record_loop(
 
 
 def _loop_detail(loop: LoopHit) -> str:
+    if loop.kind == "repeated_failure":
+        return (
+            f"loop rule {loop.rule_id!r}: this tool failed {len(loop.tool_call_ids)} times with the same "
+            f"error ({loop.error}) within {loop.window_s} s; further calls are refused until "
+            f"{ev.format_ts(loop.resets_at)}"
+        )
     what = "the same call" if loop.kind == "repeated_action" else "nearly the same call"
     return (
         f"loop rule {loop.rule_id!r}: {what} was made {loop.threshold} times within {loop.window_s} s; "

@@ -45,7 +45,7 @@ class LoopState(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
 
     rule: str
-    kind: str = Field(description="repeated_action or near_identical")
+    kind: str = Field(description="repeated_action, near_identical or repeated_failure")
     threshold: int
     window_s: int
     resets_at: str = Field(description="ISO 8601: when the window ends")

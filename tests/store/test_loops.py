@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from store import Admission, LoopKey, Store
 from store.schema import loop_marks
-from tests.store.builders import NOW, call_request
+from tests.store.builders import NOW, call_request, outcome
 from tests.store.test_read_records import answered, read_request
 
 START = NOW.replace(minute=0, second=0, microsecond=0)
@@ -129,3 +129,33 @@ def test_a_read_of_a_looping_pattern_is_not_admissible_and_its_answer_not_kept(s
     assert refused.call.reason == "loop_detected" and refused.call.result is None
     assert refused.loop is not None and refused.loop.tool_call_ids == ("tc-read-0", "tc-read-1")
     assert len(_detected(store)) == 1
+
+
+def _failures(threshold: int) -> tuple[LoopKey, ...]:
+    end = START + timedelta(hours=1)
+    return (LoopKey("same-failure", "repeated_failure", "pattern-f", threshold, 3600, START, end),)
+
+
+def _failed(store: Store, n: int, error: str) -> None:
+    assert _admit(store, n, _failures(threshold=3)).call.status == "dispatching"
+    store.record_outcome(outcome(f"tc-{n}", "failed", error=error, now=NOW))
+
+
+def test_calls_failing_with_one_error_threshold_times_stop_the_next(store: Store) -> None:
+    _failed(store, 0, "http_404")
+    _failed(store, 1, "http_500")
+    _failed(store, 2, "http_404")
+    # Two failures with each error so far, and a call in flight or completed counts none.
+    assert _admit(store, 3, _failures(threshold=3)).call.status == "dispatching"
+    store.record_outcome(outcome("tc-3", "completed", result={"ok": 1}, now=NOW))
+    _failed(store, 4, "http_404")
+
+    refused = _admit(store, 5, _failures(threshold=3))
+
+    assert refused.call.reason == "loop_detected"
+    assert refused.loop is not None and refused.loop.tool_call_ids == ("tc-0", "tc-2", "tc-4")
+    (detected,) = _detected(store)
+    assert (detected["kind"], detected["error"]) == ("repeated_failure", "http_404")
+    assert _admit(store, 6, _failures(threshold=3)).call.reason == "loop_detected"
+    assert len(_detected(store)) == 1
+    assert store.verify().ok

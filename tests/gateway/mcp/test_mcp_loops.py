@@ -32,6 +32,7 @@ LOOPS = [
         "threshold": N,
         "window": WINDOW,
     },
+    {"id": "same-failure", "tools": ["refund_order"], "count": "failures", "threshold": N, "window": WINDOW},
 ]
 
 
@@ -113,6 +114,26 @@ async def test_two_hundred_identical_failing_calls_reach_the_backend_n_times(gat
 
 
 @pytest.mark.anyio
+async def test_two_hundred_calls_failing_the_same_way_are_stopped_whatever_their_arguments(
+    gateway: Writ,
+) -> None:
+    subject = _subject()
+    missing = [
+        {"order_id": f"no-such-order-{n}", "amount": 5, "currency": "EUR", "reason": "damaged"}
+        for n in range(200)
+    ]
+
+    heard = await _calls(gateway, subject, "refund_order", missing)
+
+    assert [status for status, _ in heard] == ["failed"] * N + ["denied"] * (200 - N)
+    for _, body in heard[N:]:
+        _assert_told_to_stop(body, "same-failure")
+    (detected,) = _loops_detected(gateway, subject)
+    assert (detected["kind"], detected["error"]) == ("repeated_failure", "http_404")
+    assert detected["tool_call_ids"] == [body["toolCallId"] for _, body in heard[:N]]
+
+
+@pytest.mark.anyio
 async def test_refunds_differing_by_one_cent_are_caught_by_a_rule_naming_amount(
     gateway: Writ, backend: Backend
 ) -> None:
@@ -148,3 +169,4 @@ def test_the_demo_turns_loop_detection_on() -> None:
     assert loops["same-call-repeated"].kind == "repeated_action"
     refunds = loops["refunds-differing-in-amount"]
     assert (refunds.kind, refunds.ignore, refunds.tools) == ("near_identical", ["amount"], ["refund_order"])
+    assert loops["same-failure-repeated"].kind == "repeated_failure"
