@@ -38,6 +38,8 @@ class ReasonCode(StrEnum):
     """The principal was revoked in its tenant; every face refuses it."""
     BUDGET_EXCEEDED = "budget_exceeded"
     """The call would take a budget of `policy.budgets` past its limit in the current window."""
+    LOOP_DETECTED = "loop_detected"
+    """The call repeats, or nearly, one a rule of `policy.loops` saw too often in its window."""
 
     # Confirmation rounds (capabilities of class `confirm`).
     CONFIRMATION_MISMATCH = "confirmation_mismatch"

@@ -2,6 +2,7 @@
 
 from .budgets import BudgetCharge, Budgets
 from .engine import NO_MATCH, POLICY_ERROR, Policy, RuleTrace, load_policy_file
+from .loops import LoopMark, Loops
 from .model import (
     ApprovalRequirement,
     CallContext,
@@ -11,7 +12,7 @@ from .model import (
     PolicyInput,
     Principal,
 )
-from .rules import ApprovalConfig, Budget, PolicyConfig, Rule, parse_duration
+from .rules import ApprovalConfig, Budget, LoopRule, PolicyConfig, Rule, parse_duration
 
 __all__ = [
     "NO_MATCH",
@@ -24,6 +25,9 @@ __all__ = [
     "CallContext",
     "Decision",
     "Effect",
+    "LoopMark",
+    "LoopRule",
+    "Loops",
     "Policy",
     "PolicyConfig",
     "PolicyError",

@@ -104,6 +104,11 @@ def _window(window_s: int | None, now: datetime) -> tuple[datetime | None, datet
     """The fixed window holding `now`, aligned to the epoch in UTC (None, None: a run's lifetime)."""
     if window_s is None:
         return None, None
+    return fixed_window(window_s, now)
+
+
+def fixed_window(window_s: int, now: datetime) -> tuple[datetime, datetime]:
+    """The start and end of the fixed window of `window_s` seconds holding `now`, aligned to the epoch."""
     moment = now if now.tzinfo else now.replace(tzinfo=UTC)
     start = datetime.fromtimestamp(math.floor(moment.timestamp() / window_s) * window_s, UTC)
     return start, start + timedelta(seconds=window_s)

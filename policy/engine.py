@@ -22,6 +22,7 @@ from capabilities.contract import Capability, config_problems
 
 from .budgets import BudgetCharge, Budgets
 from .cel import Activation, Condition, ExpressionError, activation_for
+from .loops import LoopMark, Loops
 from .model import ApprovalRequirement, Decision, Effect, PolicyError, PolicyInput, Principal
 from .rules import PolicyConfig, Rule
 from .scope import in_scope
@@ -70,6 +71,7 @@ class Policy:
             for rule in config.rules
         )
         self._budgets = Budgets(config.budgets)
+        self._loops = Loops(config.loops)
         # RFC 8785, as every other hash (store.canonical, which policy may not import): the rules hold
         # strings, small integers and booleans, which it spells as the earlier json.dumps did, so a
         # policy keeps its version across the change.
@@ -140,6 +142,10 @@ class Policy:
             ExpressionError: a budget's amount or currency cannot be evaluated for this call.
         """
         return self._budgets.charges(inp, run_id)
+
+    def loop_marks(self, inp: PolicyInput) -> tuple[LoopMark, ...]:
+        """The loop patterns this call belongs to (see `Loops.marks`)."""
+        return self._loops.marks(inp)
 
     def may_list(self, principal: Principal, capability: Capability, uri: str | None = None) -> bool:
         """Whether the tool (prompt, or resource at `uri`) may be shown: some allowing rule could apply,

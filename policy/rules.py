@@ -281,12 +281,103 @@ class Budget(_Strict):
         return None if self.window == "run" else int(self.window)
 
 
+class LoopRule(_Strict):
+    """Calls of one principal that repeat the same action, or nearly, or fail the same way, too often
+    in a window (issue 13).
+
+    Scoped to calls as a budget is. Two calls are the same when they name the same capability and
+    their arguments are equal once the top-level fields in `ignore` are removed (none: the same
+    action). Once `threshold` such calls were admitted in a fixed UTC window of `window` seconds (with
+    `count: failures`: once `threshold` calls of the capability failed with one error), the next is
+    refused `loop_detected`, and so is every later one until the window ends.
+    """
+
+    id: str
+    tools: list[str] = Field(default_factory=lambda: ["*"])
+    roles: list[str] | None = None
+    subjects: list[str] | None = None
+    tenants: list[str] | None = None
+    effects: list[EffectClass] | None = None
+    ignore: list[str] = Field(default_factory=list)
+    """Top-level argument fields a near-identical call may differ in, e.g. `amount`."""
+    count: Literal["calls", "failures"] = "calls"
+    """`failures`: count the calls of a capability that failed, per error, whatever their arguments."""
+    threshold: int = Field(default=5, ge=1, le=100_000)
+    """How many such calls are admitted in a window; the next one is refused."""
+    window: int = 600
+    """Seconds (or "1m", "1h", ...), aligned to the epoch in UTC."""
+    on_detect: Literal["deny"] = "deny"
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _name_the_loop(cls, data: Any, handler: ModelWrapValidatorHandler[LoopRule]) -> LoopRule:
+        return _named("loop", data, handler)
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_code(cls, value: str) -> str:
+        return _code(value)
+
+    @field_validator("tools", "roles", "subjects", "tenants", "effects")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or any(not item for item in value)):
+            raise ValueError("must list at least one non-empty name (omit the field to match any)")
+        return value
+
+    @field_validator("ignore")
+    @classmethod
+    def _fields(cls, value: list[str]) -> list[str]:
+        if any(not item.strip() for item in value):
+            raise ValueError("must name argument fields, not blanks")
+        return value
+
+    @field_validator("window", mode="before", json_schema_input_type=_DURATION_INPUT)
+    @classmethod
+    def _window(cls, value: object) -> int:
+        return parse_duration(value)
+
+    @property
+    def resources(self) -> None:
+        """Loops are looked for in tool calls only."""
+        return None
+
+    @property
+    def prompts(self) -> None:
+        """Loops are looked for in tool calls only."""
+        return None
+
+    @model_validator(mode="after")
+    def _ignore_counts_calls(self) -> LoopRule:
+        if self.count == "failures" and self.ignore:
+            raise ValueError(f"loop {self.id!r}: ignore: a rule counting failures ignores every argument")
+        return self
+
+    @property
+    def kind(self) -> Literal["repeated_action", "near_identical", "repeated_failure"]:
+        if self.count == "failures":
+            return "repeated_failure"
+        return "near_identical" if self.ignore else "repeated_action"
+
+
 class PolicyConfig(_Strict):
     """The `policy:` section: an ordered list of rules. No rules means every call is denied."""
 
     rules: list[Rule] = Field(default_factory=list)
     budgets: list[Budget] = Field(default_factory=list)
     """Limits counted in the store; a call over any of them is refused `budget_exceeded`."""
+    loops: list[LoopRule] = Field(default_factory=list)
+    """Repeated and near-identical calls looked for in the store; a loop is refused `loop_detected`."""
+
+    @field_validator("loops")
+    @classmethod
+    def _loop_ids_unique(cls, loops: list[LoopRule]) -> list[LoopRule]:
+        seen: set[str] = set()
+        for loop in loops:
+            if loop.id in seen:
+                raise ValueError(f"loop {loop.id!r}: id: used by more than one loop rule")
+            seen.add(loop.id)
+        return loops
 
     @field_validator("budgets")
     @classmethod
@@ -314,6 +405,8 @@ class PolicyConfig(_Strict):
         if not self.budgets:
             # A policy without budgets keeps the version it had before budgets existed.
             del data["budgets"]
+        if not self.loops:
+            del data["loops"]
         for rule in data["rules"]:
             # Likewise a rule about tools keeps its spelling from before resource and prompt rules.
             for field in ("resources", "prompts"):

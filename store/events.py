@@ -95,6 +95,13 @@ class BudgetCharged(Payload):
     resets_at: str | None = None
 
 
+class LoopMarked(Payload):
+    rule: str
+    key: str
+    """The pattern (see `store.model.LoopKey.pattern`); the loop marks are a projection of these."""
+    window_start: str
+
+
 class ToolCallRequested(Payload):
     tool_name: str
     subject: str
@@ -115,6 +122,8 @@ class ToolCallRequested(Payload):
     """The hash of the capability's contract when the call was requested (absent before it was kept)."""
     charges: list[BudgetCharged] | None = None
     """The budget counters the call drew on (absent when none did); the counters are their sums."""
+    loops: list[LoopMarked] | None = None
+    """The loop patterns the call was counted in (absent when no loop rule covered it)."""
 
 
 class ToolCallDenied(Payload):
@@ -272,9 +281,22 @@ class BudgetExceeded(Payload):
 
 class LoopDetected(Payload):
     action_hash: str
+    """The refused call's action hash."""
     count: int
+    """How many calls of the pattern were admitted in the window (the threshold)."""
+    rule: str | None = None
+    kind: str | None = None
+    """`repeated_action` or `near_identical`."""
+    threshold: int | None = None
+    key: str | None = None
+    """The pattern; its later calls in the window are refused without another `loop.detected`."""
+    tool_call_ids: list[str] | None = None
+    """The admitted calls of the pattern: the evidence."""
+    resets_at: str | None = None
     window_s: int
     detail: str | None = None
+    error: str | None = None
+    """For `repeated_failure`: the error every call of the evidence failed with."""
 
 
 class PrincipalRevoked(Payload):

@@ -10,7 +10,7 @@ and names the first such event.
 
 `TRANSITIONS` is the call's life: (state, event type) -> next state. A call starts in the state its
 `tool_call.requested` puts it in: `refused` when it claims no key (a conflict, a refusal at the edge,
-a revoked subject, a budget breach; only its denial may follow), otherwise by its decision's effect.
+a revoked subject, a budget breach, a loop; only its denial may follow), otherwise by its decision's effect.
 The guards in `Grammar` add what a state name cannot hold: who holds a key, who may approve, who is
 revoked, which attempt a dispatch is.
 """
@@ -24,6 +24,7 @@ from store.model import GrammarViolation
 
 TRANSITIONS: dict[tuple[str, str], str] = {
     ("refused", "budget.exceeded"): "refused",
+    ("refused", "loop.detected"): "refused",
     ("refused", "tool_call.denied"): "denied",
     ("decided:deny", "tool_call.denied"): "denied",
     ("decided:require_approval", "approval.required"): "approval_pending",

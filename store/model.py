@@ -224,6 +224,41 @@ class Breach:
 
 
 @dataclass(frozen=True, slots=True)
+class LoopKey:
+    """A loop pattern a call belongs to: the store counts the admitted calls of each in its window."""
+
+    rule_id: str
+    kind: str
+    """`repeated_action`, `near_identical`, or `repeated_failure` (its calls that failed are counted,
+    per error)."""
+    pattern: str
+    """Names the pattern: rule, principal, capability, kept arguments and window (the policy hashes them)."""
+    threshold: int
+    """How many calls of the pattern are admitted in the window; the next is refused."""
+    window_s: int
+    window_start: datetime
+    resets_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LoopHit:
+    """A loop a call was refused for, as `loop.detected` records it."""
+
+    rule_id: str
+    kind: str
+    pattern: str
+    threshold: int
+    window_s: int
+    resets_at: datetime
+    tool_call_ids: tuple[str, ...]
+    """The admitted calls of the pattern in the window, in the order they were recorded."""
+    first: bool
+    """Whether this refusal detected the loop (records `loop.detected`); later ones only refuse."""
+    error: str | None = None
+    """For `repeated_failure`: the error the calls failed with."""
+
+
+@dataclass(frozen=True, slots=True)
 class CallRequest:
     """Everything `Store.admit` needs to record a new call's intent and decision in one transaction."""
 
@@ -250,6 +285,8 @@ class CallRequest:
     confirmation_expires_at: datetime | None = None
     charges: tuple[Charge, ...] = ()
     """Budget counters the call draws on; if any would pass its limit, the call is refused instead."""
+    loops: tuple[LoopKey, ...] = ()
+    """Loop patterns the call belongs to; if one already reached its threshold, the call is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +368,8 @@ class Admission:
     existing: CallView | None = None
     breach: Breach | None = None
     """Set when the call was refused `budget_exceeded`: the budget it would have passed."""
+    loop: LoopHit | None = None
+    """Set when the call was refused `loop_detected`: the loop it belongs to."""
 
     @property
     def owns_dispatch(self) -> bool:

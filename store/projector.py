@@ -11,7 +11,7 @@ from store import events as ev
 from store.canonical import canonical_json
 from store.model import KeyClaimLost, StoreError
 from store.raw import Record, Statement
-from store.schema import approvals, budget_counters, effect_ledger, revocations, runs, tool_calls
+from store.schema import approvals, budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
 
 
 class Pending:
@@ -86,6 +86,7 @@ _ADD_TO_COUNTER = Statement(
     .values(used_micros=budget_counters.c.used_micros + bindparam("b_amount_micros"))
 )
 _INSERT_COUNTER = Statement(budget_counters.insert())
+_INSERT_LOOP_MARK = Statement(loop_marks.insert())
 
 
 def _json(value: Any) -> str | None:
@@ -185,6 +186,8 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         _COUNT_CALL.execute(conn, {"b_run_id": run_id})
     for charge in p.charges or ():
         _charge(conn, event, charge)
+    for mark in p.loops or ():
+        _mark_loop(conn, event, mark.key, "call")
     if not p.claims_key:
         return
     claim = {
@@ -226,6 +229,23 @@ def _charge(conn: Connection, event: ev.ToolCallRequestedEvent, charge: ev.Budge
             "resets_at": None if charge.resets_at is None else ev.parse_ts(charge.resets_at),
         }
         _INSERT_COUNTER.execute(conn, counter)
+
+
+def _mark_loop(conn: Connection, event: ev.Envelope, key: str, kind: str) -> None:
+    row = {
+        "pattern_key": key,
+        "tool_call_id": event.tool_call_id or "",
+        "kind": kind,
+        "tenant": event.tenant or "",
+        "seq": event.seq,
+    }
+    _INSERT_LOOP_MARK.execute(conn, row)
+
+
+def _loop_detected(conn: Connection, event: ev.LoopDetectedEvent, pending: Pending | None) -> None:
+    # Marks the pattern as found: its later calls in the window are refused without another event.
+    if event.payload.key is not None:
+        _mark_loop(conn, event, event.payload.key, "detected")
 
 
 def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | None) -> None:
@@ -440,7 +460,7 @@ def _reconciliation_contradicted(
     _update_call(conn, pending, event, verification_status="inconclusive", next_reconcile_at=None)
 
 
-# budget.exceeded and loop.detected are judgment facts with no projection of their own.
+# budget.exceeded is a judgment fact with no projection of its own.
 def _principal_revoked(conn: Connection, event: ev.PrincipalRevokedEvent, pending: Pending | None) -> None:
     # A second revocation of the same subject is recorded in the log; the first one stands here.
     exists = conn.execute(
@@ -491,6 +511,7 @@ _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "reconciliation.resolved": _reconciliation_resolved,
     "reconciliation.escalated": _reconciliation_escalated,
     "reconciliation.contradicted": _reconciliation_contradicted,
+    "loop.detected": _loop_detected,
     "principal.revoked": _principal_revoked,
     "principal.restored": _principal_restored,
 }

@@ -21,6 +21,8 @@ from store.model import (
     CallView,
     Charge,
     DecisionRecord,
+    LoopHit,
+    LoopKey,
     OutcomeRecord,
     ReadRecord,
     RefusalRequest,
@@ -28,7 +30,7 @@ from store.model import (
 )
 from store.raw import Statement
 from store.refusals import bounded
-from store.schema import budget_counters, effect_ledger, revocations, runs
+from store.schema import budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
 
@@ -87,8 +89,12 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
         if who.key_source == "client" or _joinable(existing, req):
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
-    # Still under the head lock, so every earlier charge of every replica is visible and no later one
-    # can land between this read and the charge: no extra lock and no extra commit.
+    # Still under the head lock, so every earlier charge and loop mark of every replica is visible and
+    # no later one can land between this read and the charge: no extra lock and no extra commit.
+    loop = _loop(conn, req.loops)
+    if loop is not None:
+        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
+        return Admission("new", call=call, loop=loop)
     breach = _breach(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
@@ -102,24 +108,25 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
 def admissible_read(conn: Connection, req: CallRequest) -> bool:
     """Whether a read allowed by policy may run before anything is recorded (`record_read` after it).
 
-    False when its principal is revoked or a budget it draws on would pass its limit: then the call
+    False when its principal is revoked, it belongs to a loop or a budget it draws on would pass its
+    limit: then the call
     is admitted as any other (`admit`), which records the refusal. Read without the head lock: the
     answer is checked again in `record_read`'s transaction.
     """
     who = req.identity
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
-    return not lookup.revoked and _breach(conn, req.charges) is None
+    return not lookup.revoked and _loop(conn, req.loops) is None and _breach(conn, req.charges) is None
 
 
 def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admission:
     """Record a read that already ran in one transaction: requested, dispatching and its outcome.
 
-    Standing and budgets are checked again under the head lock, as `admit` checks them: a read whose
-    principal was revoked or whose budget ran out meanwhile is recorded refused (`principal_revoked`,
-    `budget_exceeded`) and what the backend answered is not recorded, so nobody is told it. Its key is
-    taken over from any call holding it: a derived key only joins identical calls, and a read has no
-    effect for a second holder to duplicate.
+    Standing, loops and budgets are checked again under the head lock, as `admit` checks them: a read
+    whose principal was revoked, whose pattern reached its threshold or whose budget ran out meanwhile
+    is recorded refused (`principal_revoked`, `loop_detected`, `budget_exceeded`) and what the backend
+    answered is not recorded, so nobody is told it. Its key is taken over from any call holding it: a
+    derived key only joins identical calls, and a read has no effect for a second holder to duplicate.
     """
     req = rec.request
     log = Append(conn)
@@ -129,6 +136,10 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     if lookup.revoked:
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    loop = _loop(conn, req.loops)
+    if loop is not None:
+        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
+        return Admission("new", call=call, loop=loop)
     breach = _breach(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
@@ -154,6 +165,106 @@ def _lookup_params(who: CallIdentity) -> dict[str, Any]:
         "b_idempotency_key": who.idempotency_key,
         "b_subject": who.subject,
     }
+
+
+def _loop(conn: Connection, loops: tuple[LoopKey, ...]) -> LoopHit | None:
+    """The first loop pattern of the call whose window already holds its threshold of calls (for
+    `repeated_failure`: of calls failed with one error), or None."""
+    if not loops:
+        return None
+    rows = conn.execute(
+        select(
+            loop_marks.c.pattern_key,
+            loop_marks.c.tool_call_id,
+            loop_marks.c.kind,
+            tool_calls.c.status,
+            tool_calls.c.error,
+        )
+        .select_from(loop_marks.outerjoin(tool_calls, tool_calls.c.tool_call_id == loop_marks.c.tool_call_id))
+        .where(loop_marks.c.pattern_key.in_([k.pattern for k in loops]))
+        .order_by(loop_marks.c.seq)
+    ).all()
+    for key in loops:
+        mine = [row for row in rows if row.pattern_key == key.pattern]
+        detected = any(row.kind == "detected" for row in mine)
+        calls = [row for row in mine if row.kind == "call"]
+        error: str | None = None
+        if key.kind == "repeated_failure":
+            by_error: dict[str, list[str]] = {}
+            for row in calls:
+                if row.status == "failed":
+                    by_error.setdefault(row.error or "", []).append(row.tool_call_id)
+            error, ids = max(by_error.items(), key=lambda item: len(item[1]), default=(None, []))
+            evidence = tuple(ids)
+        else:
+            evidence = tuple(row.tool_call_id for row in calls)
+        if detected or len(evidence) >= key.threshold:
+            return LoopHit(
+                key.rule_id,
+                key.kind,
+                key.pattern,
+                key.threshold,
+                key.window_s,
+                key.resets_at,
+                evidence,
+                first=not detected,
+                error=error,
+            )
+    return None
+
+
+def _record_loop(
+    conn: Connection, log: Append, req: CallRequest, loop: LoopHit, run_tenant: str | None, producer: str
+) -> CallView:
+    """Record a call refused `loop_detected`: requested (counted nowhere), loop.detected the first
+    time its pattern is refused in the window, denied."""
+    refusal = bounded(_refusal_of(req, "loop_detected", _loop_detail(loop)))
+    who = refusal.identity
+    base = _base(who, req.policy_version, producer)
+    if run_tenant is None:
+        _add_run_started(log, who, base)
+    decision = DecisionRecord("deny", "loop_detected", req.policy_version, message=refusal.detail)
+    requested = log.add(
+        ev.ToolCallRequestedEvent(
+            **base,
+            tool_call_id=who.tool_call_id,
+            payload=_requested(who, decision, claims_key=False, summary=refusal.summary),
+        )
+    )
+    call = {**base, "tool_call_id": who.tool_call_id, "causation_id": requested.event_id}
+    if loop.first:
+        detected = ev.LoopDetected(
+            action_hash=who.action_hash,
+            count=len(loop.tool_call_ids),
+            rule=loop.rule_id,
+            kind=loop.kind,
+            threshold=loop.threshold,
+            window_s=loop.window_s,
+            key=loop.pattern,
+            tool_call_ids=list(loop.tool_call_ids),
+            resets_at=ev.format_ts(loop.resets_at),
+            detail=refusal.detail,
+            error=loop.error,
+        )
+        log.add(ev.LoopDetectedEvent(**call, payload=detected))
+    denied = ev.ToolCallDenied(reason="loop_detected", message=refusal.detail)
+    log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
+    log.flush()
+    return log.call(who.tool_call_id)
+
+
+def _loop_detail(loop: LoopHit) -> str:
+    if loop.kind == "repeated_failure":
+        return (
+            f"loop rule {loop.rule_id!r}: this tool failed {len(loop.tool_call_ids)} times with the same "
+            f"error ({loop.error}) within {loop.window_s} s; further calls are refused until "
+            f"{ev.format_ts(loop.resets_at)}"
+        )
+    what = "the same call" if loop.kind == "repeated_action" else "nearly the same call"
+    return (
+        f"loop rule {loop.rule_id!r}: {what} was made {loop.threshold} times within {loop.window_s} s; "
+        f"further ones are refused until {ev.format_ts(loop.resets_at)}"
+    )
 
 
 def _breach(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
@@ -375,6 +486,7 @@ def _call_requested(
         dedupe_window_s=req.dedupe_window_s,
         # Only the call that claims the key is charged: a conflict is refused and counts nothing.
         charges=([_charged(c) for c in req.charges] or None) if claims_key else None,
+        loops=([_marked(k) for k in req.loops] or None) if claims_key else None,
     )
 
 
@@ -386,6 +498,10 @@ def _charged(charge: Charge) -> ev.BudgetCharged:
         window_start=None if charge.window_start is None else ev.format_ts(charge.window_start),
         resets_at=None if charge.resets_at is None else ev.format_ts(charge.resets_at),
     )
+
+
+def _marked(key: LoopKey) -> ev.LoopMarked:
+    return ev.LoopMarked(rule=key.rule_id, key=key.pattern, window_start=ev.format_ts(key.window_start))
 
 
 def _record_new(

@@ -256,6 +256,18 @@ budget_counters = Table(
     Column("resets_at", UTCDateTime),
 )
 
+# Loop marks (issue 13): one row per call counted in a loop pattern (`tool_call.requested` loops) and
+# one per pattern found to loop (`loop.detected`, kind "detected"). A projection, rebuilt from the log.
+loop_marks = Table(
+    "loop_marks",
+    metadata,
+    Column("pattern_key", String(64), primary_key=True),
+    Column("tool_call_id", String(128), primary_key=True),
+    Column("kind", String(16), nullable=False),
+    Column("tenant", String(128), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+)
+
 # The authorization server's state (issue 12). Not projections: none of it is in the log, and a
 # rebuild leaves it alone. Secrets (client secrets, codes, refresh tokens) are kept as sha256 digests.
 oauth_clients = Table(
@@ -322,4 +334,5 @@ PROJECTION_TABLES: tuple[Table, ...] = (
     effect_ledger,
     revocations,
     budget_counters,
+    loop_marks,
 )

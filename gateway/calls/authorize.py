@@ -16,6 +16,7 @@ from capabilities.contract import Capability
 from gateway.calls.actions import is_action_hash
 from gateway.reasons import ReasonCode
 from policy.budgets import BudgetCharge
+from policy.loops import LoopMark
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import ApprovalNeed, ApprovalView, CallView, DecisionRecord, PrincipalRecord
 
@@ -27,6 +28,8 @@ class PolicyLike(Protocol):
     def evaluate(self, inp: PolicyInput) -> Decision: ...
 
     def charges(self, inp: PolicyInput, run_id: str) -> tuple[BudgetCharge, ...]: ...
+
+    def loop_marks(self, inp: PolicyInput) -> tuple[LoopMark, ...]: ...
 
     def may_list(self, principal: Principal, capability: Capability, uri: str | None = None) -> bool: ...
 

@@ -1,4 +1,5 @@
-"""Budget charges as the store counts them: each policy `BudgetCharge` as a counter key and micro-units.
+"""Budget charges and loop marks as the store counts them: each policy `BudgetCharge` as a counter key
+and micro-units, each `LoopMark` as a `LoopKey`.
 
 The key is a SHA-256 over the budget, its scope and its window, so a counter never holds a subject's
 or a run's name, and a renamed budget, another scope or the next window each start a new counter.
@@ -12,7 +13,8 @@ from collections.abc import Iterable
 from decimal import ROUND_CEILING, Decimal
 
 from policy.budgets import BudgetCharge
-from store.model import Charge
+from policy.loops import LoopMark
+from store.model import Charge, LoopKey
 
 MICROS = Decimal(1_000_000)
 
@@ -43,3 +45,19 @@ def counter_key(charge: BudgetCharge) -> str:
 def micros(amount: Decimal) -> int:
     """Millionths of a unit, rounded up: a fraction below a millionth never escapes the count."""
     return int((amount * MICROS).to_integral_value(rounding=ROUND_CEILING))
+
+
+def store_loops(marks: Iterable[LoopMark]) -> tuple[LoopKey, ...]:
+    """`marks` as the store counts and checks them."""
+    return tuple(
+        LoopKey(
+            rule_id=m.rule_id,
+            kind=m.kind,
+            pattern=m.pattern,
+            threshold=m.threshold,
+            window_s=m.window_s,
+            window_start=m.window_start,
+            resets_at=m.resets_at,
+        )
+        for m in marks
+    )

@@ -45,7 +45,7 @@ from gateway.calls.authorize import (
     reauthorize,
     record_of,
 )
-from gateway.calls.budgets import store_charges
+from gateway.calls.budgets import store_charges, store_loops
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.flights import Flights
 from gateway.calls.rate_limits import RateLimiter
@@ -68,6 +68,8 @@ from store.model import (
     ConfirmationAnswer,
     ConfirmationMismatch,
     KeySource,
+    LoopHit,
+    LoopKey,
     NotFound,
     RefusalRequest,
     StaleLease,
@@ -143,6 +145,8 @@ class CallReport:
     from before (`dispatching`). The edges tell the client `result_unknown`, never what was seen."""
     breach: Breach | None = None
     """The budget the call would have passed, when it was refused `budget_exceeded`."""
+    loop: LoopHit | None = None
+    """The loop the call belongs to, when it was refused `loop_detected`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +237,8 @@ class CallPipeline:
         call = await self._prepare(inp)
         if errors := self._validate(call):
             return await self._refuse_invalid(call, errors)
-        decision, charges = await self._authorize(call)
-        request = self._intent(call, decision, charges)
+        decision, charges, loops = await self._authorize(call)
+        request = self._intent(call, decision, charges, loops)
         if isinstance(request, RefusalRequest):
             return CallReport("new", await self._run(self._store.refuse, request), call.capability)
         if _one_commit(request):
@@ -254,13 +258,15 @@ class CallPipeline:
                 )
             ran = await self._dispatcher.run_read(call.capability, request, call.arguments)
             admission = await self._run(self._store.record_read, ran)
-            return CallReport("new", admission.call, call.capability, breach=admission.breach)
+            return CallReport(
+                "new", admission.call, call.capability, breach=admission.breach, loop=admission.loop
+            )
 
         who = request.identity
         report, joined = await self._reads.run((who.tenant, who.subject, who.idempotency_key), run)
         if not joined or report.kind != "new":
             return report
-        return CallReport("joined", report.call, call.capability, breach=report.breach)
+        return CallReport("joined", report.call, call.capability, breach=report.breach, loop=report.loop)
 
     async def _prepare(self, inp: CallInput) -> _Prepared:
         """Find the capability, take the rate limit, and name the call: ids, key, action hash."""
@@ -330,9 +336,9 @@ class CallPipeline:
         refused = await self._run(self._store.refuse, refusal)
         return CallReport("invalid_arguments", refused, call.capability, validation_errors=errors)
 
-    async def _authorize(self, call: _Prepared) -> tuple[Decision, tuple[Charge, ...]]:
+    async def _authorize(self, call: _Prepared) -> tuple[Decision, tuple[Charge, ...], tuple[LoopKey, ...]]:
         """The policy's decision over the full arguments, with the calls made earlier in the run, and
-        the budget counters the call draws on unless it is denied anyway."""
+        the budget counters and loop patterns the call counts in unless it is denied anyway."""
         who = call.identity
         run_count = (
             await self._run(self._store.run_call_count, who.run_id, who.tenant) if call.inp.run_id else 0
@@ -341,16 +347,21 @@ class CallPipeline:
         inp = PolicyInput(call.inp.principal, call.capability, call.arguments, context)
         decision = call.policy.evaluate(inp)
         if decision.effect == "deny":
-            return decision, ()
+            return decision, (), ()
         try:
-            return decision, store_charges(call.policy.charges(inp, who.run_id))
+            charges = store_charges(call.policy.charges(inp, who.run_id))
         except ExpressionError as exc:
             # An amount that cannot be counted denies the call: a budget is never skipped.
             failed = Decision("deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc))
-            return failed, ()
+            return failed, (), ()
+        return decision, charges, store_loops(call.policy.loop_marks(inp))
 
     def _intent(
-        self, call: _Prepared, decision: Decision, charges: tuple[Charge, ...] = ()
+        self,
+        call: _Prepared,
+        decision: Decision,
+        charges: tuple[Charge, ...] = (),
+        loops: tuple[LoopKey, ...] = (),
     ) -> CallRequest | RefusalRequest:
         """What to record before anything happens: the intent, or the refusal of a call nobody can confirm."""
         capability, now = call.capability, call.identity.now
@@ -393,6 +404,7 @@ class CallPipeline:
             confirmation_id=confirmation_id,
             confirmation_expires_at=confirm_by,
             charges=charges,
+            loops=loops,
         )
 
     async def _dispatch_or_join(
@@ -414,6 +426,7 @@ class CallPipeline:
             expires_at=request.approval_expires_at,
             recorded=recorded,
             breach=admission.breach,
+            loop=admission.loop,
         )
 
     @staticmethod

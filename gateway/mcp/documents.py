@@ -39,6 +39,19 @@ class BudgetState(BaseModel):
     resets_at: str | None = Field(default=None, description="ISO 8601; null: at the end of the run")
 
 
+class LoopState(BaseModel):
+    """The loop a refused call belongs to: the rule, its threshold and window, the calls that made it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    rule: str
+    kind: str = Field(description="repeated_action, near_identical or repeated_failure")
+    threshold: int
+    window_s: int
+    resets_at: str = Field(description="ISO 8601: when the window ends")
+    tool_call_ids: list[str] = Field(description="the earlier calls of the pattern in the window")
+
+
 class StatusDocument(BaseModel):
     """A call's state as `structuredContent` (and the API's call bodies) report it."""
 
@@ -60,6 +73,7 @@ class StatusDocument(BaseModel):
     input_schema: dict[str, Any] | None = None
     retry_after_s: float | None = None
     budget: BudgetState | None = None
+    loop: LoopState | None = None
     verification: VerificationStatus | None = None
     created_at: str | None = Field(default=None, description="ISO 8601")
     updated_at: str | None = Field(default=None, description="ISO 8601")

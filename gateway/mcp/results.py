@@ -13,9 +13,9 @@ from typing import Any
 
 from capabilities.contract import Capability
 from gateway.calls.pipeline import CallReport
-from gateway.mcp.documents import BudgetState, Effect, StatusDocument
+from gateway.mcp.documents import BudgetState, Effect, LoopState, StatusDocument
 from gateway.reasons import ReasonCode
-from store.model import Breach, CallView
+from store.model import Breach, CallView, LoopHit
 
 NEXT = {
     "approval_pending": (
@@ -129,6 +129,8 @@ def shape_report(report: CallReport) -> dict[str, Any]:
         return _status_result(call, body, "Refused: idempotency key reused for a different action.")
     if report.breach is not None:
         return budget_exceeded(call, report.breach)
+    if report.loop is not None:
+        return loop_detected(call, report.loop)
     return shape_call(call, report.capability)
 
 
@@ -151,6 +153,32 @@ def budget_exceeded(call: CallView, breach: Breach) -> dict[str, Any]:
         next=f"Budget {breach.budget_id} is used up until {until}; do not retry before then; tell the user.",
     ).dump()
     return _status_result(call, body, f"Denied: budget {breach.budget_id} is used up ({call.summary}).")
+
+
+LOOP_NEXT = (
+    "You have made this call, or nearly the same one, too often: it looks like a loop. Stop: do not "
+    "retry it or a variant of it. Report to your user what you were trying to do and what went wrong."
+)
+
+
+def loop_detected(call: CallView, loop: LoopHit) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for a call refused because it repeats a pattern too often."""
+    body = StatusDocument(
+        status="denied",
+        reason=ReasonCode.LOOP_DETECTED,
+        tool_call_id=call.tool_call_id,
+        policy_version=call.policy_version,
+        loop=LoopState(
+            rule=loop.rule_id,
+            kind=loop.kind,
+            threshold=loop.threshold,
+            window_s=loop.window_s,
+            resets_at=loop.resets_at.isoformat(),
+            tool_call_ids=list(loop.tool_call_ids),
+        ),
+        next=LOOP_NEXT,
+    ).dump()
+    return _status_result(call, body, f"Denied: loop detected by rule {loop.rule_id} ({call.summary}).")
 
 
 def rate_limited(tool_name: str, retry_after_s: float) -> dict[str, Any]:

@@ -159,6 +159,7 @@ def demo_config(
     extra_backends: dict[str, Any] | None = None,
     extra_rules: list[dict[str, Any]] | None = None,
     budgets: list[dict[str, Any]] | None = None,
+    loops: list[dict[str, Any]] | None = None,
 ) -> Path:
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick
     (the commit horizon, unless given, twice the timeout).
@@ -166,7 +167,9 @@ def demo_config(
     `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
     required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g.
     `policy_file`); `extra_backends` and `extra_rules` are added to the demo's backends and policy rules;
-    `budgets` become the policy's budgets.
+    `budgets` become the policy's budgets; `loops` replace the demo's loop rules, which are left out
+    unless given: cases of a module share principals and repeat calls on purpose (test_mcp_loops.py
+    runs loop rules of its own, and checks the demo turns its rules on).
     """
     template = Template((REPO / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
@@ -184,6 +187,7 @@ def demo_config(
         config["policy"]["rules"] += extra_rules
     if budgets:
         config["policy"]["budgets"] = budgets
+    config["policy"]["loops"] = loops or []
     config["backends"]["acme"]["timeout_s"] = timeout_s
     config["backends"]["acme"]["commit_horizon_s"] = commit_horizon_s or 2 * timeout_s
     for capability in config["capabilities"]:

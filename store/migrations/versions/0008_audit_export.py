@@ -6,7 +6,7 @@ seq)` a page reads only its own rows. The index on `tenant` alone is dropped: th
 lookups, and each index costs every append.
 
 Revision ID: 0008_audit_export
-Revises: 0006_oauth (chained after 0007 when both land)
+Revises: 0007_loops
 Create Date: 2026-12-02
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0008_audit_export"
-down_revision = "0006_oauth"
+down_revision = "0007_loops"
 branch_labels = None
 depends_on = None
 
