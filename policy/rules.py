@@ -203,12 +203,10 @@ class Conversion(_Strict):
         return rates
 
 
-class Budget(_Strict):
-    """A limit on calls or spend, counted in the store per scope and window (issue 13).
-
-    Scoped to calls as a rule is (`tools`, `roles`, `subjects`, `tenants`, `effects`); counted per
-    principal, tenant, run, or principal and capability; over fixed UTC windows or a whole run.
-    """
+class _CallScope(_Strict):
+    """Which tool calls a budget or a loop rule counts: as a rule matches them (`tools`, `roles`,
+    `subjects`, `tenants`, `effects`), tool calls only (relayed resource reads and prompt gets are
+    not counted)."""
 
     id: str
     tools: list[str] = Field(default_factory=lambda: ["*"])
@@ -216,6 +214,35 @@ class Budget(_Strict):
     subjects: list[str] | None = None
     tenants: list[str] | None = None
     effects: list[EffectClass] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_a_code(cls, value: str) -> str:
+        return _code(value)
+
+    @field_validator("tools", "roles", "subjects", "tenants", "effects")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or any(not item for item in value)):
+            raise ValueError("must list at least one non-empty name (omit the field to match any)")
+        return value
+
+    @property
+    def resources(self) -> None:
+        return None
+
+    @property
+    def prompts(self) -> None:
+        return None
+
+
+class Budget(_CallScope):
+    """A limit on calls or spend, counted in the store per scope and window (issue 13).
+
+    Scoped to calls as a rule is (`tools`, `roles`, `subjects`, `tenants`, `effects`); counted per
+    principal, tenant, run, or principal and capability; over fixed UTC windows or a whole run.
+    """
+
     scope: Literal["principal", "tenant", "run", "capability"] = "principal"
     """Who shares one counter: a principal, a whole tenant, one run, or a principal's calls of one tool."""
     window: int | Literal["run"] = 86400
@@ -235,28 +262,6 @@ class Budget(_Strict):
     @classmethod
     def _name_the_budget(cls, data: Any, handler: ModelWrapValidatorHandler[Budget]) -> Budget:
         return _named("budget", data, handler)
-
-    @field_validator("id")
-    @classmethod
-    def _id_is_a_code(cls, value: str) -> str:
-        return _code(value)
-
-    @field_validator("tools", "roles", "subjects", "tenants", "effects")
-    @classmethod
-    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and (not value or any(not item for item in value)):
-            raise ValueError("must list at least one non-empty name (omit the field to match any)")
-        return value
-
-    @property
-    def resources(self) -> None:
-        """Budgets count tool calls only: a relayed resource read is not counted."""
-        return None
-
-    @property
-    def prompts(self) -> None:
-        """Budgets count tool calls only: a relayed prompt get is not counted."""
-        return None
 
     @field_validator("window", mode="before", json_schema_input_type=_DURATION_INPUT | Literal["run"])
     @classmethod
@@ -281,7 +286,7 @@ class Budget(_Strict):
         return None if self.window == "run" else int(self.window)
 
 
-class LoopRule(_Strict):
+class LoopRule(_CallScope):
     """Calls of one principal that repeat the same action, or nearly, or fail the same way, too often
     in a window (issue 13).
 
@@ -292,12 +297,6 @@ class LoopRule(_Strict):
     refused `loop_detected`, and so is every later one until the window ends.
     """
 
-    id: str
-    tools: list[str] = Field(default_factory=lambda: ["*"])
-    roles: list[str] | None = None
-    subjects: list[str] | None = None
-    tenants: list[str] | None = None
-    effects: list[EffectClass] | None = None
     ignore: list[str] = Field(default_factory=list)
     """Top-level argument fields a near-identical call may differ in, e.g. `amount`."""
     count: Literal["calls", "failures"] = "calls"
@@ -313,18 +312,6 @@ class LoopRule(_Strict):
     def _name_the_loop(cls, data: Any, handler: ModelWrapValidatorHandler[LoopRule]) -> LoopRule:
         return _named("loop", data, handler)
 
-    @field_validator("id")
-    @classmethod
-    def _id_is_a_code(cls, value: str) -> str:
-        return _code(value)
-
-    @field_validator("tools", "roles", "subjects", "tenants", "effects")
-    @classmethod
-    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and (not value or any(not item for item in value)):
-            raise ValueError("must list at least one non-empty name (omit the field to match any)")
-        return value
-
     @field_validator("ignore")
     @classmethod
     def _fields(cls, value: list[str]) -> list[str]:
@@ -336,16 +323,6 @@ class LoopRule(_Strict):
     @classmethod
     def _window(cls, value: object) -> int:
         return parse_duration(value)
-
-    @property
-    def resources(self) -> None:
-        """Loops are looked for in tool calls only."""
-        return None
-
-    @property
-    def prompts(self) -> None:
-        """Loops are looked for in tool calls only."""
-        return None
 
     @model_validator(mode="after")
     def _ignore_counts_calls(self) -> LoopRule:
