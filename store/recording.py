@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -218,23 +219,12 @@ def _record_loop(
 ) -> CallView:
     """Record a call refused `loop_detected`: requested (counted nowhere), loop.detected the first
     time its pattern is refused in the window, denied."""
-    refusal = bounded(_refusal_of(req, "loop_detected", _loop_detail(loop)))
-    who = refusal.identity
-    base = _base(who, req.policy_version, producer)
-    if run_tenant is None:
-        _add_run_started(log, who, base)
-    decision = DecisionRecord("deny", "loop_detected", req.policy_version, message=refusal.detail)
-    requested = log.add(
-        ev.ToolCallRequestedEvent(
-            **base,
-            tool_call_id=who.tool_call_id,
-            payload=_requested(who, decision, claims_key=False, summary=refusal.summary),
-        )
-    )
-    call = {**base, "tool_call_id": who.tool_call_id, "causation_id": requested.event_id}
-    if loop.first:
-        detected = ev.LoopDetected(
-            action_hash=who.action_hash,
+
+    def detected(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event | None:
+        if not loop.first:
+            return None
+        found = ev.LoopDetected(
+            action_hash=refusal.identity.action_hash,
             count=len(loop.tool_call_ids),
             rule=loop.rule_id,
             kind=loop.kind,
@@ -246,11 +236,9 @@ def _record_loop(
             detail=refusal.detail,
             error=loop.error,
         )
-        log.add(ev.LoopDetectedEvent(**call, payload=detected))
-    denied = ev.ToolCallDenied(reason="loop_detected", message=refusal.detail)
-    log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
-    log.flush()
-    return log.call(who.tool_call_id)
+        return ev.LoopDetectedEvent(**call, payload=found)
+
+    return _record_guarded(log, req, "loop_detected", _loop_detail(loop), detected, run_tenant, producer)
 
 
 def _loop_detail(loop: LoopHit) -> str:
@@ -297,12 +285,42 @@ def _record_breach(
     conn: Connection, log: Append, req: CallRequest, breach: Breach, run_tenant: str | None, producer: str
 ) -> CallView:
     """Record a call refused `budget_exceeded`: requested (charging nothing), budget.exceeded, denied."""
-    refusal = bounded(_refusal_of(req, "budget_exceeded", _breach_detail(breach)))
+
+    def exceeded(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
+        found = ev.BudgetExceeded(
+            budget=breach.budget_id,
+            limit=breach.limit_micros / MICROS,
+            used=breach.used_micros / MICROS,
+            amount=breach.amount_micros / MICROS,
+            counter_key=breach.counter_key,
+            resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
+            scope=breach.scope or None,
+            detail=refusal.detail,
+        )
+        return ev.BudgetExceededEvent(**call, payload=found)
+
+    return _record_guarded(
+        log, req, "budget_exceeded", _breach_detail(breach), exceeded, run_tenant, producer
+    )
+
+
+def _record_guarded(
+    log: Append,
+    req: CallRequest,
+    reason: str,
+    detail: str,
+    finding: Callable[[dict[str, Any], RefusalRequest], ev.Event | None],
+    run_tenant: str | None,
+    producer: str,
+) -> CallView:
+    """Record a call one of the store's guards (a budget, a loop rule) refused: requested (claiming,
+    charging and counting nothing), the guard's finding if it has one, then denied with `reason`."""
+    refusal = bounded(_refusal_of(req, reason, detail))
     who = refusal.identity
     base = _base(who, req.policy_version, producer)
     if run_tenant is None:
         _add_run_started(log, who, base)
-    decision = DecisionRecord("deny", "budget_exceeded", req.policy_version, message=refusal.detail)
+    decision = DecisionRecord("deny", reason, req.policy_version, message=refusal.detail)
     requested = log.add(
         ev.ToolCallRequestedEvent(
             **base,
@@ -311,19 +329,9 @@ def _record_breach(
         )
     )
     call = {**base, "tool_call_id": who.tool_call_id, "causation_id": requested.event_id}
-    exceeded = ev.BudgetExceeded(
-        budget=breach.budget_id,
-        limit=breach.limit_micros / MICROS,
-        used=breach.used_micros / MICROS,
-        amount=breach.amount_micros / MICROS,
-        counter_key=breach.counter_key,
-        resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
-        scope=breach.scope or None,
-        detail=refusal.detail,
-    )
-    log.add(ev.BudgetExceededEvent(**call, payload=exceeded))
-    denied = ev.ToolCallDenied(reason="budget_exceeded", message=refusal.detail)
-    log.add(ev.ToolCallDeniedEvent(**call, payload=denied))
+    if (found := finding(call, refusal)) is not None:
+        log.add(found)
+    log.add(ev.ToolCallDeniedEvent(**call, payload=ev.ToolCallDenied(reason=reason, message=refusal.detail)))
     log.flush()
     return log.call(who.tool_call_id)
 
