@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -15,6 +12,7 @@ from store import Admission, Store
 from store.model import Charge
 from store.schema import budget_counters
 from tests.store.builders import NOW, call_request
+from tests.store.racing import at_once, in_processes
 from tests.store.workers import admit_against_budget
 
 M = 1_000_000
@@ -37,14 +35,7 @@ def _admit(store: Store, n: int, charges: tuple[Charge, ...]) -> Admission:
 
 
 def test_twenty_concurrent_calls_against_a_limit_of_ten_admit_exactly_ten(store: Store) -> None:
-    barrier = threading.Barrier(20)
-
-    def claim(n: int) -> Admission:
-        barrier.wait(timeout=30)
-        return _admit(store, n, _calls(limit=10))
-
-    with ThreadPoolExecutor(20) as pool:
-        admissions = list(pool.map(claim, range(20), timeout=120))
+    admissions = at_once(lambda n: _admit(store, n, _calls(limit=10)), range(20))
 
     admitted = [a for a in admissions if a.call.status == "dispatching"]
     refused = [a for a in admissions if a.call.status == "denied"]
@@ -61,26 +52,7 @@ def test_twenty_concurrent_calls_against_a_limit_of_ten_admit_exactly_ten(store:
 def test_replicas_with_their_own_connections_admit_exactly_the_limit(pg_schema_url: str) -> None:
     with Store.open(pg_schema_url) as store:
         store.migrate()
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["tests.store.workers"])
-        processes, calls = 4, 5
-        barrier = context.Barrier(processes)
-        results = context.Queue()
-        workers = [
-            context.Process(target=admit_against_budget, args=(pg_schema_url, barrier, results, n, calls, 10))
-            for n in range(processes)
-        ]
-        for worker in workers:
-            worker.start()
-        try:
-            outcomes = [results.get(timeout=120) for _ in range(processes * calls)]
-        finally:
-            for worker in workers:
-                worker.join(timeout=60)
-            results.close()
-            results.join_thread()
-
-        assert [w.exitcode for w in workers] == [0] * processes
+        outcomes = in_processes(admit_against_budget, pg_schema_url, 4, 5, 10)
         assert Counter(outcomes) == {("dispatching", "within_limits"): 10, ("denied", "budget_exceeded"): 10}
         assert _used(store) == {"shared-counter": 10 * M}
         assert store.verify().ok

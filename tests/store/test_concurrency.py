@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy.exc import DBAPIError
@@ -13,20 +11,17 @@ from store import Admission, Store
 from store import events as ev
 from store.log import Append
 from tests.store.builders import NOW, call_request
+from tests.store.racing import at_once, in_processes
 from tests.store.workers import admit_one_key
 
 CLAIMANTS = 20
 
 
 def test_concurrent_admits_of_one_key_from_threads_admit_exactly_one(store: Store) -> None:
-    barrier = threading.Barrier(CLAIMANTS)
-
     def claim(n: int) -> Admission:
-        barrier.wait(timeout=30)
         return store.admit(call_request(tool_call_id=f"tc-{n}", idempotency_key="shared"))
 
-    with ThreadPoolExecutor(CLAIMANTS) as pool:
-        admissions = list(pool.map(claim, range(CLAIMANTS), timeout=120))
+    admissions = at_once(claim, range(CLAIMANTS))
 
     new = [a for a in admissions if a.kind == "new"]
     assert len(new) == 1
@@ -37,16 +32,12 @@ def test_concurrent_admits_of_one_key_from_threads_admit_exactly_one(store: Stor
 
 
 def test_concurrent_admits_of_many_keys_from_threads_keep_one_gapless_chain(store: Store) -> None:
-    barrier = threading.Barrier(CLAIMANTS)
-
     def claim(n: int) -> Admission:
-        barrier.wait(timeout=30)
         return store.admit(
             call_request(tool_call_id=f"tc-{n}", idempotency_key=f"k-{n}", run_id=f"run-{n % 3}")
         )
 
-    with ThreadPoolExecutor(CLAIMANTS) as pool:
-        admissions = list(pool.map(claim, range(CLAIMANTS), timeout=120))
+    admissions = at_once(claim, range(CLAIMANTS))
 
     assert all(a.kind == "new" for a in admissions)
     seqs = [e.seq for e in store.events()]
@@ -58,28 +49,7 @@ def test_concurrent_admits_of_many_keys_from_threads_keep_one_gapless_chain(stor
 def test_concurrent_admits_of_one_key_from_processes_admit_exactly_one(pg_schema_url: str) -> None:
     with Store.open(pg_schema_url) as store:
         store.migrate()
-        # Separate processes, each with its own connections; forked from a server that imported the
-        # store once, instead of five interpreters importing it side by side (20 s on 2 busy cores).
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["tests.store.workers"])
-        processes, calls = 5, 4
-        barrier = context.Barrier(processes)
-        results = context.Queue()
-        workers = [
-            context.Process(target=admit_one_key, args=(pg_schema_url, barrier, results, n, calls))
-            for n in range(processes)
-        ]
-        for worker in workers:
-            worker.start()
-        try:
-            outcomes = [results.get(timeout=120) for _ in range(processes * calls)]
-        finally:
-            for worker in workers:
-                worker.join(timeout=60)
-            results.close()
-            results.join_thread()
-
-        assert [w.exitcode for w in workers] == [0] * processes
+        outcomes = in_processes(admit_one_key, pg_schema_url, 5, 4)
         assert not [o for o in outcomes if o[0] == "error"], outcomes
         new = [o for o in outcomes if o[0] == "new"]
         assert len(new) == 1 and new[0][2] == "dispatching"

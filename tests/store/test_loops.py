@@ -3,8 +3,6 @@ and a pattern found to loop is recorded once (`loop.detected`) however often it 
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +11,7 @@ from sqlalchemy import func, select
 from store import Admission, LoopKey, Store
 from store.schema import loop_marks
 from tests.store.builders import NOW, call_request, outcome
+from tests.store.racing import at_once
 from tests.store.test_read_records import answered, read_request
 
 START = NOW.replace(minute=0, second=0, microsecond=0)
@@ -56,14 +55,7 @@ def test_the_threshold_is_admitted_exactly_and_the_loop_recorded_once(store: Sto
 
 
 def test_twenty_concurrent_identical_calls_admit_exactly_the_threshold(store: Store) -> None:
-    barrier = threading.Barrier(20)
-
-    def claim(n: int) -> Admission:
-        barrier.wait(timeout=30)
-        return _admit(store, n, _loop(threshold=10))
-
-    with ThreadPoolExecutor(20) as pool:
-        admissions = list(pool.map(claim, range(20), timeout=120))
+    admissions = at_once(lambda n: _admit(store, n, _loop(threshold=10)), range(20))
 
     admitted = [a for a in admissions if a.call.status == "dispatching"]
     refused = [a for a in admissions if a.call.status == "denied"]

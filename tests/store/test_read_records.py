@@ -3,20 +3,19 @@ or its budget meanwhile, and the same record a replay of the log rebuilds."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
-from store import Admission, CallRequest, OutcomeRecord, ReadRecord, Store, StoreError
+from store import CallRequest, OutcomeRecord, ReadRecord, Store, StoreError
 from store.commands import RevokePrincipal
 from store.events import format_ts
 from store.model import Charge
 from store.schema import budget_counters
 from tests.commits import write_commits
 from tests.store.builders import NOW, call_request
+from tests.store.racing import at_once
 
 LATER = NOW + timedelta(milliseconds=40)
 M = 1_000_000
@@ -115,14 +114,7 @@ def test_twenty_concurrent_reads_against_a_limit_of_ten_keep_exactly_ten_answers
     # Each read passed `admissible_read` before the counter filled: the commit decides, under the lock.
     requests = [read_request(n, charges=_counter(10)) for n in range(20)]
     assert all(store.admissible_read(r) for r in requests)
-    barrier = threading.Barrier(20)
-
-    def record(request: CallRequest) -> Admission:
-        barrier.wait(timeout=30)
-        return store.record_read(answered(request))
-
-    with ThreadPoolExecutor(20) as pool:
-        admissions = list(pool.map(record, requests, timeout=120))
+    admissions = at_once(lambda request: store.record_read(answered(request)), requests)
 
     kept = [a.call for a in admissions if a.call.status == "completed"]
     refused = [a for a in admissions if a.call.status == "denied"]
