@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -337,6 +338,10 @@ class LoopRule(_CallScope):
         return "near_identical" if self.ignore else "repeated_action"
 
 
+_ID_SPACES = {"rules": ("rule", "rule"), "budgets": ("budget", "budget"), "loops": ("loop", "loop rule")}
+"""Each list's ids are its own: what an item is called in an error, and what it is unique among."""
+
+
 class PolicyConfig(_Strict):
     """The `policy:` section: an ordered list of rules. No rules means every call is denied."""
 
@@ -346,35 +351,16 @@ class PolicyConfig(_Strict):
     loops: list[LoopRule] = Field(default_factory=list)
     """Repeated and near-identical calls looked for in the store; a loop is refused `loop_detected`."""
 
-    @field_validator("loops")
+    @field_validator("rules", "budgets", "loops")
     @classmethod
-    def _loop_ids_unique(cls, loops: list[LoopRule]) -> list[LoopRule]:
+    def _ids_unique(cls, items: list[Rule] | list[Budget] | list[LoopRule], info: ValidationInfo) -> Any:
+        kind, among = _ID_SPACES[info.field_name or ""]
         seen: set[str] = set()
-        for loop in loops:
-            if loop.id in seen:
-                raise ValueError(f"loop {loop.id!r}: id: used by more than one loop rule")
-            seen.add(loop.id)
-        return loops
-
-    @field_validator("budgets")
-    @classmethod
-    def _budget_ids_unique(cls, budgets: list[Budget]) -> list[Budget]:
-        seen: set[str] = set()
-        for budget in budgets:
-            if budget.id in seen:
-                raise ValueError(f"budget {budget.id!r}: id: used by more than one budget")
-            seen.add(budget.id)
-        return budgets
-
-    @field_validator("rules")
-    @classmethod
-    def _ids_unique(cls, rules: list[Rule]) -> list[Rule]:
-        seen: set[str] = set()
-        for rule in rules:
-            if rule.id in seen:
-                raise ValueError(f"rule {rule.id!r}: id: used by more than one rule")
-            seen.add(rule.id)
-        return rules
+        for item in items:
+            if item.id in seen:
+                raise ValueError(f"{kind} {item.id!r}: id: used by more than one {among}")
+            seen.add(item.id)
+        return items
 
     def canonical(self) -> dict[str, Any]:
         """The rules as plain JSON with every default filled in: what the policy version hashes."""
