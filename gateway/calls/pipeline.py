@@ -534,10 +534,14 @@ def _approval_notice(
 
 
 def _one_commit(request: CallRequest) -> bool:
-    """Whether a call is recorded once, after it ran: a read allowed outright, under a derived key.
+    """Whether a call is recorded once, after it ran: a read allowed outright, under a derived key,
+    that no budget or loop rule counts.
 
     Writes, reads awaiting approval and reads under a client's idempotency key (whose recorded state
-    the key promises to every later call that names it) are admitted before they run.
+    the key promises to every later call that names it) are admitted before they run; so are reads a
+    budget or a loop rule counts, whose limit must hold before the backend is asked: checked only at
+    the commit after the run, concurrent reads would all reach the backend and those over the limit
+    be recorded refused though they ran.
     """
     return (
         request.effect_class == "read"
@@ -545,6 +549,8 @@ def _one_commit(request: CallRequest) -> bool:
         and request.approval_id is None
         and request.confirmation_id is None
         and request.identity.key_source == "derived"
+        and not request.charges
+        and not request.loops
     )
 
 
