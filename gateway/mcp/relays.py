@@ -41,8 +41,8 @@ REFUSED = -32003
 `data.status` and `data.reason` say which."""
 INTERNAL = "Internal error in Writ (logged on the server)."
 STORE_UNAVAILABLE = (
-    "Writ's store is unavailable, so this request was not carried out: nothing was sent upstream. "
-    "Try again later."
+    "Writ's store is unavailable, so this request was not carried out: the upstream may have been asked, "
+    "but its answer could not be recorded and is not given. Try again later."
 )
 
 
@@ -162,7 +162,8 @@ class RelayFace:
     async def read_resource(
         self, ctx: Any, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        """resources/read: a call decided by policy over the URI, recorded, then read upstream."""
+        """resources/read: a call decided by policy over the URI, read upstream and recorded (a read:
+        one commit after it ran, or admitted first when a budget or loop rule counts it)."""
         report = await self._call(
             CallInput(
                 principal=self.caller(), tool_name=params.uri, arguments={"uri": params.uri}, kind="resource"

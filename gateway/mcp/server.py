@@ -42,8 +42,9 @@ STATUS_TOOL = "writ_call_status"
 META_KEY = "writ/idempotencyKey"
 META_RUN = "writ/runId"
 STORE_UNAVAILABLE = (
-    "Writ's store is unavailable, so this call was not carried out: nothing was sent to the backend. "
-    "Retry later with the same writ/idempotencyKey: it cannot cause a second effect. If the call was "
+    "Writ's store is unavailable, so this call was not carried out: nothing with an effect was sent to "
+    "the backend (a read may have been, but its answer could not be recorded and is not given). Retry "
+    "later with the same writ/idempotencyKey: it cannot cause a second effect. If the call was "
     "recorded after all, the retry reports that call's state instead: it was never sent, and once Writ "
     "has settled it as failed, a new key carries the effect."
 )

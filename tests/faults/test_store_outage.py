@@ -42,7 +42,7 @@ async def test_with_the_database_gone_a_call_is_refused_clearly_and_nothing_is_s
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "while-down"})
             assert "store is unavailable" in refused.value.error.message
-            assert "nothing was sent" in refused.value.error.message
+            assert "nothing with an effect was sent" in refused.value.error.message
             with pytest.raises(MCPError, match="state cannot be read now"):
                 await client.call_tool("writ_call_status", {"toolCallId": "tc-any"})
         assert backend.refunds("while-down") == []
