@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, bindparam, or_, select
 
 from store import events as ev
 from store import queues
@@ -183,6 +183,15 @@ def _loop(conn: Connection, loops: tuple[LoopKey, ...]) -> LoopHit | None:
         )
         .select_from(loop_marks.outerjoin(tool_calls, tool_calls.c.tool_call_id == loop_marks.c.tool_call_id))
         .where(loop_marks.c.pattern_key.in_([k.pattern for k in loops]))
+        # A failure rule marks every call of its capability, but only the failed ones count: the
+        # others (most of them) stay in the database instead of being read on every call.
+        .where(
+            or_(
+                loop_marks.c.kind == "detected",
+                loop_marks.c.pattern_key.in_([k.pattern for k in loops if k.kind != "repeated_failure"]),
+                tool_calls.c.status == "failed",
+            )
+        )
         .order_by(loop_marks.c.seq)
     ).all()
     for key in loops:
