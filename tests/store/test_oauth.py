@@ -74,7 +74,7 @@ def race(work: Callable[[], T], other: Callable[[], T]) -> list[T | GrantRefused
     return results
 
 
-def test_a_registered_client_is_read_back_with_its_metadata_and_only_a_digest_of_its_secret(
+def test_a_registered_client_is_read_back_with_its_metadata_and_the_digest_it_was_given(
     store: Store,
 ) -> None:
     metadata = {"redirect_uris": ["http://127.0.0.1:5555/cb"], "client_name": "Claude Code"}

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from gateway.cli.main import app
 from store.commands import RevokePrincipal
-from store.oauth import CodeGrant, Grantee
+from store.oauth import CodeGrant, Grantee, digest
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.gateway.oauth.flow import (
     REDIRECT,
@@ -281,6 +281,9 @@ def test_a_client_registered_with_a_secret_must_present_it_at_token(gateway: Wri
     ).json()
     assert registered["token_endpoint_auth_method"] == "client_secret_basic" and registered["client_secret"]
     client_id, secret = registered["client_id"], registered["client_secret"]
+    # The store keeps the secret's digest, never the secret.
+    kept = gateway.runtime.store.get_client(client_id)
+    assert kept is not None and kept.secret_hash == digest(secret) != secret
     pkce = Pkce.make()
     code = code_for(gateway.url, client_id, pkce)
     assert error_of(exchange(gateway.url, client_id, code, pkce.verifier), 401) == "invalid_client"
