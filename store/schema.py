@@ -310,6 +310,8 @@ oauth_codes = Table(
     Column("grantee", Text, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("used_at", UTCDateTime),
+    # Every code issued deletes the long-expired ones: by this index, not by reading the table.
+    Index("ix_oauth_codes_expires_at", "expires_at"),
 )
 
 oauth_refresh_tokens = Table(
@@ -324,7 +326,8 @@ oauth_refresh_tokens = Table(
     Column("issued_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("used_at", UTCDateTime),
-    Index("ix_oauth_refresh_tokens_family", "family_id"),
+    # Likewise every rotation; a family is revoked in oauth_families, never looked up here.
+    Index("ix_oauth_refresh_tokens_expires_at", "expires_at"),
 )
 
 PROJECTION_TABLES: tuple[Table, ...] = (

@@ -65,11 +65,13 @@ def upgrade() -> None:
         sa.Column("expires_at", UTCDateTime, nullable=False),
         sa.Column("used_at", UTCDateTime),
     )
-    op.create_index("ix_oauth_refresh_tokens_family", "oauth_refresh_tokens", ["family_id"])
+    op.create_index("ix_oauth_codes_expires_at", "oauth_codes", ["expires_at"])
+    op.create_index("ix_oauth_refresh_tokens_expires_at", "oauth_refresh_tokens", ["expires_at"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_oauth_refresh_tokens_family", "oauth_refresh_tokens")
+    op.drop_index("ix_oauth_refresh_tokens_expires_at", "oauth_refresh_tokens")
+    op.drop_index("ix_oauth_codes_expires_at", "oauth_codes")
     op.drop_table("oauth_refresh_tokens")
     op.drop_table("oauth_codes")
     op.drop_index("ix_oauth_families_principal", "oauth_families")
