@@ -7,14 +7,13 @@ consent. The composition root (`gateway.app`) builds them from `auth.authorizati
 
 from __future__ import annotations
 
-import ipaddress
 from urllib.parse import urlsplit
 
 from pydantic import AnyHttpUrl
 
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError
-from gateway.oauth.models import is_loopback
+from gateway.oauth.models import is_loopback, on_loopback
 from gateway.oauth.server import Settings
 
 
@@ -39,7 +38,7 @@ def settings_for(config: WritConfig) -> Settings:
         )
     section = config.auth.authorization_server
     login = section.login
-    if login is not None and login.type == "builtin" and not login.remote and not _on_loopback(base):
+    if login is not None and login.type == "builtin" and not login.remote and not on_loopback(base):
         raise ConfigurationError(
             f"auth.authorization_server.login: the built-in login signs in anyone who reaches it as any "
             f"listed user and asks no password, so it serves only a loopback server.public_url, not {base}; "
@@ -57,14 +56,3 @@ def settings_for(config: WritConfig) -> Settings:
         scopes=tuple(scopes),
         claims=config.auth.claims,
     )
-
-
-def _on_loopback(url: str) -> bool:
-    """Whether `url`'s host is this machine (http or https)."""
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

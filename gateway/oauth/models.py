@@ -19,13 +19,18 @@ from store.oauth import CodeGrant, RefreshGrant, RegisteredClient, digest
 
 def is_loopback(uri: str) -> bool:
     """An `http` URI on the loopback interface (RFC 8252 §7.3: a native app's redirect)."""
-    parts = urlsplit(uri)
-    if parts.scheme != "http" or not parts.hostname:
+    return urlsplit(uri).scheme == "http" and on_loopback(uri)
+
+
+def on_loopback(url: str) -> bool:
+    """Whether `url`'s host is this machine, whatever its scheme."""
+    host = urlsplit(url).hostname
+    if not host:
         return False
-    if parts.hostname == "localhost":
+    if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(parts.hostname).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
