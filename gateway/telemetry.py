@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -39,10 +39,7 @@ class CallSpan:
     """The call's arguments as the client sent them, kept only with `include_arguments`."""
 
     def record(self, report: CallReport) -> None:
-        call = report.call
-        if not report.recorded:
-            # Dispatched, and its outcome lost on the way to the store: the client is told it is unknown.
-            call = replace(call, status="result_unknown", error="outcome_not_recorded")
+        call = report.reported
         self.status = call.status
         if self.arguments is not None:
             # As stored: the client's copy has the clear value of every `redact` field.

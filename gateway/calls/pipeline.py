@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -147,6 +147,11 @@ class CallReport:
     """The budget the call would have passed, when it was refused `budget_exceeded`."""
     loop: LoopHit | None = None
     """The loop the call belongs to, when it was refused `loop_detected`."""
+
+    @property
+    def reported(self) -> CallView:
+        """The call as the client hears of it: an outcome that could not be recorded is unknown."""
+        return self.call if self.recorded else replace(self.call, status="result_unknown")
 
 
 @dataclass(frozen=True, slots=True)

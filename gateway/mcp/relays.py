@@ -236,8 +236,8 @@ def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mappi
         MCPError: the call was refused, is waiting, or failed: its status document (with `said`, a
             read's `uri`) is the error's data.
     """
-    call = report.call
-    if call.status == "completed" and call.result is not None and report.recorded:
+    call = report.reported
+    if call.status == "completed" and call.result is not None:
         return call.result.get("structuredContent") or {}
     document = {**status_document(call), **(said or {})}
     if report.kind == "invalid_arguments":

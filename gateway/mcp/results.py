@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from capabilities.contract import Capability
@@ -84,14 +83,9 @@ def _effect(call: CallView) -> Effect:
     return Effect(capability=f"{call.capability_id}@{call.capability_version}", summary=call.summary)
 
 
-def reported_call(report: CallReport) -> CallView:
-    """The call as the client hears of it: an outcome that could not be recorded is unknown to it."""
-    return report.call if report.recorded else replace(report.call, status="result_unknown")
-
-
 def shape_report(report: CallReport) -> dict[str, Any]:
     """The CallToolResult (as JSON) for what the pipeline just did."""
-    call = reported_call(report)
+    call = report.reported
     if not report.recorded:
         headline = (
             f"Outcome unknown: {call.summary} was sent, but its answer could not be recorded (store down)."
