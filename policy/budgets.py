@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
-from celpy import celtypes
-
-from .cel import Activation, ValueExpression, activation_for
+from .cel import Activation, ValueExpression, activation_for, type_name
 from .model import PolicyInput
 from .rules import Budget, Conversion
 from .scope import in_scope
@@ -123,10 +121,8 @@ def _activation(expression: ValueExpression, inp: PolicyInput) -> Activation:
 
 def _amount(expression: ValueExpression, activation: Activation) -> Decimal:
     value = expression.value(activation)
-    if isinstance(value, celtypes.BoolType) or not isinstance(
-        value, celtypes.IntType | celtypes.UintType | celtypes.DoubleType
-    ):
-        raise expression.error(f"yielded {type(value).__name__}, not a number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise expression.error(f"yielded {type_name(value)}, not a number")
     try:
         amount = Decimal(str(value))
     except InvalidOperation as exc:  # pragma: no cover - CEL numbers are always decimal text
@@ -150,6 +146,6 @@ def _converted(
 
 def _currency(expression: ValueExpression, activation: Activation) -> str:
     value = expression.value(activation)
-    if not isinstance(value, celtypes.StringType) or not str(value):
-        raise expression.error(f"yielded {type(value).__name__}, not a non-empty string")
-    return str(value)
+    if not isinstance(value, str) or not value:
+        raise expression.error(f"yielded {type_name(value)}, not a non-empty string")
+    return value

@@ -57,15 +57,52 @@ def test_a_naive_now_is_taken_as_utc() -> None:
     assert condition.holds(activation_for(naive))
 
 
-def test_to_cel_converts_json_shapes_and_time() -> None:
-    value = to_cel(
-        {"a": [1, 2.5, "x", None, True], "t": datetime(2025, 1, 1, tzinfo=UTC), "d": timedelta(seconds=5)}
-    )
-    assert isinstance(value, dict)
+def test_to_cel_takes_json_shapes_and_refuses_what_cel_cannot_hold() -> None:
+    value = to_cel({"a": [1, 2.5, "x", None, True], "b": ({"c": 1},)})
+    assert value == {"a": [1, 2.5, "x", None, True], "b": [{"c": 1}]}
+    for bad in ({1, 2}, datetime(2025, 1, 1, tzinfo=UTC), timedelta(seconds=5), 2**63, -(2**63) - 1):
+        with pytest.raises(ValueError):
+            to_cel({"bad": bad})
+
+
+def test_an_argument_outside_cel_s_integer_range_fails_closed() -> None:
     with pytest.raises(ValueError):
-        to_cel({"bad": {1, 2}})
+        activation_for(call(amount=2**64))
 
 
 def test_an_unknown_function_is_refused_at_load() -> None:
     with pytest.raises(PolicyError, match=r"rule 'r'.*unknown function 'startswith'"):
         Condition.compile("r", "args.name.startswith('a')")
+
+
+def test_an_unknown_context_field_is_refused_at_load() -> None:
+    with pytest.raises(PolicyError, match=r"rule 'r'.*unknown variable 'context.nope'"):
+        Condition.compile("r", "context.nope > 1")
+
+
+def test_a_missing_key_computed_from_the_arguments_is_not_repeated() -> None:
+    with pytest.raises(ExpressionError, match="missing field") as caught:
+        holds("args.limits[args.account] > 1", limits={"a": 1}, account="acct-secret-7731")
+    assert "acct-secret-7731" not in str(caught.value)
+
+
+def test_numbers_compare_across_int_and_double_both_ways() -> None:
+    assert holds("args.amount > 10.5", amount=11)
+    assert holds("10.5 < args.amount", amount=11)
+    assert not holds("args.amount == 10.5", amount=10)
+
+
+def test_a_type_mismatch_is_named_without_the_value() -> None:
+    with pytest.raises(ExpressionError, match="type mismatch") as caught:
+        holds("args.amount + 'x' == 'y'", amount=12345)
+    assert "12345" not in str(caught.value)
+
+
+def test_a_double_compared_with_an_int_literal_is_decided_by_value() -> None:
+    assert holds("double(args.amount) > 10000", amount=10000.5)
+    assert not holds("double(args.amount) > 10000", amount=3)
+
+
+def test_a_type_mismatch_the_checker_finds_still_fails_closed_at_run_time() -> None:
+    with pytest.raises(ExpressionError, match="type mismatch"):
+        holds("'a' + 1 == 'a1'")
