@@ -255,6 +255,8 @@ class UpstreamClaims(_Section):
     roles: str = "roles"
     groups: str = "groups"
     default_tenant: str = "default"
+    default_roles: list[str] = Field(default_factory=list)
+    """Roles every user of this provider holds besides those its token names (Google names none)."""
 
     @field_validator("default_tenant")
     @classmethod

@@ -248,12 +248,8 @@ class UpstreamProvider:
             principal = principal_from_claims(flat, ClaimMapping(default_tenant=mapping.default_tenant))
         except ClaimsRejected as exc:
             raise UpstreamRefused(f"provider {self.id}: {exc}") from exc
-        return Grantee(
-            principal.subject,
-            principal.tenant,
-            tuple(sorted(principal.roles)),
-            tuple(sorted(principal.groups)),
-        )
+        roles = tuple(sorted(principal.roles | set(mapping.default_roles)))
+        return Grantee(principal.subject, principal.tenant, roles, tuple(sorted(principal.groups)))
 
 
 def _claim(claims: Mapping[str, Any], name: str) -> Any:

@@ -5,6 +5,7 @@ Okta send become the user. The provider as a real process, with a browser, is in
 from __future__ import annotations
 
 import base64
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 import httpx2
 import pytest
+import yaml
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
@@ -20,6 +22,7 @@ from gateway.app import build_runtime
 from gateway.auth.issuers import IssuerUnavailable
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError
+from gateway.oauth import settings_for
 from gateway.oauth.upstream import Attempt, UpstreamProvider, UpstreamRefused, upstream_providers
 from store.oauth import Grantee
 
@@ -162,6 +165,15 @@ async def test_dotted_claim_names_reach_into_nested_claims_and_a_missing_tenant_
     assert await provider.sign_in("c", attempt) == Grantee("u-1", "acme", ("a", "b"), ("x", "y"))
 
 
+async def test_default_roles_are_added_to_those_the_token_names(fake: FakeProvider, tmp_path: Path) -> None:
+    provider = provider_for(fake, tmp_path, claims={"tenant": "hd", "default_roles": ["agent"]})
+    attempt = Attempt.start("entra")
+    fake.claims = {"nonce": attempt.nonce, "hd": "example.com"}
+    assert await provider.sign_in("c", attempt) == Grantee("u-1", "example.com", ("agent",), ())
+    fake.claims = {"nonce": attempt.nonce, "roles": ["approver"]}
+    assert (await provider.sign_in("c", attempt)).roles == ("agent", "approver")
+
+
 async def test_a_groups_overage_is_refused_rather_than_signing_in_without_the_groups(
     fake: FakeProvider, tmp_path: Path
 ) -> None:
@@ -258,3 +270,25 @@ def test_a_missing_client_secret_stops_the_start_naming_the_variable_not_the_val
     with pytest.raises(ConfigurationError, match=r"providers\[corp\]: environment variable WRIT_IDP_SECRET"):
         build_runtime(config, environ={"PATH": "/usr/bin"})
     assert not (tmp_path / "writ.db").exists(), "refused before the store opens"
+
+
+def readme_oidc_configs() -> list[str]:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    blocks = re.findall(r"^```yaml\n(.*?)^```", readme, re.M | re.S)
+    return [block for block in blocks if "type: oidc" in block]
+
+
+@pytest.mark.parametrize("block", readme_oidc_configs())
+def test_every_upstream_provider_example_in_the_readme_loads(block: str) -> None:
+    raw = yaml.safe_load(block)
+    raw.setdefault("server", {"public_url": "https://writ.example.com"})
+    config = WritConfig.model_validate(raw)
+    login = config.auth.authorization_server.login
+    assert login is not None and login.type == "oidc"
+    assert settings_for(config).issuer == "https://writ.example.com/"
+
+
+def test_the_readme_shows_the_general_example_and_one_for_each_provider_it_documents() -> None:
+    issuers = " ".join(readme_oidc_configs())
+    for issuer in ("login.microsoftonline.com", "okta.com", "/realms/", "accounts.google.com"):
+        assert issuer in issuers
