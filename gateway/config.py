@@ -285,9 +285,10 @@ class UpstreamProviderConfig(_Section):
     """Default: `client_secret_basic` with a secret, `none` (a public client, PKCE only) without."""
     scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
     claims: UpstreamClaims = Field(default_factory=UpstreamClaims)
-    required_claims: dict[str, str | list[str]] = Field(default_factory=dict)
+    required_claims: dict[str, str | bool | list[str]] = Field(default_factory=dict)
     """Claims an ID token must carry with this value (or one of these), else the sign-in is refused:
-    e.g. `{hd: example.com}` for Google, where any Google account could sign in otherwise."""
+    e.g. `{hd: example.com}` for Google, where any Google account could sign in otherwise, or
+    `{email_verified: true}` when the subject is the `email` claim."""
     algorithms: list[str] | None = None
     """Allowed ID token `alg` values; default: `auth.algorithms`."""
 

@@ -160,6 +160,13 @@ class OidcLogin:
                     "(its state does not match). Start again from your client.",
                 )
             params = request.query_params
+            if "iss" in params and params["iss"] != provider.registration.issuer:
+                # RFC 9207: the answer names another issuer than the one this callback is for (mix-up).
+                logger.warning(
+                    "sign-in through %s: the callback names issuer %r", provider.id, params["iss"][:200]
+                )
+                description = f"the answer at {provider.name}'s callback names another issuer"
+                return self._ended(await refused(request, pending, "access_denied", description))
             if "error" in params:
                 error = params["error"][:100]
                 logger.warning(

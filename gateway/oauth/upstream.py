@@ -70,7 +70,7 @@ class Registration:
     auth_method: str
     scopes: Sequence[str]
     claims: UpstreamClaims
-    required_claims: Mapping[str, str | list[str]]
+    required_claims: Mapping[str, str | bool | list[str]]
     algorithms: Sequence[str]
 
 
@@ -221,8 +221,9 @@ class UpstreamProvider:
                 f"provider {self.id}: the ID token is refused: its azp claim is not accepted"
             )
         for name, wanted in registration.required_claims.items():
-            allowed = [wanted] if isinstance(wanted, str) else wanted
-            if _claim(claims, name) not in allowed:
+            allowed: list[str | bool] = list(wanted) if isinstance(wanted, list) else [wanted]
+            got = _claim(claims, name)
+            if not any(type(value) is type(got) and value == got for value in allowed):  # true is not 1
                 raise UpstreamRefused(
                     f"provider {self.id}: the ID token's {name} claim is not one allowed here"
                 )

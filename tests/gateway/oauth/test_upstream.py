@@ -288,6 +288,20 @@ def test_a_callback_with_another_state_ends_on_a_page_and_the_client_hears_nothi
     assert page.status_code == 400 and "expired or was not started in this browser" in page.text
 
 
+def test_an_answer_naming_another_issuer_at_the_callback_is_access_denied(
+    gateways: Gateways, client_id: str
+) -> None:
+    exchanged = gateways.idp.token_requests()
+    with to_provider(gateways.one, client_id) as at:
+        answer = at.login()
+        location = answer.headers["location"]
+        assert "iss=" in location, "the test provider says who answers (RFC 9207)"
+        mixed_up = re.sub(r"iss=[^&]*", "iss=https%3A%2F%2Fattacker.example", location)
+        params = to_client(at.browser.get(mixed_up))
+    assert params["error"] == "access_denied" and "names another issuer" in params["error_description"]
+    assert gateways.idp.token_requests() == exchanged, "the code was not sent anywhere"
+
+
 def test_the_provider_saying_access_denied_sends_access_denied_to_the_client(
     gateways: Gateways, client_id: str
 ) -> None:

@@ -174,6 +174,19 @@ async def test_default_roles_are_added_to_those_the_token_names(fake: FakeProvid
     assert (await provider.sign_in("c", attempt)).roles == ("agent", "approver")
 
 
+async def test_a_required_true_claim_takes_only_true(fake: FakeProvider, tmp_path: Path) -> None:
+    provider = provider_for(
+        fake, tmp_path, claims={"subject": "email"}, required_claims={"email_verified": True}
+    )
+    attempt = Attempt.start("entra")
+    for unverified in ("true", 1, False, None):
+        fake.claims = {"nonce": attempt.nonce, "email": "a@example.com", "email_verified": unverified}
+        with pytest.raises(UpstreamRefused, match="email_verified claim is not one allowed here"):
+            await provider.sign_in("c", attempt)
+    fake.claims = {"nonce": attempt.nonce, "email": "a@example.com", "email_verified": True}
+    assert (await provider.sign_in("c", attempt)).subject == "a@example.com"
+
+
 async def test_a_groups_overage_is_refused_rather_than_signing_in_without_the_groups(
     fake: FakeProvider, tmp_path: Path
 ) -> None:
