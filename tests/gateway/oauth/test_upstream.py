@@ -3,16 +3,15 @@
 with Writ, the browser (Chromium) goes through Writ to the provider's login form and back to Writ's
 consent, and the principal's tenant and roles come from the provider's claims. Each refusal (a
 callback of another state, the provider's `access_denied`, an ID token for another audience or
-nonce, a claim not allowed, an unknown or unreachable provider) is driven in plain HTTP. The gateway
-runs in-process (`inproc.py`); the provider is a process, and so is the browser."""
+nonce, a claim not allowed, an unknown or unreachable provider) is driven in plain HTTP, and so are
+two replicas on one PostgreSQL database taking turns through one sign-in. The gateways run in-process
+(`inproc.py`); the provider is a process, and so is the browser."""
 
 from __future__ import annotations
 
 import contextlib
 import html
 import re
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import anyio
 import httpx2
 import pytest
 import uvicorn
@@ -32,25 +32,21 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from tests.e2e.harness import REPO, demo_config, free_port, stop, wait_http
-from tests.gateway.mcp.inproc import Writ, acme, served, serving
-from tests.gateway.oauth.flow import REDIRECT, Pkce, authorization_params, csrf_of, register
+from tests.e2e.harness import demo_config, free_port
+from tests.gateway.mcp.inproc import Backend, Writ, acme, served, serving
+from tests.gateway.oauth.flow import (
+    REDIRECT,
+    Pkce,
+    authorization_params,
+    csrf_of,
+    exchange,
+    register,
+)
+from tests.gateway.oauth.idp_process import CLIENT_ID, SECRET, Idp, idp
 from tests.gateway.oauth.test_sign_in import ARGS, CHROMIUM, WAIT_S, Callback, Storage, signed_in_client
+from tests.postgres import fresh_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-SECRET = "writ-at-the-idp-secret"
-
-
-@dataclass
-class Idp:
-    issuer: str
-
-    def next_id_token(self, **claims: Any) -> None:
-        httpx2.post(f"{self.issuer}/_test/next_id_token", json=claims, timeout=10).raise_for_status()
-
-    def token_requests(self) -> int:
-        return int(httpx2.get(f"{self.issuer}/_test/stats", timeout=10).json()["token_requests"])
 
 
 @dataclass
@@ -60,6 +56,9 @@ class Gateways:
     two: Writ
     """Two providers, `corp` and `down` (nothing listens there): a page to choose."""
     idp: Idp
+    backend: Backend
+    replicas_url: str
+    """The public URL of the replicas' case, whose callback the provider knows too."""
 
 
 def provider(issuer: str, workdir: Path, **extra: Any) -> dict[str, Any]:
@@ -69,7 +68,7 @@ def provider(issuer: str, workdir: Path, **extra: Any) -> dict[str, Any]:
         "id": "corp",
         "name": "Example IdP",
         "issuer": issuer,
-        "client_id": "writ-gateway",
+        "client_id": CLIENT_ID,
         "client_secret_file": str(secret),
         "claims": {"tenant": "org", "roles": "realm_access.roles"},
         "required_claims": {"org": ["acme", "initech"]},
@@ -77,45 +76,46 @@ def provider(issuer: str, workdir: Path, **extra: Any) -> dict[str, Any]:
     }
 
 
-def config(workdir: Path, port: int, backend: str, providers: list[dict[str, Any]]) -> Path:
+def config(
+    workdir: Path,
+    port: int,
+    backend: str,
+    providers: list[dict[str, Any]],
+    *,
+    store_url: str | None = None,
+    key_file: Path | None = None,
+    public_url: str | None = None,
+) -> Path:
     server = {
         "enabled": True,
-        "key_file": str(workdir / "oauth-keys.json"),
+        "key_file": str(key_file or workdir / "oauth-keys.json"),
         "login": {"type": "oidc", "providers": providers},
     }
     return demo_config(
         workdir,
         gateway_port=port,
         backend_url=backend,
-        store_url=f"sqlite:///{workdir / 'writ.db'}",
+        store_url=store_url or f"sqlite:///{workdir / 'writ.db'}",
         auth={"authorization_server": server},
+        server={"public_url": public_url} if public_url else None,
     )
 
 
 @pytest.fixture(scope="module")
 def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateways]:
-    ports = free_port(), free_port()
-    idp_port = free_port()
-    issuer = f"http://127.0.0.1:{idp_port}"
-    callbacks = [f"--redirect-uri=http://127.0.0.1:{p}/authorize/oidc/corp/callback" for p in ports]
-    command = [sys.executable, "-m", "tests.gateway.oauth.oidc_provider", f"--port={idp_port}"]
-    process = subprocess.Popen(
-        [*command, "--client-id=writ-gateway", f"--client-secret={SECRET}", *callbacks], cwd=REPO
-    )
-    try:
-        wait_http(f"{issuer}/healthz", process)
-        with contextlib.ExitStack() as stack:
-            backend = stack.enter_context(acme(tmp_path_factory.mktemp("acme")))
-            one_dir, two_dir = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
-            down = {"id": "down", "name": "Unreachable IdP", "issuer": f"http://127.0.0.1:{free_port()}"}
-            down |= {"client_id": "writ", "token_endpoint_auth_method": "none"}
-            one_path = config(one_dir, ports[0], backend.url, [provider(issuer, one_dir)])
-            two_path = config(two_dir, ports[1], backend.url, [provider(issuer, two_dir), down])
-            one = stack.enter_context(served(one_path, one_dir))
-            two = stack.enter_context(served(two_path, two_dir))
-            yield Gateways(one, two, Idp(issuer))
-    finally:
-        stop(process)
+    ports = free_port(), free_port(), free_port()
+    callbacks = [f"http://127.0.0.1:{p}/authorize/oidc/corp/callback" for p in ports]
+    with idp(callbacks) as provider_process, contextlib.ExitStack() as stack:
+        issuer = provider_process.issuer
+        backend = stack.enter_context(acme(tmp_path_factory.mktemp("acme")))
+        one_dir, two_dir = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
+        down = {"id": "down", "name": "Unreachable IdP", "issuer": f"http://127.0.0.1:{free_port()}"}
+        down |= {"client_id": "writ", "token_endpoint_auth_method": "none"}
+        one_path = config(one_dir, ports[0], backend.url, [provider(issuer, one_dir)])
+        two_path = config(two_dir, ports[1], backend.url, [provider(issuer, two_dir), down])
+        one = stack.enter_context(served(one_path, one_dir))
+        two = stack.enter_context(served(two_path, two_dir))
+        yield Gateways(one, two, provider_process, backend, f"http://127.0.0.1:{ports[2]}")
 
 
 @pytest.fixture(scope="module")
@@ -379,3 +379,56 @@ def _link(page: str, provider: str) -> str:
     found = re.search(rf'id="provider-{provider}" href="([^"]+)"', page)
     assert found, page
     return html.unescape(found.group(1))
+
+
+@pytest.mark.postgres
+def test_each_step_through_the_provider_can_land_on_another_replica(
+    gateways: Gateways, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
+) -> None:
+    """Two gateways behind one public URL, on one PostgreSQL database and one key file: /authorize at
+    one, the provider's callback at the other, the consent at the first, the code at the second."""
+    root = tmp_path_factory.mktemp("replicas")
+    with fresh_schema(postgres_url, "writ_upstream") as url, contextlib.ExitStack() as stack:
+        a, b = (
+            stack.enter_context(served(path, path.parent))
+            for path in (
+                config(
+                    root / name,
+                    free_port(),
+                    gateways.backend.url,
+                    [provider(gateways.idp.issuer, _made(root / name))],
+                    store_url=url,
+                    key_file=root / "shared-oauth-keys.json",
+                    public_url=gateways.replicas_url,
+                )
+                for name in ("a", "b")
+            )
+        )
+        client = register(a.url)["client_id"]
+        pkce = Pkce.make()
+        with httpx2.Client(timeout=10) as browser:  # cookies go by host, not port: one browser, two replicas
+            sent = browser.get(f"{a.url}/authorize", params=authorization_params(client, pkce))
+            form = dict(_hidden_fields(browser.get(sent.headers["location"]).text))
+            data = form | {"username": "bob", "password": "bob-password", "action": "login"}
+            answer = browser.post(f"{gateways.idp.issuer}/authorize", data=data)
+            callback = answer.headers["location"].replace(gateways.replicas_url, b.url)
+            consent = browser.get(callback)
+            assert (
+                consent.status_code == 200
+                and "bob@example.test · tenant acme · roles approver" in consent.text
+            )
+            decided = browser.post(
+                f"{a.url}/authorize/consent", data={"csrf": csrf_of(consent.text), "decision": "allow"}
+            )
+        tokens = exchange(b.url, client, to_client(decided)["code"], pkce.verifier).json()
+        for replica in (a, b):
+            verified = anyio.run(replica.runtime.verifier.verify_token, tokens["access_token"])
+            assert verified is not None
+            principal = replica.runtime.principal_from_claims(verified.claims or {})
+            assert (principal.subject, principal.tenant) == ("bob@example.test", "acme")
+            assert principal.roles == frozenset({"approver"})
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(exist_ok=True)
+    return directory
