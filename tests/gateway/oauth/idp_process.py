@@ -25,6 +25,11 @@ class Idp:
         """Put these claims into the next ID token the provider issues (a wrong `aud`, `nonce`...)."""
         httpx2.post(f"{self.issuer}/_test/next_id_token", json=claims, timeout=10).raise_for_status()
 
+    def fail_next_token_request(self, status: int) -> None:
+        httpx2.post(
+            f"{self.issuer}/_test/next_token_status", json={"status": status}, timeout=10
+        ).raise_for_status()
+
     def token_requests(self) -> int:
         return int(httpx2.get(f"{self.issuer}/_test/stats", timeout=10).json()["token_requests"])
 

@@ -8,7 +8,8 @@ token endpoint (client_secret_basic) whose ID tokens carry the user's claims the
 roles nested under `realm_access.roles`, groups in `groups`, the organisation in `org`.
 
 `POST /_test/next_id_token` with claims to put into the next ID token (a wrong `aud` or `nonce`);
-`GET /_test/stats` counts the token requests.
+`POST /_test/next_token_status` makes the next token request fail with that HTTP status (an HTML
+page, as a proxy in front of a provider answers); `GET /_test/stats` counts the token requests.
 
     python -m tests.gateway.oauth.oidc_provider --port 9100 --client-id writ --client-secret s3cret \
         --redirect-uri http://127.0.0.1:8080/authorize/oidc/corp/callback
@@ -70,6 +71,7 @@ class Provider:
     )
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     next_claims: dict[str, Any] = field(default_factory=dict)
+    next_token_status: int = 200
     token_requests: int = 0
 
     def discovery(self) -> dict[str, Any]:
@@ -176,6 +178,9 @@ def build_app(provider: Provider) -> Starlette:
 
     async def token(request: Request) -> Response:
         provider.token_requests += 1
+        if provider.next_token_status != 200:
+            status, provider.next_token_status = provider.next_token_status, 200
+            return HTMLResponse("<p>down for maintenance</p>", status_code=status)
         form = {k: str(v) for k, v in (await request.form()).items()}
         scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
         try:
@@ -211,6 +216,10 @@ def build_app(provider: Provider) -> Starlette:
         provider.next_claims = dict(await request.json())
         return JSONResponse({})
 
+    async def next_token_status(request: Request) -> Response:
+        provider.next_token_status = int((await request.json())["status"])
+        return JSONResponse({})
+
     async def stats(request: Request) -> Response:
         return JSONResponse({"token_requests": provider.token_requests})
 
@@ -224,6 +233,7 @@ def build_app(provider: Provider) -> Starlette:
             Route("/authorize", authorize, methods=["GET", "POST"]),
             Route("/token", token, methods=["POST"]),
             Route("/_test/next_id_token", next_id_token, methods=["POST"]),
+            Route("/_test/next_token_status", next_token_status, methods=["POST"]),
             Route("/_test/stats", stats),
             Route("/healthz", healthz),
         ]

@@ -347,6 +347,17 @@ def test_an_id_token_whose_claims_are_not_allowed_here_is_access_denied(
     assert "org claim is not one allowed here" in params["error_description"]
 
 
+def test_a_provider_failing_at_its_token_endpoint_is_temporarily_unavailable_to_the_client(
+    gateways: Gateways, client_id: str
+) -> None:
+    with to_provider(gateways.one, client_id) as at:
+        answer = at.login()
+        gateways.idp.fail_next_token_request(503)
+        params = to_client(at.back_at_writ(answer))
+    assert params["error"] == "temporarily_unavailable"
+    assert "Example IdP cannot be reached" in params["error_description"] and "code" not in params
+
+
 def test_an_unknown_provider_is_a_page_saying_so(gateways: Gateways, client_id: str) -> None:
     with httpx2.Client(timeout=10) as browser:
         browser.get(f"{gateways.two.url}/authorize", params=authorization_params(client_id, Pkce.make()))
