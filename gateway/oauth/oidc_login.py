@@ -170,7 +170,7 @@ class OidcLogin:
             if "error" in params:
                 error = params["error"][:100]
                 logger.warning(
-                    "sign-in through %s: the provider answered %s (%s)",
+                    "sign-in through %s: the provider answered %r (%r)",
                     provider.id,
                     error,
                     params.get("error_description", "")[:300],
