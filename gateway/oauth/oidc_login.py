@@ -159,45 +159,55 @@ class OidcLogin:
                     f"The answer from {provider.name} does not belong to the sign-in this browser started "
                     "(its state does not match). Start again from your client.",
                 )
-            params = request.query_params
-            if "iss" in params and params["iss"] != provider.registration.issuer:
-                # RFC 9207: the answer names another issuer than the one this callback is for (mix-up).
-                logger.warning(
-                    "sign-in through %s: the callback names issuer %r", provider.id, params["iss"][:200]
-                )
-                description = f"the answer at {provider.name}'s callback names another issuer"
-                return self._ended(await refused(request, pending, "access_denied", description))
-            if "error" in params:
-                error = params["error"][:100]
-                logger.warning(
-                    "sign-in through %s: the provider answered %r (%r)",
-                    provider.id,
-                    error,
-                    params.get("error_description", "")[:300],
-                )
-                answer = "temporarily_unavailable" if error == "temporarily_unavailable" else "access_denied"
-                return self._ended(
-                    await refused(request, pending, answer, f"{provider.name} answered {error}")
-                )
-            code = params.get("code")
-            if not code:
-                return self._pages.problem(request, f"The answer from {provider.name} holds no code.")
-            try:
-                user = await provider.sign_in(code, attempt)
-            except UpstreamRefused as exc:
-                logger.warning("sign-in through %s refused: %s", provider.id, exc)
-                return self._ended(await refused(request, pending, "access_denied", str(exc)))
-            except IssuerUnavailable as exc:
-                logger.error("sign-in through %s failed: %s", provider.id, exc)
-                description = f"{provider.name} cannot be reached; try again later"
-                return self._ended(await refused(request, pending, "temporarily_unavailable", description))
-            logger.info("signed in through %s: %s in tenant %s", provider.id, user.subject, user.tenant)
-            return self._ended(await signed_in(request, pending, user))
+            return self._ended(await self._answered(request, pending, provider, attempt, signed_in, refused))
 
         return [
             Route("/authorize/oidc/{provider}", chosen, methods=["GET"]),
             Route("/authorize/oidc/{provider}/callback", callback, methods=["GET"]),
         ]
+
+    async def _answered(
+        self,
+        request: Request,
+        pending: Pending,
+        provider: UpstreamProvider,
+        attempt: Attempt,
+        signed_in: SignedIn,
+        refused: Refused,
+    ) -> Response:
+        """The provider's answer to this browser's own attempt: the user, or a refusal to the client."""
+        params = request.query_params
+        if "iss" in params and params["iss"] != provider.registration.issuer:
+            # RFC 9207: the answer names another issuer than the one this callback is for (mix-up).
+            logger.warning(
+                "sign-in through %s: the callback names issuer %r", provider.id, params["iss"][:200]
+            )
+            description = f"the answer at {provider.name}'s callback names another issuer"
+            return await refused(request, pending, "access_denied", description)
+        if "error" in params:
+            error = params["error"][:100]
+            logger.warning(
+                "sign-in through %s: the provider answered %r (%r)",
+                provider.id,
+                error,
+                params.get("error_description", "")[:300],
+            )
+            answer = "temporarily_unavailable" if error == "temporarily_unavailable" else "access_denied"
+            return await refused(request, pending, answer, f"{provider.name} answered {error}")
+        code = params.get("code")
+        if not code:
+            return self._pages.problem(request, f"The answer from {provider.name} holds no code.")
+        try:
+            user = await provider.sign_in(code, attempt)
+        except UpstreamRefused as exc:
+            logger.warning("sign-in through %s refused: %s", provider.id, exc)
+            return await refused(request, pending, "access_denied", str(exc))
+        except IssuerUnavailable as exc:
+            logger.error("sign-in through %s failed: %s", provider.id, exc)
+            description = f"{provider.name} cannot be reached; try again later"
+            return await refused(request, pending, "temporarily_unavailable", description)
+        logger.info("signed in through %s: %s in tenant %s", provider.id, user.subject, user.tenant)
+        return await signed_in(request, pending, user)
 
     async def _redirect(self, request: Request, pending: Pending, provider: UpstreamProvider) -> Response:
         attempt = Attempt.start(provider.id)
