@@ -43,7 +43,7 @@ def idp(redirect_uris: list[str]) -> Iterator[Idp]:
     command += [f"--redirect-uri={uri}" for uri in redirect_uris]
     process = subprocess.Popen(command, cwd=REPO)
     try:
-        issuer = f"http://127.0.0.1:{port}"
+        issuer = f"http://localhost:{port}"  # another site than Writ's 127.0.0.1, as a real provider is
         wait_http(f"{issuer}/healthz", process)
         yield Idp(issuer)
     finally:

@@ -7,6 +7,9 @@ form asking a user name and password (and a Cancel button, which answers `access
 token endpoint (client_secret_basic) whose ID tokens carry the user's claims the way Keycloak does:
 roles nested under `realm_access.roles`, groups in `groups`, the organisation in `org`.
 
+Its issuer is `http://localhost:PORT`, another site than Writ's `127.0.0.1` to a browser, so the
+sign-in cookies must come back on a cross-site redirect, as they do from a real provider.
+
 `POST /_test/next_id_token` with claims to put into the next ID token (a wrong `aud` or `nonce`);
 `POST /_test/next_token_status` makes the next token request fail with that HTTP status (an HTML
 page, as a proxy in front of a provider answers); `GET /_test/stats` counts the token requests.
@@ -248,7 +251,7 @@ def main() -> None:
     parser.add_argument("--redirect-uri", action="append", required=True)
     args = parser.parse_args()
     provider = Provider(
-        f"http://127.0.0.1:{args.port}", args.client_id, args.client_secret, args.redirect_uri
+        f"http://localhost:{args.port}", args.client_id, args.client_secret, args.redirect_uri
     )
     uvicorn.run(build_app(provider), host="127.0.0.1", port=args.port, log_level="warning")
 
