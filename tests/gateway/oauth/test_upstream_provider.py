@@ -5,9 +5,12 @@ Okta send become the user. The provider as a real process, with a browser, is in
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote_plus, urlsplit
@@ -38,6 +41,7 @@ class FakeProvider:
         self.token_forms: list[dict[str, str]] = []
         self.token_headers: list[httpx2.Headers] = []
         self.token_status = 200
+        self.raw_id_token: str | None = None
 
     def handler(self, request: httpx2.Request) -> httpx2.Response:
         path = request.url.path
@@ -59,7 +63,12 @@ class FakeProvider:
             if self.token_status != 200:
                 return httpx2.Response(self.token_status, json={"error": "invalid_grant"})
             return httpx2.Response(
-                200, json={"access_token": "x", "token_type": "Bearer", "id_token": self.sign()}
+                200,
+                json={
+                    "access_token": "x",
+                    "token_type": "Bearer",
+                    "id_token": self.raw_id_token or self.sign(),
+                },
             )
         return httpx2.Response(404)
 
@@ -216,6 +225,43 @@ async def test_id_tokens_the_sign_in_cannot_take_are_refused_saying_why(
     fake.claims = {"nonce": attempt.nonce, "org": "acme"} | claims
     with pytest.raises(UpstreamRefused, match=reason):
         await provider.sign_in("c", attempt)
+
+
+def _token(alg: str, signature: Callable[[bytes], bytes] = lambda _: b"") -> str:
+    """A token with our claims, `alg` in its header and the signature `signature` makes of its input."""
+    now = int(time.time())
+    header = {"alg": alg, "kid": "k1"}
+    claims = {"iss": ISSUER, "aud": "writ", "sub": "u-1", "iat": now, "exp": now + 300}
+    signing_input = ".".join(_b64(json.dumps(part).encode()) for part in (header, claims))
+    return f"{signing_input}.{_b64(signature(signing_input.encode()))}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _hmac_with_the_public_key(signing_input: bytes) -> bytes:
+    # The algorithm confusion attack: HS256 keyed with the provider's public key, which anyone has.
+    return hmac.new(KEY.as_pem(private=False), signing_input, hashlib.sha256).digest()
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "not a jwt",
+        "a.b.c",
+        _token("none"),
+        _token("HS256", _hmac_with_the_public_key),
+        _token("RS256", lambda _: b"forged"),
+    ],
+)
+async def test_an_id_token_that_is_malformed_unsigned_or_forged_is_refused(
+    fake: FakeProvider, tmp_path: Path, token: str
+) -> None:
+    provider = provider_for(fake, tmp_path)
+    fake.raw_id_token = token
+    with pytest.raises(UpstreamRefused, match="the ID token"):
+        await provider.sign_in("c", Attempt.start("entra"))
 
 
 async def test_a_provider_refusing_the_code_is_refused_and_one_failing_is_unavailable(
