@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote_plus, urlencode
 
 import httpx2
@@ -33,6 +33,8 @@ from gateway.errors import AuthenticationError, ConfigurationError
 from store.oauth import Grantee
 
 logger = logging.getLogger(__name__)
+
+AuthMethod = Literal["client_secret_basic", "client_secret_post", "none"]
 
 
 class UpstreamRefused(AuthenticationError):
@@ -67,7 +69,7 @@ class Registration:
     issuer: str
     client_id: str
     client_secret: str | None
-    auth_method: str
+    auth_method: AuthMethod
     scopes: Sequence[str]
     claims: UpstreamClaims
     required_claims: Mapping[str, str | bool | list[str]]
@@ -299,7 +301,7 @@ def upstream_providers(
                 )
             except ConfigError as exc:
                 raise ConfigurationError(str(exc)) from exc
-        method = spec.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
+        method: AuthMethod = spec.token_endpoint_auth_method or ("client_secret_basic" if secret else "none")
         metadata = IssuerMetadata(
             spec.issuer, http=http, retry_s=auth.jwks_min_refetch_s, clock=time.monotonic
         )
