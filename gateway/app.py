@@ -44,7 +44,7 @@ from gateway.audit.checkpoints import CheckpointSigner
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier, principal_from_claims
-from gateway.auth.trust import trusted_issuers
+from gateway.auth.trust import http_factory, trusted_issuers
 from gateway.calls.actions import Redactor
 from gateway.calls.approvals import Decisions
 from gateway.calls.authorize import PolicyLike
@@ -60,7 +60,7 @@ from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
-from gateway.config import WritConfig
+from gateway.config import OidcLoginConfig, WritConfig
 from gateway.console import console_routes
 from gateway.console.views import InForce
 from gateway.errors import ConfigurationError
@@ -72,11 +72,13 @@ from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
 from gateway.oauth.keys import SigningKeys
-from gateway.oauth.login import BuiltinLogin
+from gateway.oauth.login import BuiltinLogin, LoginStep
+from gateway.oauth.oidc_login import AttemptCookies, OidcLogin
 from gateway.oauth.pages import Pages
 from gateway.oauth.routes import AuthorizationRoutes
 from gateway.oauth.server import WritAuthorizationServer
 from gateway.oauth.signin import SigninCookies
+from gateway.oauth.upstream import UpstreamProvider, upstream_providers
 from gateway.opening import dev_issuer_for, open_store
 from gateway.startup_errors import StartupErrors
 from gateway.telemetry import Telemetry, build_telemetry
@@ -118,6 +120,8 @@ class Runtime:
     """The same, recorded in the console's name."""
     authorization_server: WritAuthorizationServer | None = None
     """Writ's own OAuth authorization server, when `auth.authorization_server` is enabled."""
+    upstream: list[UpstreamProvider] = field(default_factory=list)
+    """The OpenID providers people sign in at, when its login is `type: oidc`."""
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Workers run while the runtime runs: lease recovery and reconciliation, approvals (resume,
     expiry), outbox delivery; each one a `run_periodically` loop."""
@@ -196,6 +200,16 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     oauth_keys = SigningKeys.load_or_create(oauth.key_file) if oauth.enabled else None
     if oauth_settings is not None and oauth_settings.issuer in {i.issuer for i in config.auth.issuers}:
         raise ConfigurationError(f"auth.issuers: {oauth_settings.issuer} is Writ's own authorization server")
+    upstream = (
+        upstream_providers(
+            config,
+            environ=environ or dict(os.environ),
+            base_dir=base_dir,
+            http=http_factory(config.auth.http_timeout_s),
+        )
+        if oauth.enabled
+        else []
+    )
     store = open_store(config)
     authorization_server = None
     own = None
@@ -244,6 +258,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         policy_source=policy_source,
         clock=clock,
         authorization_server=authorization_server,
+        upstream=upstream,
     )
     if timing.enabled:
         recovery = _workers(runtime, owner, redactor)
@@ -537,11 +552,12 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
     section = runtime.config.auth.authorization_server
     assert section.login is not None  # the config refuses an enabled server without one
     store = runtime.store
+    secure = runtime.config.server.base_url.startswith("https://")
     cookies = SigninCookies(
         server.keys,
         server.settings.issuer,
         ttl_s=section.login_ttl_s,
-        secure=runtime.config.server.base_url.startswith("https://"),
+        secure=secure,
     )
     pages = Pages()
 
@@ -553,7 +569,14 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
         )
         return store.take_tokens([bucket])
 
-    login = BuiltinLogin(section.login.users, pages, cookies)
+    login: LoginStep
+    if isinstance(section.login, OidcLoginConfig):
+        attempts = AttemptCookies(
+            server.keys, server.settings.issuer, ttl_s=section.login_ttl_s, secure=secure
+        )
+        login = OidcLogin(runtime.upstream, pages, cookies, attempts)
+    else:
+        login = BuiltinLogin(section.login.users, pages, cookies)
     return AuthorizationRoutes(server, login, pages, cookies, registration_limit, store).routes()
 
 

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from capabilities.config import (
     BackendConfig,
@@ -236,6 +245,93 @@ class BuiltinLoginConfig(_Section):
     user (an admin included), so only for a trial behind access control of your own."""
 
 
+class UpstreamClaims(_Section):
+    """Where a provider's ID token says who someone is. A name with dots reaches into nested claims
+    (`realm_access.roles`); a claim the token leaves out is empty (the tenant: `default_tenant`)."""
+
+    subject: str = "sub"
+    tenant: str | None = None
+    """Default: none read, every user of this provider is in `default_tenant` (Entra ID: `tid`)."""
+    roles: str = "roles"
+    groups: str = "groups"
+    default_tenant: str = "default"
+    default_roles: list[str] = Field(default_factory=list)
+    """Roles every user of this provider holds besides those its token names (Google names none)."""
+
+    @field_validator("default_tenant")
+    @classmethod
+    def _storable(cls, tenant: str) -> str:
+        message = refusal("the tenant", tenant, TENANT_CHARS)
+        if message is not None:
+            raise ValueError(message)
+        return tenant
+
+
+class UpstreamProviderConfig(_Section):
+    """An OpenID provider people sign in at, with Writ's own static registration there.
+
+    Register `{public_url}/authorize/oidc/{id}/callback` as the redirect URI of a web application."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")
+    """Names the provider in Writ's URLs (`/authorize/oidc/{id}/callback`): lower case, digits, - and _."""
+    name: str | None = None
+    """Shown on the page that lets a person choose a provider (default: the id)."""
+    issuer: str
+    """Its issuer exactly as its discovery document and ID tokens say it."""
+    client_id: str
+    client_secret_env: str | None = None
+    client_secret_file: str | None = None
+    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post", "none"] | None = None
+    """Default: `client_secret_basic` with a secret, `none` (a public client, PKCE only) without."""
+    scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"])
+    claims: UpstreamClaims = Field(default_factory=UpstreamClaims)
+    required_claims: dict[str, str | bool | list[str]] = Field(default_factory=dict)
+    """Claims an ID token must carry with this value (or one of these), else the sign-in is refused:
+    e.g. `{hd: example.com}` for Google, where any Google account could sign in otherwise, or
+    `{email_verified: true}` when the subject is the `email` claim."""
+    algorithms: list[str] | None = None
+    """Allowed ID token `alg` values; default: `auth.algorithms`."""
+
+    @model_validator(mode="after")
+    def _secret(self) -> UpstreamProviderConfig:
+        if self.client_secret_env is not None and self.client_secret_file is not None:
+            raise ValueError(f"provider {self.id}: set one of client_secret_env, client_secret_file")
+        secret = self.client_secret_env is not None or self.client_secret_file is not None
+        if self.token_endpoint_auth_method not in (None, "none") and not secret:
+            raise ValueError(f"provider {self.id}: {self.token_endpoint_auth_method} needs a client secret")
+        if self.token_endpoint_auth_method == "none" and secret:
+            raise ValueError(f"provider {self.id}: token_endpoint_auth_method none takes no client secret")
+        if "openid" not in self.scopes:
+            raise ValueError(f"provider {self.id}: scopes must include openid")
+        return self
+
+
+class OidcLoginConfig(_Section):
+    """Sign in through one or more upstream OpenID providers (authorization code with PKCE there);
+    with several, a page lets the person choose."""
+
+    type: Literal["oidc"]
+    providers: list[UpstreamProviderConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> OidcLoginConfig:
+        ids = [p.id for p in self.providers]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"login.providers: ids must differ ({', '.join(ids)})")
+        return self
+
+
+def _login_type(value: Any) -> str:
+    found = value.get("type", "builtin") if isinstance(value, dict) else getattr(value, "type", "builtin")
+    return str(found)
+
+
+LoginConfig = Annotated[
+    Annotated[BuiltinLoginConfig, Tag("builtin")] | Annotated[OidcLoginConfig, Tag("oidc")],
+    Discriminator(_login_type),
+]
+
+
 class AuthorizationServerConfig(_Section):
     """Writ's own OAuth authorization server for MCP clients (RFC 8414, 7591, 7636, 7009, 8707).
 
@@ -259,7 +355,7 @@ class AuthorizationServerConfig(_Section):
     scopes: list[str] | None = None
     """The scopes clients may ask for (default: `auth.required_scopes`); a token gets those asked
     for, or all of these when none are asked for."""
-    login: BuiltinLoginConfig | None = None
+    login: LoginConfig | None = None
     """How the person behind a sign-in is identified (required when enabled)."""
 
     @model_validator(mode="after")

@@ -167,8 +167,9 @@ CLOCK_READERS = {
     # Token lifetimes are checked on the clock the JWT library checks `exp` and `iat` on, not on ours.
     "gateway.auth.tokens": {"time.time"},
     "gateway.auth.dev_issuer": {"time.time"},
-    # Likewise the sign-in cookie's `exp`; and a signing key's birth, only to know when it may go.
+    # Likewise the sign-in cookies' `exp`; and a signing key's birth, only to know when it may go.
     "gateway.oauth.signin": {"time.time"},
+    "gateway.oauth.oidc_login": {"time.time"},
     "gateway.oauth.keys": {"time.time"},
     "gateway.stdio": {"time.time"},
     # Ids start with the time so that they sort by creation: not a fact anything decides on.

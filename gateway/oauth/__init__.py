@@ -2,7 +2,8 @@
 
 `server` runs the protocol on authlib's components, `grants` the code and refresh grants, `keys` the
 signing keys, `routes` the HTTP face, `signin` and `login` the browser's way through login and
-consent. The composition root (`gateway.app`) builds them from `auth.authorization_server`.
+consent; `oidc_login` and `upstream` the login through upstream OpenID providers. The composition
+root (`gateway.app`) builds them from `auth.authorization_server`.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A `LoginStep` starts from a validated authorization request (`begin`) and, through routes of its
 own, ends by calling `signed_in` with the person's identity; the consent page follows. The built-in
-kind lists configured users (for `writ demo`); an upstream OpenID provider would be another kind,
-redirecting to the provider in `begin` and calling `signed_in` from its callback route.
+kind lists configured users (for `writ demo`); the upstream OpenID kind (`gateway.oauth.oidc_login`)
+redirects to the provider in `begin` and calls `signed_in` from its callback route.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from store.oauth import Grantee
 
 SignedIn = Callable[[Request, Pending, Grantee], Awaitable[Response]]
 """Continues a sign-in once the login step knows who it is (to the consent page)."""
+Refused = Callable[[Request, Pending, str, str], Awaitable[Response]]
+"""Ends a sign-in whose login failed: an OAuth `error` (and description) to the client's redirect."""
 
 
 class LoginStep(Protocol):
@@ -30,8 +32,8 @@ class LoginStep(Protocol):
         """The first page (or redirect) of the login, for a validated authorization request."""
         ...
 
-    def routes(self, signed_in: SignedIn) -> list[BaseRoute]:
-        """The step's own routes, under /authorize/, ending in `signed_in`."""
+    def routes(self, signed_in: SignedIn, refused: Refused) -> list[BaseRoute]:
+        """The step's own routes, under /authorize/, ending in `signed_in` (or `refused`)."""
         ...
 
 
@@ -46,7 +48,7 @@ class BuiltinLogin:
     async def begin(self, request: Request, pending: Pending, client: Client) -> Response:
         return self._pages.render(request, "login.html", csrf=pending.csrf, users=self._users, client=client)
 
-    def routes(self, signed_in: SignedIn) -> list[BaseRoute]:
+    def routes(self, signed_in: SignedIn, refused: Refused) -> list[BaseRoute]:
         async def choose(request: Request) -> Response:
             pending = self._cookies.read(request)
             form = await request.form()

@@ -59,7 +59,7 @@ class AuthorizationRoutes:
             Route("/revoke", cors_middleware(self.revoke, ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]),
             Route("/authorize", self.authorize, methods=["GET"]),
             Route("/authorize/consent", self.consent, methods=["POST"]),
-            *self.login.routes(self.signed_in),
+            *self.login.routes(self.signed_in, self.refused),
         ]
         if path:  # RFC 8414 §3: the issuer's path goes after the well-known part
             routes.append(
@@ -160,6 +160,20 @@ class AuthorizationRoutes:
         self.cookies.put(response, pending.signed_in(user))
         return response
 
+    async def refused(self, request: Request, pending: Pending, error: str, description: str) -> Response:
+        """The login step could not say who it is: `error` to the client's redirect URI, as a denial."""
+        oauth = self._authorization_request(request, pending.query)
+        try:
+            grant = await anyio.to_thread.run_sync(self.server.get_consent_grant, oauth)
+        except OAuth2Error as invalid:
+            return self._refusal(request, invalid)
+        redirect_uri = oauth.payload.redirect_uri or grant.client.get_default_redirect_uri()
+        text = "".join(c for c in description if c in _DESCRIBABLE)
+        refusal = OAuth2Error(text, state=oauth.payload.state, redirect_uri=redirect_uri, error=error)
+        response = self._to_client(self.server.handle_error_response(None, refusal))
+        self.cookies.clear(response)
+        return response
+
     async def consent(self, request: Request) -> Response:
         """Allow: a code to the client's redirect URI; deny: `access_denied` there."""
         pending = self.cookies.read(request)
@@ -202,6 +216,10 @@ class AuthorizationRoutes:
             status_code=302,
             headers={"Cache-Control": "no-store"},
         )
+
+
+# RFC 6749 §5.2: what an error_description may hold.
+_DESCRIBABLE = frozenset(chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"\\')
 
 
 async def _form(request: Request) -> list[tuple[str, str]]:
