@@ -71,6 +71,7 @@ from gateway.http.headers import TrimHeaderValues
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
+from gateway.oauth.documents import ClientDocuments, HttpsFetcher
 from gateway.oauth.keys import SigningKeys
 from gateway.oauth.login import BuiltinLogin
 from gateway.oauth.pages import Pages
@@ -200,7 +201,13 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     authorization_server = None
     own = None
     if oauth_settings is not None and oauth_keys is not None:
-        authorization_server = WritAuthorizationServer(oauth_settings, store, oauth_keys, clock=system_clock)
+        documents = None
+        if oauth.client_metadata_documents.enabled:
+            section = oauth.client_metadata_documents
+            documents = ClientDocuments(section, store, HttpsFetcher(section), system_clock)
+        authorization_server = WritAuthorizationServer(
+            oauth_settings, store, oauth_keys, clock=system_clock, documents=documents
+        )
         own = own_issuer(oauth_settings.issuer, oauth_keys, store)
     verifier = token_verifier(config, dev_issuer, environ=environ, own=own)
     limiter = RateLimiter(config.rate_limits, store.take_tokens)

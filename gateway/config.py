@@ -236,6 +236,34 @@ class BuiltinLoginConfig(_Section):
     user (an admin included), so only for a trial behind access control of your own."""
 
 
+class ClientMetadataDocumentsConfig(_Section):
+    """Client ID Metadata Documents (MCP authorization 2025-11-25): a client whose `client_id` is an
+    https URL is known by the JSON document served there, fetched with the limits below."""
+
+    enabled: bool = True
+    timeout_s: float = Field(default=5.0, gt=0, le=30)
+    """The whole fetch (connect, TLS, headers and body) must finish within this."""
+    max_bytes: int = Field(default=5120, ge=256, le=1_048_576)
+    """A larger document is refused (the draft suggests 5 KB)."""
+    cache_min_s: int = Field(default=60, ge=0)
+    """A document is used this long at least, whatever its Cache-Control says (no-store included)."""
+    cache_max_s: int = Field(default=86400, ge=0)
+    """And at most this long, however long its Cache-Control allows."""
+    cache_default_s: int = Field(default=300, ge=0)
+    """How long a document with no Cache-Control max-age is used (within the bounds above)."""
+    allow_private_addresses: bool = False
+    """Fetch from loopback, private, link-local and other non-public addresses too. For tests and for
+    clients inside one's own network only: it lets anyone who can start a sign-in make Writ fetch there."""
+    ca_file: str | None = None
+    """A PEM file of certificate authorities to trust for the fetch instead of the system's."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ClientMetadataDocumentsConfig:
+        if self.cache_min_s > self.cache_max_s:
+            raise ValueError("client_metadata_documents: cache_min_s is more than cache_max_s")
+        return self
+
+
 class AuthorizationServerConfig(_Section):
     """Writ's own OAuth authorization server for MCP clients (RFC 8414, 7591, 7636, 7009, 8707).
 
@@ -261,6 +289,9 @@ class AuthorizationServerConfig(_Section):
     for, or all of these when none are asked for."""
     login: BuiltinLoginConfig | None = None
     """How the person behind a sign-in is identified (required when enabled)."""
+    client_metadata_documents: ClientMetadataDocumentsConfig = Field(
+        default_factory=ClientMetadataDocumentsConfig
+    )
 
     @model_validator(mode="after")
     def _login(self) -> AuthorizationServerConfig:
