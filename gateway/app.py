@@ -37,6 +37,7 @@ from starlette.routing import BaseRoute, Route
 
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
+from gateway.api.clients import Liveness, client_routes
 from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
 from gateway.audit.checkpointer import Checkpointer
@@ -482,6 +483,15 @@ def build_app(runtime: Runtime) -> Starlette:
         routes.append(Route("/dev-issuer/jwks.json", dev_jwks))
     if runtime.authorization_server is not None:
         routes.extend(_authorization_routes(runtime, runtime.authorization_server))
+        routes.extend(
+            client_routes(
+                runtime.store,
+                _principal_of_user(runtime),
+                metadata_url,
+                clock=runtime.clock,
+                liveness=Liveness.of(config),
+            )
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
