@@ -37,7 +37,7 @@ from starlette.routing import BaseRoute, Route
 
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
-from gateway.api.clients import Liveness, client_routes
+from gateway.api.clients import client_routes
 from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
 from gateway.audit.checkpointer import Checkpointer
@@ -477,6 +477,11 @@ def build_app(runtime: Runtime) -> Starlette:
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(runtime.registry.in_force, lambda: runtime.policy_source().version),
+                clients=(
+                    (runtime.store.with_producer(CONSOLE), config.auth.authorization_server.liveness())
+                    if runtime.authorization_server is not None
+                    else None
+                ),
             )
         )
     if runtime.dev_issuer is not None:
@@ -489,7 +494,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 _principal_of_user(runtime),
                 metadata_url,
                 clock=runtime.clock,
-                liveness=Liveness.of(config),
+                liveness=config.auth.authorization_server.liveness(),
             )
         )
 

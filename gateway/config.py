@@ -28,6 +28,7 @@ from gateway.errors import ConfigurationError
 from policy.rules import PolicyConfig
 from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
 from store.limits import TENANT_CHARS, refusal
+from store.oauth_clients import Liveness
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
@@ -292,6 +293,10 @@ class AuthorizationServerConfig(_Section):
     client_metadata_documents: ClientMetadataDocumentsConfig = Field(
         default_factory=ClientMetadataDocumentsConfig
     )
+
+    def liveness(self) -> Liveness:
+        """How long a sign-in without a refresh token counts as live (the admin's view of clients)."""
+        return Liveness(self.access_token_ttl_s, self.code_ttl_s)
 
     @model_validator(mode="after")
     def _login(self) -> AuthorizationServerConfig:

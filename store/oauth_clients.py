@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Row, case, func, select, update
@@ -24,6 +24,18 @@ from store.model import NotFound
 from store.schema import oauth_clients, oauth_families, oauth_refresh_tokens
 
 ClientKind = Literal["registered", "metadata_document", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """How long after its last token a sign-in without a refresh token may still hold a working access
+    token: the access token lifetime, plus the code's (it may be redeemed that late)."""
+
+    access_token_ttl_s: int
+    code_ttl_s: int
+
+    def live_after(self, now: datetime) -> datetime:
+        return now - timedelta(seconds=self.access_token_ttl_s + self.code_ttl_s)
 
 
 @dataclass(frozen=True, slots=True)

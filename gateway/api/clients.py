@@ -8,8 +8,7 @@ metadata document): it goes in the path as it is, or percent-encoded.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import anyio.to_thread
@@ -21,30 +20,12 @@ from starlette.routing import Route
 
 from gateway.api.guard import Guard, error
 from gateway.api.principals import ADMINS
-from gateway.config import WritConfig
 from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.limits import text_unfit
 from store.model import NotFound
-from store.oauth_clients import ClientDetail, ClientRevocation, ClientSummary, RevokeClient, SignIn
+from store.oauth_clients import ClientDetail, ClientRevocation, ClientSummary, Liveness, RevokeClient, SignIn
 from store.ports import OAuthClients
-
-
-@dataclass(frozen=True, slots=True)
-class Liveness:
-    """How long after its last token a sign-in without a refresh token may still hold a working access
-    token: the access token lifetime, plus the code's (it may be redeemed that late)."""
-
-    access_token_ttl_s: int
-    code_ttl_s: int
-
-    @classmethod
-    def of(cls, config: WritConfig) -> Liveness:
-        section = config.auth.authorization_server
-        return cls(section.access_token_ttl_s, section.code_ttl_s)
-
-    def live_after(self, now: datetime) -> datetime:
-        return now - timedelta(seconds=self.access_token_ttl_s + self.code_ttl_s)
 
 
 class RevokeBody(BaseModel):

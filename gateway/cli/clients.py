@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.api.clients import Liveness, client_json, detail_json, revocation_json
+from gateway.api.clients import client_json, detail_json, revocation_json
 from gateway.cli.authority import CLI, AsOption, BreakGlassOption, TokenOption, authority, check_standing
 from gateway.cli.clock import CLOCK
 from gateway.cli.refusals import exit_refused
@@ -74,7 +74,9 @@ def clients_list(
     scope = _tenant(tenant)
     now = CLOCK()
     with open_store(cfg, migrate_empty=False, producer=CLI) as store:
-        clients = store.oauth_clients(tenant=scope, now=now, live_after=Liveness.of(cfg).live_after(now))
+        clients = store.oauth_clients(
+            tenant=scope, now=now, live_after=cfg.auth.authorization_server.liveness().live_after(now)
+        )
     if as_json:
         typer.echo(json.dumps({"tenant": scope, "clients": [client_json(c) for c in clients]}, indent=2))
         return
@@ -105,7 +107,10 @@ def clients_show(
     with open_store(cfg, migrate_empty=False, producer=CLI) as store:
         try:
             detail = store.oauth_client(
-                client_id, tenant=scope, now=now, live_after=Liveness.of(cfg).live_after(now)
+                client_id,
+                tenant=scope,
+                now=now,
+                live_after=cfg.auth.authorization_server.liveness().live_after(now),
             )
         except NotFound as exc:
             _fail(str(exc), 1)
