@@ -51,6 +51,17 @@ class SignIn:
     refresh_expires_at: datetime | None
     """When its current (unused) refresh token expires; None if it holds none."""
 
+    def to_json(self) -> dict[str, Any]:
+        """As the API, the CLI's --json and the console show it."""
+        return {
+            "signInId": self.family_id,
+            "subject": self.subject,
+            "tenant": self.tenant,
+            "signedInAt": _iso(self.signed_in_at),
+            "lastRefreshedAt": _iso(self.last_refreshed_at),
+            "refreshExpiresAt": _iso(self.refresh_expires_at),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class ClientSummary:
@@ -63,6 +74,16 @@ class ClientSummary:
     live_sign_ins: int
     last_sign_in_at: datetime | None
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clientId": self.client_id,
+            "name": self.name,
+            "kind": self.kind,
+            "registeredAt": _iso(self.registered_at),
+            "liveSignIns": self.live_sign_ins,
+            "lastSignInAt": _iso(self.last_sign_in_at),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class ClientDetail:
@@ -70,6 +91,12 @@ class ClientDetail:
     redirect_uris: tuple[str, ...]
     sign_ins: tuple[SignIn, ...]
     """The live ones, newest first."""
+
+    def to_json(self) -> dict[str, Any]:
+        return self.client.to_json() | {
+            "redirectUris": list(self.redirect_uris),
+            "signIns": [s.to_json() for s in self.sign_ins],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +118,17 @@ class ClientRevocation:
     sign_ins_ended: int
     reason: str | None
     break_glass: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clientId": self.client_id,
+            "tenant": self.tenant,
+            "revokedAt": self.revoked_at.isoformat(),
+            "revokedBy": self.revoked_by,
+            "reason": self.reason,
+            "signInsEnded": self.sign_ins_ended,
+            "breakGlass": self.break_glass,
+        }
 
 
 def list_clients(
@@ -257,3 +295,7 @@ def _summary(
         live_sign_ins=sum(1 for r in rows if _live(r, now=now, live_after=live_after)),
         last_sign_in_at=max((r.created_at for r in rows), default=None),
     )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment is not None else None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 import anyio.to_thread
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -24,7 +23,7 @@ from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.limits import text_unfit
 from store.model import NotFound
-from store.oauth_clients import ClientDetail, ClientRevocation, ClientSummary, Liveness, RevokeClient, SignIn
+from store.oauth_clients import Liveness, RevokeClient
 from store.ports import OAuthClients
 
 
@@ -63,7 +62,7 @@ class Clients:
                 tenant=who.tenant, now=now, live_after=self.liveness.live_after(now)
             )
         )
-        return JSONResponse({"tenant": who.tenant, "clients": [client_json(c) for c in clients]})
+        return JSONResponse({"tenant": who.tenant, "clients": [c.to_json() for c in clients]})
 
     async def show(self, request: Request, who: Principal) -> Response:
         client_id = request.path_params["client_id"]
@@ -76,7 +75,7 @@ class Clients:
             )
         except NotFound as exc:
             return error(ReasonCode.NOT_FOUND, str(exc))
-        return JSONResponse(detail_json(detail))
+        return JSONResponse(detail.to_json())
 
     async def revoke(self, request: Request, who: Principal) -> Response:
         try:
@@ -96,7 +95,7 @@ class Clients:
             revoked = await anyio.to_thread.run_sync(self.store.revoke_oauth_client, command)
         except NotFound as exc:
             return error(ReasonCode.NOT_FOUND, str(exc))
-        return JSONResponse(revocation_json(revoked))
+        return JSONResponse(revoked.to_json())
 
 
 def client_routes(
@@ -109,48 +108,3 @@ def client_routes(
 ) -> list[Route]:
     """The OAuth client routes (see `Clients`)."""
     return Clients(store, clock, liveness).routes(Guard(store, principal_of, resource_metadata_url))
-
-
-def _time(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
-
-
-def client_json(client: ClientSummary) -> dict[str, Any]:
-    return {
-        "clientId": client.client_id,
-        "name": client.name,
-        "kind": client.kind,
-        "registeredAt": _time(client.registered_at),
-        "liveSignIns": client.live_sign_ins,
-        "lastSignInAt": _time(client.last_sign_in_at),
-    }
-
-
-def sign_in_json(sign_in: SignIn) -> dict[str, Any]:
-    return {
-        "signInId": sign_in.family_id,
-        "subject": sign_in.subject,
-        "tenant": sign_in.tenant,
-        "signedInAt": _time(sign_in.signed_in_at),
-        "lastRefreshedAt": _time(sign_in.last_refreshed_at),
-        "refreshExpiresAt": _time(sign_in.refresh_expires_at),
-    }
-
-
-def detail_json(detail: ClientDetail) -> dict[str, Any]:
-    return client_json(detail.client) | {
-        "redirectUris": list(detail.redirect_uris),
-        "signIns": [sign_in_json(s) for s in detail.sign_ins],
-    }
-
-
-def revocation_json(revoked: ClientRevocation) -> dict[str, Any]:
-    return {
-        "clientId": revoked.client_id,
-        "tenant": revoked.tenant,
-        "revokedAt": revoked.revoked_at.isoformat(),
-        "revokedBy": revoked.revoked_by,
-        "reason": revoked.reason,
-        "signInsEnded": revoked.sign_ins_ended,
-        "breakGlass": revoked.break_glass,
-    }

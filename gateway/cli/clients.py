@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.api.clients import client_json, detail_json, revocation_json
 from gateway.cli.authority import CLI, AsOption, BreakGlassOption, TokenOption, authority, check_standing
 from gateway.cli.clock import CLOCK
 from gateway.cli.refusals import exit_refused
@@ -78,7 +77,7 @@ def clients_list(
             tenant=scope, now=now, live_after=cfg.auth.authorization_server.liveness().live_after(now)
         )
     if as_json:
-        typer.echo(json.dumps({"tenant": scope, "clients": [client_json(c) for c in clients]}, indent=2))
+        typer.echo(json.dumps({"tenant": scope, "clients": [c.to_json() for c in clients]}, indent=2))
         return
     if not clients:
         typer.echo("no clients have signed anyone in" + (f" in tenant {scope}" if scope else ""))
@@ -116,7 +115,7 @@ def clients_show(
             _fail(str(exc), 1)
             return
     if as_json:
-        typer.echo(json.dumps(detail_json(detail), indent=2))
+        typer.echo(json.dumps(detail.to_json(), indent=2))
         return
     c = detail.client
     typer.echo(f"client {visible(c.client_id)}: {visible(c.name or '(no name)')} ({c.kind})")
@@ -188,7 +187,7 @@ def clients_revoke(
         except NotFound as exc:
             _fail(f"{exc}; nothing was recorded", 1)
             return
-    body: dict[str, Any] = revocation_json(revoked)
+    body: dict[str, Any] = revoked.to_json()
     mark = " (break-glass)" if revoked.break_glass else ""
     ended = body["signInsEnded"]
     typer.echo(
