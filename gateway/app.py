@@ -61,7 +61,7 @@ from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
-from gateway.config import WritConfig
+from gateway.config import ClientMetadataDocumentsConfig, WritConfig
 from gateway.console import console_routes
 from gateway.console.views import InForce
 from gateway.errors import ConfigurationError
@@ -205,7 +205,13 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         documents = None
         if oauth.client_metadata_documents.enabled:
             section = oauth.client_metadata_documents
-            documents = ClientDocuments(section, store, HttpsFetcher(section), system_clock)
+            documents = ClientDocuments(
+                section,
+                store,
+                HttpsFetcher(section),
+                system_clock,
+                fetch_limit=_document_fetch_limit(section, store),
+            )
         authorization_server = WritAuthorizationServer(
             oauth_settings, store, oauth_keys, clock=system_clock, documents=documents
         )
@@ -266,6 +272,18 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     _attach_checkpointer(runtime)
     return runtime
+
+
+def _document_fetch_limit(
+    section: ClientMetadataDocumentsConfig, store: Store
+) -> Callable[[str], float | None]:
+    def limit(host: str) -> float | None:
+        bucket = Bucket(
+            f"oauth-document:{host}", per_s=section.fetches_per_minute / 60, burst=section.fetch_burst
+        )
+        return store.take_tokens([bucket])
+
+    return limit
 
 
 def own_issuer(issuer: str, keys: SigningKeys, store: OAuthGrants) -> TrustedIssuer:

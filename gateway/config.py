@@ -252,6 +252,10 @@ class ClientMetadataDocumentsConfig(_Section):
     """And at most this long, however long its Cache-Control allows."""
     cache_default_s: int = Field(default=300, ge=0)
     """How long a document with no Cache-Control max-age is used (within the bounds above)."""
+    fetches_per_minute: float = Field(default=30.0, gt=0)
+    """Fetches of documents from one host (cache misses), shared by replicas through the store: Writ
+    is not made to hammer a site on behalf of whoever starts sign-ins."""
+    fetch_burst: int = Field(default=30, ge=1)
     allow_private_addresses: bool = False
     """Fetch from loopback, private, link-local and other non-public addresses too. For tests and for
     clients inside one's own network only: it lets anyone who can start a sign-in make Writ fetch there."""

@@ -6,7 +6,8 @@ only; the host resolved once and every address it resolves to must be public (no
 link-local, shared, reserved or multicast address) unless `allow_private_addresses`; the connection made
 to the address that was checked (the TLS name still the URL's host, so a DNS answer that changes between
 check and connect, a rebinding, reaches nothing new); no redirect followed; no proxy from the
-environment; the whole fetch within `timeout_s`; the body at most `max_bytes` and `application/json`.
+environment; the whole fetch within `timeout_s`; the body at most `max_bytes` and `application/json`;
+at most `fetches_per_minute` fetches from one host (through the store's rate limits, shared by replicas).
 
 The document as fetched is kept in the store (`oauth_clients`, with `document_fresh_until`) for as long
 as its Cache-Control allows within the configured bounds, so every replica uses one fetch: /authorize
@@ -50,6 +51,10 @@ class Fetched:
     body: bytes
     content_type: str
     cache_control: str
+
+
+FetchLimit = Callable[[str], float | None]
+"""Takes one fetch from a host: None if allowed, else the seconds to wait."""
 
 
 class DocumentFetcher(Protocol):
@@ -173,11 +178,13 @@ class ClientDocuments:
         store: OAuthGrants,
         fetcher: DocumentFetcher,
         clock: Callable[[], datetime],
+        fetch_limit: FetchLimit | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._fetcher = fetcher
         self._now = clock
+        self._fetch_limit = fetch_limit
 
     def client(self, client_id: str) -> RegisteredClient:
         """The client described by the document at `client_id`.
@@ -191,6 +198,12 @@ class ClientDocuments:
         kept = self._store.get_client(client_id)
         if kept is not None and kept.document_fresh_until is not None and kept.document_fresh_until > now:
             return kept
+        host = urlsplit(client_id).hostname or ""
+        if self._fetch_limit is not None and (wait := self._fetch_limit(host)) is not None:
+            raise DocumentRefused(
+                f"{client_id}: too many client metadata documents fetched from {host} just now; "
+                f"try again in {max(1, round(wait))} s"
+            )
         fetched = self._fetcher.fetch(client_id)
         metadata = checked_document(client_id, fetched.body)
         record = RegisteredClient(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -32,6 +33,8 @@ class Answer:
     body: bytes
     status: int = 200
     headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+    delay_s: float = 0.0
+    """How long the server waits before it answers (a slow site)."""
 
 
 @dataclass
@@ -67,6 +70,8 @@ def documents_host(directory: Path) -> Iterator[DocumentsHost]:
         found = host.answers.get(path)
         if found is None:
             return Response("not here", status_code=404)
+        if found.delay_s:
+            await anyio.sleep(found.delay_s)
         return Response(found.body, status_code=found.status, headers=found.headers)
 
     app = Starlette(routes=[Route("/{path:path}", answer)])

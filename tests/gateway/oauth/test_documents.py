@@ -152,6 +152,37 @@ def test_a_redirect_from_the_document_url_is_not_followed(gateway: Writ, host: D
     assert "/clients/target.json" not in host.fetches
 
 
+def test_a_document_slower_than_the_time_limit_is_refused(host: DocumentsHost) -> None:
+    host.answers["/clients/slow.json"] = Answer(b"{}", delay_s=3)
+    settings = ClientMetadataDocumentsConfig(
+        allow_private_addresses=True, ca_file=str(host.ca_file), timeout_s=0.5
+    )
+
+    with pytest.raises(DocumentRefused, match=r"took longer than 0.5s"):
+        HttpsFetcher(settings).fetch(host.url("/clients/slow.json"))
+
+
+def test_fetches_from_one_host_are_limited_and_the_limit_is_said(
+    tmp_path_factory: pytest.TempPathFactory, host: DocumentsHost
+) -> None:
+    first, second, third = (host.publish(f"/limited/{n}.json", GOOD) for n in ("a", "b", "c"))
+    with acme(tmp_path_factory.mktemp("acme")) as backend:
+        workdir = tmp_path_factory.mktemp("writ")
+        auth = authorization_server(
+            workdir,
+            allow_private_addresses=True,
+            ca_file=str(host.ca_file),
+            fetches_per_minute=0.1,
+            fetch_burst=2,
+        )
+        with writ(workdir, backend, f"sqlite:///{workdir / 'writ.db'}", auth=auth) as limited:
+            assert authorize(limited, first).status_code == 200
+            assert authorize(limited, second).status_code == 200
+            assert authorize(limited, first).status_code == 200, "a kept document costs no fetch"
+            refused(limited, third, "too many client metadata documents fetched from 127.0.0.1 just now")
+    assert "/limited/c.json" not in host.fetches
+
+
 def test_a_missing_document_is_refused(gateway: Writ, host: DocumentsHost) -> None:
     refused(gateway, host.url("/clients/nowhere.json"), "answered 404, not 200")
 
