@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx2
 
 from gateway.config import ClientMetadataDocumentsConfig
-from gateway.errors import GatewayError
+from gateway.errors import ConfigurationError, GatewayError
 from gateway.oauth.endpoints import redirect_problem
 from store.oauth import RegisteredClient
 from store.ports import OAuthGrants
@@ -101,7 +101,12 @@ class HttpsFetcher:
     ) -> None:
         self._settings = settings
         self._resolve = resolve or _resolve
-        self._tls = ssl.create_default_context(cafile=settings.ca_file)
+        try:
+            self._tls = ssl.create_default_context(cafile=settings.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigurationError(
+                f"auth.authorization_server.client_metadata_documents.ca_file {settings.ca_file}: {exc}"
+            ) from exc
 
     def fetch(self, url: str) -> Fetched:
         parts = urlsplit(url)
@@ -122,7 +127,11 @@ class HttpsFetcher:
                 http.stream(
                     "GET",
                     pinned,
-                    headers={"Host": parts.netloc, "Accept": "application/json"},
+                    headers={
+                        "Host": parts.netloc,
+                        "Accept": "application/json",
+                        "Accept-Encoding": "identity",
+                    },
                     extensions={"sni_hostname": host},
                 ) as response,
             ):
@@ -135,6 +144,10 @@ class HttpsFetcher:
                 content_type = response.headers.get("content-type", "")
                 if _media_type(content_type) != "application/json":
                     raise DocumentRefused(f"{url} is {content_type or 'untyped'}, not application/json")
+                encoding = response.headers.get("content-encoding", "identity").strip().lower()
+                if encoding != "identity":
+                    # A compressed body's size says little of what it unpacks to: none is taken.
+                    raise DocumentRefused(f"{url} is sent {encoding}-encoded; send it uncompressed")
                 declared = response.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > limit:
                     raise DocumentRefused(f"{url} is larger than {limit} bytes")

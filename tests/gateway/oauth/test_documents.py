@@ -6,6 +6,7 @@ says, within bounds, in the store every replica reads."""
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ import httpx2
 import pytest
 
 from gateway.config import ClientMetadataDocumentsConfig
+from gateway.errors import ConfigurationError
 from gateway.oauth.documents import ClientDocuments, DocumentRefused, HttpsFetcher, url_problem
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.gateway.oauth.documents_host import Answer, DocumentsHost, documents_host
@@ -181,6 +183,19 @@ def test_fetches_from_one_host_are_limited_and_the_limit_is_said(
             assert authorize(limited, first).status_code == 200, "a kept document costs no fetch"
             refused(limited, third, "too many client metadata documents fetched from 127.0.0.1 just now")
     assert "/limited/c.json" not in host.fetches
+
+
+def test_a_compressed_document_is_refused(gateway: Writ, host: DocumentsHost) -> None:
+    host.answers["/clients/gzip.json"] = Answer(
+        gzip.compress(b"{}"), headers={"content-type": "application/json", "content-encoding": "gzip"}
+    )
+
+    refused(gateway, host.url("/clients/gzip.json"), "is sent gzip-encoded; send it uncompressed")
+
+
+def test_a_ca_file_that_cannot_be_read_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="ca_file"):
+        HttpsFetcher(ClientMetadataDocumentsConfig(ca_file=str(tmp_path / "missing.pem")))
 
 
 def test_a_missing_document_is_refused(gateway: Writ, host: DocumentsHost) -> None:
