@@ -149,6 +149,7 @@ async def test_the_sdk_client_signs_in_by_its_metadata_document_and_loses_its_to
     shown = api(gateway, "GET", client_path(client_id), admin).json()
     assert (shown["name"], shown["kind"], shown["liveSignIns"]) == ("SDK by document", "metadata_document", 1)
     assert [s["subject"] for s in shown["signIns"]] == ["demo-agent"]
+    assert api(gateway, "GET", f"/api/oauth/clients/{client_id}", admin).json() == shown, "the URL as it is"
     revoked = api(gateway, "POST", f"{client_path(client_id)}/revoke", admin, json={"reason": "test"})
     assert revoked.status_code == 200 and revoked.json()["signInsEnded"] == 1
 
