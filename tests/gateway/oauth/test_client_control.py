@@ -258,6 +258,28 @@ def test_the_cli_lists_shows_and_revokes_a_client_break_glass(gateway: Writ) -> 
     assert unknown.exit_code == 1 and "no OAuth client no-such-client" in unknown.output
 
 
+def test_the_cli_revokes_with_an_admin_token_for_its_own_tenant_only(gateway: Writ) -> None:
+    client_id, tokens = signed_in_by_hand(gateway, "CLI token case")
+    runner = CliRunner()
+    config = ["--config", str(gateway.config)]
+    revoke = ["oauth", "clients", "revoke", client_id, *config]
+
+    agent = runner.invoke(app, [*revoke, "--token", gateway.token("ann", roles="agent", tenant="acme")])
+    elsewhere = runner.invoke(
+        app, [*revoke, "--tenant", "acme", "--token", gateway.token("olga", roles="admin", tenant="other")]
+    )
+    assert agent.exit_code != 0 and "insufficient_role" in agent.output, agent.output
+    assert elsewhere.exit_code != 0 and "other_tenant" in elsewhere.output, elsewhere.output
+    assert tools_list(gateway.mcp_url, tokens["access_token"]).status_code != 401, "nothing ended yet"
+
+    done = runner.invoke(app, [*revoke, "--token", gateway.token("root", roles="admin", tenant="acme")])
+
+    assert done.exit_code == 0 and "by root: ended 1 sign-in" in done.output, done.output
+    assert tools_list(gateway.mcp_url, tokens["access_token"]).status_code == 401
+    last = revocations(gateway)[-1]
+    assert (last["client_id"], last["revoked_by"], last["break_glass"]) == (client_id, "root", False)
+
+
 async def test_an_admin_revokes_a_client_from_the_console(gateway: Writ, browser: Browser) -> None:
     client_id, tokens = signed_in_by_hand(gateway, "Console case")
     assert tools_list(gateway.mcp_url, tokens["access_token"]).status_code != 401, "taken before"
