@@ -281,6 +281,9 @@ class AuthorizationServerConfig(_Section):
     """The signing keys (made, mode 0600, on first use; give every replica the same file): the first
     signs, all are published in /jwks.json and verify, so a new key can be put first while the old
     one still verifies the tokens it signed (`gateway.oauth.keys.rotate`)."""
+    client_metadata_documents: ClientMetadataDocumentsConfig = Field(
+        default_factory=ClientMetadataDocumentsConfig
+    )
     access_token_ttl_s: int = Field(default=900, ge=5)
     refresh_token_ttl_s: int = Field(default=30 * 86400, ge=60)
     code_ttl_s: int = Field(default=60, ge=5, le=600)
@@ -294,9 +297,6 @@ class AuthorizationServerConfig(_Section):
     for, or all of these when none are asked for."""
     login: BuiltinLoginConfig | None = None
     """How the person behind a sign-in is identified (required when enabled)."""
-    client_metadata_documents: ClientMetadataDocumentsConfig = Field(
-        default_factory=ClientMetadataDocumentsConfig
-    )
 
     def liveness(self) -> Liveness:
         """How long a sign-in without a refresh token counts as live (the admin's view of clients)."""
