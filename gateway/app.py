@@ -37,6 +37,7 @@ from starlette.routing import BaseRoute, Route
 
 from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
+from gateway.api.clients import client_routes
 from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
 from gateway.audit.checkpointer import Checkpointer
@@ -60,7 +61,7 @@ from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
-from gateway.config import OidcLoginConfig, WritConfig
+from gateway.config import ClientMetadataDocumentsConfig, OidcLoginConfig, WritConfig
 from gateway.console import console_routes
 from gateway.console.views import InForce
 from gateway.errors import ConfigurationError
@@ -71,6 +72,7 @@ from gateway.http.headers import TrimHeaderValues
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
+from gateway.oauth.documents import ClientDocuments, HttpsFetcher
 from gateway.oauth.keys import SigningKeys
 from gateway.oauth.login import BuiltinLogin, LoginStep
 from gateway.oauth.oidc_login import AttemptCookies, OidcLogin
@@ -214,7 +216,19 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     authorization_server = None
     own = None
     if oauth_settings is not None and oauth_keys is not None:
-        authorization_server = WritAuthorizationServer(oauth_settings, store, oauth_keys, clock=system_clock)
+        documents = None
+        if oauth.client_metadata_documents.enabled:
+            section = oauth.client_metadata_documents
+            documents = ClientDocuments(
+                section,
+                store,
+                HttpsFetcher(section),
+                system_clock,
+                fetch_limit=_document_fetch_limit(section, store),
+            )
+        authorization_server = WritAuthorizationServer(
+            oauth_settings, store, oauth_keys, clock=system_clock, documents=documents
+        )
         own = own_issuer(oauth_settings.issuer, oauth_keys, store)
     verifier = token_verifier(config, dev_issuer, environ=environ, own=own)
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
@@ -273,6 +287,18 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     _attach_checkpointer(runtime)
     return runtime
+
+
+def _document_fetch_limit(
+    section: ClientMetadataDocumentsConfig, store: Store
+) -> Callable[[str], float | None]:
+    def limit(host: str) -> float | None:
+        bucket = Bucket(
+            f"oauth-document:{host}", per_s=section.fetches_per_minute / 60, burst=section.fetch_burst
+        )
+        return store.take_tokens([bucket])
+
+    return limit
 
 
 def own_issuer(issuer: str, keys: SigningKeys, store: OAuthGrants) -> TrustedIssuer:
@@ -484,12 +510,26 @@ def build_app(runtime: Runtime) -> Starlette:
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(runtime.registry.in_force, lambda: runtime.policy_source().version),
+                clients=(
+                    (runtime.store.with_producer(CONSOLE), config.auth.authorization_server.liveness())
+                    if runtime.authorization_server is not None
+                    else None
+                ),
             )
         )
     if runtime.dev_issuer is not None:
         routes.append(Route("/dev-issuer/jwks.json", dev_jwks))
     if runtime.authorization_server is not None:
         routes.extend(_authorization_routes(runtime, runtime.authorization_server))
+        routes.extend(
+            client_routes(
+                runtime.store,
+                _principal_of_user(runtime),
+                metadata_url,
+                clock=runtime.clock,
+                liveness=config.auth.authorization_server.liveness(),
+            )
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

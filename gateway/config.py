@@ -37,6 +37,7 @@ from gateway.errors import ConfigurationError
 from policy.rules import PolicyConfig
 from store.db import IDLE_TRANSACTION_TIMEOUT_S, MAX_OVERFLOW, POOL_SIZE
 from store.limits import TENANT_CHARS, refusal
+from store.oauth_clients import Liveness
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
@@ -332,6 +333,38 @@ LoginConfig = Annotated[
 ]
 
 
+class ClientMetadataDocumentsConfig(_Section):
+    """Client ID Metadata Documents (MCP authorization 2025-11-25): a client whose `client_id` is an
+    https URL is known by the JSON document served there, fetched with the limits below."""
+
+    enabled: bool = True
+    timeout_s: float = Field(default=5.0, gt=0, le=30)
+    """The whole fetch (connect, TLS, headers and body) must finish within this."""
+    max_bytes: int = Field(default=5120, ge=256, le=1_048_576)
+    """A larger document is refused (the draft suggests 5 KB)."""
+    cache_min_s: int = Field(default=60, ge=0)
+    """A document is used this long at least, whatever its Cache-Control says (no-store included)."""
+    cache_max_s: int = Field(default=86400, ge=0)
+    """And at most this long, however long its Cache-Control allows."""
+    cache_default_s: int = Field(default=300, ge=0)
+    """How long a document with no Cache-Control max-age is used (within the bounds above)."""
+    fetches_per_minute: float = Field(default=30.0, gt=0)
+    """Fetches of documents from one host (cache misses), shared by replicas through the store: Writ
+    is not made to hammer a site on behalf of whoever starts sign-ins."""
+    fetch_burst: int = Field(default=30, ge=1)
+    allow_private_addresses: bool = False
+    """Fetch from loopback, private, link-local and other non-public addresses too. For tests and for
+    clients inside one's own network only: it lets anyone who can start a sign-in make Writ fetch there."""
+    ca_file: str | None = None
+    """A PEM file of certificate authorities to trust for the fetch instead of the system's."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ClientMetadataDocumentsConfig:
+        if self.cache_min_s > self.cache_max_s:
+            raise ValueError("client_metadata_documents: cache_min_s is more than cache_max_s")
+        return self
+
+
 class AuthorizationServerConfig(_Section):
     """Writ's own OAuth authorization server for MCP clients (RFC 8414, 7591, 7636, 7009, 8707).
 
@@ -344,6 +377,9 @@ class AuthorizationServerConfig(_Section):
     """The signing keys (made, mode 0600, on first use; give every replica the same file): the first
     signs, all are published in /jwks.json and verify, so a new key can be put first while the old
     one still verifies the tokens it signed (`gateway.oauth.keys.rotate`)."""
+    client_metadata_documents: ClientMetadataDocumentsConfig = Field(
+        default_factory=ClientMetadataDocumentsConfig
+    )
     access_token_ttl_s: int = Field(default=900, ge=5)
     refresh_token_ttl_s: int = Field(default=30 * 86400, ge=60)
     code_ttl_s: int = Field(default=60, ge=5, le=600)
@@ -357,6 +393,10 @@ class AuthorizationServerConfig(_Section):
     for, or all of these when none are asked for."""
     login: LoginConfig | None = None
     """How the person behind a sign-in is identified (required when enabled)."""
+
+    def liveness(self) -> Liveness:
+        """How long a sign-in without a refresh token counts as live (the admin's view of clients)."""
+        return Liveness(self.access_token_ttl_s, self.code_ttl_s)
 
     @model_validator(mode="after")
     def _login(self) -> AuthorizationServerConfig:

@@ -317,6 +317,19 @@ class PrincipalRestored(Payload):
     break_glass: bool = False
 
 
+class OAuthClientRevoked(Payload):
+    """Every sign-in of one client at Writ's authorization server ended in the event's tenant, by an
+    admin (`writ oauth clients revoke`, the API, the console): its refresh and access tokens stop."""
+
+    client_id: str
+    revoked_by: str
+    sign_ins_ended: int
+    client_name: str | None = None
+    """The client's own name for itself when it was revoked (its metadata), for the reader."""
+    reason: str | None = None
+    break_glass: bool = False
+
+
 class Envelope(BaseModel):
     """Fields every event carries; `seq`, `prev_hash` and `hash` are set when the event is appended."""
 
@@ -478,6 +491,11 @@ class PrincipalRestoredEvent(Envelope):
     payload: PrincipalRestored
 
 
+class OAuthClientRevokedEvent(Envelope):
+    type: Literal["oauth.client_revoked"] = "oauth.client_revoked"
+    payload: OAuthClientRevoked
+
+
 EVENT_TYPES: tuple[type[Envelope], ...] = (
     RunStartedEvent,
     ToolCallRequestedEvent,
@@ -503,6 +521,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     LoopDetectedEvent,
     PrincipalRevokedEvent,
     PrincipalRestoredEvent,
+    OAuthClientRevokedEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -530,7 +549,8 @@ Event = Annotated[
     | BudgetExceededEvent
     | LoopDetectedEvent
     | PrincipalRevokedEvent
-    | PrincipalRestoredEvent,
+    | PrincipalRestoredEvent
+    | OAuthClientRevokedEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -70,7 +70,7 @@ IN_FLIGHT: frozenset[str] = frozenset(
 """States in which a call's key may not be taken over by another (it would be joined instead)."""
 
 CALL_FREE_TYPES: frozenset[str] = frozenset(
-    {"run.started", "principal.revoked", "principal.restored", "loop.detected"}
+    {"run.started", "principal.revoked", "principal.restored", "loop.detected", "oauth.client_revoked"}
 )
 """Event types that need not name a call; every other type moves a call along `TRANSITIONS`."""
 

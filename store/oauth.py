@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from store.canonical import canonical_json
 from store.model import StoreError
@@ -60,6 +61,9 @@ class RegisteredClient:
     issued_at: datetime
     secret_hash: str | None = None
     """None for a public client (token_endpoint_auth_method `none`)."""
+    document_fresh_until: datetime | None = None
+    """For a client known by its metadata document (`client_id` is its URL): the fetched document is
+    used until then. None for a registered client."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +127,25 @@ class OAuthRecords:
             row = conn.execute(select(oauth_clients).where(oauth_clients.c.client_id == client_id)).first()
         if row is None:
             return None
-        return RegisteredClient(row.client_id, json.loads(row.metadata), row.issued_at, row.secret_hash)
+        return _client(row)
+
+    def keep_client_document(self, client: RegisteredClient) -> None:
+        """Keep a client's fetched metadata document (insert, or replace the one kept before), so every
+        replica uses it until `document_fresh_until`."""
+        values = {
+            "metadata": canonical_json(dict(client.metadata)),
+            "issued_at": client.issued_at,
+            "document_fresh_until": client.document_fresh_until,
+            "secret_hash": None,
+        }
+        with self._errors_translated(), self.engine.begin() as conn:
+            upsert = (
+                postgresql.insert(oauth_clients)
+                if conn.dialect.name == "postgresql"
+                else sqlite.insert(oauth_clients)
+            )
+            statement = upsert.values(client_id=client.client_id, **values)
+            conn.execute(statement.on_conflict_do_update(index_elements=["client_id"], set_=values))
 
     # -- authorization codes ------------------------------------------------------------------
 
@@ -312,6 +334,16 @@ def _why_not(row: Row[Any] | None, client_id: str, now: datetime, *, what: str) 
     if row.used_at is not None:
         return GrantRefused("reused", f"the {what} was used before; its grant is revoked")
     return GrantRefused("expired", f"the {what} expired")
+
+
+def _client(row: Row[Any]) -> RegisteredClient:
+    return RegisteredClient(
+        row.client_id,
+        json.loads(row.metadata),
+        row.issued_at,
+        row.secret_hash,
+        document_fresh_until=row.document_fresh_until,
+    )
 
 
 def _grantee_json(grantee: Grantee) -> str:

@@ -45,6 +45,7 @@ from store.model import (
     StoredEvent,
 )
 from store.oauth import CodeGrant, RefreshGrant, RegisteredClient
+from store.oauth_clients import ClientDetail, ClientRevocation, ClientSummary, RevokeClient
 from store.revoking import Revocation
 
 
@@ -237,6 +238,8 @@ class OAuthGrants(Protocol):
 
     def get_client(self, client_id: str) -> RegisteredClient | None: ...
 
+    def keep_client_document(self, client: RegisteredClient) -> None: ...
+
     def issue_code(self, code: str, grant: CodeGrant, *, now: datetime) -> None: ...
 
     def find_code(self, code: str) -> CodeGrant | None: ...
@@ -252,3 +255,17 @@ class OAuthGrants(Protocol):
     def revoke_family(self, family_id: str, *, reason: str, now: datetime) -> bool: ...
 
     def family_revoked(self, family_id: str) -> bool: ...
+
+
+class OAuthClients(Standing, Protocol):
+    """An admin's view and control of the clients signed in at the authorization server."""
+
+    def oauth_clients(
+        self, *, tenant: str | None, now: datetime, live_after: datetime
+    ) -> list[ClientSummary]: ...
+
+    def oauth_client(
+        self, client_id: str, *, tenant: str | None, now: datetime, live_after: datetime
+    ) -> ClientDetail: ...
+
+    def revoke_oauth_client(self, cmd: RevokeClient) -> ClientRevocation: ...

@@ -460,7 +460,8 @@ def _reconciliation_contradicted(
     _update_call(conn, pending, event, verification_status="inconclusive", next_reconcile_at=None)
 
 
-# budget.exceeded is a judgment fact with no projection of its own.
+# budget.exceeded is a judgment fact with no projection of its own; oauth.client_revoked neither (the
+# authorization server's records are not projections: the revocation is applied when it is recorded).
 def _principal_revoked(conn: Connection, event: ev.PrincipalRevokedEvent, pending: Pending | None) -> None:
     # A second revocation of the same subject is recorded in the log; the first one stands here.
     exists = conn.execute(

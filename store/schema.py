@@ -278,6 +278,9 @@ oauth_clients = Table(
     # The RFC 7591 metadata as registered (canonical JSON).
     Column("metadata", Text, nullable=False),
     Column("issued_at", UTCDateTime, nullable=False),
+    # A client known by its Client ID Metadata Document (client_id is the document's https URL): the
+    # document as last fetched is kept until this time, shared by every replica. NULL: registered.
+    Column("document_fresh_until", UTCDateTime),
 )
 
 # A grant family: one sign-in, and every code, refresh token and access token descending from it.

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, ports, recording, revoking
+from store import oauth_clients as client_records
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
@@ -290,6 +291,34 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         _aware(cmd.now)
         with _translated(), self._engine.begin() as conn:
             return revoking.restore(conn, cmd, producer=self._producer)
+
+    def oauth_clients(
+        self, *, tenant: str | None, now: datetime, live_after: datetime
+    ) -> list[client_records.ClientSummary]:
+        """The clients that signed someone in at the authorization server (in `tenant`, or anywhere)."""
+        with self._read() as conn:
+            return client_records.list_clients(conn, tenant=tenant, now=now, live_after=live_after)
+
+    def oauth_client(
+        self, client_id: str, *, tenant: str | None, now: datetime, live_after: datetime
+    ) -> client_records.ClientDetail:
+        """A client and its live sign-ins.
+
+        Raises:
+            NotFound: it signed no one in (in `tenant`).
+        """
+        with self._read() as conn:
+            return client_records.show_client(conn, client_id, tenant=tenant, now=now, live_after=live_after)
+
+    def revoke_oauth_client(self, cmd: client_records.RevokeClient) -> client_records.ClientRevocation:
+        """End every sign-in of a client in a tenant (`oauth.client_revoked`).
+
+        Raises:
+            NotFound: it signed no one in in the tenant.
+        """
+        _aware(cmd.now)
+        with _translated(), self._engine.begin() as conn:
+            return client_records.revoke_client(conn, cmd, producer=self._producer)
 
     def tenants_of(self, subject: str) -> list[str]:
         """The tenants where `subject` has been seen (runs, calls, approvals, revocations), sorted."""

@@ -2,9 +2,10 @@
 
 Each event type maps to one OCSF class (the table is the README's "Feeding a SIEM"): the lifecycle of
 runs, calls, approvals, confirmations and reconciliations is API Activity; a principal revoked or
-restored is Account Change; a budget exceeded or a loop detected is a Detection Finding; a type this
-table does not know yet is a Base Event, never dropped. The Writ envelope, hashes included, rides along
-whole in `unmapped.writ`, so the OCSF line still proves what the log holds.
+restored, or an OAuth client's sign-ins revoked, is Account Change; a budget exceeded or a loop detected
+is a Detection Finding; a type this table does not know yet is a Base Event, never dropped. The Writ
+envelope, hashes included, rides along whole in `unmapped.writ`, so the OCSF line still proves what the
+log holds.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ BASE_EVENT = OcsfClass(0, "Base Event", 0, "Uncategorized")
 _EXACT: dict[str, tuple[OcsfClass, int, str]] = {
     "principal.revoked": (ACCOUNT_CHANGE, 5, "Disable"),
     "principal.restored": (ACCOUNT_CHANGE, 2, "Enable"),
+    # Every sign-in of one OAuth client ended: its credentials withdrawn, as a disabled account's are.
+    "oauth.client_revoked": (ACCOUNT_CHANGE, 5, "Disable"),
     "budget.exceeded": (DETECTION_FINDING, 1, "Create"),
     "loop.detected": (DETECTION_FINDING, 1, "Create"),
 }
@@ -105,6 +108,14 @@ def ocsf_event(event: dict[str, Any]) -> dict[str, Any]:
         out["actor"] = {"user": {"uid": actor}}
     if cls is API_ACTIVITY:
         out["api"] = {"operation": event["type"], "service": {"name": event["capability_id"] or "writ"}}
+    elif event["type"] == "oauth.client_revoked":
+        # The account whose credentials were withdrawn is the client's, not a person's.
+        out["user"] = {
+            "uid": payload.get("client_id"),
+            "name": payload.get("client_name"),
+            "type_id": OTHER,
+            "type": "OAuth client",
+        }
     elif cls is ACCOUNT_CHANGE:
         out["user"] = {"uid": payload.get("subject")}
     elif finding:

@@ -25,6 +25,7 @@ from gateway.cli.authority import (
     authority,
     check_standing,
 )
+from gateway.cli.clients import oauth_app
 from gateway.cli.clock import CLOCK
 from gateway.cli.identity import policy_app, principals_app
 from gateway.cli.refusals import exit_refused
@@ -52,6 +53,7 @@ app.add_typer(calls_app, name="calls")
 app.add_typer(approvals_app, name="approvals")
 app.add_typer(policy_app, name="policy")
 app.add_typer(principals_app, name="principals")
+app.add_typer(oauth_app, name="oauth")
 
 ConfigOption = Annotated[
     str | None,

@@ -63,6 +63,14 @@ class Client(ClientMixin):  # type: ignore[misc]
         return name if isinstance(name, str) and name.strip() else self.client_id
 
     @property
+    def document_host(self) -> str | None:
+        """For a client known by its metadata document: the host publishing it (who vouches for the
+        name); None for a registered client."""
+        if self.record.document_fresh_until is None:
+            return None
+        return urlsplit(self.client_id).hostname
+
+    @property
     def redirect_uris(self) -> list[str]:
         return [str(u) for u in self.metadata.get("redirect_uris", [])]
 

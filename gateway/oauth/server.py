@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from authlib.oauth2 import AuthorizationServer
-from authlib.oauth2.rfc6749 import InvalidScopeError
+from authlib.oauth2.rfc6749 import InvalidClientError, InvalidScopeError
 from joserfc import jwt
 from joserfc.errors import JoseError
 
 from gateway.config import ClaimMapping
+from gateway.oauth.documents import ClientDocuments, DocumentRefused, is_document_client_id
 from gateway.oauth.endpoints import Registration, Revocation
 from gateway.oauth.grants import AUTH_METHODS, AuthorizationCode, OneResource, RefreshToken, S256Only
 from gateway.oauth.keys import ALGORITHM, SigningKeys
@@ -54,10 +55,17 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
     """Codes with PKCE S256 for one resource, rotated refresh tokens, ES256 access tokens."""
 
     def __init__(
-        self, settings: Settings, store: OAuthGrants, keys: SigningKeys, clock: Callable[[], datetime]
+        self,
+        settings: Settings,
+        store: OAuthGrants,
+        keys: SigningKeys,
+        clock: Callable[[], datetime],
+        documents: ClientDocuments | None = None,
     ) -> None:
         super().__init__(scopes_supported=list(settings.scopes))
         self.settings = settings
+        self.documents = documents
+        """Client ID Metadata Documents, when accepted (`client_metadata_documents.enabled`)."""
         self.store = store
         self.keys = keys
         self.now = clock
@@ -87,11 +95,28 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         }
         if self.settings.scopes:
             document["scopes_supported"] = list(self.settings.scopes)
+        if self.documents is not None:
+            document["client_id_metadata_document_supported"] = True
         return document
 
     # -- authlib's framework hooks ------------------------------------------------------------
 
     def query_client(self, client_id: str) -> Client | None:
+        """A registered client, or the one a metadata document URL describes.
+
+        Raises:
+            InvalidClientError: the client id is a URL whose document cannot be used (saying why).
+        """
+        if is_document_client_id(client_id):
+            if self.documents is None:
+                raise InvalidClientError(
+                    description="this server does not accept client metadata documents: register at /register"
+                )
+            try:
+                return Client(self.documents.client(client_id))
+            except DocumentRefused as exc:
+                logger.warning("refused client metadata document: %s", exc)
+                raise InvalidClientError(description=str(exc)) from exc
         record = self.store.get_client(client_id)
         return Client(record) if record is not None else None
 

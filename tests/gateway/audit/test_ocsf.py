@@ -57,6 +57,23 @@ def test_a_revocation_is_an_account_disabled_by_its_revoker() -> None:
     assert out["actor"] == {"user": {"uid": "carol"}}
 
 
+def test_a_client_revocation_is_the_client_account_disabled_by_its_revoker() -> None:
+    client = "https://app.example.com/oauth/client.json"
+    out = ocsf_event(
+        envelope(
+            "oauth.client_revoked",
+            client_id=client,
+            client_name="Example",
+            revoked_by="root",
+            sign_ins_ended=2,
+        )
+    )
+
+    assert (out["class_uid"], out["activity_id"], out["type_uid"]) == (ACCOUNT_CHANGE.uid, 5, 300105)
+    assert out["user"] == {"uid": client, "name": "Example", "type_id": 99, "type": "OAuth client"}
+    assert out["actor"] == {"user": {"uid": "root"}}
+
+
 def test_a_loop_is_a_detection_finding_and_a_call_an_api_activity() -> None:
     loop = ocsf_event(envelope("loop.detected"))
     granted = ocsf_event(envelope("approval.granted", decided_by="carol"))

@@ -43,3 +43,10 @@ def test_writ_calls_show_loads_no_server_stack(tmp_path: Path) -> None:
     out, loaded = loaded_by("calls", "show", "tc-done", "-c", str(escalated_store(tmp_path)))
     # Alembic tells whether the store's schema is the newest, which every store command checks first.
     assert "tc-done" in out and [m for m in loaded if not m.startswith("alembic")] == []
+
+
+def test_writ_oauth_clients_list_loads_no_server_stack(tmp_path: Path) -> None:
+    out, loaded = loaded_by("oauth", "clients", "list", "-c", str(escalated_store(tmp_path)))
+    assert (
+        "no clients have signed anyone in" in out and [m for m in loaded if not m.startswith("alembic")] == []
+    )
