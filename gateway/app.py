@@ -41,6 +41,7 @@ from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
 from gateway.audit.checkpointer import Checkpointer
 from gateway.audit.checkpoints import CheckpointSigner
+from gateway.audit.security import NoSecurityEvents, SecurityEvents, SecuritySink
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier, principal_from_claims
@@ -68,6 +69,7 @@ from gateway.http.bearer import bearer_backend, refused_token
 from gateway.http.bodies import BodyLimit
 from gateway.http.body_deadline import BodyDeadline
 from gateway.http.headers import TrimHeaderValues
+from gateway.http.refusals import EdgeRefusals
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
@@ -118,6 +120,8 @@ class Runtime:
     """The same, recorded in the console's name."""
     authorization_server: WritAuthorizationServer | None = None
     """Writ's own OAuth authorization server, when `auth.authorization_server` is enabled."""
+    security: SecuritySink = field(default_factory=NoSecurityEvents)
+    """Where refusals are noted as rate-bounded `security.*` events (`audit.security_events`)."""
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Workers run while the runtime runs: lease recovery and reconciliation, approvals (resume,
     expiry), outbox delivery; each one a `run_periodically` loop."""
@@ -138,6 +142,8 @@ class Runtime:
                     yield self
                 finally:
                     workers.cancel_scope.cancel()
+            if isinstance(self.security, SecurityEvents):
+                await _last_security_events(self.security)
         finally:
             await self.registry.close()
             await anyio.to_thread.run_sync(self.store.close)
@@ -257,7 +263,35 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         )
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     _attach_checkpointer(runtime)
+    _attach_security_events(runtime)
     return runtime
+
+
+def _attach_security_events(runtime: Runtime) -> None:
+    """Refusals counted on the request path, written as `security.*` events by a background pass."""
+    settings = runtime.config.audit.security_events
+    if not settings.enabled:
+        return
+    security = SecurityEvents(
+        runtime.store, runtime.clock, window_s=settings.window_s, max_keys=settings.max_keys
+    )
+    runtime.security = security
+    runtime.background.append(
+        lambda: run_periodically(
+            security.tick,
+            interval_s=min(runtime.config.workers.interval_s, settings.window_s),
+            failure="security events pass failed",
+            log=logging.getLogger(SecurityEvents.__module__),
+        )
+    )
+
+
+async def _last_security_events(security: SecurityEvents) -> None:
+    # What was counted since the last pass is written on the way out, not lost with the process.
+    try:
+        await security.tick(flush_all=True)
+    except StoreError as exc:
+        logger.warning("security events counted since the last pass were not recorded: %s", exc)
 
 
 def own_issuer(issuer: str, keys: SigningKeys, store: OAuthGrants) -> TrustedIssuer:
@@ -415,6 +449,7 @@ def build_app(runtime: Runtime) -> Starlette:
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
         registry=runtime.registry,
+        security=runtime.security,
     )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,
@@ -486,12 +521,13 @@ def build_app(runtime: Runtime) -> Starlette:
         routes=routes,
         middleware=[
             Middleware(StartupErrors),
+            Middleware(EdgeRefusals, security=runtime.security),
             Middleware(BodyDeadline, timeout_s=server_config.body_timeout_s),
             Middleware(BodyLimit),
             Middleware(TrimHeaderValues),
             Middleware(
                 AuthenticationMiddleware,
-                backend=bearer_backend(runtime.verifier, runtime.telemetry),
+                backend=bearer_backend(runtime.verifier, runtime.telemetry, runtime.security),
                 on_error=refused_token(metadata_url),
             ),
             Middleware(AuthContextMiddleware),
