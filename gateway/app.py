@@ -47,7 +47,7 @@ from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.auth.trust import trusted_issuers
 from gateway.calls.actions import Redactor
-from gateway.calls.approvals import Decisions
+from gateway.calls.approvals import Decisions, WebhookConfig
 from gateway.calls.authorize import PolicyLike
 from gateway.calls.catalogue import Catalogue
 from gateway.calls.dispatch import Dispatcher
@@ -86,6 +86,7 @@ from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
 from store.ports import OAuthGrants
+from store.queues import TOPIC_APPROVAL_REQUIRED, TOPIC_CHECKPOINT
 from store.rate_limits import Bucket
 from store.store import Store
 
@@ -262,7 +263,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
             )
         )
     _attach_approvals(runtime, owner, environ or dict(os.environ))
-    _attach_checkpointer(runtime)
+    _attach_checkpointer(runtime, environ or dict(os.environ))
     _attach_security_events(runtime)
     return runtime
 
@@ -316,8 +317,13 @@ def _sign_in_revoked(store: OAuthGrants) -> Callable[[Mapping[str, Any]], Awaita
     return revoked
 
 
-def _attach_checkpointer(runtime: Runtime) -> None:
-    """Checkpoints of the log signed outside the database, when configured (on in `writ demo`)."""
+def _attach_checkpointer(runtime: Runtime, environ: dict[str, str]) -> None:
+    """Checkpoints of the log signed outside the database, when configured (on in `writ demo`), and
+    sent to their webhook through the outbox when one is configured.
+
+    Raises:
+        ConfigurationError: a webhook is configured without its signing secret in the environment.
+    """
     settings = runtime.config.audit.checkpoints
     if not settings.enabled:
         return
@@ -329,7 +335,11 @@ def _attach_checkpointer(runtime: Runtime) -> None:
         clock=runtime.clock,
         every_events=settings.every_events,
         every_s=settings.every_s,
+        outbox=runtime.store if settings.webhook is not None else None,
     )
+    runtime.telemetry.checkpoint_age(checkpointer.age_s)
+    if settings.webhook is not None:
+        _deliver(runtime, settings.webhook, TOPIC_CHECKPOINT, "audit.checkpoints.webhook", environ)
     runtime.background.append(
         lambda: run_periodically(
             checkpointer.tick,
@@ -387,31 +397,42 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         )
     )
     if config.webhook is not None:
-        secret = environ.get(config.webhook.secret_env)
-        if not secret:
-            raise ConfigurationError(
-                f"approvals.webhook: set the signing secret in ${config.webhook.secret_env}"
+        _deliver(runtime, config.webhook, TOPIC_APPROVAL_REQUIRED, "approvals.webhook", environ)
+
+
+def _deliver(
+    runtime: Runtime, webhook: WebhookConfig, topic: str, section: str, environ: dict[str, str]
+) -> None:
+    """A worker POSTing the outbox's messages of `topic` to `webhook`, signed with its secret.
+
+    Raises:
+        ConfigurationError: the signing secret is not in the environment.
+    """
+    secret = environ.get(webhook.secret_env)
+    if not secret:
+        raise ConfigurationError(f"{section}: set the signing secret in ${webhook.secret_env}")
+    config = runtime.config.approvals
+    notifier = Notifier(
+        store=runtime.store,
+        webhook=webhook,
+        secret=secret.encode(),
+        clock=runtime.clock,
+        owner=worker_id(),
+        console_url=config.console_url or f"{runtime.config.server.base_url}/console",
+        topics=(topic,),
+    )
+    interval_s = config.poll_interval_s
+
+    async def deliver() -> None:
+        async with notifier.client() as http:
+            await run_periodically(
+                lambda: notifier.tick(http),
+                interval_s=interval_s,
+                failure=f"outbox delivery pass failed ({topic})",
+                log=logging.getLogger(Notifier.__module__),
             )
-        notifier = Notifier(
-            store=runtime.store,
-            webhook=config.webhook,
-            secret=secret.encode(),
-            clock=clock,
-            owner=owner,
-            console_url=config.console_url or f"{runtime.config.server.base_url}/console",
-        )
-        interval_s = config.poll_interval_s
 
-        async def deliver() -> None:
-            async with notifier.client() as http:
-                await run_periodically(
-                    lambda: notifier.tick(http),
-                    interval_s=interval_s,
-                    failure="outbox delivery pass failed",
-                    log=logging.getLogger(Notifier.__module__),
-                )
-
-        runtime.background.append(deliver)
+    runtime.background.append(deliver)
 
 
 def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:

@@ -275,6 +275,7 @@ def audit_checkpoint(
     ] = False,
 ) -> None:
     """Sign the log's head with a key kept outside the database and append it to the checkpoints."""
+    from gateway.audit.checkpointer import announce
     from gateway.audit.checkpoints import CheckpointSigner, trusted_keys, write_checkpoint
 
     settings = _config(config).audit.checkpoints
@@ -285,7 +286,11 @@ def audit_checkpoint(
         made, path = write_checkpoint(
             store, signer, settings.directory, trusted_keys(settings.trusted_keys), CLOCK()
         )
+        if settings.webhook is not None:  # the gateway's outbox worker sends it
+            announce(store, made, CLOCK())
     typer.echo(f"checkpoint at seq {made.anchor.seq} (kid {made.kid}) appended to {path}")
+    if settings.webhook is not None:
+        typer.echo(f"queued for {settings.webhook.url}")
 
 
 class ExportFormat(enum.StrEnum):
