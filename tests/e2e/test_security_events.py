@@ -9,6 +9,7 @@ pass it asks for (`flush`), as the gateway writes it on the way out."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -112,7 +113,12 @@ def test_a_flood_of_bad_tokens_makes_a_few_events_that_count_it(
         assert {e["tenant"] for e in new} == ({"acme"} if signed else {None})
         assert token not in str(new) and token.split(".")[2] not in str(new)
     assert any("security.auth_failed kind=expired" in r.getMessage() for r in caplog.records)
-    assert gateway.runtime.store.verify().ok
+    verified = gateway.cli("audit", "verify", check=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    ocsf = gateway.cli("audit", "export", "--format", "ocsf", "--type", "security.auth_failed")
+    logons = [json.loads(line) for line in ocsf.stdout.splitlines()]
+    assert {(e["class_uid"], e["activity_id"], e["status"]) for e in logons} == {(3002, 1, "Failure")}
+    assert {e["status_detail"] for e in logons} >= set(flood)
 
 
 @pytest.mark.anyio
