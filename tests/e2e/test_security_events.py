@@ -27,6 +27,8 @@ from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.postgres import fresh_schema
 
 HOUR_WINDOW = {"security_events": {"window_s": 3600}}
+THROTTLED = {"tenants": {"throttled": {"per_s": 0.001, "burst": 2}}}
+"""A tenant whose principals get two calls, then wait a quarter of an hour; the others are as usual."""
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 
@@ -40,7 +42,8 @@ def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         else:
             url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
         backend = stack.enter_context(acme(workdir))
-        yield stack.enter_context(writ(workdir, backend, url, overrides={"audit": HOUR_WINDOW}))
+        overrides = {"audit": HOUR_WINDOW, "rate_limits": THROTTLED}
+        yield stack.enter_context(writ(workdir, backend, url, overrides=overrides))
 
 
 def flush(gateway: Writ) -> None:
@@ -175,3 +178,19 @@ def test_a_scope_refusal_is_not_an_edge_refusal(gateway: Writ) -> None:
 
     assert answer.status_code == 403
     assert security_events(gateway, "security.edge_refused") == before
+
+
+@pytest.mark.anyio
+async def test_calls_over_the_rate_limit_are_counted_as_edge_refusals_of_their_principal(
+    gateway: Writ,
+) -> None:
+    async with gateway.client(gateway.token("hasty-agent", tenant="throttled")) as client:
+        heard = [
+            (await client.call_tool("lookup_order", {"order_id": "1001"})).structured_content or {}
+            for _ in range(5)
+        ]
+    await anyio.to_thread.run_sync(lambda: flush(gateway))
+
+    assert [h.get("reason") for h in heard][2:] == ["rate_limited"] * 3
+    (event,) = security_events(gateway, "security.edge_refused", kind="rate_limited", subject="hasty-agent")
+    assert (event["tenant"], event["payload"]["count"]) == ("throttled", 3)
