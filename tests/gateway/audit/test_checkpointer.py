@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from pydantic import ValidationError
 
+from gateway.app import build_runtime
 from gateway.audit.checkpointer import Checkpointer, announce
 from gateway.audit.checkpoints import CheckpointSigner, parse, read_all, trusted_keys
+from gateway.config import WritConfig
+from gateway.errors import ConfigurationError
 from gateway.telemetry import Telemetry
 from store import Store
 from store.commands import ClaimOutbox
@@ -184,3 +188,26 @@ def gauge(reader: InMemoryMetricReader) -> float | None:
     ]
     assert len(points) <= 1
     return points[0] if points else None
+
+
+def test_a_checkpoint_webhook_without_its_secret_is_refused_at_start_naming_the_variable(
+    tmp_path: Path,
+) -> None:
+    checkpoints = {
+        "enabled": True,
+        "directory": str(tmp_path / "cp"),
+        "key_file": str(tmp_path / "key.jwk"),
+        "trusted_keys": str(tmp_path / "trusted.jwks"),
+        "webhook": {"url": "https://audit.example/writ", "secret_env": "WRIT_CHECKPOINT_SECRET"},
+    }
+    config = WritConfig.model_validate(
+        {"store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"}, "audit": {"checkpoints": checkpoints}}
+    )
+
+    with pytest.raises(ConfigurationError) as refused:
+        build_runtime(config, environ={"WRIT_WEBHOOK_SECRET": "the approvals' one"})
+    assert (
+        str(refused.value) == "audit.checkpoints.webhook: set the signing secret in $WRIT_CHECKPOINT_SECRET"
+    )
+    with pytest.raises(ValidationError, match="must be an absolute http"):
+        WritConfig.model_validate({"audit": {"checkpoints": {"webhook": {"url": "audit.example/writ"}}}})
