@@ -606,14 +606,16 @@ def approvals_outbox(
     status: Annotated[str | None, typer.Option(help="Filter: pending, delivered, dead.")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Notifications of pending approvals and how their webhook delivery stands (failures included)."""
+    """Notifications of pending approvals (and checkpoints, with a checkpoint webhook) and how their
+    webhook delivery stands (failures included)."""
     with _store(config) as store:
         messages = store.outbox_messages(status=status)
     if not messages:
         typer.echo("no messages")
     for m in messages:
+        what = f"approval={m.approval_id}" if m.approval_id else f"topic={m.topic}"
         typer.echo(
-            f"{m.message_id}  {m.status:<9} attempts={m.attempts} approval={m.approval_id} "
+            f"{m.message_id}  {m.status:<9} attempts={m.attempts} {what} "
             f"next={m.next_attempt_at.isoformat()} error={m.last_error or '-'}"
         )
 

@@ -162,6 +162,7 @@ async def test_checkpoints_are_sent_to_their_own_webhook_signed_and_verifiable_b
                 lambda: len(checkpoints_hook.received) >= 2 and len(approvals_hook.received) >= 2
             )
             head, _ = gateway.runtime.store.log_head()
+            listing = gateway.cli("approvals", "outbox").stdout
 
     keys = trusted_keys(tmp_path / "checkpoint-keys.jwks")
     sent = [json.loads(r["body"]) for r in checkpoints_hook.received]
@@ -176,6 +177,7 @@ async def test_checkpoints_are_sent_to_their_own_webhook_signed_and_verifiable_b
     on_disk = {c.line for c in read_all([tmp_path / "checkpoints"], keys)}
     assert {m.line for m in made} <= on_disk  # the same signed lines as in the directory
     assert max(m.anchor.seq for m in made) <= head
+    assert "topic=audit.checkpoint" in listing and f"approval={pending['approvalId']}" in listing
     assert sent[0] == sent[1]  # the first answer was 503: sent again, the same message
     # Each webhook carries its own messages only.
     assert {json.loads(r["body"])["type"] for r in approvals_hook.received} == {"approval.required"}
