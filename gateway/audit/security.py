@@ -22,6 +22,7 @@ from typing import Protocol
 import anyio.to_thread
 
 from gateway.clock import Clock
+from store.model import StoreError
 from store.ports import SecurityLog
 from store.security import SecurityNote, SecurityType
 
@@ -74,8 +75,8 @@ class SecurityEvents:
         self._written: dict[Refusal, datetime] = {}
         self._keys: set[Refusal] = set()
         """Every key pending or written within its window: what `max_keys` bounds."""
-        # `note` is called on the event loop and from worker threads alike (the SDK runs some checks
-        # in threads): one short lock, never held across I/O.
+        # `note` runs on the server's event loop, a pass may run elsewhere (on the way out, or from
+        # another thread): one short lock, never held across I/O.
         self._lock = threading.Lock()
 
     @property
@@ -124,7 +125,7 @@ class SecurityEvents:
             return 0
         try:
             await anyio.to_thread.run_sync(self._log.record_security, notes)
-        except Exception:
+        except StoreError:
             self._restore(notes)
             raise
         for note in notes:
