@@ -3,8 +3,9 @@ of bad tokens makes a bounded number of `security.auth_failed` events whose coun
 naming the subject only of tokens the issuer signed and never a token; the official MCP client calling a
 tool that does not exist makes `security.unknown_tool`; refusals at the edge (a body over the limit, an
 Origin this gateway does not serve) make `security.edge_refused`. The log still verifies, and an auditor
-reads them over HTTP, in OCSF too. The window is an hour here, so what a case counts is written by the
-pass it asks for (`flush`), as the gateway writes it on the way out."""
+reads them over HTTP, in OCSF too. The window is an hour here: a key's first refusal is written by the
+gateway's next pass, the rest of it by the pass a case asks for (`flush`, as the gateway writes them on
+the way out), so a case expects one or two events a key and counts that add up."""
 
 from __future__ import annotations
 
@@ -133,11 +134,12 @@ async def test_the_official_client_calling_an_unknown_tool_is_a_security_event(g
             await client.call_tool("drop_database\x00", {})
     await anyio.to_thread.run_sync(lambda: flush(gateway))
 
-    (event,) = security_events(gateway, "security.unknown_tool", subject="curious-agent")
-    assert event["tenant"] == "acme"
-    assert event["payload"]["tool_name"] == "drop_database?"
-    assert event["payload"]["count"] == 2
-    assert "really" not in str(event)
+    # One event, or two when the gateway's own pass ran between the calls: the first one's window.
+    events = security_events(gateway, "security.unknown_tool", subject="curious-agent")
+    assert 1 <= len(events) <= 2 and sum(e["payload"]["count"] for e in events) == 2
+    assert {(e["tenant"], e["payload"]["tool_name"]) for e in events} == {("acme", "drop_database?")}
+    assert "really" not in str(events)
+    event = events[-1]
 
     auditor = gateway.token("audrey", roles="auditor", tenant="acme")
     headers = {"Authorization": f"Bearer {auditor}"}
@@ -145,7 +147,7 @@ async def test_the_official_client_calling_an_unknown_tool_is_a_security_event(g
     async with httpx2.AsyncClient(timeout=10) as http:
         page = (await http.get(f"{gateway.url}/api/audit/events", params=params, headers=headers)).json()
     (ocsf,) = [e for e in page["events"] if e["unmapped"]["writ"]["event_id"] == event["event_id"]]
-    assert (ocsf["class_uid"], ocsf["status"], ocsf["count"]) == (6003, "Failure", 2)
+    assert (ocsf["class_uid"], ocsf["status"], ocsf["count"]) == (6003, "Failure", event["payload"]["count"])
     assert ocsf["api"]["operation"] == "tools/call drop_database?"
 
 
@@ -192,5 +194,6 @@ async def test_calls_over_the_rate_limit_are_counted_as_edge_refusals_of_their_p
     await anyio.to_thread.run_sync(lambda: flush(gateway))
 
     assert [h.get("reason") for h in heard][2:] == ["rate_limited"] * 3
-    (event,) = security_events(gateway, "security.edge_refused", kind="rate_limited", subject="hasty-agent")
-    assert (event["tenant"], event["payload"]["count"]) == ("throttled", 3)
+    events = security_events(gateway, "security.edge_refused", kind="rate_limited", subject="hasty-agent")
+    assert 1 <= len(events) <= 2 and sum(e["payload"]["count"] for e in events) == 3
+    assert {e["tenant"] for e in events} == {"throttled"}
