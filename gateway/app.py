@@ -42,12 +42,13 @@ from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
 from gateway.audit.checkpointer import Checkpointer
 from gateway.audit.checkpoints import CheckpointSigner
+from gateway.audit.security import NoSecurityEvents, SecurityEvents, SecuritySink
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier, principal_from_claims
 from gateway.auth.trust import http_factory, trusted_issuers
 from gateway.calls.actions import Redactor
-from gateway.calls.approvals import Decisions
+from gateway.calls.approvals import Decisions, WebhookConfig
 from gateway.calls.authorize import PolicyLike
 from gateway.calls.catalogue import Catalogue
 from gateway.calls.dispatch import Dispatcher
@@ -69,6 +70,7 @@ from gateway.http.bearer import bearer_backend, refused_token
 from gateway.http.bodies import BodyLimit
 from gateway.http.body_deadline import BodyDeadline
 from gateway.http.headers import TrimHeaderValues
+from gateway.http.refusals import EdgeRefusals
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
@@ -88,6 +90,7 @@ from policy.engine import Policy
 from policy.model import PolicyError, Principal
 from store.model import StoreError
 from store.ports import OAuthGrants
+from store.queues import TOPIC_APPROVAL_REQUIRED, TOPIC_CHECKPOINT
 from store.rate_limits import Bucket
 from store.store import Store
 
@@ -124,6 +127,8 @@ class Runtime:
     """Writ's own OAuth authorization server, when `auth.authorization_server` is enabled."""
     upstream: list[UpstreamProvider] = field(default_factory=list)
     """The OpenID providers people sign in at, when its login is `type: oidc`."""
+    security: SecuritySink = field(default_factory=NoSecurityEvents)
+    """Where refusals are noted as rate-bounded `security.*` events (`audit.security_events`)."""
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     """Workers run while the runtime runs: lease recovery and reconciliation, approvals (resume,
     expiry), outbox delivery; each one a `run_periodically` loop."""
@@ -144,6 +149,8 @@ class Runtime:
                     yield self
                 finally:
                     workers.cancel_scope.cancel()
+            if isinstance(self.security, SecurityEvents):
+                await _last_security_events(self.security)
         finally:
             await self.registry.close()
             await anyio.to_thread.run_sync(self.store.close)
@@ -285,7 +292,8 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
             )
         )
     _attach_approvals(runtime, owner, environ or dict(os.environ))
-    _attach_checkpointer(runtime)
+    _attach_checkpointer(runtime, environ or dict(os.environ))
+    _attach_security_events(runtime)
     return runtime
 
 
@@ -299,6 +307,33 @@ def _document_fetch_limit(
         return store.take_tokens([bucket])
 
     return limit
+
+
+def _attach_security_events(runtime: Runtime) -> None:
+    """Refusals counted on the request path, written as `security.*` events by a background pass."""
+    settings = runtime.config.audit.security_events
+    if not settings.enabled:
+        return
+    security = SecurityEvents(
+        runtime.store, runtime.clock, window_s=settings.window_s, max_keys=settings.max_keys
+    )
+    runtime.security = security
+    runtime.background.append(
+        lambda: run_periodically(
+            security.tick,
+            interval_s=min(runtime.config.workers.interval_s, settings.window_s),
+            failure="security events pass failed",
+            log=logging.getLogger(SecurityEvents.__module__),
+        )
+    )
+
+
+async def _last_security_events(security: SecurityEvents) -> None:
+    # What was counted since the last pass is written on the way out, not lost with the process.
+    try:
+        await security.tick(flush_all=True)
+    except StoreError as exc:
+        logger.warning("security events counted since the last pass were not recorded: %s", exc)
 
 
 def own_issuer(issuer: str, keys: SigningKeys, store: OAuthGrants) -> TrustedIssuer:
@@ -323,8 +358,13 @@ def _sign_in_revoked(store: OAuthGrants) -> Callable[[Mapping[str, Any]], Awaita
     return revoked
 
 
-def _attach_checkpointer(runtime: Runtime) -> None:
-    """Checkpoints of the log signed outside the database, when configured (on in `writ demo`)."""
+def _attach_checkpointer(runtime: Runtime, environ: dict[str, str]) -> None:
+    """Checkpoints of the log signed outside the database, when configured (on in `writ demo`), and
+    sent to their webhook through the outbox when one is configured.
+
+    Raises:
+        ConfigurationError: a webhook is configured without its signing secret in the environment.
+    """
     settings = runtime.config.audit.checkpoints
     if not settings.enabled:
         return
@@ -336,7 +376,11 @@ def _attach_checkpointer(runtime: Runtime) -> None:
         clock=runtime.clock,
         every_events=settings.every_events,
         every_s=settings.every_s,
+        outbox=runtime.store if settings.webhook is not None else None,
     )
+    runtime.telemetry.checkpoint_age(checkpointer.age_s)
+    if settings.webhook is not None:
+        _deliver(runtime, settings.webhook, TOPIC_CHECKPOINT, "audit.checkpoints.webhook", environ)
     runtime.background.append(
         lambda: run_periodically(
             checkpointer.tick,
@@ -394,31 +438,42 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         )
     )
     if config.webhook is not None:
-        secret = environ.get(config.webhook.secret_env)
-        if not secret:
-            raise ConfigurationError(
-                f"approvals.webhook: set the signing secret in ${config.webhook.secret_env}"
+        _deliver(runtime, config.webhook, TOPIC_APPROVAL_REQUIRED, "approvals.webhook", environ)
+
+
+def _deliver(
+    runtime: Runtime, webhook: WebhookConfig, topic: str, section: str, environ: dict[str, str]
+) -> None:
+    """A worker POSTing the outbox's messages of `topic` to `webhook`, signed with its secret.
+
+    Raises:
+        ConfigurationError: the signing secret is not in the environment.
+    """
+    secret = environ.get(webhook.secret_env)
+    if not secret:
+        raise ConfigurationError(f"{section}: set the signing secret in ${webhook.secret_env}")
+    config = runtime.config.approvals
+    notifier = Notifier(
+        store=runtime.store,
+        webhook=webhook,
+        secret=secret.encode(),
+        clock=runtime.clock,
+        owner=worker_id(),
+        console_url=config.console_url or f"{runtime.config.server.base_url}/console",
+        topics=(topic,),
+    )
+    interval_s = config.poll_interval_s
+
+    async def deliver() -> None:
+        async with notifier.client() as http:
+            await run_periodically(
+                lambda: notifier.tick(http),
+                interval_s=interval_s,
+                failure=f"outbox delivery pass failed ({topic})",
+                log=logging.getLogger(Notifier.__module__),
             )
-        notifier = Notifier(
-            store=runtime.store,
-            webhook=config.webhook,
-            secret=secret.encode(),
-            clock=clock,
-            owner=owner,
-            console_url=config.console_url or f"{runtime.config.server.base_url}/console",
-        )
-        interval_s = config.poll_interval_s
 
-        async def deliver() -> None:
-            async with notifier.client() as http:
-                await run_periodically(
-                    lambda: notifier.tick(http),
-                    interval_s=interval_s,
-                    failure="outbox delivery pass failed",
-                    log=logging.getLogger(Notifier.__module__),
-                )
-
-        runtime.background.append(deliver)
+    runtime.background.append(deliver)
 
 
 def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
@@ -456,6 +511,7 @@ def build_app(runtime: Runtime) -> Starlette:
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
         registry=runtime.registry,
+        security=runtime.security,
     )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,
@@ -541,12 +597,13 @@ def build_app(runtime: Runtime) -> Starlette:
         routes=routes,
         middleware=[
             Middleware(StartupErrors),
+            Middleware(EdgeRefusals, security=runtime.security),
             Middleware(BodyDeadline, timeout_s=server_config.body_timeout_s),
             Middleware(BodyLimit),
             Middleware(TrimHeaderValues),
             Middleware(
                 AuthenticationMiddleware,
-                backend=bearer_backend(runtime.verifier, runtime.telemetry),
+                backend=bearer_backend(runtime.verifier, runtime.telemetry, runtime.security),
                 on_error=refused_token(metadata_url),
             ),
             Middleware(AuthContextMiddleware),

@@ -30,7 +30,7 @@ from capabilities.config import (
     check_uri_prefixes,
 )
 from capabilities.contract import config_problems
-from gateway.calls.approvals import ApprovalsConfig
+from gateway.calls.approvals import ApprovalsConfig, WebhookConfig
 from gateway.calls.rate_limits import RateLimitsConfig
 from gateway.calls.validation import MAX_ARGUMENT_BYTES
 from gateway.errors import ConfigurationError
@@ -440,10 +440,24 @@ class CheckpointsConfig(_Section):
     """The Ed25519 private key (made, mode 0600, on first use). Never in the database."""
     trusted_keys: str = str(DEFAULT_STATE_DIR / "checkpoint-keys.jwks")
     """The public keys checkpoints verify against: a JWKS, appended to on rotation, never pruned."""
+    webhook: WebhookConfig | None = None
+    """Each checkpoint the gateway writes is also POSTed here through the outbox (signed with the
+    secret in `secret_env`, retried, dead-lettered), e.g. to a store in another account."""
+
+
+class SecurityEventsConfig(_Section):
+    """`security.*` events: failed authentications, unknown tools, refusals at the edge (rate-bounded)."""
+
+    enabled: bool = True
+    window_s: float = Field(default=60.0, gt=0)
+    """At most one event per kind, source and window, carrying the count of refusals it stands for."""
+    max_keys: int = Field(default=1000, ge=1)
+    """Keys (kind, source, identity) tracked at once; past it, new ones are counted under `other`."""
 
 
 class AuditConfig(_Section):
     checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig)
+    security_events: SecurityEventsConfig = Field(default_factory=SecurityEventsConfig)
 
 
 class WritConfig(_Section):

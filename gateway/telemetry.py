@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -103,6 +104,7 @@ class Telemetry:
         )
         self._include_arguments = include_arguments
         self._providers = (tracer_provider, meter_provider)
+        self._meter = meter
 
     @contextlib.contextmanager
     def tool_call(self, tool_name: str, arguments: object) -> Iterator[CallSpan]:
@@ -127,6 +129,20 @@ class Telemetry:
     def authentication_failed(self, kind: str) -> None:
         """A bearer token refused (`kind`: expired, wrong_audience, bad_signature, untrusted_issuer...)."""
         self._auth_failures.add(1, {"error.type": kind})
+
+    def checkpoint_age(self, age_s: Callable[[], float | None]) -> None:
+        """Observe `writ.audit.checkpoint.age`: how long the newest events have waited unanchored."""
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            age = age_s()
+            return [] if age is None else [Observation(age)]
+
+        self._meter.create_observable_gauge(
+            "writ.audit.checkpoint.age",
+            callbacks=[observe],
+            unit="s",
+            description="Seconds the newest events have waited for a signed checkpoint (0: none wait)",
+        )
 
     def shutdown(self) -> None:
         for provider in self._providers:

@@ -147,6 +147,19 @@ class ClaimOutbox:
     now: datetime
     lease_s: float = 30.0
     limit: int = 10
+    topics: tuple[str, ...] = ()
+    """Only messages of these topics (each webhook delivers its own); empty: every topic."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOutbox:
+    """A notification that announces no call (a checkpoint), queued for delivery at `now`."""
+
+    message_id: str
+    topic: str
+    payload: Mapping[str, Any]
+    now: datetime
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -330,6 +330,32 @@ class OAuthClientRevoked(Payload):
     break_glass: bool = False
 
 
+class SecurityNoted(Payload):
+    """What a `security.*` event stands for: `count` refusals of one kind from one source, first to last.
+
+    Rate-bounded by the gateway (at most one event per kind, source and window), so a flood of bad
+    tokens is a few events with counts, not one event per request. Never a token, secret or setting.
+    """
+
+    kind: str
+    """The reason: `expired`, `bad_signature`, `wrong_audience`... for an authentication; `unknown_tool`;
+    `request_too_large`, `rate_limited`, `bad_origin`... at the edge."""
+    source: str | None = None
+    """The client's address as the gateway saw it (`other` once too many sources are tracked)."""
+    count: int
+    first_at: str
+    last_at: str
+    window_s: float
+    issuer: str | None = None
+    """The token's issuer, only when it is one this gateway trusts."""
+    subject: str | None = None
+    """The token's subject, only when its signature verified (expired, wrong audience, revoked...)."""
+    tool_name: str | None = None
+    """For `security.unknown_tool`: the name asked for, cut to 128 printable characters."""
+    path: str | None = None
+    """For an edge refusal: the request path, cut to 128 printable characters."""
+
+
 class Envelope(BaseModel):
     """Fields every event carries; `seq`, `prev_hash` and `hash` are set when the event is appended."""
 
@@ -496,6 +522,21 @@ class OAuthClientRevokedEvent(Envelope):
     payload: OAuthClientRevoked
 
 
+class SecurityAuthFailedEvent(Envelope):
+    type: Literal["security.auth_failed"] = "security.auth_failed"
+    payload: SecurityNoted
+
+
+class SecurityUnknownToolEvent(Envelope):
+    type: Literal["security.unknown_tool"] = "security.unknown_tool"
+    payload: SecurityNoted
+
+
+class SecurityEdgeRefusedEvent(Envelope):
+    type: Literal["security.edge_refused"] = "security.edge_refused"
+    payload: SecurityNoted
+
+
 EVENT_TYPES: tuple[type[Envelope], ...] = (
     RunStartedEvent,
     ToolCallRequestedEvent,
@@ -522,6 +563,9 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     PrincipalRevokedEvent,
     PrincipalRestoredEvent,
     OAuthClientRevokedEvent,
+    SecurityAuthFailedEvent,
+    SecurityUnknownToolEvent,
+    SecurityEdgeRefusedEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -550,7 +594,10 @@ Event = Annotated[
     | LoopDetectedEvent
     | PrincipalRevokedEvent
     | PrincipalRestoredEvent
-    | OAuthClientRevokedEvent,
+    | OAuthClientRevokedEvent
+    | SecurityAuthFailedEvent
+    | SecurityUnknownToolEvent
+    | SecurityEdgeRefusedEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -70,7 +70,16 @@ IN_FLIGHT: frozenset[str] = frozenset(
 """States in which a call's key may not be taken over by another (it would be joined instead)."""
 
 CALL_FREE_TYPES: frozenset[str] = frozenset(
-    {"run.started", "principal.revoked", "principal.restored", "loop.detected", "oauth.client_revoked"}
+    {
+        "run.started",
+        "principal.revoked",
+        "principal.restored",
+        "loop.detected",
+        "oauth.client_revoked",
+        "security.auth_failed",
+        "security.unknown_tool",
+        "security.edge_refused",
+    }
 )
 """Event types that need not name a call; every other type moves a call along `TRANSITIONS`."""
 

@@ -7,7 +7,7 @@ checks it where the composition root hands the store in).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -47,6 +47,7 @@ from store.model import (
 from store.oauth import CodeGrant, RefreshGrant, RegisteredClient
 from store.oauth_clients import ClientDetail, ClientRevocation, ClientSummary, RevokeClient
 from store.revoking import Revocation
+from store.security import SecurityNote
 
 
 class Standing(Protocol):
@@ -213,6 +214,12 @@ class AuditLog(Protocol):
     def event_hashes(self, after_seq: int, upto_seq: int) -> list[str]: ...
 
     def verify(self, anchors: Iterable[Anchor] = ()) -> AuditReport: ...
+
+
+class SecurityLog(Protocol):
+    """Where the gateway's rate-bounded `security.*` events are appended."""
+
+    def record_security(self, notes: Sequence[SecurityNote]) -> Sequence[object]: ...
 
 
 class AuditExport(Protocol):

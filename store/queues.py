@@ -16,9 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Row, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from store.canonical import canonical_json
-from store.commands import ClaimOutbox, OutboxDelivered, OutboxFailed
+from store.commands import ClaimOutbox, EnqueueOutbox, OutboxDelivered, OutboxFailed
 from store.model import ApprovalView, CallRequest, OutboxMessage
 from store.schema import approvals, held_arguments, outbox
 from store.views import approval_view
@@ -26,6 +27,7 @@ from store.views import approval_view
 T = TypeVar("T")
 
 TOPIC_APPROVAL_REQUIRED = "approval.required"
+TOPIC_CHECKPOINT = "audit.checkpoint"
 
 
 def on_admitted(conn: Connection, req: CallRequest) -> None:
@@ -127,6 +129,30 @@ class Queues:
         with self._read() as conn:
             return [message_of(row) for row in conn.execute(query)]
 
+    def enqueue_outbox(self, cmd: EnqueueOutbox) -> bool:
+        """Queue a message announcing no call; False if one with its id is queued already."""
+
+        def work(conn: Connection) -> bool:
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        insert(outbox).values(
+                            message_id=cmd.message_id,
+                            topic=cmd.topic,
+                            tenant=cmd.tenant,
+                            payload=canonical_json(dict(cmd.payload)),
+                            status="pending",
+                            attempts=0,
+                            next_attempt_at=cmd.now,
+                            created_at=cmd.now,
+                        )
+                    )
+            except IntegrityError:
+                return False
+            return True
+
+        return self._write(cmd.now, work)
+
     def claim_outbox(self, cmd: ClaimOutbox) -> list[OutboxMessage]:
         """Lease due pending messages to `owner`; each claim counts as one delivery attempt."""
         now = cmd.now
@@ -144,6 +170,8 @@ class Queues:
                 .limit(cmd.limit)
                 .with_for_update(skip_locked=True)
             )
+            if cmd.topics:  # each webhook claims its own messages only
+                due = due.where(outbox.c.topic.in_(cmd.topics))
             ids = list(conn.execute(due).scalars())
             if not ids:
                 return []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, TypeVar, Unpack
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
-from store import approving, confirming, ports, recording, revoking
+from store import approving, confirming, ports, recording, revoking, security
+from store import events as ev
 from store import oauth_clients as client_records
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
@@ -319,6 +320,15 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         _aware(cmd.now)
         with _translated(), self._engine.begin() as conn:
             return client_records.revoke_client(conn, cmd, producer=self._producer)
+
+    def record_security(self, notes: Sequence[security.SecurityNote]) -> list[ev.Event]:
+        """Append a `security.*` event per note (the gateway bounds how many), in one transaction."""
+        if not notes:
+            return []
+        for note in notes:
+            _aware(note.last_at)
+        with _translated(), self._engine.begin() as conn:
+            return security.record(conn, notes, producer=self._producer)
 
     def tenants_of(self, subject: str) -> list[str]:
         """The tenants where `subject` has been seen (runs, calls, approvals, revocations), sorted."""

@@ -110,7 +110,13 @@ class FakeOutbox:
         self.failed: list[OutboxFailed] = []
 
     def claim_outbox(self, cmd: ClaimOutbox) -> list[OutboxMessage]:
-        due = [m for m in self.messages if m.status == "pending" and m.next_attempt_at <= cmd.now]
+        due = [
+            m
+            for m in self.messages
+            if m.status == "pending"
+            and m.next_attempt_at <= cmd.now
+            and (not cmd.topics or m.topic in cmd.topics)
+        ]
         return due[: cmd.limit]
 
     def outbox_delivered(self, cmd: OutboxDelivered) -> bool:

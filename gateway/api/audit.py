@@ -2,7 +2,9 @@
 
 Always scoped to the caller's tenant: a `tenant` parameter may only repeat it. A page answers with the
 events in seq order and `next_after_seq`, the cursor to ask with next (the page's last seq, or the one
-asked with when nothing matched yet), so a collector polls with it to follow the log.
+asked with when nothing matched yet), so a collector polls with it to follow the log. With
+`format=ocsf` each event is its OCSF form (`gateway.audit.ocsf`, as `writ audit export --format ocsf`
+writes it); the paging is the same, by the Writ seq each OCSF event keeps as `metadata.sequence`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from starlette.routing import Route
 
 from gateway.api.guard import Guard, error, refused
 from gateway.audit.exporting import event_filter
+from gateway.audit.ocsf import ocsf_event
 from gateway.auth.oversight import AUDIT_ROLES
 from gateway.errors import Refused
 from gateway.reasons import ReasonCode
@@ -24,7 +27,8 @@ from store.ports import AuditExport
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
-_SINGLE = frozenset({"after_seq", "limit", "since", "until", "principal", "capability", "tenant"})
+_SINGLE = frozenset({"after_seq", "limit", "since", "until", "principal", "capability", "tenant", "format"})
+FORMATS = ("jsonl", "ocsf")
 _KNOWN = _SINGLE | {"type"}
 
 
@@ -68,6 +72,9 @@ class AuditEvents:
         repeated = sorted(name for name in _SINGLE if len(params.getlist(name)) > 1)
         if repeated:
             return error(ReasonCode.INVALID_REQUEST, f"{repeated[0]}: give it once")
+        shape = params.get("format", "jsonl")
+        if shape not in FORMATS:
+            return error(ReasonCode.INVALID_REQUEST, f"format: {shape!r} is not one of {', '.join(FORMATS)}")
         tenant = params.get("tenant")
         if tenant is not None and tenant != who.tenant:
             return error(ReasonCode.OTHER_TENANT, "An auditor exports the log of their own tenant only")
@@ -91,7 +98,7 @@ class AuditEvents:
         page = found[:limit]
         return JSONResponse(
             {
-                "events": page,
+                "events": [ocsf_event(e) for e in page] if shape == "ocsf" else page,
                 "next_after_seq": page[-1]["seq"] if page else after_seq,
                 "has_more": len(found) > limit,
             }

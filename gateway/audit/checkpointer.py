@@ -1,14 +1,20 @@
 """The periodic checkpointer: signs the log's head when it moved enough or long enough ago, never idle.
 
 It runs on the workers' loop (`run_periodically`) in every replica; each writes its own file, so
-replicas never interleave, and more checkpoints only narrow the unanchored tail.
+replicas never interleave, and more checkpoints only narrow the unanchored tail. With a webhook
+configured (`audit.checkpoints.webhook`), each checkpoint is also queued in the store's outbox and
+POSTed, signed and retried like an approval notification, to a receiver the database's operators do
+not control; the outbox is in the database they do control, so the receiver should alert when
+checkpoints stop arriving (`writ.audit.checkpoint.age` says the same on this side).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 
@@ -21,7 +27,33 @@ from gateway.audit.checkpoints import (
     write_checkpoint,
 )
 from gateway.clock import Clock
+from store.commands import EnqueueOutbox
+from store.events import parse_ts
 from store.ports import AuditLog
+from store.queues import TOPIC_CHECKPOINT
+
+
+class CheckpointOutbox(Protocol):
+    """Where a checkpoint is queued for its webhook (the store's outbox)."""
+
+    def enqueue_outbox(self, cmd: EnqueueOutbox) -> bool: ...
+
+
+def announce(outbox: CheckpointOutbox, made: Checkpoint, now: datetime) -> bool:
+    """Queue `made` for the checkpoints' webhook; False if it was queued before (same JWS, same id)."""
+    digest = hashlib.sha256(made.line.encode("ascii")).hexdigest()[:40]
+    payload = {
+        "type": TOPIC_CHECKPOINT,
+        "checkpoint": made.line,
+        "seq": made.anchor.seq,
+        "hash": made.anchor.hash,
+        "log": made.anchor.log_id,
+        "kid": made.kid,
+        "at": made.at,
+        "writer": made.writer,
+    }
+    return outbox.enqueue_outbox(EnqueueOutbox(f"ckpt_{digest}", TOPIC_CHECKPOINT, payload, now))
+
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +71,12 @@ class Checkpointer:
         clock: Clock,
         every_events: int,
         every_s: float,
+        outbox: CheckpointOutbox | None = None,
     ) -> None:
+        self._outbox = outbox
+        self._head_seq = 0
+        self._anchored_at: datetime | None = None
+        """When the newest checkpoint was made (by this replica, or found in the directory)."""
         self._log, self._signer, self._directory, self._trusted = log, signer, directory, trusted
         self._clock, self._every_events, self._every_s = clock, every_events, every_s
         self._last_seq: int | None = None  # unknown until the first pass reads the directory
@@ -52,10 +89,12 @@ class Checkpointer:
     def pass_once(self) -> Checkpoint | None:
         """`tick`, on the calling thread (the store and the files are blocking)."""
         seq, _ = self._log.log_head()
+        self._head_seq = seq
         keys = trusted_keys(self._trusted)
         if self._last_seq is None:
             found = read_all([self._directory], keys) if Path(self._directory).is_dir() else []
             self._last_seq = newest_seq(found, self._log.event_hashes(0, 1)[0]) if seq else 0
+            self._anchored_at = _newest_time(found, self._last_seq)
         now = self._clock()
         if seq == 0 or seq == self._last_seq:
             return None  # idle: nothing new to vouch for
@@ -66,5 +105,25 @@ class Checkpointer:
             self._log, self._signer, self._directory, keys, now, previous=self._last_seq
         )
         self._last_seq, self._last_at = made.anchor.seq, now
+        self._anchored_at = now
         logger.info("checkpoint at seq %d (kid %s) appended to %s", made.anchor.seq, made.kid, path)
+        if self._outbox is not None:
+            announce(self._outbox, made, now)
         return made
+
+    def age_s(self) -> float | None:
+        """Seconds the newest events have waited unanchored: since the newest checkpoint this replica
+        wrote or found, 0 while the log has not moved past it; None before the first pass or checkpoint.
+        """
+        if self._last_seq is None:
+            return None
+        if self._head_seq <= self._last_seq:
+            return 0.0
+        if self._anchored_at is None:
+            return None
+        return max((self._clock() - self._anchored_at).total_seconds(), 0.0)
+
+
+def _newest_time(found: list[Checkpoint], seq: int) -> datetime | None:
+    times = [c.at for c in found if c.anchor.seq == seq]
+    return parse_ts(max(times)) if times else None

@@ -20,7 +20,7 @@ import json
 import os
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,8 @@ class Checkpoint:
     kid: str
     at: str
     writer: str
+    line: str = ""
+    """The signed JWS itself, as appended to the file and sent to the webhook."""
 
 
 class CheckpointSigner:
@@ -205,7 +207,7 @@ def parse(line: str, keys: KeySet, source: str) -> Checkpoint:
         raise CheckpointUnverifiable(source, f"kid {kid}: {type(exc).__name__}: {exc}") from None
     try:
         payload = json.loads(verified.payload)
-        return _checkpoint(payload, kid, source)
+        return replace(_checkpoint(payload, kid, source), line=line)
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise CheckpointUnverifiable(source, f"signed, but the payload is malformed: {exc}") from None
 

@@ -3,7 +3,9 @@
 Each event type maps to one OCSF class (the table is the README's "Feeding a SIEM"): the lifecycle of
 runs, calls, approvals, confirmations and reconciliations is API Activity; a principal revoked or
 restored, or an OAuth client's sign-ins revoked, is Account Change; a budget exceeded or a loop detected
-is a Detection Finding; a type this table does not know yet is a Base Event, never dropped. The Writ
+is a Detection Finding; a failed authentication (`security.auth_failed`) is Authentication (Logon,
+Failure); a call to an unknown tool is API Activity (Failure); a request refused at the edge is HTTP
+Activity (Failure); a type this table does not know yet is a Base Event, never dropped. The Writ
 envelope, hashes included, rides along whole in `unmapped.writ`, so the OCSF line still proves what the
 log holds.
 """
@@ -30,6 +32,8 @@ class OcsfClass:
 API_ACTIVITY = OcsfClass(6003, "API Activity", 6, "Application Activity")
 ACCOUNT_CHANGE = OcsfClass(3001, "Account Change", 3, "Identity & Access Management")
 DETECTION_FINDING = OcsfClass(2004, "Detection Finding", 2, "Findings")
+AUTHENTICATION = OcsfClass(3002, "Authentication", 3, "Identity & Access Management")
+HTTP_ACTIVITY = OcsfClass(4002, "HTTP Activity", 4, "Network Activity")
 BASE_EVENT = OcsfClass(0, "Base Event", 0, "Uncategorized")
 
 _EXACT: dict[str, tuple[OcsfClass, int, str]] = {
@@ -39,6 +43,9 @@ _EXACT: dict[str, tuple[OcsfClass, int, str]] = {
     "oauth.client_revoked": (ACCOUNT_CHANGE, 5, "Disable"),
     "budget.exceeded": (DETECTION_FINDING, 1, "Create"),
     "loop.detected": (DETECTION_FINDING, 1, "Create"),
+    "security.auth_failed": (AUTHENTICATION, 1, "Logon"),
+    "security.unknown_tool": (API_ACTIVITY, OTHER, "security.unknown_tool"),
+    "security.edge_refused": (HTTP_ACTIVITY, OTHER, "security.edge_refused"),
 }
 _API_FAMILIES = ("run.", "tool_call.", "approval.", "confirmation.", "reconciliation.")
 _SUCCESS = frozenset({"completed", "resolved", "granted", "given"})
@@ -57,6 +64,8 @@ def ocsf_class(event_type: str) -> tuple[OcsfClass, int, str]:
 
 
 def _status(event_type: str) -> tuple[int, str]:
+    if event_type.startswith("security."):
+        return 2, "Failure"
     last = event_type.rsplit(".", 1)[-1]
     if last in _SUCCESS:
         return 1, "Success"
@@ -120,4 +129,30 @@ def ocsf_event(event: dict[str, Any]) -> dict[str, Any]:
         out["user"] = {"uid": payload.get("subject")}
     elif finding:
         out["finding_info"] = {"uid": event["event_id"], "title": event["type"], "types": [event["type"]]}
+    if event["type"].startswith("security."):
+        _security(out, cls, payload)
     return out
+
+
+def _security(out: dict[str, Any], cls: OcsfClass, payload: dict[str, Any]) -> None:
+    """A `security.*` event's reason, source, count and claimed identity in OCSF's own fields."""
+    out["status_detail"] = payload.get("kind")
+    out["count"] = payload.get("count")
+    out["start_time"] = _epoch_ms(payload["first_at"]) if isinstance(payload.get("first_at"), str) else None
+    out["end_time"] = _epoch_ms(payload["last_at"]) if isinstance(payload.get("last_at"), str) else None
+    if isinstance(payload.get("source"), str):
+        out["src_endpoint"] = {"ip": payload["source"]}
+    if cls is AUTHENTICATION:
+        user: dict[str, Any] = {}
+        if isinstance(payload.get("subject"), str):
+            user["uid"] = payload["subject"]
+        if isinstance(payload.get("issuer"), str):
+            user["domain"] = payload["issuer"]
+        if user:
+            out["user"] = user
+        out["auth_protocol"] = "OAUTH 2.0"
+        out["auth_protocol_id"] = 8
+    elif cls is HTTP_ACTIVITY and isinstance(payload.get("path"), str):
+        out["http_request"] = {"url": {"path": payload["path"]}}
+    elif cls is API_ACTIVITY and isinstance(payload.get("tool_name"), str):
+        out["api"]["operation"] = f"tools/call {payload['tool_name']}"

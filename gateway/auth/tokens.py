@@ -59,12 +59,23 @@ UNKNOWN_KEY = Failure("unknown_key", "the token's signing key (kid) is not one i
 INACTIVE = Failure("inactive", "the token is not active")
 
 
+class Claimed(NamedTuple):
+    """Who a refused token speaks for, known only when its issuer's signature verified (it expired, is
+    for another audience, was revoked...): what a security event may name without taking a forger's
+    word for it."""
+
+    issuer: str
+    subject: str | None
+    tenant: str | None
+
+
 class TokenRejected(AuthenticationError):
     """This token is not acceptable. The detail is logged; its holder hears `failure.public`."""
 
-    def __init__(self, detail: str, failure: Failure = MALFORMED) -> None:
+    def __init__(self, detail: str, failure: Failure = MALFORMED, claimed: Claimed | None = None) -> None:
         super().__init__(detail)
         self.failure = failure
+        self.claimed = claimed
 
     @property
     def public(self) -> str:
@@ -151,8 +162,15 @@ class JwtVerifier:
         claims = verified.claims or {}
         issuer = self._issuers.get(str(claims.get("iss", "")))
         if issuer is not None and issuer.revoked is not None and await issuer.revoked(claims):
-            raise TokenRejected("revoked at its issuer", REVOKED)
+            raise TokenRejected("revoked at its issuer", REVOKED, self._claimed(issuer.issuer, claims))
         return verified
+
+    def _claimed(self, issuer: str, claims: Mapping[str, Any]) -> Claimed:
+        try:
+            principal = principal_from_claims(claims, self._claims)
+        except TokenRejected:  # a subject or tenant Writ cannot hold is not named either
+            return Claimed(issuer, None, None)
+        return Claimed(issuer, principal.subject, principal.tenant)
 
     def _remember(self, digest: bytes, token: AccessToken, until: float) -> None:
         self._verified[digest] = (until, token)
@@ -177,6 +195,9 @@ class JwtVerifier:
         keys = await issuer.keys.key_set(header.get("kid") if isinstance(header.get("kid"), str) else None)
         try:
             decoded = jwt.decode(token, keys, algorithms=algorithms)
+        except (JoseError, ValueError) as exc:
+            raise TokenRejected(str(exc), _failure_of(exc)) from exc
+        try:
             jwt.JWTClaimsRegistry(
                 leeway=self._leeway,
                 iss={"essential": True, "value": issuer.issuer},
@@ -185,7 +206,9 @@ class JwtVerifier:
                 sub={"essential": True},
             ).validate(decoded.claims)
         except (JoseError, ValueError) as exc:
-            raise TokenRejected(str(exc), _failure_of(exc)) from exc
+            # The signature verified: the issuer vouches for who the token names, if not for its use here.
+            claimed = self._claimed(issuer.issuer, decoded.claims)
+            raise TokenRejected(str(exc), _failure_of(exc), claimed) from exc
         verified = self._access_token(token, decoded.claims)
         until = min(float(decoded.claims["exp"]), time.time() + VERIFIED_TTL_S)
         self._remember(hashlib.sha256(token.encode()).digest(), verified, until)

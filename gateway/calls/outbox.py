@@ -27,6 +27,7 @@ from store.canonical import canonical_json
 from store.commands import ClaimOutbox, OutboxDelivered, OutboxFailed
 from store.model import OutboxMessage
 from store.ports import Outbox
+from store.queues import TOPIC_APPROVAL_REQUIRED
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ def backoff(config: WebhookConfig, attempts: int) -> float:
 
 
 class Notifier:
-    """Claims due outbox messages and POSTs them to the webhook, one pass per tick."""
+    """Claims due outbox messages of its `topics` and POSTs them to the webhook, one pass per tick
+    (approvals by default; `audit.checkpoint` for the checkpoints' webhook)."""
 
     def __init__(
         self,
@@ -64,7 +66,9 @@ class Notifier:
         owner: str,
         console_url: str,
         transport: httpx2.AsyncBaseTransport | None = None,
+        topics: tuple[str, ...] = (TOPIC_APPROVAL_REQUIRED,),
     ) -> None:
+        self._topics = topics
         self._store = store
         self._webhook = webhook
         self._secret = secret
@@ -82,7 +86,7 @@ class Notifier:
         lease_s = self._webhook.timeout_s * 2 + 5
         claimed = await anyio.to_thread.run_sync(
             lambda: self._store.claim_outbox(
-                ClaimOutbox(owner=self._owner, now=self._clock(), lease_s=lease_s)
+                ClaimOutbox(owner=self._owner, now=self._clock(), lease_s=lease_s, topics=self._topics)
             )
         )
         delivered = 0
@@ -141,7 +145,8 @@ class Notifier:
         payload: dict[str, Any] = dict(message.payload)
         payload.setdefault("type", message.topic)
         payload["messageId"] = message.message_id
-        payload["toolCallId"] = message.tool_call_id
+        if message.tool_call_id is not None:
+            payload["toolCallId"] = message.tool_call_id
         if message.approval_id:
             payload["console"] = f"{self._console_url}/approvals/{message.approval_id}"
         return canonical_json(payload).encode()

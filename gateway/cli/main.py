@@ -277,6 +277,7 @@ def audit_checkpoint(
     ] = False,
 ) -> None:
     """Sign the log's head with a key kept outside the database and append it to the checkpoints."""
+    from gateway.audit.checkpointer import announce
     from gateway.audit.checkpoints import CheckpointSigner, trusted_keys, write_checkpoint
 
     settings = _config(config).audit.checkpoints
@@ -287,7 +288,11 @@ def audit_checkpoint(
         made, path = write_checkpoint(
             store, signer, settings.directory, trusted_keys(settings.trusted_keys), CLOCK()
         )
+        if settings.webhook is not None:  # the gateway's outbox worker sends it
+            announce(store, made, CLOCK())
     typer.echo(f"checkpoint at seq {made.anchor.seq} (kid {made.kid}) appended to {path}")
+    if settings.webhook is not None:
+        typer.echo(f"queued for {settings.webhook.url}")
 
 
 class ExportFormat(enum.StrEnum):
@@ -603,14 +608,16 @@ def approvals_outbox(
     status: Annotated[str | None, typer.Option(help="Filter: pending, delivered, dead.")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """Notifications of pending approvals and how their webhook delivery stands (failures included)."""
+    """Notifications of pending approvals (and checkpoints, with a checkpoint webhook) and how their
+    webhook delivery stands (failures included)."""
     with _store(config) as store:
         messages = store.outbox_messages(status=status)
     if not messages:
         typer.echo("no messages")
     for m in messages:
+        what = f"approval={m.approval_id}" if m.approval_id else f"topic={m.topic}"
         typer.echo(
-            f"{m.message_id}  {m.status:<9} attempts={m.attempts} approval={m.approval_id} "
+            f"{m.message_id}  {m.status:<9} attempts={m.attempts} {what} "
             f"next={m.next_attempt_at.isoformat()} error={m.last_error or '-'}"
         )
 

@@ -18,6 +18,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
 from capabilities.registry import Registry
+from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink, shown
 from gateway.auth.oversight import may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.catalogue import Catalogue
@@ -107,7 +108,9 @@ class McpFace:
         principal: PrincipalProvider,
         telemetry: Telemetry,
         clock: Clock,
+        security: SecuritySink | None = None,
     ) -> None:
+        self.security = security or NoSecurityEvents()
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.clock = clock
@@ -192,9 +195,21 @@ class McpFace:
                 )
             except UnknownTool as exc:
                 traced.unknown_tool()
+                self.security.note(
+                    Refusal(
+                        "security.unknown_tool",
+                        "unknown_tool",
+                        tenant=who.tenant,
+                        subject=who.subject,
+                        tool_name=shown(params.name),
+                    )
+                )
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
             except RateLimited as exc:
                 traced.rate_limited()
+                self.security.note(
+                    Refusal("security.edge_refused", "rate_limited", tenant=who.tenant, subject=who.subject)
+                )
                 return types.CallToolResult.model_validate(rate_limited(params.name, exc.retry_after_s))
             traced.record(report)
         if report.call.status == "awaiting_confirmation":
@@ -365,6 +380,7 @@ def build_mcp_server(
     confirmation_ttl_s: float = 600.0,
     name: str = "writ",
     registry: Registry | None = None,
+    security: SecuritySink | None = None,
 ) -> Server[Any]:
     """The low-level MCP server for this gateway: `pipeline` decides and runs calls, `catalogue` says
     what a caller is shown; `sealing` protects confirmation rounds' state (by default this process's
@@ -373,7 +389,7 @@ def build_mcp_server(
     With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
     and completions too; else a client hears that they are not there, as from a server without them.
     """
-    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock)
+    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security)
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None

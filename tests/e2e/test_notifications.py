@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gateway.audit.checkpoints import parse, read_all, trusted_keys
 from gateway.calls.outbox import verify
 from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_approvals import request_refund
@@ -64,6 +65,15 @@ def receiver(failures: int) -> Iterator[Receiver]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def resent(hook: Receiver) -> dict[str, Any] | None:
+    """The first delivery's message received again, if it was."""
+    if not hook.received:
+        return None
+    first, *later = hook.received
+    delivery = first["headers"]["x-writ-delivery"]
+    return next((r for r in later if r["headers"]["x-writ-delivery"] == delivery), None)
 
 
 @contextlib.contextmanager
@@ -124,3 +134,61 @@ async def test_a_webhook_that_keeps_failing_is_visible_and_given_up_after_its_at
 
     assert "attempts=3" in listing and "error=http 503" in listing
     assert len(hook.received) == 3
+
+
+async def test_checkpoints_are_sent_to_their_own_webhook_signed_and_verifiable_by_the_public_key(
+    tmp_path: Path, inproc_sqlite_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WRIT_WEBHOOK_SECRET", SECRET)
+    monkeypatch.setenv("WRIT_CHECKPOINT_SECRET", "checkpoint-secret")
+    with receiver(failures=1) as approvals_hook, receiver(failures=1) as checkpoints_hook:
+        checkpoints = {
+            "enabled": True,
+            "every_events": 1,
+            "every_s": 0.5,
+            "directory": str(tmp_path / "checkpoints"),
+            "key_file": str(tmp_path / "checkpoint-key.jwk"),
+            "trusted_keys": str(tmp_path / "checkpoint-keys.jwks"),
+            "webhook": {
+                "url": checkpoints_hook.url,
+                "secret_env": "WRIT_CHECKPOINT_SECRET",
+                "backoff_initial_s": 0.2,
+            },
+        }
+        overrides = {
+            "approvals": {
+                "poll_interval_s": 0.2,
+                "webhook": {"url": approvals_hook.url, "backoff_initial_s": 0.2},
+            },
+            "audit": {"checkpoints": checkpoints},
+            "workers": {"interval_s": 0.2},
+        }
+        with inproc.writ(
+            tmp_path, inproc_sqlite_backend, f"sqlite:///{tmp_path / 'writ.db'}", overrides=overrides
+        ) as gateway:
+            pending = await request_refund(gateway, "anchored")
+            await eventually(
+                lambda: resent(checkpoints_hook) is not None and len(approvals_hook.received) >= 2
+            )
+            head, _ = gateway.runtime.store.log_head()
+            listing = gateway.cli("approvals", "outbox").stdout
+
+    keys = trusted_keys(tmp_path / "checkpoint-keys.jwks")
+    sent = [json.loads(r["body"]) for r in checkpoints_hook.received]
+    for request in checkpoints_hook.received:
+        headers = request["headers"]
+        assert verify(
+            b"checkpoint-secret", headers["x-writ-timestamp"], request["body"], headers["x-writ-signature"]
+        )
+    assert {note["type"] for note in sent} == {"audit.checkpoint"}
+    made = [parse(note["checkpoint"], keys, "webhook") for note in sent]
+    assert [m.anchor.seq for m in made] == [note["seq"] for note in sent]
+    on_disk = {c.line for c in read_all([tmp_path / "checkpoints"], keys)}
+    assert {m.line for m in made} <= on_disk  # the same signed lines as in the directory
+    assert max(m.anchor.seq for m in made) <= head
+    assert "topic=audit.checkpoint" in listing and f"approval={pending['approvalId']}" in listing
+    again = resent(checkpoints_hook)  # the first answer was 503: sent again, the same message
+    assert again is not None and again["body"] == checkpoints_hook.received[0]["body"]
+    # Each webhook carries its own messages only.
+    assert {json.loads(r["body"])["type"] for r in approvals_hook.received} == {"approval.required"}
+    assert json.loads(approvals_hook.received[-1]["body"])["approvalId"] == pending["approvalId"]

@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from store import ApprovedDenial, Store
-from store.commands import ClaimOutbox, DecideApproval, ExpireApproval, OutboxDelivered, OutboxFailed
+from store.commands import (
+    ClaimOutbox,
+    DecideApproval,
+    EnqueueOutbox,
+    ExpireApproval,
+    OutboxDelivered,
+    OutboxFailed,
+)
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 
 SOON = NOW + timedelta(minutes=5)
@@ -112,3 +119,19 @@ def test_approvals_past_their_expiry_are_due(store: Store) -> None:
 
     assert store.due_approvals(now=SOON) == []
     assert [a.approval_id for a in store.due_approvals(now=NOW + timedelta(hours=1))] == [approval_id]
+
+
+def test_a_message_announcing_no_call_is_queued_once_and_claimed_by_its_topic_only(store: Store) -> None:
+    approval_id = pending(store)
+    checkpoint = EnqueueOutbox("ckpt_1", "audit.checkpoint", {"seq": 4, "checkpoint": "a.b.c"}, NOW)
+
+    assert store.enqueue_outbox(checkpoint)
+    assert not store.enqueue_outbox(checkpoint)  # the same id again: already queued, nothing added
+    [approvals] = store.claim_outbox(ClaimOutbox(owner="w1", now=NOW, topics=("approval.required",)))
+    [checkpoints] = store.claim_outbox(ClaimOutbox(owner="w2", now=NOW, topics=("audit.checkpoint",)))
+
+    assert approvals.approval_id == approval_id
+    assert (checkpoints.message_id, checkpoints.tool_call_id, checkpoints.tenant) == ("ckpt_1", None, "")
+    assert checkpoints.payload == {"seq": 4, "checkpoint": "a.b.c"}
+    assert store.outbox_delivered(OutboxDelivered("ckpt_1", owner="w2", now=NOW))
+    assert len(store.outbox_messages()) == 2

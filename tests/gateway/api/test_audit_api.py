@@ -11,6 +11,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from gateway.audit.ocsf import ocsf_event
 from store import EventFilter
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.postgres import fresh_schema
@@ -96,6 +97,34 @@ def test_the_filters_narrow_the_tenants_events(gateway: Writ) -> None:
     ]
 
 
+def test_ocsf_pages_are_the_same_events_in_ocsf_by_the_same_cursor(gateway: Writ) -> None:
+    auditor = gateway.token("audrey", roles="auditor", tenant="acme")
+    walked: list[dict[str, Any]] = []
+    cursor = 0
+    while True:
+        body = get(gateway, auditor, after_seq=cursor, limit=4, format="ocsf").json()
+        walked.extend(body["events"])
+        cursor = body["next_after_seq"]
+        if not body["has_more"]:
+            break
+
+    expected = list(gateway.runtime.store.export(EventFilter(tenant="acme")))
+    assert walked == [ocsf_event(e) for e in expected]
+    assert [e["metadata"]["sequence"] for e in walked] == [e["seq"] for e in expected]
+    assert {e["metadata"]["tenant_uid"] for e in walked} == {"acme"}
+    assert all(e["class_uid"] == 6003 for e in walked if e["metadata"]["event_code"].startswith("tool_call."))
+
+
+def test_ocsf_is_refused_to_an_agent_and_for_another_tenant(gateway: Writ) -> None:
+    agent = get(gateway, gateway.token("alice", roles="agent", tenant="acme"), format="ocsf")
+    elsewhere = get(
+        gateway, gateway.token("audrey", roles="auditor", tenant="acme"), tenant="globex", format="ocsf"
+    )
+
+    assert (agent.status_code, agent.json()["error"]) == (403, "insufficient_role")
+    assert (elsewhere.status_code, elsewhere.json()["error"]) == (403, "other_tenant")
+
+
 def test_an_agent_is_refused_and_so_is_another_tenant(gateway: Writ) -> None:
     agent = get(gateway, gateway.token("alice", roles="agent", tenant="acme"))
     elsewhere = get(gateway, gateway.token("audrey", roles="auditor", tenant="acme"), tenant="globex")
@@ -120,6 +149,8 @@ def test_an_agent_is_refused_and_so_is_another_tenant(gateway: Writ) -> None:
         ({"type": "tool_call.%"}, "type: 'tool_call.%' is not an event type"),
         ({"types": "tool_call.*"}, "unknown parameter 'types'"),
         ({"after_seq": ["1", "2"]}, "after_seq: give it once"),
+        ({"format": "cef"}, "format: 'cef' is not one of jsonl, ocsf"),
+        ({"format": ["ocsf", "ocsf"]}, "format: give it once"),
     ],
 )
 def test_a_bad_parameter_is_a_400_saying_which(gateway: Writ, params: dict[str, Any], said: str) -> None:

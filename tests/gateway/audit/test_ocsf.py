@@ -10,8 +10,10 @@ import pytest
 from gateway.audit.ocsf import (
     ACCOUNT_CHANGE,
     API_ACTIVITY,
+    AUTHENTICATION,
     BASE_EVENT,
     DETECTION_FINDING,
+    HTTP_ACTIVITY,
     ocsf_class,
     ocsf_event,
 )
@@ -92,10 +94,48 @@ def test_a_loop_is_a_detection_finding_and_a_call_an_api_activity() -> None:
 
 
 def test_a_type_not_yet_mapped_is_a_base_event_not_dropped() -> None:
-    out = ocsf_event(envelope("security.auth_failed"))
+    out = ocsf_event(envelope("security.something_new"))
 
     assert (out["class_uid"], out["type_uid"], out["unmapped"]["writ"]["type"]) == (
         0,
         99,
-        "security.auth_failed",
+        "security.something_new",
+    )
+
+
+def security_envelope(event_type: str, **payload: Any) -> dict[str, Any]:
+    window = {
+        "count": 412,
+        "first_at": "2026-11-30T11:59:01.000000Z",
+        "last_at": "2026-11-30T12:00:00.123456Z",
+    }
+    return envelope(event_type, **{"window_s": 60.0, "source": "203.0.113.9", **window, **payload})
+
+
+def test_a_failed_authentication_is_a_failed_logon_with_its_reason_source_and_count() -> None:
+    out = ocsf_event(
+        security_envelope("security.auth_failed", kind="expired", subject="mallory", issuer="https://idp")
+    )
+
+    assert (out["class_uid"], out["activity_id"], out["type_uid"]) == (AUTHENTICATION.uid, 1, 300201)
+    assert (out["status_id"], out["status"], out["status_detail"]) == (2, "Failure", "expired")
+    assert out["src_endpoint"] == {"ip": "203.0.113.9"}
+    assert out["user"] == {"uid": "mallory", "domain": "https://idp"}
+    assert out["count"] == 412
+    assert (out["start_time"], out["end_time"]) == (1796039941000, 1796040000123)
+
+
+def test_an_edge_refusal_is_failed_http_activity_and_an_unknown_tool_failed_api_activity() -> None:
+    edge = ocsf_event(security_envelope("security.edge_refused", kind="request_too_large", path="/api/x"))
+    unknown = ocsf_event(security_envelope("security.unknown_tool", kind="unknown_tool", tool_name="rm"))
+
+    assert (edge["class_uid"], edge["status"], edge["http_request"]) == (
+        HTTP_ACTIVITY.uid,
+        "Failure",
+        {"url": {"path": "/api/x"}},
+    )
+    assert (unknown["class_uid"], unknown["status"], unknown["api"]["operation"]) == (
+        API_ACTIVITY.uid,
+        "Failure",
+        "tools/call rm",
     )

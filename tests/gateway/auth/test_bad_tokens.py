@@ -17,6 +17,7 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey
 
+from gateway.audit.security import SecurityEvents
 from tests.gateway.auth.oauth_process import AuthServer
 from tests.gateway.mcp.inproc import Backend, Writ, acme, oauth, writ
 
@@ -138,7 +139,29 @@ def test_every_kind_of_bad_token_is_refused_with_401_and_nothing_is_dispatched(
         for secret in (auth_server.issuer, "jwks", "127.0.0.1", foreign.kid):
             assert secret not in response.json()["error_description"], (name, secret)
     assert backend.refunds() == []
-    assert guarded.runtime.store.events() == []  # what `writ audit export` prints: nothing
+    # What `writ audit export` prints: no call, only the refusals as security events, by kind (the
+    # request with no token at all is how a client discovers where to sign in, not an attack).
+    security = guarded.runtime.security
+    assert isinstance(security, SecurityEvents)
+    anyio.run(lambda: security.tick(flush_all=True))
+    recorded = guarded.runtime.store.events()
+    assert {e.type for e in recorded} == {"security.auth_failed"}
+    counted: dict[str, int] = {}
+    for event in recorded:
+        counted[event.payload["kind"]] = counted.get(event.payload["kind"], 0) + event.payload["count"]
+    assert counted == {
+        "malformed": 1,
+        "algorithm_not_allowed": 2,
+        "bad_signature": 2,
+        "unknown_key": 1,
+        "expired": 1,
+        "not_yet_valid": 1,
+        "untrusted_issuer": 1,
+        "wrong_audience": 1,
+    }
+    for event in recorded:
+        assert all(token is None or token not in str(event) for token, _ in bad.values())
+        assert "evil.example" not in str(event)  # an issuer named only when it is trusted here
 
     # The control: the same gateway does dispatch for a good token of either algorithm.
     for n, client in enumerate(("agent-es", "agent-rs")):
