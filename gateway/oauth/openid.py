@@ -62,7 +62,11 @@ class _IdTokens:
         return claims
 
     def generate_user_info(self, user: Grantee, scope: str) -> UserInfo:
-        return UserInfo({"sub": user.subject, self.server.settings.claims.tenant: user.tenant})
+        info = UserInfo(sub=user.subject)
+        tenant = self.server.settings.claims.tenant
+        if tenant not in ID_TOKEN_CLAIMS:  # a mapping naming a standard claim must not overwrite it
+            info[tenant] = user.tenant
+        return info
 
 
 class IdTokenAtCode(_IdTokens, OpenIDCode):  # type: ignore[misc]
@@ -95,7 +99,7 @@ def provider_metadata(server: WritAuthorizationServer) -> dict[str, Any]:
     return document | {
         "subject_types_supported": ["public"],
         "id_token_signing_alg_values_supported": [ALGORITHM],
-        "claims_supported": [*ID_TOKEN_CLAIMS, server.settings.claims.tenant],
+        "claims_supported": list(dict.fromkeys([*ID_TOKEN_CLAIMS, server.settings.claims.tenant])),
         "claims_parameter_supported": False,
         "request_parameter_supported": False,
         "request_uri_parameter_supported": False,

@@ -24,7 +24,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 from pydantic import AnyUrl
 
-from tests.gateway.mcp.inproc import Writ, acme, writ
+from tests.e2e.harness import demo_config, free_port
+from tests.gateway.mcp.inproc import Writ, acme, served, writ
 from tests.gateway.oauth.flow import (
     REDIRECT,
     Pkce,
@@ -264,3 +265,26 @@ async def test_the_sdk_client_signs_in_with_only_the_openid_discovery_document(
     claims = verified(gateway, answer["id_token"])
     assert (claims["sub"], claims["aud"]) == ("demo-agent", storage.client.client_id)
     assert claims["at_hash"] == at_hash(storage.tokens.access_token)
+
+
+def test_for_an_issuer_with_a_path_both_documents_answer_where_clients_look(tmp_path: Path) -> None:
+    (tmp_path / "acme").mkdir()
+    with acme(tmp_path / "acme") as backend:
+        port = free_port()
+        issuer = f"http://127.0.0.1:{port}/writ"
+        config = demo_config(
+            tmp_path,
+            gateway_port=port,
+            backend_url=backend.url,
+            store_url=f"sqlite:///{tmp_path / 'writ.db'}",
+            server={"public_url": issuer},
+        )
+        with served(config, tmp_path) as gateway:
+            # RFC 8414 §3 and §5 (as the MCP spec has clients try them): the path after the well-known part.
+            for kind in ("oauth-authorization-server", "openid-configuration"):
+                document = httpx2.get(f"{gateway.url}/.well-known/{kind}/writ", timeout=10)
+                assert document.status_code == 200 and document.json()["issuer"] == issuer, kind
+            # OpenID Discovery §4 appends it: {issuer}/.well-known/openid-configuration, which reaches
+            # Writ as this path through the proxy that serves it under /writ.
+            appended = httpx2.get(f"{gateway.url}/.well-known/openid-configuration", timeout=10).json()
+            assert appended["issuer"] == issuer and appended["token_endpoint"] == f"{issuer}/token"
