@@ -288,3 +288,11 @@ def test_for_an_issuer_with_a_path_both_documents_answer_where_clients_look(tmp_
             # Writ as this path through the proxy that serves it under /writ.
             appended = httpx2.get(f"{gateway.url}/.well-known/openid-configuration", timeout=10).json()
             assert appended["issuer"] == issuer and appended["token_endpoint"] == f"{issuer}/token"
+
+
+def test_registration_says_id_tokens_are_es256_and_refuses_another_algorithm(gateway: Writ) -> None:
+    assert register(gateway.url)["id_token_signed_response_alg"] == "ES256"
+    body = {"redirect_uris": [REDIRECT], "id_token_signed_response_alg": "RS256"}
+    refused = httpx2.post(f"{gateway.url}/register", json=body, timeout=10)
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_client_metadata"
+    assert "ES256" in refused.json()["error_description"]
