@@ -80,6 +80,10 @@ class CodeGrant:
     grantee: Grantee
     expires_at: datetime
     used_at: datetime | None = field(default=None, compare=False)
+    nonce: str | None = None
+    """The OpenID `nonce` of the authorization request, echoed in the ID token."""
+    auth_time: datetime | None = None
+    """When the user signed in (OpenID `auth_time`); None for codes issued before it was kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,8 @@ class RefreshGrant:
     issued_at: datetime
     expires_at: datetime
     used_at: datetime | None = field(default=None, compare=False)
+    auth_time: datetime | None = None
+    """When the user signed in to start the family, carried from its code to every refresh token."""
 
 
 class OAuthRecords:
@@ -174,8 +180,20 @@ class OAuthRecords:
                     code_challenge_method=grant.code_challenge_method,
                     grantee=_grantee_json(grant.grantee),
                     expires_at=grant.expires_at,
+                    nonce=grant.nonce,
+                    auth_time=grant.auth_time,
                 )
             )
+
+    def nonce_used(self, client_id: str, nonce: str) -> bool:
+        """Whether a code kept for the client was issued for this OpenID `nonce` (a replayed request)."""
+        with self._read() as conn:
+            found = conn.execute(
+                select(oauth_codes.c.code_hash)
+                .where(oauth_codes.c.client_id == client_id, oauth_codes.c.nonce == nonce)
+                .limit(1)
+            ).first()
+        return found is not None
 
     def find_code(self, code: str) -> CodeGrant | None:
         """The code's grant, used or not (None: never issued, or long expired)."""
@@ -236,6 +254,7 @@ class OAuthRecords:
                     grantee=_grantee_json(grant.grantee),
                     issued_at=grant.issued_at,
                     expires_at=grant.expires_at,
+                    auth_time=grant.auth_time,
                 )
             )
 
@@ -374,6 +393,8 @@ def _code(row: Row[Any]) -> CodeGrant:
         grantee=_grantee(row.grantee),
         expires_at=row.expires_at,
         used_at=row.used_at,
+        nonce=row.nonce,
+        auth_time=row.auth_time,
     )
 
 
@@ -387,4 +408,5 @@ def _refresh(row: Row[Any]) -> RefreshGrant:
         issued_at=row.issued_at,
         expires_at=row.expires_at,
         used_at=row.used_at,
+        auth_time=row.auth_time,
     )

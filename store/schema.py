@@ -313,8 +313,13 @@ oauth_codes = Table(
     Column("grantee", Text, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("used_at", UTCDateTime),
+    # OpenID Connect: the request's nonce (for the ID token, and to refuse a replayed request) and
+    # when the user signed in.
+    Column("nonce", Text),
+    Column("auth_time", UTCDateTime),
     # Every code issued deletes the long-expired ones: by this index, not by reading the table.
     Index("ix_oauth_codes_expires_at", "expires_at"),
+    Index("ix_oauth_codes_client_nonce", "client_id", "nonce"),
 )
 
 oauth_refresh_tokens = Table(
@@ -329,6 +334,7 @@ oauth_refresh_tokens = Table(
     Column("issued_at", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
     Column("used_at", UTCDateTime),
+    Column("auth_time", UTCDateTime),  # the family's sign-in, for the ID tokens of refreshes
     # Likewise every rotation; a family is revoked in oauth_families, never looked up here.
     Index("ix_oauth_refresh_tokens_expires_at", "expires_at"),
 )

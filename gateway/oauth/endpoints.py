@@ -8,9 +8,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from authlib.oauth2.rfc7009 import RevocationEndpoint
-from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint, InvalidRedirectURIError
+from authlib.oauth2.rfc7591 import (
+    ClientRegistrationEndpoint,
+    InvalidClientMetadataError,
+    InvalidRedirectURIError,
+)
 
 from gateway.oauth.grants import AUTH_METHODS
+from gateway.oauth.keys import ALGORITHM
 from gateway.oauth.models import Client, Token, is_loopback
 from gateway.reasons import ReasonCode
 from store.oauth import RegisteredClient, digest
@@ -56,6 +61,12 @@ class Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
         metadata.setdefault("token_endpoint_auth_method", "client_secret_basic")
         metadata.setdefault("grant_types", ["authorization_code"])
         metadata.setdefault("response_types", ["code"])
+        # OpenID Connect Registration §2: ID tokens are RS256 unless the client is told otherwise, and
+        # they are ES256 here (the signing keys are EC), so the answer says so; another is refused.
+        asked = request.payload.data.get("id_token_signed_response_alg")
+        if asked not in (None, ALGORITHM):
+            raise InvalidClientMetadataError(f"ID tokens are signed with {ALGORITHM} here, not {asked}")
+        metadata["id_token_signed_response_alg"] = ALGORITHM
         return metadata
 
     def generate_client_secret(self, request: Any) -> str | None:

@@ -110,6 +110,7 @@ class AuthorizationCode(_Issuing, grants.AuthorizationCodeGrant):  # type: ignor
         grant = self.redeem(authorization_code.code, self.request.client)
         self.request.family_id = grant.family_id
         self.request.resource = grant.resource
+        self.request.auth_time = grant.auth_time
         return grant.grantee
 
     def redeem(self, code: str, client: Client) -> CodeGrant:
@@ -139,6 +140,7 @@ class RefreshToken(_Issuing, grants.RefreshTokenGrant):  # type: ignore[misc]
         grant = self.use(refresh_token.value, self.request.client.client_id)
         self.request.family_id = grant.family_id
         self.request.resource = grant.resource
+        self.request.auth_time = grant.auth_time
         return grant.grantee
 
     def use(self, token: str, client_id: str) -> RefreshGrant:

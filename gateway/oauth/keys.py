@@ -68,6 +68,11 @@ class SigningKeys:
         return kid
 
     @property
+    def signing_key(self) -> ECKey:
+        """The private key that signs now (under `kid`)."""
+        return self._keys[0]
+
+    @property
     def public_keys(self) -> KeySet:
         return KeySet([ECKey.import_key(k.as_dict(private=False)) for k in self._keys])
 

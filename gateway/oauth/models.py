@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from authlib.oauth2.rfc6749 import AuthorizationCodeMixin, ClientMixin, TokenMixin
+from authlib.oauth2.rfc6749 import ClientMixin, TokenMixin
+from authlib.oidc.core import AuthorizationCodeMixin
 
 from store.oauth import CodeGrant, RefreshGrant, RegisteredClient, digest
 
@@ -129,6 +130,13 @@ class Code(AuthorizationCodeMixin):  # type: ignore[misc]
 
     def get_scope(self) -> str:
         return self.grant.scope
+
+    def get_nonce(self) -> str | None:
+        return self.grant.nonce
+
+    def get_auth_time(self) -> int | None:
+        moment = self.grant.auth_time
+        return None if moment is None else int(moment.timestamp())
 
 
 @dataclass

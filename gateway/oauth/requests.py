@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from authlib.oauth2.rfc6749 import OAuth2Payload, OAuth2Request
@@ -57,6 +58,8 @@ class HttpRequest(OAuth2Request):  # type: ignore[misc]
         self.payload = _Payload([*query, *form])
         self.family_id: str | None = None
         self.resource: str | None = None
+        self.auth_time: datetime | None = None
+        """When the user signed in to the grant redeemed (for its ID token and refresh tokens)."""
 
     @property
     def args(self) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""The authorization server's HTTP face: metadata, JWKS, /register, /authorize (login and consent),
-/token and /revoke. Each request is read whole here and handed to the server in a worker thread."""
+"""The authorization server's HTTP face: metadata (RFC 8414 and OpenID discovery), JWKS, /register,
+/authorize (login and consent), /token and /revoke. Each request is read whole here and handed to the
+server in a worker thread."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.auth.standing import revoked_text
 from gateway.oauth.login import LoginStep
+from gateway.oauth.openid import provider_metadata
 from gateway.oauth.pages import Pages
 from gateway.oauth.requests import Answer, HttpJsonRequest, HttpRequest
 from gateway.oauth.server import WritAuthorizationServer
@@ -49,8 +51,12 @@ class AuthorizationRoutes:
     def routes(self) -> list[BaseRoute]:
         path = urlsplit(self.server.settings.base_url).path
         metadata = cors_middleware(self.metadata, ["GET", "OPTIONS"])
+        discovery = cors_middleware(self.openid_configuration, ["GET", "OPTIONS"])
         routes: list[BaseRoute] = [
             Route("/.well-known/oauth-authorization-server", metadata, methods=["GET", "OPTIONS"]),
+            # OpenID Connect Discovery 1.0 §4: `{issuer}/.well-known/openid-configuration`, which for an
+            # issuer with a path is this route behind the proxy that strips the path.
+            Route("/.well-known/openid-configuration", discovery, methods=["GET", "OPTIONS"]),
             Route("/jwks.json", cors_middleware(self.jwks, ["GET", "OPTIONS"]), methods=["GET", "OPTIONS"]),
             Route(
                 "/register", cors_middleware(self.register, ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]
@@ -61,14 +67,20 @@ class AuthorizationRoutes:
             Route("/authorize/consent", self.consent, methods=["POST"]),
             *self.login.routes(self.signed_in, self.refused),
         ]
-        if path:  # RFC 8414 §3: the issuer's path goes after the well-known part
+        if path:  # RFC 8414 §3 (and §5 for OpenID): the issuer's path goes after the well-known part
             routes.append(
                 Route(f"/.well-known/oauth-authorization-server{path}", metadata, methods=["GET", "OPTIONS"])
+            )
+            routes.append(
+                Route(f"/.well-known/openid-configuration{path}", discovery, methods=["GET", "OPTIONS"])
             )
         return routes
 
     async def metadata(self, request: Request) -> Response:
         return JSONResponse(self.server.metadata(), headers={"Cache-Control": "public, max-age=300"})
+
+    async def openid_configuration(self, request: Request) -> Response:
+        return JSONResponse(provider_metadata(self.server), headers={"Cache-Control": "public, max-age=300"})
 
     async def jwks(self, request: Request) -> Response:
         return JSONResponse(self.server.keys.jwks(), headers={"Cache-Control": "public, max-age=300"})

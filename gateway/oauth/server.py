@@ -26,6 +26,7 @@ from gateway.oauth.endpoints import Registration, Revocation
 from gateway.oauth.grants import AUTH_METHODS, AuthorizationCode, OneResource, RefreshToken, S256Only
 from gateway.oauth.keys import ALGORITHM, SigningKeys
 from gateway.oauth.models import Client
+from gateway.oauth.openid import OPENID, IdTokenAtCode, IdTokenAtRefresh
 from gateway.oauth.requests import Answer, HttpRequest
 from store.oauth import CodeGrant, Grantee, GrantRefused, RefreshGrant
 from store.ports import OAuthGrants
@@ -52,7 +53,8 @@ class Settings:
 
 
 class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
-    """Codes with PKCE S256 for one resource, rotated refresh tokens, ES256 access tokens."""
+    """Codes with PKCE S256 for one resource, rotated refresh tokens, ES256 access tokens, and ID
+    tokens for the clients that ask for `openid`."""
 
     def __init__(
         self,
@@ -62,7 +64,7 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         clock: Callable[[], datetime],
         documents: ClientDocuments | None = None,
     ) -> None:
-        super().__init__(scopes_supported=list(settings.scopes))
+        super().__init__(scopes_supported=self.scopes_of(settings))
         self.settings = settings
         self.documents = documents
         """Client ID Metadata Documents, when accepted (`client_metadata_documents.enabled`)."""
@@ -70,10 +72,15 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         self.keys = keys
         self.now = clock
         self.resource = OneResource(settings.resource)
-        self.register_grant(AuthorizationCode, [S256Only(required=True), self.resource])
-        self.register_grant(RefreshToken)
+        self.register_grant(AuthorizationCode, [S256Only(required=True), self.resource, IdTokenAtCode(self)])
+        self.register_grant(RefreshToken, [IdTokenAtRefresh(self)])
         self.register_endpoint(Registration)
         self.register_endpoint(Revocation)
+
+    @staticmethod
+    def scopes_of(settings: Settings) -> list[str]:
+        """The scopes a client may ask for: the configured ones, and `openid` for an ID token."""
+        return [*settings.scopes, *([] if OPENID in settings.scopes else [OPENID])]
 
     def metadata(self) -> dict[str, Any]:
         """RFC 8414 authorization server metadata."""
@@ -92,9 +99,8 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
             "token_endpoint_auth_methods_supported": AUTH_METHODS,
             "revocation_endpoint_auth_methods_supported": AUTH_METHODS,
             "authorization_response_iss_parameter_supported": True,
+            "scopes_supported": self.scopes_of(self.settings),
         }
-        if self.settings.scopes:
-            document["scopes_supported"] = list(self.settings.scopes)
         if self.documents is not None:
             document["client_id_metadata_document_supported"] = True
         return document
@@ -133,9 +139,9 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         pass
 
     def validate_requested_scope(self, scope: str | None) -> None:
-        # authlib lets any scope through when none is configured: here none is then allowed.
-        if scope and not set(scope.split()) <= set(self.settings.scopes):
-            raise InvalidScopeError(f"scopes offered here: {' '.join(self.settings.scopes) or 'none'}")
+        # authlib lets any scope through when none is configured: here only `openid` is then allowed.
+        if scope and not set(scope.split()) <= set(self.scopes_of(self.settings)):
+            raise InvalidScopeError(f"scopes offered here: {' '.join(self.scopes_of(self.settings))}")
 
     # -- what the grants call -----------------------------------------------------------------
 
@@ -143,18 +149,21 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         user: Grantee = request.user
         now = self.now()
         data = request.payload.data
+        scope = request.scope or " ".join(self.settings.scopes)
         self.store.issue_code(
             code,
             CodeGrant(
                 family_id=uuid.uuid4().hex,
                 client_id=request.client.client_id,
                 redirect_uri=data.get("redirect_uri") or "",
-                scope=request.scope or " ".join(self.settings.scopes),
+                scope=scope,
                 resource=self.settings.resource,
                 code_challenge=data["code_challenge"],
                 code_challenge_method=data["code_challenge_method"],
                 grantee=user,
                 expires_at=now + timedelta(seconds=self.settings.code_ttl_s),
+                nonce=(data.get("nonce") or None) if OPENID in scope.split() else None,
+                auth_time=now,  # Writ keeps no sign-in session: each authorization signs in afresh
             ),
             now=now,
         )
@@ -212,6 +221,7 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
                 grantee=request.user,
                 issued_at=now,
                 expires_at=now + timedelta(seconds=self.settings.refresh_token_ttl_s),
+                auth_time=request.auth_time,
             ),
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import TypeVar
 
@@ -206,3 +207,28 @@ def test_revoking_a_principal_revokes_its_sign_ins_in_that_tenant_only_and_recor
     revoked = [e for e in store.events(tenant="acme") if e.type == "principal.revoked"]
     assert revoked[-1].payload["grants_revoked"] == 2
     assert store.verify().ok
+
+
+def test_a_codes_nonce_and_sign_in_time_come_back_and_the_nonce_counts_as_used_for_its_client_only(
+    store: Store,
+) -> None:
+    signed_in = NOW - timedelta(seconds=5)
+    grant = replace(code_grant(), scope="openid", nonce="n-0S6_WzA2Mj ~+/=", auth_time=signed_in)
+    assert not store.nonce_used("client-1", "n-0S6_WzA2Mj ~+/=")
+    store.issue_code("the-code", grant, now=NOW)
+    redeemed = store.redeem_code("the-code", client_id="client-1", now=LATER)
+    assert (redeemed.nonce, redeemed.auth_time) == ("n-0S6_WzA2Mj ~+/=", signed_in)
+    assert store.nonce_used("client-1", "n-0S6_WzA2Mj ~+/=")
+    assert not store.nonce_used("client-2", "n-0S6_WzA2Mj ~+/=")
+    assert not store.nonce_used("client-1", "n-0S6_WzA2Mj")
+    store.issue_code("no-nonce", code_grant(family="fam-2"), now=NOW)
+    found = store.find_code("no-nonce")
+    assert found is not None and (found.nonce, found.auth_time) == (None, None)
+
+
+def test_a_refresh_token_carries_its_familys_sign_in_time(store: Store) -> None:
+    signed_in = NOW - timedelta(hours=2)
+    store.issue_code("the-code", code_grant(), now=NOW)
+    store.issue_refresh_token("refresh-1", replace(refresh_grant(), auth_time=signed_in))
+    used = store.use_refresh_token("refresh-1", client_id="client-1", now=LATER)
+    assert used.auth_time == signed_in

@@ -25,7 +25,12 @@ def test_without_an_authorization_server_the_resource_metadata_names_none(gatewa
         metadata = httpx2.get(gateway.url + path, timeout=10).json()
         assert metadata["resource"] == gateway.mcp_url
         assert "authorization_servers" not in metadata
-    for path in ("/.well-known/oauth-authorization-server", "/jwks.json", "/authorize"):
+    for path in (
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/openid-configuration",
+        "/jwks.json",
+        "/authorize",
+    ):
         assert httpx2.get(gateway.url + path, timeout=10).status_code == 404
     assert httpx2.post(f"{gateway.url}/register", json={}, timeout=10).status_code == 404
 

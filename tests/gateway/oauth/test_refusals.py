@@ -61,6 +61,9 @@ def client_id(gateway: Writ) -> str:
     return str(register(gateway.url)["client_id"])
 
 
+ENDPOINTS = ("authorization_endpoint", "token_endpoint", "revocation_endpoint", "registration_endpoint")
+
+
 def error_of(response: httpx2.Response, status: int = 400) -> str:
     assert response.status_code == status, response.text
     return str(response.json()["error"])
@@ -240,10 +243,19 @@ def test_the_resource_metadata_names_only_servers_whose_endpoints_answer(gateway
     resource = httpx2.get(f"{gateway.url}/.well-known/oauth-protected-resource/mcp", timeout=10).json()
     assert resource["resource"] == gateway.mcp_url
     assert resource["authorization_servers"], "the demo config runs Writ's authorization server"
-    for issuer in resource["authorization_servers"]:
-        metadata = httpx2.get(f"{issuer.rstrip('/')}/.well-known/oauth-authorization-server", timeout=10)
-        assert metadata.status_code == 200 and metadata.json()["issuer"] == issuer
+    documents = [
+        (issuer, f"{issuer.rstrip('/')}/.well-known/{kind}")
+        for issuer in resource["authorization_servers"]
+        for kind in ("oauth-authorization-server", "openid-configuration")  # RFC 8414, OpenID discovery
+    ]
+    for issuer, url in documents:
+        metadata = httpx2.get(url, timeout=10)
+        assert metadata.status_code == 200 and metadata.json()["issuer"] == issuer, url
         document = metadata.json()
+        named = {
+            key for key, value in document.items() if isinstance(value, str) and value.startswith("http")
+        }
+        assert named == {"issuer", "jwks_uri", *ENDPOINTS}, "a URL the checks below do not try"
         assert httpx2.get(document["jwks_uri"], timeout=10).json()["keys"]
         assert httpx2.get(document["authorization_endpoint"], timeout=10).status_code == 400  # no params
         for endpoint in ("token_endpoint", "revocation_endpoint"):
