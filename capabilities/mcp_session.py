@@ -36,6 +36,8 @@ class Session:
         self.stop = anyio.Event()
         self.finished = anyio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.logging_asked = False
+        """Whether this session's upstream was asked for its log messages (`logging/setLevel`)."""
 
     def kill(self) -> None:
         """Mark the session dead and let its task close the client."""

@@ -213,6 +213,10 @@ class Registry:
         """Each backend that relays resources: its resource capability and its executor."""
         return [(c, relay) for c in self._resources if (relay := self.relay(c)) is not None]
 
+    def upstreams(self) -> list[McpExecutor]:
+        """The executors of the upstream MCP servers, in config order."""
+        return [e for e in self._executors.values() if isinstance(e, McpExecutor)]
+
     def relay(self, capability: Capability) -> McpExecutor | None:
         """The upstream MCP executor behind a relayed resource or prompt (None for any other)."""
         executor = self._executors.get(capability.backend)

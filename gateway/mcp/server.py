@@ -17,6 +17,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
+from capabilities.mcp_midcall import relaying
 from capabilities.registry import Registry
 from gateway.auth.oversight import may_read
 from gateway.auth.standing import is_revoked, revoked_text
@@ -27,6 +28,7 @@ from gateway.clock import Clock
 from gateway.errors import Refused, UnknownTool
 from gateway.mcp import rounds
 from gateway.mcp.documents import StatusDocument, output_schema
+from gateway.mcp.midcall import ClientRelay, set_level
 from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
 from gateway.reasons import ReasonCode
@@ -107,7 +109,9 @@ class McpFace:
         principal: PrincipalProvider,
         telemetry: Telemetry,
         clock: Clock,
+        registry: Registry | None = None,
     ) -> None:
+        self.registry = registry
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.clock = clock
@@ -178,18 +182,21 @@ class McpFace:
             return await self._confirmation_answer(who, params)
         meta = params.meta or {}
         key, run = _meta_identifier(meta, META_KEY), _meta_identifier(meta, META_RUN)
+        call = CallInput(
+            principal=who,
+            tool_name=params.name,
+            arguments=params.arguments or {},
+            idempotency_key=key,
+            run_id=run,
+            can_confirm=rounds.can_confirm(ctx),
+        )
+        relay = self._relay(ctx, params.name)
         with self.telemetry.tool_call(params.name, params.arguments or {}) as traced:
             try:
-                report = await self.pipeline.call(
-                    CallInput(
-                        principal=who,
-                        tool_name=params.name,
-                        arguments=params.arguments or {},
-                        idempotency_key=key,
-                        run_id=run,
-                        can_confirm=rounds.can_confirm(ctx),
-                    )
-                )
+                if relay is None:
+                    report = await self.pipeline.call(call)
+                else:
+                    report = await self._relayed(relay, call)
             except UnknownTool as exc:
                 traced.unknown_tool()
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
@@ -202,6 +209,40 @@ class McpFace:
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
             return {"resultType": "task", **(await self._task(report.call))}
         return types.CallToolResult.model_validate(shape_report(report))
+
+    def _relay(self, ctx: Any, tool_name: str) -> ClientRelay | None:
+        """The client side of a call to an upstream MCP tool (None for any other tool)."""
+        capability = self.catalogue.capability(tool_name)
+        if capability is None or self.registry is None:
+            return None
+        if self.registry.relay(capability) is None:
+            return None
+        return ClientRelay(ctx, capability, self.pipeline.redactor)
+
+    async def _relayed(self, relay: ClientRelay, call: CallInput) -> Any:
+        """The call run to its recorded end even when the client cancels it: the cancel goes to the
+        executor (which cancels the upstream request), and the outcome is recorded before this request
+        ends unanswered, as a cancelled request does."""
+        done: list[Any] = []
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                try:
+                    await anyio.sleep_forever()
+                except anyio.get_cancelled_exc_class():
+                    relay.client_cancelled()
+                    raise
+
+            group.start_soon(watch)
+            with anyio.CancelScope(shield=True), relaying(relay):
+                try:
+                    done.append(await self.pipeline.call(call))
+                except Exception as exc:  # raised below, outside the task group
+                    done.append(exc)
+            group.cancel_scope.cancel()
+        if isinstance(done[0], Exception):
+            raise done[0]
+        return done[0]
 
     async def _confirmation_answer(self, who: Any, params: types.CallToolRequestParams) -> Any:
         """The client's retry of a confirmation round: the user's answer, consumed at most once."""
@@ -373,7 +414,7 @@ def build_mcp_server(
     With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
     and completions too; else a client hears that they are not there, as from a server without them.
     """
-    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock)
+    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, registry)
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
@@ -399,6 +440,9 @@ def build_mcp_server(
     sealing = sealing or rounds.sealing(confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}
+    if registry is not None and registry.upstreams():
+        # Upstream log messages are relayed at the level each client asks for.
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     server.add_request_handler("tasks/get", rounds.TaskParams, face.tasks_get)
     server.add_request_handler("tasks/update", rounds.TaskParams, face.tasks_update)
     server.add_request_handler("tasks/cancel", rounds.TaskParams, face.tasks_cancel)
