@@ -10,10 +10,19 @@ that is slow delays only the next announcement of that upstream.
 from __future__ import annotations
 
 import logging
+import warnings
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+import anyio
 import mcp_types as types
+from mcp import Client, MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from capabilities.contract import BackendUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -56,3 +65,58 @@ class Announcements:
         elif isinstance(message, types.ResourceUpdatedNotification):
             for updated in list(self._updated):
                 await updated(self._name, str(message.params.uri))
+
+
+class Watched:
+    """The upstream resources Writ's clients watch: each subscribed upstream once, for all of them
+    (2025-11-25 `resources/subscribe`), and unsubscribed when the last one stops watching."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._counts: Counter[str] = Counter()
+        self._lock = anyio.Lock()
+
+    async def watch(self, client: Client, uri: str, timeout_s: float) -> None:
+        """Count one more watcher of the upstream `uri`, subscribing upstream for the first.
+
+        Raises:
+            BackendUnavailable: the upstream takes no subscriptions, or refused or did not answer.
+        """
+        async with self._lock:
+            if self._counts[uri] == 0:
+                await self._ask(client, uri, timeout_s, subscribe=True)
+            self._counts[uri] += 1
+
+    async def unwatch(self, client: Client, uri: str, timeout_s: float) -> None:
+        """Count one watcher less, unsubscribing upstream after the last (a failure is only logged)."""
+        async with self._lock:
+            if self._counts[uri] == 0:
+                return
+            self._counts[uri] -= 1
+            if self._counts[uri] > 0:
+                return
+            del self._counts[uri]
+            try:
+                await self._ask(client, uri, timeout_s, subscribe=False)
+            except BackendUnavailable as exc:
+                logger.warning("%s", exc)
+
+    async def _ask(self, client: Client, uri: str, timeout_s: float, *, subscribe: bool) -> None:
+        method = "resources/subscribe" if subscribe else "resources/unsubscribe"
+        resources = client.server_capabilities.resources
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise BackendUnavailable(
+                f"mcp backend {self._name!r} speaks 2026-07-28, where updates come on a "
+                "subscriptions/listen stream, which Writ does not open to an upstream"
+            )
+        if resources is None or not resources.subscribe:
+            raise BackendUnavailable(f"mcp backend {self._name!r} offers no resource subscriptions")
+        try:
+            with anyio.fail_after(timeout_s), warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)  # removed at 2026-07-28
+                if subscribe:
+                    await client.subscribe_resource(uri)
+                else:
+                    await client.unsubscribe_resource(uri)
+        except (MCPError, TimeoutError, ValidationError, RuntimeError) as exc:
+            raise BackendUnavailable(f"mcp backend {self._name!r}: {method} {uri} failed: {exc}") from exc

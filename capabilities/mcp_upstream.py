@@ -42,7 +42,7 @@ from capabilities.contract import (
     ToolResult,
 )
 from capabilities.credentials import Credentials
-from capabilities.mcp_changes import Announcements
+from capabilities.mcp_changes import Announcements, Watched
 from capabilities.mcp_midcall import (
     CallRelay,
     ClientCancelled,
@@ -121,6 +121,7 @@ class McpExecutor:
         self._midcall = MidCall(name)
         self.announcements = Announcements(name)
         """List changes and resource updates the upstream announces, for whoever listens."""
+        self._watched = Watched(name)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -226,6 +227,21 @@ class McpExecutor:
             self._describe,
         )
         return [t.model_copy(update={"uri_template": shown_uri(prefix, t.uri_template)}) for t in found]
+
+    async def watch(self, uri: str, *, watching: bool) -> None:
+        """Start (or stop) relaying updates of the resource at `uri`, as Writ shows it.
+
+        Raises:
+            BackendUnavailable: it is not this backend's, or the upstream takes no subscription of it.
+        """
+        upstream = upstream_uri(self.uri_prefix or "", uri)
+        if upstream is None:
+            raise BackendUnavailable(f"mcp backend {self.name!r} serves no {uri!r}")
+        client = await self._client_now()
+        if watching:
+            await self._watched.watch(client, upstream, self._config.timeout_s)
+        else:
+            await self._watched.unwatch(client, upstream, self._config.timeout_s)
 
     async def complete(
         self,

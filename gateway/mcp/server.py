@@ -12,6 +12,8 @@ from typing import Any, TypeGuard
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
@@ -27,10 +29,12 @@ from gateway.calls.rate_limits import RateLimited
 from gateway.clock import Clock
 from gateway.errors import Refused, UnknownTool
 from gateway.mcp import rounds
+from gateway.mcp.changes import Notices
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.midcall import ClientRelay, set_level
 from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
+from gateway.mcp.subscriptions import Subscriptions
 from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
 from store.commands import DecideApproval
@@ -419,7 +423,18 @@ def build_mcp_server(
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
     completing = resources or prompts
-    server: Server[Any] = Server(
+    upstreams = registry is not None and bool(registry.upstreams())
+    notices = Notices() if upstreams else None
+    watching = (
+        Subscriptions(registry, catalogue, store, face.caller, clock, notices)
+        if registry is not None and notices is not None and resources is not None
+        else None
+    )
+    listen = watching.listen if watching is not None else notices.listen if notices is not None else None
+    server: Server[Any] = _Server(
+        NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True)
+        if notices is not None
+        else NotificationOptions(),
         name,
         version=_version(),
         instructions=(
@@ -436,17 +451,42 @@ def build_mcp_server(
         on_list_prompts=prompts.list_prompts if prompts else None,
         on_get_prompt=prompts.get_prompt if prompts else None,
         on_completion=completing.complete if completing else None,
+        on_subscribe_resource=watching.subscribe if watching is not None else None,
+        on_unsubscribe_resource=watching.unsubscribe if watching is not None else None,
+        on_subscriptions_listen=listen,
     )
     sealing = sealing or rounds.sealing(confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}
-    if registry is not None and registry.upstreams():
+    if registry is not None and notices is not None:
         # Upstream log messages are relayed at the level each client asks for.
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
+        # An upstream's changed listings, once the registry took them, are announced to the clients.
+        server.middleware.append(notices.track)
+        registry.on_change(notices.listing_changed)
     server.add_request_handler("tasks/get", rounds.TaskParams, face.tasks_get)
     server.add_request_handler("tasks/update", rounds.TaskParams, face.tasks_update)
     server.add_request_handler("tasks/cancel", rounds.TaskParams, face.tasks_cancel)
     return server
+
+
+class _Server(Server[Any]):
+    """The SDK's server, announcing on 2025-11-25 the list changes Writ sends (on 2026-07-28 the
+    SDK derives them from `subscriptions/listen` being served)."""
+
+    def __init__(self, changes: NotificationOptions, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._changes = changes
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or self._changes, experimental_capabilities, extensions
+        )
 
 
 def _status_error(text: str, document: StatusDocument | None = None) -> types.CallToolResult:
