@@ -180,6 +180,8 @@ TOOLS = [
     _tool("test_elicitation", "Asks the user.", MESSAGE_SCHEMA),
     _tool("test_elicitation_sep1034_defaults", "Asks the user, with defaults (SEP-1034)."),
     _tool("test_elicitation_sep1330_enums", "Asks the user to choose (SEP-1330)."),
+    _tool("test_logging_tool", "Logs three messages at info, to a request that asked for them."),
+    _tool("test_streaming_elicitation", "Asks the user for a name and an email."),
     # These change the listings and announce it (SEP-2575's list-changed checks).
     _tool("test_trigger_tool_change", "Adds or removes the tool test_added_tool."),
     _tool("test_trigger_prompt_change", "Adds or removes the prompt test_added_prompt."),
@@ -239,7 +241,7 @@ async def _talking(ctx: Any, params: types.CallToolRequestParams) -> Any:
                 await ctx.session.report_progress(done, 100, f"{done}%")
                 await anyio.sleep(0.05)
             said = "Progress reported."
-        case "test_tool_with_logging":
+        case "test_tool_with_logging" | "test_logging_tool":
             for text in ("Tool execution started", "Tool processing data", "Tool execution completed"):
                 await _log(ctx, text)
                 await anyio.sleep(0.05)
@@ -256,8 +258,9 @@ async def _talking(ctx: Any, params: types.CallToolRequestParams) -> Any:
                 return answer
             text = answer.content.text if isinstance(answer.content, types.TextContent) else ""
             said = f"LLM response: {text}"
-        case "test_elicitation":
-            answer = await _elicit(ctx, params, str(arguments["message"]), USER_SCHEMA)
+        case "test_elicitation" | "test_streaming_elicitation":
+            message = str(arguments.get("message", "Please provide your information"))
+            answer = await _elicit(ctx, params, message, USER_SCHEMA)
             if isinstance(answer, types.InputRequiredResult):
                 return answer
             said = f"User response: action={answer.action}, content={json.dumps(answer.content)}"
@@ -277,6 +280,8 @@ TALKING = {
     "test_elicitation",
     "test_elicitation_sep1034_defaults",
     "test_elicitation_sep1330_enums",
+    "test_logging_tool",
+    "test_streaming_elicitation",
 }
 
 
