@@ -251,8 +251,9 @@ async def test_an_upstream_sampling_request_reaches_the_clients_model(gateway: W
 
 
 @pytest.mark.parametrize("upstream", ["hl", "hm", "sl", "sm"])
+@pytest.mark.parametrize("mode", CLIENT_MODES)
 async def test_a_client_cancel_cancels_the_upstream_request_and_leaves_the_write_unknown(
-    gateway: Writ, upstream: str
+    gateway: Writ, upstream: str, mode: str
 ) -> None:
     before = CANCELLED["http"]
     started = anyio.Event()
@@ -262,7 +263,7 @@ async def test_a_client_cancel_cancels_the_upstream_request_and_leaves_the_write
 
     key = _key()
     async with (
-        gateway.client(gateway.token("ann", roles="agent"), mode="legacy") as client,
+        gateway.client(gateway.token("ann", roles="agent"), mode=mode) as client,
         anyio.create_task_group() as group,
     ):
 
