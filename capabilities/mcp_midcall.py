@@ -142,32 +142,32 @@ class MidCall:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._flying: list[CallRelay] = []
+        self._flying: list[CallRelay | None] = []
+        """The calls in flight on this upstream: their relays, None for one no client waits on."""
 
     @contextlib.contextmanager
     def flying(self, relay: CallRelay | None) -> Iterator[None]:
         """The block is one call in flight on this upstream."""
-        if relay is None:
-            yield
-            return
         self._flying.append(relay)
         try:
             yield
         finally:
             self._flying.remove(relay)
 
-    def _relay(self) -> CallRelay | None | str:
+    def _relay(self) -> CallRelay | str:
         """The relay of the call this message belongs to; a reason text when there is none to tell."""
         relay = current_relay()
         if relay is not None:
             return relay
-        if len(self._flying) == 1:
+        if len(self._flying) > 1:
+            return UNATTRIBUTED
+        if self._flying and self._flying[0] is not None:
             return self._flying[0]
-        return UNATTRIBUTED if self._flying else DETACHED
+        return DETACHED
 
     async def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         relay = self._relay()
-        if isinstance(relay, str) or relay is None:
+        if isinstance(relay, str):
             logger.info("mcp backend %r: log message not relayed: %s", self._name, relay)
             return
         await relay.log(params)
@@ -176,16 +176,16 @@ class MidCall:
         self, context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
         relay = self._relay()
-        if isinstance(relay, str) or relay is None:
+        if isinstance(relay, str):
             logger.warning("mcp backend %r: elicitation refused: %s", self._name, relay)
-            return refusal(relay or DETACHED)
+            return refusal(relay)
         return await relay.elicit(params)
 
     async def on_sample(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> SamplingAnswer:
         relay = self._relay()
-        if isinstance(relay, str) or relay is None:
+        if isinstance(relay, str):
             logger.warning("mcp backend %r: sampling request refused: %s", self._name, relay)
-            return refusal(relay or DETACHED)
+            return refusal(relay)
         return await relay.sample(params)

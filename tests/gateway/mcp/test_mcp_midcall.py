@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 import uvicorn
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from capabilities.mcp_midcall import UNATTRIBUTED
+from capabilities.mcp_midcall import DETACHED, UNATTRIBUTED
 from gateway.calls.actions import DIGEST_PREFIX
 from gateway.mcp.midcall import NO_BACK_CHANNEL, NOT_DECLARED
 from tests.e2e.harness import free_port
@@ -83,7 +84,14 @@ RULES = [
         "tools": [f"{name}_{tool}" for name in UPSTREAMS for tool in TOOLS],
         "roles": ["agent"],
         "decision": "allow",
-    }
+    },
+    {
+        "id": "questions-for-the-boss-need-approval",
+        "tools": ["hl_ask", "sl_ask"],
+        "when": "args.question == 'May I?'",
+        "decision": "require_approval",
+        "approval": {"approver_role": "approver"},
+    },
 ]
 
 
@@ -313,3 +321,35 @@ async def test_two_calls_in_flight_on_one_stdio_upstream_cannot_be_told_apart_an
         group.cancel_scope.cancel()
     assert result.is_error
     assert _text(result) == f"not asked: Writ: {UNATTRIBUTED}"
+
+
+@pytest.mark.parametrize("upstream", ["hl", "sl"])
+async def test_an_upstream_asking_during_a_call_run_after_approval_is_told_no_client_waits(
+    gateway: Writ, upstream: str
+) -> None:
+    token = gateway.token("ann", roles="agent")
+    async with gateway.client(token, mode="legacy", elicitation_callback=_answer("Ann", "1")) as client:
+        held = await client.call_tool(f"{upstream}_ask", {"question": "May I?"}, meta=_key())
+        pending = held.structured_content or {}
+        assert pending["status"] == "approval_pending"
+        decided = httpx2.post(
+            f"{gateway.url}/api/approvals/{pending['approvalId']}/decision",
+            json={"decision": "approve"},
+            headers={"Authorization": f"Bearer {gateway.token('boss', roles='approver')}"},
+            timeout=10,
+        )
+        assert decided.status_code == 200, decided.text
+
+        async def status() -> dict[str, Any]:
+            answer = await client.call_tool("writ_call_status", {"toolCallId": pending["toolCallId"]})
+            return answer.structured_content or {}
+
+        done = await eventually(status, lambda s: s.get("status") in ("completed", "failed"))
+    # The upstream heard why and answered with a tool error; nobody was asked in the client's name.
+    assert (done["status"], done.get("error")) == ("failed", "tool_error")
+    [failed] = [
+        e
+        for e in gateway.runtime.store.events(tool_call_id=pending["toolCallId"])
+        if e.type == "tool_call.failed"
+    ]
+    assert failed.payload["detail"] == f"not asked: Writ: {DETACHED}"
