@@ -18,7 +18,9 @@ from typing import Literal
 import anyio
 import mcp_types as types
 from mcp import Client, MCPError
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ServerEvent, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -53,15 +55,49 @@ class Announcements:
     def on_resource_updated(self, listener: ResourceUpdated) -> None:
         self._updated.append(listener)
 
+    async def listen(self, client: Client) -> None:
+        """Hear a 2026-07-28 upstream's list changes on a `subscriptions/listen` stream, for as long
+        as the session lasts (a 2025-11-25 one sends them unasked, to `handle`)."""
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return
+        # A version pinned in config synthesizes the upstream's capabilities (all empty), so they
+        # cannot tell whether it announces anything: ask for every kind, and take what it honours.
+        try:
+            async with client.listen(
+                tools_list_changed=True, prompts_list_changed=True, resources_list_changed=True
+            ) as subscription:
+                async for event in subscription:
+                    await self._heard(event)
+        except MCPError as exc:
+            level = logging.INFO if exc.code == types.METHOD_NOT_FOUND else logging.WARNING
+            logger.log(level, "mcp backend %r: subscriptions/listen: %s", self._name, exc.message)
+        except (ListenNotSupportedError, SubscriptionLost, TimeoutError) as exc:
+            # Heard no more until the session is opened again (the next call after it died).
+            logger.warning("mcp backend %r: subscriptions/listen ended: %r", self._name, exc)
+
+    async def _heard(self, event: ServerEvent) -> None:
+        listing: Listing | None = None
+        if isinstance(event, ToolsListChanged):
+            listing = "tools"
+        elif isinstance(event, PromptsListChanged):
+            listing = "prompts"
+        elif isinstance(event, ResourcesListChanged):
+            listing = "resources"
+        if listing is not None:
+            await self._changed_to(listing)
+
+    async def _changed_to(self, listing: Listing) -> None:
+        logger.info("mcp backend %r: its %s changed", self._name, listing)
+        for changed in list(self._changed):
+            await changed(self._name, listing)
+
     async def handle(self, message: types.ServerNotification | Exception) -> None:
         if isinstance(message, Exception):
             logger.debug("mcp backend %r: transport reported %r", self._name, message)
             return
         listing = _LISTINGS.get(type(message))
         if listing is not None:
-            logger.info("mcp backend %r: its %s changed", self._name, listing)
-            for changed in list(self._changed):
-                await changed(self._name, listing)
+            await self._changed_to(listing)
         elif isinstance(message, types.ResourceUpdatedNotification):
             for updated in list(self._updated):
                 await updated(self._name, str(message.params.uri))
@@ -107,7 +143,7 @@ class Watched:
         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             raise BackendUnavailable(
                 f"mcp backend {self._name!r} speaks 2026-07-28, where updates come on a "
-                "subscriptions/listen stream, which Writ does not open to an upstream"
+                "subscriptions/listen stream, which Writ opens to an upstream for list changes only"
             )
         if resources is None or not resources.subscribe:
             raise BackendUnavailable(f"mcp backend {self._name!r} offers no resource subscriptions")

@@ -113,14 +113,18 @@ class McpExecutor:
         self._credentials = credentials or Credentials.none()
         self._child_env = {**config.env, **(child_env or {})}
         self._base_dir = base_dir
+        self.announcements = Announcements(name)
+        """List changes and resource updates the upstream announces, for whoever listens."""
         self._sessions = SessionKeeper(
-            name, self._client, open_timeout_s=config.timeout_s, describe=self._describe
+            name,
+            self._client,
+            open_timeout_s=config.timeout_s,
+            describe=self._describe,
+            watch=self.announcements.listen,
         )
         self._upstream: dict[str, str] = {}
         """capability id -> upstream tool name, filled by discover()."""
         self._midcall = MidCall(name)
-        self.announcements = Announcements(name)
-        """List changes and resource updates the upstream announces, for whoever listens."""
         self._watched = Watched(name)
 
     # --- lifecycle ---------------------------------------------------------------------------------

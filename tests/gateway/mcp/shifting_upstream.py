@@ -6,8 +6,9 @@ python shifting_upstream.py NAME     # over stdio
 Its tools are named after NAME, so two of them sit behind one gateway without renames: `NAME_pay(amount)`
 and `NAME_reshape(shape)`. `NAME_reshape` with shape 2 makes `NAME_pay` also require a `currency` and
 adds `NAME_extra`; with shape 1 it goes back; either way the server announces
-`notifications/tools/list_changed`. `NAME_touch(uri)` announces `notifications/resources/updated` for
-`note://NAME`, the one resource it serves, to the sessions that subscribed to it.
+`notifications/tools/list_changed` (on 2026-07-28, on the open `subscriptions/listen` streams).
+`NAME_touch(uri)` announces `notifications/resources/updated` for `note://NAME`, the one resource it
+serves, to the sessions that subscribed to it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import anyio
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from starlette.types import ASGIApp
 
 
@@ -31,6 +34,7 @@ def _tool(name: str, properties: dict[str, Any], required: list[str]) -> types.T
 
 def shifting_server(name: str) -> Server[Any]:
     state: dict[str, Any] = {"shape": 1, "subscribers": []}
+    bus = InMemorySubscriptionBus()  # 2026-07-28: announcements go to subscriptions/listen streams
 
     def tools() -> list[types.Tool]:
         amount = {"amount": {"type": "number"}}
@@ -51,10 +55,12 @@ def shifting_server(name: str) -> Server[Any]:
         elif params.name == f"{name}_reshape":
             state["shape"] = int(arguments["shape"])
             await ctx.session.send_tool_list_changed()
+            await bus.publish(ToolsListChanged())
             text = f"shape {state['shape']}"
         elif params.name == f"{name}_touch":
             for session in list(state["subscribers"]):
                 await session.send_resource_updated(f"note://{name}")
+            await bus.publish(ResourceUpdated(uri=f"note://{name}"))
             text = f"touched note://{name} for {len(state['subscribers'])}"
         elif params.name == f"{name}_extra":
             text = "extra"
@@ -89,6 +95,7 @@ def shifting_server(name: str) -> Server[Any]:
         on_read_resource=read_resource,
         on_subscribe_resource=subscribe,
         on_unsubscribe_resource=unsubscribe,
+        on_subscriptions_listen=ListenHandler(bus),
     )
 
 

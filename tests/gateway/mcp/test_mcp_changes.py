@@ -2,8 +2,9 @@
 checked as at startup, and announced to Writ's own clients in either era; a tool whose contract changed
 under a pending approval is refused when the approval comes.
 
-One gateway (in-process, `inproc.py`) fronts `shifting_upstream.py` twice, in the 2025-11-25 era: `ch`
-over streamable HTTP in this process, `cs` over stdio as a child process.
+One gateway (in-process, `inproc.py`) fronts `shifting_upstream.py` four times: `ch` and `mh` over
+streamable HTTP in this process, `cs` and `ms` over stdio as child processes, the first two spoken to
+in the 2025-11-25 era, the others in 2026-07-28 (where Writ hears list changes on a listen stream).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from tests.gateway.mcp.shifting_upstream import shifting_app
 pytestmark = pytest.mark.anyio
 
 UPSTREAMS = ["ch", "cs"]
+"""Spoken to in the 2025-11-25 era, as `mh` (HTTP) and `ms` (stdio) are in 2026-07-28."""
+EVERY = [*UPSTREAMS, "mh", "ms"]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +52,11 @@ def shifting_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/mcp"
 
 
-def _upstreams(url: str) -> dict[str, Any]:
+def _upstreams(url: str, modern_url: str) -> dict[str, Any]:
+    modern = {"mode": "2026-07-28", "timeout_s": 10}
     return {
+        "mh": {"type": "mcp", "url": modern_url, **modern},
+        "ms": {"type": "mcp", "command": [sys.executable, shifting_upstream.__file__, "ms"], **modern},
         "ch": {
             "type": "mcp",
             "url": url,
@@ -71,13 +77,13 @@ def _upstreams(url: str) -> dict[str, Any]:
 RULES: list[dict[str, Any]] = [
     {
         "id": "agents-shift",
-        "tools": [f"{name}_{tool}" for name in UPSTREAMS for tool in ("pay", "reshape", "touch", "extra")],
+        "tools": [f"{name}_{tool}" for name in EVERY for tool in ("pay", "reshape", "touch", "extra")],
         "roles": ["agent"],
         "decision": "allow",
     },
     {
         "id": "big-payments-need-approval",
-        "tools": [f"{name}_pay" for name in UPSTREAMS],
+        "tools": [f"{name}_pay" for name in EVERY],
         "when": "double(args.amount) > 100.0",
         "decision": "require_approval",
         "approval": {"approver_role": "approver"},
@@ -92,10 +98,22 @@ RULES: list[dict[str, Any]] = [
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, shifting_url: str) -> Iterator[Writ]:
+def modern_url() -> Iterator[str]:
+    port = free_port()
+    config = uvicorn.Config(shifting_app("mh"), host="127.0.0.1", port=port, log_level="warning")
+    with serving(config):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, backend: Backend, shifting_url: str, modern_url: str
+) -> Iterator[Writ]:
     workdir: Path = tmp_path_factory.mktemp("writ")
     store = f"sqlite:///{workdir / 'writ.db'}"
-    with writ(workdir, backend, store, extra_backends=_upstreams(shifting_url), extra_rules=RULES) as g:
+    with writ(
+        workdir, backend, store, extra_backends=_upstreams(shifting_url, modern_url), extra_rules=RULES
+    ) as g:
         yield g
 
 
@@ -107,7 +125,7 @@ async def _tools(client: Any) -> dict[str, dict[str, Any]]:
     return {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
 
 
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", EVERY)
 async def test_a_changed_tool_listing_is_taken_without_a_restart_and_announced_in_either_era(
     gateway: Writ, upstream: str
 ) -> None:
@@ -148,7 +166,7 @@ async def test_a_changed_tool_listing_is_taken_without_a_restart_and_announced_i
     assert [c.text for c in paid.content if isinstance(c, types.TextContent)] == ["paid 5 EUR"]
 
 
-@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("upstream", EVERY)
 async def test_a_call_approved_for_a_tool_whose_schema_changed_meanwhile_is_refused(
     gateway: Writ, upstream: str
 ) -> None:
