@@ -112,6 +112,15 @@ class Watched:
         self._counts: Counter[str] = Counter()
         self._lock = anyio.Lock()
 
+    async def renew(self, client: Client, timeout_s: float) -> None:
+        """Subscribe a new session (the last one died) to every URI still watched (failures logged)."""
+        async with self._lock:
+            for uri in list(self._counts):
+                try:
+                    await self._ask(client, uri, timeout_s, subscribe=True)
+                except BackendUnavailable as exc:
+                    logger.warning("%s", exc)
+
     async def watch(self, client: Client, uri: str, timeout_s: float) -> None:
         """Count one more watcher of the upstream `uri`, subscribing upstream for the first.
 

@@ -120,7 +120,7 @@ class McpExecutor:
             self._client,
             open_timeout_s=config.timeout_s,
             describe=self._describe,
-            watch=self.announcements.listen,
+            watch=self._opened,
         )
         self._upstream: dict[str, str] = {}
         """capability id -> upstream tool name, filled by discover()."""
@@ -231,6 +231,11 @@ class McpExecutor:
             self._describe,
         )
         return [t.model_copy(update={"uri_template": shown_uri(prefix, t.uri_template)}) for t in found]
+
+    async def _opened(self, client: Client) -> None:
+        """Beside each new session: its upstream subscriptions renewed, then its announcements heard."""
+        await self._watched.renew(client, self._config.timeout_s)
+        await self.announcements.listen(client)
 
     async def watch(self, uri: str, *, watching: bool) -> None:
         """Start (or stop) relaying updates of the resource at `uri`, as Writ shows it.
