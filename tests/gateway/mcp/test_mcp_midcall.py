@@ -32,6 +32,7 @@ from tests.eventually import eventually
 from tests.gateway.mcp import chatty_upstream
 from tests.gateway.mcp.chatty_upstream import ASKED, CANCELLED, chatty_app
 from tests.gateway.mcp.inproc import Backend, Writ, acme, serving, writ
+from tests.postgres import fresh_schema
 
 pytestmark = pytest.mark.anyio
 
@@ -100,6 +101,27 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, chatty_u
     workdir: Path = tmp_path_factory.mktemp("writ")
     store = f"sqlite:///{workdir / 'writ.db'}"
     with writ(workdir, backend, store, extra_backends=_upstreams(chatty_url), extra_rules=RULES) as g:
+        yield g
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def recording(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    gateway: Writ,
+    backend: Backend,
+    chatty_url: str,
+    postgres_url: str,
+) -> Iterator[Writ]:
+    """The module's gateway (SQLite), or one of its own on PostgreSQL."""
+    if request.param == "sqlite":
+        yield gateway
+        return
+    workdir = tmp_path_factory.mktemp("writ-pg")
+    with (
+        fresh_schema(postgres_url, "writ_midcall") as store,
+        writ(workdir, backend, store, extra_backends=_upstreams(chatty_url), extra_rules=RULES) as g,
+    ):
         yield g
 
 
@@ -180,8 +202,9 @@ def _answer(name: str, pin: str) -> Any:
 
 @pytest.mark.parametrize("upstream", list(UPSTREAMS))
 async def test_an_upstream_elicitation_reaches_the_user_and_its_pin_is_recorded_only_as_a_hash(
-    gateway: Writ, upstream: str
+    recording: Writ, upstream: str
 ) -> None:
+    gateway = recording
     token = gateway.token("ann", roles="agent")
     async with gateway.client(token, mode="legacy", elicitation_callback=_answer("Ann", "8642")) as client:
         result = await client.call_tool(f"{upstream}_ask", {"question": "Who signs?"}, meta=_key())
