@@ -1,7 +1,8 @@
 """The registry: every capability Writ exposes, and the executor behind each.
 
 Built once from config (credentials resolved, callables imported, schemas checked); `start()` opens
-the executors and runs upstream discovery once. Calls only look things up.
+the executors and runs upstream discovery; an upstream that announces a changed listing is discovered
+again (`rediscover`), and the new listing replaces its old one whole. Calls only look things up.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class Registry:
         return registry
 
     async def start(self) -> None:
-        """Start every executor and add what upstreams contribute; runs discovery once.
+        """Start every executor and add what upstreams contribute (discovery; again on a change).
 
         Raises:
             BackendUnavailable: an upstream could not be reached.

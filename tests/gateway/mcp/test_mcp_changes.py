@@ -153,6 +153,9 @@ async def test_a_changed_tool_listing_is_taken_without_a_restart_and_announced_i
                 async for event in subscription:
                     assert type(event).__name__ == "ToolsListChanged"
                     break
+        # Taken (the registry has the new tool), then announced: waiting on the announcement alone could
+        # be satisfied by a late one of the shape-1 reshape above.
+        await eventually(lambda: gateway.runtime.registry.get(f"{upstream}_extra") is not None)
         await eventually(lambda: len(heard), lambda n: n >= 1)
         after = await _tools(client)
         assert after[f"{upstream}_pay"]["required"] == ["amount", "currency"]
