@@ -58,6 +58,9 @@ class CallRelay(Protocol):
     def log_level(self) -> types.LoggingLevel | None:
         """The lowest level the client wants on a 2026-07-28 request; None: none asked."""
 
+    async def passed_on(self) -> None:
+        """Return once what the upstream said so far reached the client (bounded)."""
+
     async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         """Ask the client (its user) what the upstream asks, or refuse it to the upstream."""
 

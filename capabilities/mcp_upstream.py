@@ -370,6 +370,8 @@ class McpExecutor:
         except (RuntimeError, ValidationError) as exc:
             # The upstream answered, but not with a result we can use (invalid shape or output schema).
             return unanswered_outcome(invocation, read_only, "invalid_response", self._describe(exc))
+        if relay is not None:
+            await relay.passed_on()
         return self._answered(invocation, result)
 
     async def _ask_for_logs(self, session: Session) -> None:

@@ -11,8 +11,9 @@ messages were passed on (not their text).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, get_args
 
 import anyio
@@ -34,6 +35,8 @@ LEVELS: tuple[types.LoggingLevel, ...] = get_args(types.LoggingLevel)
 DEFAULT_LEVEL: types.LoggingLevel = "info"
 """What a 2025-11-25 client that never sent `logging/setLevel` is given."""
 _LEVEL_STATE = "writ/logLevel"
+PASS_ON_WAIT_S = 5.0
+"""The longest a call's answer waits for its progress and log messages to reach a slow client."""
 
 NOT_DECLARED = "the client did not declare the {0} capability, so Writ cannot ask it"
 NO_BACK_CHANNEL = (
@@ -78,20 +81,42 @@ class ClientRelay:
         self._asked: list[dict[str, Any]] = []
         self._progress = 0
         self._logs = 0
+        self._passing = 0
+        self._passed = anyio.Event()
 
     def log_level(self) -> types.LoggingLevel | None:
         return self._level
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         self._progress += 1
-        await self._ctx.session.report_progress(progress, total, message)
+        with self._passing_on():
+            await self._ctx.session.report_progress(progress, total, message)
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if self._level is None or LEVELS.index(params.level) < LEVELS.index(self._level):
             return
         self._logs += 1
         notification = types.LoggingMessageNotification(params=params)
-        await self._ctx.session.send_notification(notification, related_request_id=self._ctx.request_id)
+        with self._passing_on():
+            await self._ctx.session.send_notification(notification, related_request_id=self._ctx.request_id)
+
+    @contextlib.contextmanager
+    def _passing_on(self) -> Iterator[None]:
+        self._passing += 1
+        try:
+            yield
+        finally:
+            self._passing -= 1
+            if self._passing == 0:
+                self._passed.set()
+                self._passed = anyio.Event()
+
+    async def passed_on(self) -> None:
+        """Wait (a little at most) until what the upstream said so far has been passed on, so that the
+        client hears it before the call's answer, as it would from the upstream itself."""
+        with anyio.move_on_after(PASS_ON_WAIT_S):
+            while self._passing:
+                await self._passed.wait()
 
     async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         asked: dict[str, Any] = {"kind": "elicitation", "message": params.message}

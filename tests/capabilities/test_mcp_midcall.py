@@ -44,6 +44,9 @@ class FakeRelay:
     def log_level(self) -> types.LoggingLevel | None:
         return "debug"
 
+    async def passed_on(self) -> None:
+        pass
+
     async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         self.heard.append(params)
         return types.ElicitResult(action="decline")
