@@ -9,8 +9,9 @@ ends its own task only; the next call opens a fresh session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Any
 
 import anyio
 from mcp import Client
@@ -20,6 +21,8 @@ from capabilities.contract import BackendUnavailable
 _CLOSE_GRACE_S = 5.0
 
 ClientFactory = Callable[[AsyncExitStack, Callable[[], None]], AbstractAsyncContextManager[Client]]
+Watcher = Callable[[Client], Coroutine[Any, Any, None]]
+"""Runs beside each open session (it is cancelled when the session ends) and must not raise."""
 """Builds an un-entered client; may push cleanups (an HTTP client to close) onto the stack. The
 callable is for a transport that learns its connection has ended on its own (a stdio server closed
 its stdout): the session is then given up, and the next call opens a new one instead of failing."""
@@ -36,6 +39,8 @@ class Session:
         self.stop = anyio.Event()
         self.finished = anyio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.logging_asked = False
+        """Whether this session's upstream was asked for its log messages (`logging/setLevel`)."""
 
     def kill(self) -> None:
         """Mark the session dead and let its task close the client."""
@@ -53,8 +58,10 @@ class SessionKeeper:
         *,
         open_timeout_s: float,
         describe: Callable[[BaseException], str],
+        watch: Watcher | None = None,
     ) -> None:
         self._name = name
+        self._watch = watch
         self._factory = factory
         self._open_timeout_s = open_timeout_s
         self._describe = describe
@@ -121,10 +128,15 @@ class SessionKeeper:
     async def _hold(self, session: Session) -> None:
         try:
             async with AsyncExitStack() as stack:
-                session.client = await stack.enter_async_context(self._factory(stack, session.kill))
+                client = await stack.enter_async_context(self._factory(stack, session.kill))
+                session.client = client
                 session.alive = True
                 session.ready.set()
-                await session.stop.wait()
+                async with anyio.create_task_group() as group:
+                    if self._watch is not None:
+                        group.start_soon(self._watch, client)
+                    await session.stop.wait()
+                    group.cancel_scope.cancel()
         except Exception as exc:  # top of this task: a dead transport ends the session, nothing else
             session.error = exc
         finally:

@@ -11,8 +11,11 @@ one is `response_too_large`.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,9 @@ import httpx2
 import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types import LOG_LEVEL_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from capabilities.bounded_http import LIMIT_SETTING, bounded_responses
@@ -36,6 +42,15 @@ from capabilities.contract import (
     ToolResult,
 )
 from capabilities.credentials import Credentials
+from capabilities.mcp_changes import Announcements, Watched
+from capabilities.mcp_midcall import (
+    CallRelay,
+    ClientCancelled,
+    MidCall,
+    current_relay,
+    is_refusal,
+    until_cancelled,
+)
 from capabilities.mcp_reconcile import MissingField, lookup_arguments, verdict
 from capabilities.mcp_relays import (
     all_pages,
@@ -52,6 +67,7 @@ from capabilities.oauth_tokens import TokenSource
 from capabilities.results import failed_outcome, is_json, unanswered_outcome
 
 _DETAIL_CHARS = 300
+logger = logging.getLogger(__name__)
 
 # The MCP SDK's HTTP transport turns what it could not use of an upstream's answer into a JSON-RPC error
 # with a code (-32700, -32600) that an upstream also sends when it refused a request: no exception type,
@@ -97,11 +113,19 @@ class McpExecutor:
         self._credentials = credentials or Credentials.none()
         self._child_env = {**config.env, **(child_env or {})}
         self._base_dir = base_dir
+        self.announcements = Announcements(name)
+        """List changes and resource updates the upstream announces, for whoever listens."""
         self._sessions = SessionKeeper(
-            name, self._client, open_timeout_s=config.timeout_s, describe=self._describe
+            name,
+            self._client,
+            open_timeout_s=config.timeout_s,
+            describe=self._describe,
+            watch=self._opened,
         )
         self._upstream: dict[str, str] = {}
         """capability id -> upstream tool name, filled by discover()."""
+        self._midcall = MidCall(name)
+        self._watched = Watched(name)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
@@ -208,6 +232,26 @@ class McpExecutor:
         )
         return [t.model_copy(update={"uri_template": shown_uri(prefix, t.uri_template)}) for t in found]
 
+    async def _opened(self, client: Client) -> None:
+        """Beside each new session: its upstream subscriptions renewed, then its announcements heard."""
+        await self._watched.renew(client, self._config.timeout_s)
+        await self.announcements.listen(client)
+
+    async def watch(self, uri: str, *, watching: bool) -> None:
+        """Start (or stop) relaying updates of the resource at `uri`, as Writ shows it.
+
+        Raises:
+            BackendUnavailable: it is not this backend's, or the upstream takes no subscription of it.
+        """
+        upstream = upstream_uri(self.uri_prefix or "", uri)
+        if upstream is None:
+            raise BackendUnavailable(f"mcp backend {self.name!r} serves no {uri!r}")
+        client = await self._client_now()
+        if watching:
+            await self._watched.watch(client, upstream, self._config.timeout_s)
+        else:
+            await self._watched.unwatch(client, upstream, self._config.timeout_s)
+
     async def complete(
         self,
         capability: Capability,
@@ -268,7 +312,6 @@ class McpExecutor:
         assert session.client is not None
         if capability.kind != "tool":
             return await self._relay(invocation, session, upstream)
-        read_only = capability.effect == "read"
         meta: Any = {
             "writ/idempotencyKey": invocation.idempotency_key,
             "writ/requestId": invocation.external_request_id,
@@ -276,11 +319,50 @@ class McpExecutor:
         deadline = invocation.commit_deadline_text()
         if deadline is not None:
             meta["writ/commitDeadline"] = deadline
+        relay = current_relay()
+        with self._midcall.flying(relay):
+            outcome = await self._send(invocation, session, upstream, meta, relay)
+        if relay is not None and (evidence := relay.evidence()):
+            outcome = replace(outcome, evidence={**outcome.evidence, "relayed": evidence})
+        return outcome
+
+    async def _send(
+        self, invocation: Invocation, session: Session, upstream: str, meta: Any, relay: CallRelay | None
+    ) -> Outcome:
+        """Call the upstream tool, what it says meanwhile relayed to `relay`, and cancelled when the
+        client cancels (a write then has an unknown outcome: the upstream may have acted)."""
+        assert session.client is not None
+        client = session.client
+        capability = invocation.capability
+        read_only = capability.effect == "read"
+        if relay is not None and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            level = relay.log_level()
+            if level is not None:
+                meta[LOG_LEVEL_META_KEY] = level
+        elif relay is not None:
+            await self._ask_for_logs(session)
         try:
-            result = await session.client.call_tool(
-                upstream, dict(invocation.arguments), read_timeout_seconds=capability.timeout_s, meta=meta
+            result = await until_cancelled(
+                relay,
+                lambda: client.call_tool(
+                    upstream,
+                    dict(invocation.arguments),
+                    read_timeout_seconds=capability.timeout_s,
+                    meta=meta,
+                    progress_callback=relay.progress if relay is not None else None,
+                ),
             )
+        except ClientCancelled:
+            detail = (
+                f"{self.name}: the client cancelled the call and Writ cancelled its request, which the "
+                "upstream may have acted on already"
+            )
+            return unanswered_outcome(invocation, read_only, "cancelled_by_client", detail)
         except MCPError as exc:
+            if is_refusal(exc):
+                # A 2026-07-28 upstream asked for input Writ could not get: it was never given any,
+                # so it did not go on with the call.
+                return failed_outcome(invocation, "upstream_input_refused", self._describe(exc))
             return self._protocol_error(invocation, session, exc, read_only)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             session.kill()
@@ -288,6 +370,27 @@ class McpExecutor:
         except (RuntimeError, ValidationError) as exc:
             # The upstream answered, but not with a result we can use (invalid shape or output schema).
             return unanswered_outcome(invocation, read_only, "invalid_response", self._describe(exc))
+        if relay is not None:
+            await relay.passed_on()
+        return self._answered(invocation, result)
+
+    async def _ask_for_logs(self, session: Session) -> None:
+        """Ask a 2025-11-25 upstream once per session for all its log messages (`logging/setLevel`
+        debug): each client is then given those at or above its own level."""
+        client = session.client
+        if session.logging_asked or client is None or client.server_capabilities.logging is None:
+            return
+        session.logging_asked = True
+        try:
+            with anyio.fail_after(self._config.timeout_s), warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)  # logging is deprecated at 2026-07-28
+                await client.set_logging_level("debug")
+        except (MCPError, TimeoutError, ValidationError, RuntimeError) as exc:
+            logger.warning("mcp backend %r: logging/setLevel failed: %s", self.name, self._describe(exc))
+
+    def _answered(self, invocation: Invocation, result: mcp_types.CallToolResult) -> Outcome:
+        """The outcome of an upstream tool's answer."""
+        read_only = invocation.capability.effect == "read"
         # An upstream that echoes its credential (plain, JSON-escaped, URL- or base64-encoded) must
         # not put it into the result, which is recorded and returned to the client.
         tool_result = ToolResult.from_json(
@@ -455,7 +558,7 @@ class McpExecutor:
             transport = streamable_http_client(
                 config.url, http_client=http, max_sse_event_size=config.max_response_bytes
             )
-            return Client(transport, mode=config.mode)
+            return Client(transport, mode=config.mode, **self._callbacks())
         assert config.command is not None
         cwd = Path(config.cwd) if config.cwd else None
         if cwd is not None and not cwd.is_absolute() and self._base_dir is not None:
@@ -463,7 +566,20 @@ class McpExecutor:
         params = StdioServerParameters(
             command=config.command[0], args=config.command[1:], env=self._child_env or None, cwd=cwd
         )
-        return Client(bounded_stdio_client(params, config.max_response_bytes, ended), mode=config.mode)
+        return Client(
+            bounded_stdio_client(params, config.max_response_bytes, ended),
+            mode=config.mode,
+            **self._callbacks(),
+        )
+
+    def _callbacks(self) -> dict[str, Any]:
+        """The client's callbacks: what the upstream says during a call goes to that call's client."""
+        return {
+            "logging_callback": self._midcall.on_log,
+            "elicitation_callback": self._midcall.on_elicit,
+            "sampling_callback": self._midcall.on_sample,
+            "message_handler": self.announcements.handle,
+        }
 
     # --- outcomes --------------------------------------------------------------------------------------
 

@@ -1,13 +1,15 @@
 """The registry: every capability Writ exposes, and the executor behind each.
 
 Built once from config (credentials resolved, callables imported, schemas checked); `start()` opens
-the executors and runs upstream discovery once. Calls only look things up.
+the executors and runs upstream discovery; an upstream that announces a changed listing is discovered
+again (`rediscover`), and the new listing replaces its old one whole. Calls only look things up.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -26,11 +28,23 @@ from capabilities.config import (
     check_horizon,
     template_fields,
 )
-from capabilities.contract import Capability, CapabilityError, ConfigError, Executor
+from capabilities.contract import (
+    BackendUnavailable,
+    Capability,
+    CapabilityError,
+    ConfigError,
+    Executor,
+)
 from capabilities.credentials import resolve_credentials, resolve_env
 from capabilities.http import HttpExecutor, HttpRoute
+from capabilities.mcp_changes import Listing
 from capabilities.mcp_upstream import McpExecutor
 from capabilities.python import PythonExecutor, import_callable, schema_from_signature
+
+logger = logging.getLogger(__name__)
+
+Changed = Callable[[Listing], Awaitable[None]]
+"""Told which listing changed after the registry took an upstream's new one."""
 
 
 class Registry:
@@ -57,6 +71,11 @@ class Registry:
         """Some backend is configured to relay resources (known before discovery: it decides what the
         MCP face advertises)."""
         self.relays_prompts = False
+        self._static = list(capabilities)
+        self._discovered: dict[str, list[Capability]] = {}
+        """What each backend contributed at its last discovery."""
+        self._listeners: list[Changed] = []
+        self._rediscovering = anyio.Lock()
         self._add(capabilities)
 
     @classmethod
@@ -130,7 +149,7 @@ class Registry:
         return registry
 
     async def start(self) -> None:
-        """Start every executor and add what upstreams contribute; runs discovery once.
+        """Start every executor and add what upstreams contribute (discovery; again on a change).
 
         Raises:
             BackendUnavailable: an upstream could not be reached.
@@ -150,10 +169,53 @@ class Registry:
                             f"backend {name!r} discovered {capability.ref} for {capability.backend!r}"
                         )
                 self._add(discovered)
+                self._discovered[name] = list(discovered)
+                if isinstance(executor, McpExecutor):
+                    executor.announcements.on_list_changed(self._upstream_changed)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.close()
             raise
+
+    def on_change(self, listener: Changed) -> None:
+        """`listener` is told of each listing the registry took anew from an upstream."""
+        self._listeners.append(listener)
+
+    async def _upstream_changed(self, backend: str, listing: Listing) -> None:
+        async with self._rediscovering:
+            try:
+                await self.rediscover(backend)
+            except (BackendUnavailable, ConfigError) as exc:
+                # Its last listing stays in force: a call checked against it fails at the upstream if
+                # the upstream no longer takes it, which is better than tools no one checked.
+                logger.error("backend %r announced new %s that Writ cannot take: %s", backend, listing, exc)
+                return
+        for listener in list(self._listeners):
+            await listener(listing)
+
+    async def rediscover(self, backend: str) -> None:
+        """Discover one backend again and take what it offers now, checked as at startup (names,
+        schemas, clashes with the other backends); nothing changes if any check fails.
+
+        Raises:
+            BackendUnavailable: the upstream could not be listed.
+            ConfigError: its new listing does not pass the checks.
+        """
+        discovered = list(await self._executors[backend].discover())
+        for capability in discovered:
+            if capability.backend != backend:
+                raise ConfigError(
+                    f"backend {backend!r} discovered {capability.ref} for {capability.backend!r}"
+                )
+        ordered = [
+            capability
+            for name in self._executors
+            for capability in (discovered if name == backend else self._discovered.get(name, []))
+        ]
+        fresh = Registry(self._executors, [*self._static, *ordered], reserved=self._reserved)
+        self._capabilities, self._by_tool, self._by_id = fresh._capabilities, fresh._by_tool, fresh._by_id
+        self._by_prompt, self._resources = fresh._by_prompt, fresh._resources
+        self._discovered[backend] = discovered
 
     async def close(self) -> None:
         """Close started executors, last started first."""
@@ -212,6 +274,10 @@ class Registry:
     def resource_relays(self) -> list[tuple[Capability, McpExecutor]]:
         """Each backend that relays resources: its resource capability and its executor."""
         return [(c, relay) for c in self._resources if (relay := self.relay(c)) is not None]
+
+    def upstreams(self) -> list[McpExecutor]:
+        """The executors of the upstream MCP servers, in config order."""
+        return [e for e in self._executors.values() if isinstance(e, McpExecutor)]
 
     def relay(self, capability: Capability) -> McpExecutor | None:
         """The upstream MCP executor behind a relayed resource or prompt (None for any other)."""

@@ -515,7 +515,11 @@ def build_app(runtime: Runtime) -> Starlette:
     )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,
-        json_response=server_config.json_response,
+        json_response=(
+            server_config.json_response
+            if server_config.json_response is not None
+            else not runtime.registry.upstreams()
+        ),
         stateless=server_config.stateless_http,
         security_settings=_transport_security(config),
     )

@@ -70,10 +70,11 @@ class ServerConfig(_Section):
     """Origin headers accepted on /mcp with `allowed_hosts` (browser-based clients send one); default:
     the origin of `public_url`. A request without an Origin (not from a browser) is not affected."""
     stateless_http: bool = False
-    json_response: bool = True
-    """Answer each POST with one JSON body. Writ sends nothing mid-call, so an SSE stream per request
-    would only add framing; `false` restores the SDK's SSE answers (and cancels a call's handler when
-    its client disconnects, which Writ does not need: an outcome is recorded either way)."""
+    json_response: bool | None = None
+    """Answer each POST with one JSON body (`true`) or an SSE stream (`false`). By default JSON unless
+    an upstream MCP server is configured: what an upstream says during a call (progress, log messages,
+    elicitation, sampling) reaches the client only on a stream. With a stream, a client that
+    disconnects cancels its call's handler; an outcome is recorded either way."""
 
     http_parser: Literal["auto", "httptools", "h11"] = "auto"
     """uvicorn's HTTP/1.1 implementation: httptools when installed (`auto`), else h11."""

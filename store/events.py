@@ -202,6 +202,7 @@ class ToolCallFailed(Payload):
     error: str | None = None
     detail: str | None = None
     result: dict[str, Any] | None = None
+    evidence: dict[str, Any] = Field(default_factory=dict)
 
 
 class ToolCallResultUnknown(Payload):

@@ -422,7 +422,9 @@ def outcome_event(
         )
         return ev.ToolCallCompletedEvent(**envelope, payload=payload)
     if outcome.kind == "failed":
-        failed = ev.ToolCallFailed(error=outcome.error, detail=outcome.detail, result=result)
+        failed = ev.ToolCallFailed(
+            error=outcome.error, detail=outcome.detail, result=result, evidence=dict(outcome.evidence)
+        )
         return ev.ToolCallFailedEvent(**envelope, payload=failed)
     unknown = ev.ToolCallResultUnknown(
         error=outcome.error, detail=outcome.detail, evidence=dict(outcome.evidence)

@@ -8,11 +8,12 @@ listed exactly when some call to it could be allowed, and a policy reload shows 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 from capabilities.contract import Capability
 from gateway.calls.authorize import PolicyLike
 from gateway.calls.pipeline import RegistryLike
-from policy.model import Principal
+from policy.model import CallContext, Decision, PolicyInput, Principal
 
 
 class Catalogue:
@@ -32,3 +33,10 @@ class Catalogue:
     def may_list(self, principal: Principal, capability: Capability, uri: str | None = None) -> bool:
         """Whether a relayed prompt (or a resource at `uri`) could ever be got (read) by this principal."""
         return self._policy().may_list(principal, capability, uri)
+
+    def read_decision(
+        self, principal: Principal, capability: Capability, uri: str, now: datetime
+    ) -> Decision:
+        """What policy decides now for this principal reading the resource at `uri` (nothing recorded:
+        for a subscription to its updates, which tell of a change and carry no content)."""
+        return self._policy().evaluate(PolicyInput(principal, capability, {"uri": uri}, CallContext(now=now)))

@@ -212,6 +212,11 @@ class CallPipeline:
         self._schemas = InputSchemas()
         self._reads: Flights[CallReport] = Flights()
 
+    @property
+    def redactor(self) -> Redactor:
+        """How this pipeline stores redacted values (what else a call records follows it too)."""
+        return self._redactor
+
     def prepare(self) -> None:
         """Check every capability's input schema once, after the registry has discovered them all.
 

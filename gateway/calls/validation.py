@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from capabilities.contract import Capability
+from gateway.calls.actions import canonical_json
 from gateway.errors import ConfigurationError
 
 MAX_ERRORS = 10
@@ -20,10 +21,10 @@ unexpected key: a 4 MB argument came back to the client twice and was recorded a
 
 
 class InputSchemas:
-    """Compiled validators, one per capability version, built once and reused."""
+    """Compiled validators, one per capability version and schema, built once and reused."""
 
     def __init__(self) -> None:
-        self._validators: dict[str, Draft202012Validator] = {}
+        self._validators: dict[tuple[str, str], Draft202012Validator] = {}
 
     def check(self, capability: Capability) -> Draft202012Validator:
         """The validator for `capability`.
@@ -31,14 +32,17 @@ class InputSchemas:
         Raises:
             ConfigurationError: its input schema is not a valid JSON Schema.
         """
-        validator = self._validators.get(capability.ref)
+        # An upstream MCP server may change a tool's schema under the same version (Writ discovers it
+        # again), so the schema itself is part of the key.
+        key = (capability.ref, canonical_json(capability.input_schema))
+        validator = self._validators.get(key)
         if validator is None:
             try:
                 Draft202012Validator.check_schema(dict(capability.input_schema))
             except SchemaError as exc:
                 raise ConfigurationError(f"{capability.ref}: invalid input schema: {exc.message}") from exc
             validator = Draft202012Validator(dict(capability.input_schema))
-            self._validators[capability.ref] = validator
+            self._validators[key] = validator
         return validator
 
     def errors(self, capability: Capability, arguments: Mapping[str, Any]) -> list[str]:

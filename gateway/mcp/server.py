@@ -12,11 +12,14 @@ from typing import Any, TypeGuard
 import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
+from capabilities.mcp_midcall import relaying
 from capabilities.registry import Registry
 from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink, shown
 from gateway.auth.oversight import may_read
@@ -27,9 +30,12 @@ from gateway.calls.rate_limits import RateLimited
 from gateway.clock import Clock
 from gateway.errors import Refused, UnknownTool
 from gateway.mcp import rounds
+from gateway.mcp.changes import Notices
 from gateway.mcp.documents import StatusDocument, output_schema
+from gateway.mcp.midcall import ClientRelay, set_level
 from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
+from gateway.mcp.subscriptions import Subscriptions
 from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
 from store.commands import DecideApproval
@@ -109,8 +115,10 @@ class McpFace:
         telemetry: Telemetry,
         clock: Clock,
         security: SecuritySink | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.security = security or NoSecurityEvents()
+        self.registry = registry
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.clock = clock
@@ -181,18 +189,21 @@ class McpFace:
             return await self._confirmation_answer(who, params)
         meta = params.meta or {}
         key, run = _meta_identifier(meta, META_KEY), _meta_identifier(meta, META_RUN)
+        call = CallInput(
+            principal=who,
+            tool_name=params.name,
+            arguments=params.arguments or {},
+            idempotency_key=key,
+            run_id=run,
+            can_confirm=rounds.can_confirm(ctx),
+        )
+        relay = self._relay(ctx, params.name)
         with self.telemetry.tool_call(params.name, params.arguments or {}) as traced:
             try:
-                report = await self.pipeline.call(
-                    CallInput(
-                        principal=who,
-                        tool_name=params.name,
-                        arguments=params.arguments or {},
-                        idempotency_key=key,
-                        run_id=run,
-                        can_confirm=rounds.can_confirm(ctx),
-                    )
-                )
+                if relay is None:
+                    report = await self.pipeline.call(call)
+                else:
+                    report = await self._relayed(relay, call)
             except UnknownTool as exc:
                 traced.unknown_tool()
                 self.security.note(
@@ -217,6 +228,40 @@ class McpFace:
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
             return {"resultType": "task", **(await self._task(report.call))}
         return types.CallToolResult.model_validate(shape_report(report))
+
+    def _relay(self, ctx: Any, tool_name: str) -> ClientRelay | None:
+        """The client side of a call to an upstream MCP tool (None for any other tool)."""
+        capability = self.catalogue.capability(tool_name)
+        if capability is None or self.registry is None:
+            return None
+        if self.registry.relay(capability) is None:
+            return None
+        return ClientRelay(ctx, capability, self.pipeline.redactor)
+
+    async def _relayed(self, relay: ClientRelay, call: CallInput) -> Any:
+        """The call run to its recorded end even when the client cancels it: the cancel goes to the
+        executor (which cancels the upstream request), and the outcome is recorded before this request
+        ends unanswered, as a cancelled request does."""
+        done: list[Any] = []
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                try:
+                    await anyio.sleep_forever()
+                except anyio.get_cancelled_exc_class():
+                    relay.client_cancelled()
+                    raise
+
+            group.start_soon(watch)
+            with anyio.CancelScope(shield=True), relaying(relay):
+                try:
+                    done.append(await self.pipeline.call(call))
+                except Exception as exc:  # raised below, outside the task group
+                    done.append(exc)
+            group.cancel_scope.cancel()
+        if isinstance(done[0], Exception):
+            raise done[0]
+        return done[0]
 
     async def _confirmation_answer(self, who: Any, params: types.CallToolRequestParams) -> Any:
         """The client's retry of a confirmation round: the user's answer, consumed at most once."""
@@ -389,12 +434,23 @@ def build_mcp_server(
     With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
     and completions too; else a client hears that they are not there, as from a server without them.
     """
-    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security)
+    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security, registry)
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
     completing = resources or prompts
-    server: Server[Any] = Server(
+    upstreams = registry is not None and bool(registry.upstreams())
+    notices = Notices() if upstreams else None
+    watching = (
+        Subscriptions(registry, catalogue, store, face.caller, clock, notices)
+        if registry is not None and notices is not None and resources is not None
+        else None
+    )
+    listen = watching.listen if watching is not None else notices.listen if notices is not None else None
+    server: Server[Any] = _Server(
+        NotificationOptions(tools_changed=True, resources_changed=True, prompts_changed=True)
+        if notices is not None
+        else NotificationOptions(),
         name,
         version=_version(),
         instructions=(
@@ -411,14 +467,42 @@ def build_mcp_server(
         on_list_prompts=prompts.list_prompts if prompts else None,
         on_get_prompt=prompts.get_prompt if prompts else None,
         on_completion=completing.complete if completing else None,
+        on_subscribe_resource=watching.subscribe if watching is not None else None,
+        on_unsubscribe_resource=watching.unsubscribe if watching is not None else None,
+        on_subscriptions_listen=listen,
     )
     sealing = sealing or rounds.sealing(confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}
+    if registry is not None and notices is not None:
+        # Upstream log messages are relayed at the level each client asks for.
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
+        # An upstream's changed listings, once the registry took them, are announced to the clients.
+        server.middleware.append(notices.track)
+        registry.on_change(notices.listing_changed)
     server.add_request_handler("tasks/get", rounds.TaskParams, face.tasks_get)
     server.add_request_handler("tasks/update", rounds.TaskParams, face.tasks_update)
     server.add_request_handler("tasks/cancel", rounds.TaskParams, face.tasks_cancel)
     return server
+
+
+class _Server(Server[Any]):
+    """The SDK's server, announcing on 2025-11-25 the list changes Writ sends (on 2026-07-28 the
+    SDK derives them from `subscriptions/listen` being served)."""
+
+    def __init__(self, changes: NotificationOptions, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._changes = changes
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or self._changes, experimental_capabilities, extensions
+        )
 
 
 def _status_error(text: str, document: StatusDocument | None = None) -> types.CallToolResult:

@@ -6,8 +6,8 @@ scenarios) see whether Writ relays a tool's result and input schema unchanged, a
 custom-header scenario whether it checks the `Mcp-Param-*` header of a relayed tool's `x-mcp-header`
 parameter. Its resources, resource template, prompts and completions are the reference server's, for
 the resources-*, prompts-*, completion-complete, SEP-2164 and caching scenarios. The fixtures that need
-a call to talk back to the client (progress, logging, sampling, elicitation) or to become a task are
-not here: Writ does not relay those.
+a call to become a task are not here (Writ's tasks are its own approvals); those that talk back to
+the client during a call (progress, logging, sampling, elicitation) are, since Writ relays them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types import INVALID_PARAMS, LOG_LEVEL_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 
 def _png() -> str:
@@ -91,6 +93,69 @@ GREET_SCHEMA: dict[str, Any] = {
 }
 
 
+PROMPT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"prompt": {"type": "string"}},
+    "required": ["prompt"],
+}
+MESSAGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"message": {"type": "string"}},
+    "required": ["message"],
+}
+USER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "username": {"type": "string", "description": "User's response"},
+        "email": {"type": "string", "description": "User's email address"},
+    },
+    "required": ["username", "email"],
+}
+DEFAULTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "default": "John Doe"},
+        "age": {"type": "integer", "default": 30},
+        "score": {"type": "number", "default": 95.5},
+        "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+        "verified": {"type": "boolean", "default": True},
+    },
+}
+ENUMS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        "titledSingle": {
+            "type": "string",
+            "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ],
+        },
+        "legacyEnum": {
+            "type": "string",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {
+            "type": "array",
+            "items": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        },
+        "titledMulti": {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {"const": "value1", "title": "First Choice"},
+                    {"const": "value2", "title": "Second Choice"},
+                    {"const": "value3", "title": "Third Choice"},
+                ]
+            },
+        },
+    },
+}
+
+
 def _tool(name: str, description: str, schema: dict[str, Any] = NO_ARGUMENTS) -> types.Tool:
     annotations = types.ToolAnnotations(read_only_hint=True)
     return types.Tool(name=name, description=description, input_schema=schema, annotations=annotations)
@@ -108,7 +173,22 @@ TOOLS = [
     ),
     _tool("greet", "Says hello to `name`.", GREET_SCHEMA),
     _tool("echo_region", "Says which region it was given.", HEADER_SCHEMA),
+    # These talk back to the client during the call; Writ relays what they say.
+    _tool("test_tool_with_progress", "Reports progress 0, 50 and 100 of 100."),
+    _tool("test_tool_with_logging", "Logs three messages at info, 50 ms apart."),
+    _tool("test_sampling", "Asks the client's model.", PROMPT_SCHEMA),
+    _tool("test_elicitation", "Asks the user.", MESSAGE_SCHEMA),
+    _tool("test_elicitation_sep1034_defaults", "Asks the user, with defaults (SEP-1034)."),
+    _tool("test_elicitation_sep1330_enums", "Asks the user to choose (SEP-1330)."),
+    _tool("test_logging_tool", "Logs three messages at info, to a request that asked for them."),
+    _tool("test_streaming_elicitation", "Asks the user for a name and an email."),
+    # These change the listings and announce it (SEP-2575's list-changed checks).
+    _tool("test_trigger_tool_change", "Adds or removes the tool test_added_tool."),
+    _tool("test_trigger_prompt_change", "Adds or removes the prompt test_added_prompt."),
 ]
+ADDED_TOOL = _tool("test_added_tool", "Here between two calls of test_trigger_tool_change.")
+ADDED_PROMPT = types.Prompt(name="test_added_prompt", description="Here between two prompt changes.")
+CHANGED: dict[str, bool] = {"tools": False, "prompts": False}
 
 TEXT = types.TextContent(type="text", text="This is a simple text response for testing.")
 IMAGE = types.ImageContent(type="image", data=PNG, mime_type="image/png")
@@ -121,11 +201,108 @@ RESOURCE = types.EmbeddedResource(
 
 
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=TOOLS)
+    return types.ListToolsResult(tools=[*TOOLS, ADDED_TOOL] if CHANGED["tools"] else TOOLS)
 
 
-async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+async def _ask(ctx: Any, params: types.CallToolRequestParams, request: Any, shape: Any) -> Any:
+    """The client's answer: asked mid-call (2025-11-25), or in an input-required round (2026-07-28:
+    an `InputRequiredResult` to return, then the answer the retry carries)."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        answer = (params.input_responses or {}).get("ask")
+        if answer is None:
+            return types.InputRequiredResult(input_requests={"ask": request}, request_state="asked")
+        return answer
+    metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
+    return await ctx.session.send_request(request, shape, metadata=metadata)
+
+
+async def _log(ctx: Any, text: str) -> None:
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and (ctx.meta or {}).get(LOG_LEVEL_META_KEY) is None:
+        return  # 2026-07-28: only a request that opted in hears log messages
+    params = types.LoggingMessageNotificationParams(level="info", data=text, logger="conformance-fixtures")
+    notification = types.LoggingMessageNotification(params=params)
+    await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
+
+
+async def _elicit(ctx: Any, params: types.CallToolRequestParams, message: str, schema: dict[str, Any]) -> Any:
+    request = types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+    )
+    return await _ask(ctx, params, request, types.ElicitResult)
+
+
+async def _talking(ctx: Any, params: types.CallToolRequestParams) -> Any:
+    """The fixture tools that talk back to the client during the call."""
     arguments = params.arguments or {}
+    said: str
+    match params.name:
+        case "test_tool_with_progress":
+            for done in (0, 50, 100):
+                await ctx.session.report_progress(done, 100, f"{done}%")
+                await anyio.sleep(0.05)
+            said = "Progress reported."
+        case "test_tool_with_logging" | "test_logging_tool":
+            for text in ("Tool execution started", "Tool processing data", "Tool execution completed"):
+                await _log(ctx, text)
+                await anyio.sleep(0.05)
+            said = "Logged."
+        case "test_sampling":
+            message = types.SamplingMessage(
+                role="user", content=types.TextContent(type="text", text=str(arguments["prompt"]))
+            )
+            request = types.CreateMessageRequest(
+                params=types.CreateMessageRequestParams(messages=[message], max_tokens=100)
+            )
+            answer = await _ask(ctx, params, request, types.CreateMessageResult)
+            if isinstance(answer, types.InputRequiredResult):
+                return answer
+            text = answer.content.text if isinstance(answer.content, types.TextContent) else ""
+            said = f"LLM response: {text}"
+        case "test_elicitation" | "test_streaming_elicitation":
+            message = str(arguments.get("message", "Please provide your information"))
+            answer = await _elicit(ctx, params, message, USER_SCHEMA)
+            if isinstance(answer, types.InputRequiredResult):
+                return answer
+            said = f"User response: action={answer.action}, content={json.dumps(answer.content)}"
+        case _:
+            schema = DEFAULTS_SCHEMA if params.name.endswith("defaults") else ENUMS_SCHEMA
+            answer = await _elicit(ctx, params, "Please review and update the form fields", schema)
+            if isinstance(answer, types.InputRequiredResult):
+                return answer
+            said = f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
+    return types.CallToolResult(content=[types.TextContent(type="text", text=said)])
+
+
+TALKING = {
+    "test_tool_with_progress",
+    "test_tool_with_logging",
+    "test_sampling",
+    "test_elicitation",
+    "test_elicitation_sep1034_defaults",
+    "test_elicitation_sep1330_enums",
+    "test_logging_tool",
+    "test_streaming_elicitation",
+}
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
+    arguments = params.arguments or {}
+    if params.name in ("test_trigger_tool_change", "test_trigger_prompt_change"):
+        listing = "tools" if params.name == "test_trigger_tool_change" else "prompts"
+        CHANGED[listing] = not CHANGED[listing]
+        changed = (
+            types.ToolListChangedNotification()
+            if listing == "tools"
+            else types.PromptListChangedNotification()
+        )
+        await ctx.session.send_notification(changed)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"{listing} changed")])
+    if params.name in TALKING:
+        try:
+            return await _talking(ctx, params)
+        except MCPError as exc:
+            failed = types.TextContent(type="text", text=f"The client was not asked: {exc.message}")
+            return types.CallToolResult(content=[failed], is_error=True)
     content: list[Any]
     match params.name:
         case "test_simple_text":
@@ -229,7 +406,15 @@ def _said(text: str) -> types.PromptMessage:
 
 
 async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
-    return types.ListPromptsResult(prompts=PROMPTS)
+    return types.ListPromptsResult(prompts=[*PROMPTS, ADDED_PROMPT] if CHANGED["prompts"] else PROMPTS)
+
+
+async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    return types.EmptyResult()  # its resources never change, so there is never an update to send
+
+
+async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    return types.EmptyResult()
 
 
 async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
@@ -277,6 +462,8 @@ server = Server(
     on_list_prompts=list_prompts,
     on_get_prompt=get_prompt,
     on_completion=complete,
+    on_subscribe_resource=subscribe,
+    on_unsubscribe_resource=unsubscribe,
 )
 
 

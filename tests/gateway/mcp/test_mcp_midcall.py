@@ -1,0 +1,378 @@
+"""What an upstream MCP server says during a tool call reaches the official client that made the call
+(progress, log messages at its level, elicitation, sampling), a cancel reaches the upstream, and the
+record holds what was asked.
+
+One gateway (in-process, `inproc.py`) fronts the same upstream (`chatty_upstream.py`) four times: over
+streamable HTTP in this process and over stdio as a child process, each spoken to in the 2025-11-25
+era (`legacy`) and in 2026-07-28. Their tools are renamed `<backend>_<tool>`.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+import uvicorn
+from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+from capabilities.mcp_midcall import DETACHED, UNATTRIBUTED
+from gateway.calls.actions import DIGEST_PREFIX
+from gateway.mcp.midcall import NO_BACK_CHANNEL, NOT_DECLARED
+from tests.e2e.harness import free_port
+from tests.eventually import eventually
+from tests.gateway.mcp import chatty_upstream
+from tests.gateway.mcp.chatty_upstream import ASKED, CANCELLED, chatty_app
+from tests.gateway.mcp.inproc import Backend, Writ, acme, serving, writ
+from tests.postgres import fresh_schema
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = ["count", "wait", "ask", "think"]
+UPSTREAMS = {
+    "hl": ("http", "legacy"),
+    "hm": ("http", "2026-07-28"),
+    "sl": ("stdio", "legacy"),
+    "sm": ("stdio", "2026-07-28"),
+}
+CLIENT_MODES = ["legacy", "2026-07-28"]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with acme(tmp_path_factory.mktemp("acme")) as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def chatty_url() -> Iterator[str]:
+    port = free_port()
+    config = uvicorn.Config(chatty_app("http"), host="127.0.0.1", port=port, log_level="warning")
+    with serving(config):
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+def _upstreams(url: str) -> dict[str, Any]:
+    backends: dict[str, Any] = {}
+    for name, (transport, mode) in UPSTREAMS.items():
+        where: dict[str, Any] = (
+            {"url": url}
+            if transport == "http"
+            else {"command": [sys.executable, chatty_upstream.__file__, name]}
+        )
+        backends[name] = {
+            "type": "mcp",
+            **where,
+            "mode": mode,
+            "timeout_s": 10,
+            "rename": {tool: f"{name}_{tool}" for tool in TOOLS},
+            "overrides": {"ask": {"redact": ["pin"]}},
+        }
+    return backends
+
+
+RULES = [
+    {
+        "id": "agents-talk",
+        "tools": [f"{name}_{tool}" for name in UPSTREAMS for tool in TOOLS],
+        "roles": ["agent"],
+        "decision": "allow",
+    },
+    {
+        "id": "questions-for-the-boss-need-approval",
+        "tools": ["hl_ask", "sl_ask"],
+        "when": "args.question == 'May I?'",
+        "decision": "require_approval",
+        "approval": {"approver_role": "approver"},
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, chatty_url: str) -> Iterator[Writ]:
+    workdir: Path = tmp_path_factory.mktemp("writ")
+    store = f"sqlite:///{workdir / 'writ.db'}"
+    with writ(workdir, backend, store, extra_backends=_upstreams(chatty_url), extra_rules=RULES) as g:
+        yield g
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def recording(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    gateway: Writ,
+    backend: Backend,
+    chatty_url: str,
+    postgres_url: str,
+) -> Iterator[Writ]:
+    """The module's gateway (SQLite), or one of its own on PostgreSQL."""
+    if request.param == "sqlite":
+        yield gateway
+        return
+    workdir = tmp_path_factory.mktemp("writ-pg")
+    with (
+        fresh_schema(postgres_url, "writ_midcall") as store,
+        writ(workdir, backend, store, extra_backends=_upstreams(chatty_url), extra_rules=RULES) as g,
+    ):
+        yield g
+
+
+def _key() -> dict[str, Any]:
+    return {"writ/idempotencyKey": uuid.uuid4().hex}
+
+
+def _text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def _relayed(gateway: Writ, result: types.CallToolResult) -> dict[str, Any]:
+    """What the call's outcome event recorded of what was relayed."""
+    tool_call_id = (result.meta or {})["writ/toolCallId"]
+    with gateway.store() as store:
+        [settled] = [
+            e
+            for e in store.events(tool_call_id=tool_call_id)
+            if e.type in ("tool_call.completed", "tool_call.failed")
+        ]
+    relayed: dict[str, Any] = settled.payload["evidence"]["relayed"]
+    return relayed
+
+
+@pytest.mark.parametrize("upstream", list(UPSTREAMS))
+@pytest.mark.parametrize("mode", CLIENT_MODES)
+async def test_progress_and_log_messages_reach_the_client_at_the_level_it_asked(
+    gateway: Writ, upstream: str, mode: str
+) -> None:
+    progress: list[tuple[float, float | None, str | None]] = []
+    logs: list[tuple[str, Any]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total, message))
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append((params.level, params.data))
+
+    token = gateway.token("ann", roles="agent")
+    level: dict[str, Any] = {"log_level": "info"} if mode != "legacy" else {}
+    async with gateway.client(token, mode=mode, logging_callback=on_log, **level) as client:
+        if mode == "legacy":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.set_logging_level("info")
+        result = await client.call_tool(
+            f"{upstream}_count", {"n": 3}, progress_callback=on_progress, meta=_key()
+        )
+    assert _text(result) == "counted to 3"
+    assert progress == [(1, 3, "step 1 of 3"), (2, 3, "step 2 of 3"), (3, 3, "step 3 of 3")]
+    name = "http" if upstream.startswith("h") else upstream
+    assert logs == [("info", f"{name} counted at info"), ("warning", f"{name} counted at warning")]
+    assert _relayed(gateway, result) == {"progress": 3, "logMessages": 2}
+
+
+async def test_a_2026_client_that_asks_for_no_log_messages_is_given_none(gateway: Writ) -> None:
+    logs: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    async with gateway.client(
+        gateway.token("ann", roles="agent"), mode="2026-07-28", logging_callback=on_log
+    ) as c:
+        result = await c.call_tool("hl_count", {"n": 1}, meta=_key())
+    assert _text(result) == "counted to 1"
+    assert logs == []
+
+
+def _answer(name: str, pin: str) -> Any:
+    async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        assert params.message == "Who signs?"
+        return types.ElicitResult(action="accept", content={"name": name, "pin": pin})
+
+    return elicit
+
+
+@pytest.mark.parametrize("upstream", list(UPSTREAMS))
+async def test_an_upstream_elicitation_reaches_the_user_and_its_pin_is_recorded_only_as_a_hash(
+    recording: Writ, upstream: str
+) -> None:
+    gateway = recording
+    token = gateway.token("ann", roles="agent")
+    async with gateway.client(token, mode="legacy", elicitation_callback=_answer("Ann", "8642")) as client:
+        result = await client.call_tool(f"{upstream}_ask", {"question": "Who signs?"}, meta=_key())
+    assert _text(result) == "accept: Ann with a PIN of 4"
+    [asked] = _relayed(gateway, result)["exchanges"]
+    assert asked["kind"] == "elicitation"
+    assert (asked["message"], asked["mode"], asked["action"]) == ("Who signs?", "form", "accept")
+    assert asked["requestedSchema"] == chatty_upstream.PIN_SCHEMA
+    assert asked["content"]["name"] == "Ann"
+    assert asked["content"]["pin"].startswith(DIGEST_PREFIX)
+    assert "8642" not in gateway.exported()
+
+
+@pytest.mark.parametrize("upstream", ["hl", "sl"])
+async def test_an_elicitation_a_client_did_not_declare_is_refused_to_a_2025_upstream(
+    gateway: Writ, upstream: str
+) -> None:
+    async with gateway.client(gateway.token("ann", roles="agent"), mode="legacy") as client:
+        result = await client.call_tool(f"{upstream}_ask", {"question": "Who signs?"}, meta=_key())
+    # The upstream heard Writ's refusal and answered its call with a tool error.
+    assert result.is_error
+    assert _text(result).startswith("not asked: Writ: " + NOT_DECLARED.format("elicitation"))
+    [asked] = _relayed(gateway, result)["exchanges"]
+    assert asked["refused"] == NOT_DECLARED.format("elicitation")
+
+
+@pytest.mark.parametrize("upstream", ["hm", "sm"])
+async def test_an_elicitation_a_client_did_not_declare_fails_a_2026_call_without_a_retry(
+    gateway: Writ, upstream: str
+) -> None:
+    before = ASKED["http:ask"] if upstream == "hm" else None
+    async with gateway.client(gateway.token("ann", roles="agent"), mode="legacy") as client:
+        result = await client.call_tool(f"{upstream}_ask", {"question": "Who signs?"}, meta=_key())
+    assert result.is_error
+    document = result.structured_content or {}
+    assert (document["status"], document["error"]) == ("failed", "upstream_input_refused")
+    if before is not None:
+        assert ASKED["http:ask"] == before + 1  # asked once, never retried with an answer
+
+
+async def test_a_2026_client_is_not_asked_mid_call_and_the_upstream_hears_why(gateway: Writ) -> None:
+    token = gateway.token("ann", roles="agent")
+    async with gateway.client(token, mode="2026-07-28", elicitation_callback=_answer("Ann", "1")) as client:
+        result = await client.call_tool("hl_ask", {"question": "Who signs?"}, meta=_key())
+    assert result.is_error
+    assert _text(result) == f"not asked: Writ: {NO_BACK_CHANNEL}"
+
+
+@pytest.mark.parametrize("upstream", list(UPSTREAMS))
+async def test_an_upstream_sampling_request_reaches_the_clients_model(gateway: Writ, upstream: str) -> None:
+    async def sample(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        [message] = params.messages
+        assert isinstance(message.content, types.TextContent)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=message.content.text.upper()),
+            model="model-x",
+            stop_reason="endTurn",
+        )
+
+    token = gateway.token("ann", roles="agent")
+    async with gateway.client(token, mode="legacy", sampling_callback=sample) as client:
+        result = await client.call_tool(f"{upstream}_think", {"prompt": "hello"}, meta=_key())
+    assert _text(result) == "model-x says: HELLO"
+    [asked] = _relayed(gateway, result)["exchanges"]
+    assert (asked["kind"], asked["model"], asked["stopReason"], asked["maxTokens"]) == (
+        "sampling",
+        "model-x",
+        "endTurn",
+        50,
+    )
+    assert asked["messages"] == [{"role": "user", "content": {"type": "text", "text": "hello"}}]
+
+
+@pytest.mark.parametrize("upstream", ["hl", "hm", "sl", "sm"])
+@pytest.mark.parametrize("mode", CLIENT_MODES)
+async def test_a_client_cancel_cancels_the_upstream_request_and_leaves_the_write_unknown(
+    gateway: Writ, upstream: str, mode: str
+) -> None:
+    before = CANCELLED["http"]
+    started = anyio.Event()
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    key = _key()
+    async with (
+        gateway.client(gateway.token("ann", roles="agent"), mode=mode) as client,
+        anyio.create_task_group() as group,
+    ):
+
+        async def call() -> None:
+            await client.call_tool(f"{upstream}_wait", {}, progress_callback=on_progress, meta=key)
+
+        group.start_soon(call)
+        with anyio.fail_after(10):
+            await started.wait()
+        group.cancel_scope.cancel()
+
+    def unknown() -> list[Any]:
+        calls = gateway.runtime.store.list_calls(status="result_unknown", limit=1000)
+        return [c for c in calls if c.idempotency_key == key["writ/idempotencyKey"]]
+
+    [call] = await eventually(unknown, lambda found: len(found) == 1)
+    assert call.error == "cancelled_by_client"
+    events = [e for e in gateway.runtime.store.events(tool_call_id=call.tool_call_id)]
+    assert [e.type for e in events][-1] == "tool_call.result_unknown"
+    assert events[-1].payload["evidence"]["relayed"]["exchanges"] == [{"kind": "cancelled", "by": "client"}]
+    if upstream.startswith("h"):
+        await eventually(lambda: CANCELLED["http"], lambda n: n == before + 1)
+
+
+async def test_two_calls_in_flight_on_one_stdio_upstream_cannot_be_told_apart_and_are_refused(
+    gateway: Writ,
+) -> None:
+    """Over stdio in the 2025-11-25 era nothing says which call a request belongs to."""
+    started = anyio.Event()
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    token = gateway.token("ann", roles="agent")
+    async with (
+        gateway.client(token, mode="legacy", elicitation_callback=_answer("Ann", "1")) as client,
+        anyio.create_task_group() as group,
+    ):
+
+        async def wait() -> None:
+            await client.call_tool("sl_wait", {}, progress_callback=on_progress, meta=_key())
+
+        group.start_soon(wait)
+        with anyio.fail_after(10):
+            await started.wait()
+        result = await client.call_tool("sl_ask", {"question": "Who signs?"}, meta=_key())
+        group.cancel_scope.cancel()
+    assert result.is_error
+    assert _text(result) == f"not asked: Writ: {UNATTRIBUTED}"
+
+
+@pytest.mark.parametrize("upstream", ["hl", "sl"])
+async def test_an_upstream_asking_during_a_call_run_after_approval_is_told_no_client_waits(
+    gateway: Writ, upstream: str
+) -> None:
+    token = gateway.token("ann", roles="agent")
+    async with gateway.client(token, mode="legacy", elicitation_callback=_answer("Ann", "1")) as client:
+        held = await client.call_tool(f"{upstream}_ask", {"question": "May I?"}, meta=_key())
+        pending = held.structured_content or {}
+        assert pending["status"] == "approval_pending"
+        decided = httpx2.post(
+            f"{gateway.url}/api/approvals/{pending['approvalId']}/decision",
+            json={"decision": "approve"},
+            headers={"Authorization": f"Bearer {gateway.token('boss', roles='approver')}"},
+            timeout=10,
+        )
+        assert decided.status_code == 200, decided.text
+
+        async def status() -> dict[str, Any]:
+            answer = await client.call_tool("writ_call_status", {"toolCallId": pending["toolCallId"]})
+            return answer.structured_content or {}
+
+        done = await eventually(status, lambda s: s.get("status") in ("completed", "failed"))
+    # The upstream heard why and answered with a tool error; nobody was asked in the client's name.
+    assert (done["status"], done.get("error")) == ("failed", "tool_error")
+    [failed] = [
+        e
+        for e in gateway.runtime.store.events(tool_call_id=pending["toolCallId"])
+        if e.type == "tool_call.failed"
+    ]
+    assert failed.payload["detail"] == f"not asked: Writ: {DETACHED}"
