@@ -51,6 +51,7 @@ def serve_stdio(config: WritConfig) -> None:
         telemetry=runtime.telemetry,
         sealing=runtime.sealing,
         registry=runtime.registry,
+        transport="pipe",
     )
 
     async def main() -> None:

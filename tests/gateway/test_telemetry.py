@@ -67,7 +67,7 @@ async def test_a_call_becomes_an_execute_tool_span_without_argument_values(tmp_p
         for sm in rm.scope_metrics
         for m in sm.metrics
     }
-    assert {"writ.tool_calls", "gen_ai.client.operation.duration"} <= metric_names
+    assert {"writ.tool_calls", "writ.decisions", "gen_ai.execute_tool.duration"} <= metric_names
 
 
 def test_telemetry_is_off_by_default_and_console_is_one_setting_away() -> None:
