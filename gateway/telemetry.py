@@ -132,7 +132,9 @@ class Telemetry:
             "writ.tool_calls", unit="{call}", description="Tool calls by outcome"
         )
         self._decisions = meter.create_counter(
-            "writ.decisions", unit="{call}", description="Policy decisions on admitted calls, by effect and reason"
+            "writ.decisions",
+            unit="{call}",
+            description="Policy decisions on admitted calls, by effect and reason",
         )
         self._tool_duration = meter.create_histogram(
             "gen_ai.execute_tool.duration",

@@ -174,7 +174,9 @@ class Reconciler:
         # The backend's state is read some time during the lookup; judged at its start, the earliest.
         looked_up_at = self._clock()
         with tracer.start_as_current_span(
-            f"lookup {capability.tool_name}", kind=SpanKind.CLIENT, attributes={"writ.capability": capability.ref}
+            f"lookup {capability.tool_name}",
+            kind=SpanKind.CLIENT,
+            attributes={"writ.capability": capability.ref},
         ) as span:
             asked = await self._ask_backend(capability, call)
             span.set_attribute("writ.verdict", asked.verdict)

@@ -49,7 +49,12 @@ class Describe:
         span.set_attributes(described)
         labels: dict[str, str] = {
             key: str(described[key])
-            for key in ("mcp.method.name", "mcp.protocol.version", "network.transport", "network.protocol.name")
+            for key in (
+                "mcp.method.name",
+                "mcp.protocol.version",
+                "network.transport",
+                "network.protocol.name",
+            )
             if key in described
         }
         name = ctx.params.get("name") if ctx.params else None
