@@ -95,7 +95,11 @@ class CallSpan:
             if call.status in ("denied", "rejected"):
                 self.reason = call.reason
         if call.status in FAILED_STATUSES:
-            self.span.set_attribute("error.type", call.error or call.status)
+            # The class of the error, as the conventions ask (low cardinality); the backend's own word
+            # (`http_500`, `connection_lost`) beside it.
+            self.span.set_attribute("error.type", call.status)
+            if call.error:
+                self.span.set_attribute("writ.error", call.error)
             self.span.set_status(Status(StatusCode.ERROR, call.error or call.status))
 
     def rate_limited(self) -> None:
@@ -160,6 +164,8 @@ class Telemetry:
         )
         self._include_arguments = include_arguments
         self._providers = (tracer_provider, meter_provider)
+        self._open = True
+        """False after `shutdown`: a reader may still collect, and the store is closed by then."""
 
     @contextlib.contextmanager
     def activated(self) -> Iterator[None]:
@@ -216,6 +222,8 @@ class Telemetry:
 
         def gauge(status: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
             def observe(options: CallbackOptions) -> Iterable[Observation]:
+                if not self._open:
+                    return []
                 try:
                     return [Observation(counts().get(status, 0))]
                 except StoreError as exc:  # no reading, rather than a wrong one
@@ -268,7 +276,8 @@ class Telemetry:
     def shutdown(self) -> None:
         for provider in self._providers:
             if hasattr(provider, "shutdown"):
-                provider.shutdown()
+                provider.shutdown()  # a last collection reads the gauges
+        self._open = False
 
 
 _STORE_SPAN = "writ.telemetry.span"
