@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import mcp_types as types
 import pytest
 import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -411,3 +414,49 @@ async def test_argument_values_are_in_spans_only_when_configured_and_redacted_as
     # Only on the execute_tool span: the SDK's, the store's and the backend call's carry none.
     others = [s for s in recorded.spans() if s.name != "execute_tool refund_order"]
     assert REASON not in attribute_text(others)
+
+
+def echo_upstream(seen: list[str | None]) -> ASGIApp:
+    """An upstream MCP server with one tool, `whoami`, recording the `traceparent` in each call's `_meta`."""
+    whoami = types.Tool(name="whoami", input_schema={"type": "object"})
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[whoami])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        seen.append((params.meta or {}).get("traceparent"))
+        return types.CallToolResult(content=[types.TextContent(type="text", text="upstream")])
+
+    server: Server[Any] = Server("echo", on_list_tools=list_tools, on_call_tool=call_tool)
+    return server.streamable_http_app(
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+
+
+async def test_an_upstream_mcp_server_gets_the_trace_in_meta(tmp_path: Path) -> None:
+    recorded, seen = Recorded(), []
+    port = free_port()
+    upstream = uvicorn.Config(echo_upstream(seen), host="127.0.0.1", port=port, log_level="warning")
+    with serving(upstream), recording_backend(tmp_path) as (backend, _):
+        path = demo_config(
+            tmp_path,
+            gateway_port=free_port(),
+            backend_url=backend.url,
+            store_url=f"sqlite:///{tmp_path / 'writ.db'}",
+            extra_backends={"echo": {"type": "mcp", "url": f"http://127.0.0.1:{port}/mcp", "timeout_s": 10}},
+            extra_rules=[
+                {"id": "agents-ask-echo", "tools": ["whoami"], "roles": ["agent"], "decision": "allow"}
+            ],
+        )
+        with traced_writ(path, tmp_path, recorded) as gateway:
+            headers = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+            async with client(gateway, gateway.token("alice"), headers) as mcp:
+                answered = await mcp.call_tool("whoami", {})
+
+    assert answered.meta["writ/status"] == "completed"
+    dispatch = recorded.one("dispatch whoami")
+    # The SDK's client span of the upstream call, exported with Writ's, inside the dispatch ...
+    sent = recorded.one("MCP send tools/call whoami")
+    assert sent.kind == SpanKind.CLIENT and child_of(sent, dispatch)
+    # ... is the parent the upstream sees in `_meta`, in the client's trace.
+    assert seen == [traceparent_of(sent)] and seen[0].startswith(f"00-{CLIENT_TRACE}-")
