@@ -19,9 +19,13 @@ from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.issuers import StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier
 from gateway.calls.actions import Redactor
+from gateway.calls.catalogue import Catalogue
+from gateway.calls.pipeline import CallPipeline
 from gateway.calls.rate_limits import RateLimiter, RateLimitsConfig
+from gateway.clock import system_clock
 from gateway.config import TelemetryConfig
 from gateway.http.bearer import TokenRefused, bearer_backend
+from gateway.mcp.server import build_mcp_server
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import Principal
@@ -216,3 +220,44 @@ async def test_refused_bearer_tokens_are_counted_by_kind_of_failure(tmp_path: Pa
         for point in metric.data.data_points
     }
     assert counted == {"expired": 1, "wrong_audience": 1, "malformed": 1}
+
+
+async def test_spans_of_two_gateways_in_one_process_reach_each_its_own_exporter_over_stdio_framing(
+    tmp_path: Path,
+) -> None:
+    # No HTTP here: the MCP face itself makes its telemetry the active one, so the SDK's server span
+    # (made through the global tracer) lands beside Writ's, and `network.transport` is the one given.
+    exporters = [InMemorySpanExporter(), InMemorySpanExporter()]
+    results = []
+    policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
+    for n, exporter in enumerate(exporters):
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        store = Store.open(f"sqlite:///{tmp_path / f'writ-{n}.db'}")
+        store.migrate()
+        registry = Registry(
+            {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
+        )
+        calls = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
+        server = build_mcp_server(
+            calls,
+            Catalogue(registry, lambda: policy),
+            store,
+            lambda: ALICE,
+            clock=system_clock,
+            telemetry=Telemetry(tracer_provider),
+            transport="pipe",
+        )
+        try:
+            async with Client(server, mode="legacy") as client:
+                results.append(await client.call_tool("refund_order", {"n": n}))
+        finally:
+            store.close()
+
+    for exporter, result in zip(exporters, results, strict=True):
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        server_span, execute = spans["tools/call refund_order"], spans["execute_tool refund_order"]
+        assert dict(server_span.attributes or {})["network.transport"] == "pipe"
+        assert execute.parent is not None and execute.parent.span_id == server_span.context.span_id
+        assert dict(execute.attributes or {})["gen_ai.tool.call.id"] == result.meta["writ/toolCallId"]
+        assert len([s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]) == 1
