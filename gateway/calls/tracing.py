@@ -33,13 +33,15 @@ class CallEvents(Protocol):
 
 
 def current_trace_context() -> dict[str, str] | None:
-    """The W3C trace context of the current span, to record with a call; None when nothing traces it."""
+    """The W3C `traceparent` of the current span, to record with a call; None when nothing traces it."""
     if not trace.get_current_span().get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
-    kept = {key: carrier[key] for key in TRACE_KEYS if carrier.get(key)}
-    return kept or None
+    # Only `traceparent` (55 characters Writ wrote): a link needs no more, and `tracestate` is the
+    # client's text (up to 32 entries), which has no business in a log nothing can be removed from.
+    parent = carrier.get("traceparent")
+    return {"traceparent": parent} if parent else None
 
 
 def links_to(trace_context: Mapping[str, str] | None) -> list[Link]:

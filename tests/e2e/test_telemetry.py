@@ -192,11 +192,14 @@ async def test_a_call_is_one_trace_from_the_clients_traceparent_to_the_backend(
     with recording_backend(tmp_path) as (backend, seen):
         path = config_at(tmp_path, backend, store_url)
         with traced_writ(path, tmp_path, recorded) as gateway:
-            headers = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+            headers = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", "tracestate": "rojo=client-text"}
             async with client(gateway, gateway.token("alice"), headers) as mcp:
                 result = await mcp.call_tool(
                     "refund_order", refund(15), meta={"writ/idempotencyKey": "t-one"}
                 )
+            (requested_event,) = gateway.runtime.store.events(
+                tool_call_id=result.meta["writ/toolCallId"], limit=1
+            )
     assert result.meta["writ/status"] == "completed"
     spans = recorded.spans()
 
@@ -221,6 +224,10 @@ async def test_a_call_is_one_trace_from_the_clients_traceparent_to_the_backend(
     executed = dict(execute.attributes or {})
     assert executed["gen_ai.tool.call.id"] == result.meta["writ/toolCallId"]
     assert (executed["writ.decision"], executed["writ.status"]) == ("allow", "completed")
+
+    # The call keeps the execute_tool span's traceparent, for later links; never the client's tracestate.
+    assert requested_event.type == "tool_call.requested"
+    assert requested_event.payload["trace_context"] == {"traceparent": traceparent_of(execute)}
 
     authorize = recorded.one("authorize refund_order")
     assert child_of(authorize, execute)
