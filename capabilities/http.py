@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 import anyio
 import httpx2
+from opentelemetry import propagate
 
 from capabilities.config import HttpBackend, RequestSpec
 from capabilities.contract import (
@@ -348,12 +349,15 @@ class HttpExecutor:
         remaining = timeout_s - (anyio.current_time() - started)
         if remaining <= 0:
             raise TokenUnavailable(f"{self.name}: getting an access token used up the {timeout_s:g}s timeout")
+        # The trace goes on at the backend (W3C `traceparent`, `tracestate`): no-op when nothing traces.
+        traced: dict[str, str] = {}
+        propagate.inject(traced)
         # httpx2's timeouts bound each phase; the deadline bounds the whole exchange, body included.
         with anyio.fail_after(remaining):
             async with self._client.stream(
                 method,
                 path,
-                headers={**headers, **authorization},
+                headers={**traced, **headers, **authorization},
                 timeout=httpx2.Timeout(remaining),
                 **kwargs,
             ) as response:

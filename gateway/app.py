@@ -60,6 +60,7 @@ from gateway.calls.policy_source import policy_provider
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
+from gateway.calls.tracing import first_trace_of
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
 from gateway.config import ClientMetadataDocumentsConfig, OidcLoginConfig, WritConfig
@@ -71,6 +72,7 @@ from gateway.http.bodies import BodyLimit
 from gateway.http.body_deadline import BodyDeadline
 from gateway.http.headers import TrimHeaderValues
 from gateway.http.refusals import EdgeRefusals
+from gateway.http.tracing import TraceContext
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
@@ -143,8 +145,10 @@ class Runtime:
         try:
             self.pipeline.prepare()
             async with anyio.create_task_group() as workers:
-                for task in self.background:
-                    workers.start_soon(task)
+                # The workers' spans (approved dispatches, reconciliations) go to this runtime's exporter.
+                with self.telemetry.activated():
+                    for task in self.background:
+                        workers.start_soon(task)
                 try:
                     yield self
                 finally:
@@ -153,8 +157,9 @@ class Runtime:
                 await _last_security_events(self.security)
         finally:
             await self.registry.close()
-            await anyio.to_thread.run_sync(self.store.close)
+            # First: its last collection reads the store (the gauges of waiting calls).
             self.telemetry.shutdown()
+            await anyio.to_thread.run_sync(self.store.close)
 
 
 def token_verifier(
@@ -183,8 +188,11 @@ def token_verifier(
     )
 
 
-def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) -> Runtime:
-    """Build (but do not start) every component the config describes.
+def build_runtime(
+    config: WritConfig, *, environ: dict[str, str] | None = None, telemetry: Telemetry | None = None
+) -> Runtime:
+    """Build (but do not start) every component the config describes (`telemetry`: instead of the
+    configured exporter's, e.g. in-memory exporters in tests).
 
     Raises:
         ConfigurationError: any section is invalid.
@@ -220,6 +228,9 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         else []
     )
     store = open_store(config)
+    telemetry = telemetry or build_telemetry(config.telemetry)
+    telemetry.trace_transactions(store.engine)
+    telemetry.observe_waiting(store.waiting_counts)
     authorization_server = None
     own = None
     if oauth_settings is not None and oauth_keys is not None:
@@ -273,7 +284,7 @@ def build_runtime(config: WritConfig, *, environ: dict[str, str] | None = None) 
         pipeline,
         verifier,
         dev_issuer,
-        build_telemetry(config.telemetry),
+        telemetry,
         sealing=sealing,
         dispatcher=dispatcher,
         policy_source=policy_source,
@@ -421,6 +432,7 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         policy=runtime.policy_source,
         clock=clock,
         owner=owner,
+        first_trace=first_trace_of(runtime.store),
     )
     wake = Wake()
     runtime.decisions = Decisions(runtime.store, clock, on_granted=wake)
@@ -489,6 +501,8 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
         policy=ReconcilePolicy(
             timing.reconcile_max_attempts, timing.reconcile_backoff_s, timing.reconcile_backoff_max_s
         ),
+        first_trace=first_trace_of(runtime.store),
+        on_outcome=runtime.telemetry.reconciled,
     )
     return Workers(store=runtime.store, reconciler=reconciler, clock=clock)
 
@@ -600,6 +614,7 @@ def build_app(runtime: Runtime) -> Starlette:
     return Starlette(
         routes=routes,
         middleware=[
+            Middleware(TraceContext, telemetry=runtime.telemetry),
             Middleware(StartupErrors),
             Middleware(EdgeRefusals, security=runtime.security),
             Middleware(BodyDeadline, timeout_s=server_config.body_timeout_s),

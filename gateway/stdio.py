@@ -52,6 +52,7 @@ def serve_stdio(config: WritConfig) -> None:
         sealing=runtime.sealing,
         registry=runtime.registry,
         security=runtime.security,
+        transport="pipe",
     )
 
     async def main() -> None:

@@ -124,6 +124,9 @@ class ToolCallRequested(Payload):
     """The budget counters the call drew on (absent when none did); the counters are their sums."""
     loops: list[LoopMarked] | None = None
     """The loop patterns the call was counted in (absent when no loop rule covered it)."""
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context (`traceparent`) the call was requested in, when it was traced: later
+    spans of the call (approved dispatch, reconciliation) link to it, after a restart too."""
 
 
 class ToolCallDenied(Payload):

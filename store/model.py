@@ -193,6 +193,8 @@ class CallIdentity:
     """The hash of the capability's contract the action hash covers."""
     client_run_id: str | None = None
     """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
+    trace_context: Mapping[str, str] | None = None
+    """The W3C trace context (`traceparent`) the call was requested in, if traced."""
 
 
 @dataclass(frozen=True, slots=True)

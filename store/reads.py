@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, or_, select
+from sqlalchemy import Connection, bindparam, func, or_, select
 
 from store import audit, revoking
 from store.events import parse_ts
@@ -135,6 +135,19 @@ class Reads:
             return []
         with self._read() as conn:
             return [call_view(row) for row in conn.execute(query.limit(limit))]
+
+    def waiting_counts(self) -> dict[str, int]:
+        """How many calls wait on someone, by status: for an approver (`approval_pending`), or for
+        evidence (`result_unknown`), over every tenant (for the gauges of `gateway.telemetry`)."""
+        waiting = ("approval_pending", "result_unknown")
+        query = (
+            select(tool_calls.c.status, func.count())
+            .where(tool_calls.c.status.in_(waiting))
+            .group_by(tool_calls.c.status)
+        )
+        with self._read() as conn:
+            found = {status: count for status, count in conn.execute(query)}
+        return {status: int(found.get(status, 0)) for status in waiting}
 
     def events(
         self,

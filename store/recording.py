@@ -487,6 +487,7 @@ def _requested(
         principal=who.principal.to_json(),
         decision=decision.to_json(),
         contract_hash=who.contract_hash,
+        trace_context=dict(who.trace_context) if who.trace_context else None,
         **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},
     )
 

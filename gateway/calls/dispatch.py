@@ -16,10 +16,12 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
+from opentelemetry.trace import SpanKind, StatusCode
 
 from capabilities.contract import Capability, Executor, Invocation, Outcome, OutcomeKind
 from gateway.calls.actions import Redactor
 from gateway.calls.faults import NO_FAULTS, FaultPoints
+from gateway.calls.tracing import tracer
 from store.commands import RecordContradiction, RecordOutcome
 from store.model import CallRequest, CallView, OutcomeRecord, ReadRecord, StaleLease, StoreError, Unavailable
 from store.ports import Outcomes
@@ -231,6 +233,25 @@ class Dispatcher:
         )
 
     async def _execute(self, capability: Capability, invocation: Invocation) -> Outcome:
+        # The backend call: its trace context travels to HTTP backends in headers, to MCP upstreams in
+        # `_meta` (the executors inject the current context).
+        with tracer.start_as_current_span(
+            f"dispatch {capability.tool_name}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "writ.capability": capability.ref,
+                "writ.tool_call_id": invocation.tool_call_id,
+                "writ.attempt": invocation.attempt,
+            },
+        ) as span:
+            outcome = await self._execute_bounded(capability, invocation)
+            span.set_attribute("writ.outcome", outcome.kind)
+            if outcome.kind != "completed":
+                span.set_attribute("error.type", outcome.error or outcome.kind)
+                span.set_status(StatusCode.ERROR, outcome.error or outcome.kind)
+            return outcome
+
+    async def _execute_bounded(self, capability: Capability, invocation: Invocation) -> Outcome:
         executor = self._registry.executor(capability)
         # Executors enforce their own timeouts; this bound only catches an executor that does not.
         guard_s = self.guard_s(capability)

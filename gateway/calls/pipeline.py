@@ -50,6 +50,7 @@ from gateway.calls.dispatch import Dispatcher
 from gateway.calls.flights import Flights
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.run_ids import scoped_run_id
+from gateway.calls.tracing import current_trace_context, tracer
 from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
 from gateway.clock import Clock, system_clock
 from gateway.errors import Refused, UnknownTool
@@ -325,6 +326,7 @@ class CallPipeline:
             key_source=key_source,
             correlation_id=inp.correlation_id or tool_call_id,
             now=now,
+            trace_context=current_trace_context(),
         )
         return _Prepared(inp, capability, arguments, identity, self._policy(), tuple(unfit))
 
@@ -350,20 +352,31 @@ class CallPipeline:
         """The policy's decision over the full arguments, with the calls made earlier in the run, and
         the budget counters and loop patterns the call counts in unless it is denied anyway."""
         who = call.identity
-        run_count = (
-            await self._run(self._store.run_call_count, who.run_id, who.tenant) if call.inp.run_id else 0
-        )
-        context = CallContext(now=who.now, run_call_count=run_count)
-        inp = PolicyInput(call.inp.principal, call.capability, call.arguments, context)
-        decision = call.policy.evaluate(inp)
+        with tracer.start_as_current_span(f"authorize {who.tool_name}") as span:
+            run_count = (
+                await self._run(self._store.run_call_count, who.run_id, who.tenant) if call.inp.run_id else 0
+            )
+            context = CallContext(now=who.now, run_call_count=run_count)
+            inp = PolicyInput(call.inp.principal, call.capability, call.arguments, context)
+            decision = call.policy.evaluate(inp)
+            if decision.effect != "deny":
+                try:
+                    charges = store_charges(call.policy.charges(inp, who.run_id))
+                except ExpressionError as exc:
+                    # An amount that cannot be counted denies the call: a budget is never skipped.
+                    decision = Decision(
+                        "deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc)
+                    )
+            span.set_attributes(
+                {
+                    "writ.decision": decision.effect,
+                    "writ.policy_version": decision.policy_version,
+                    **({"writ.reason": decision.reason} if decision.reason else {}),
+                    **({"writ.rule": decision.rule_id} if decision.rule_id else {}),
+                }
+            )
         if decision.effect == "deny":
             return decision, (), ()
-        try:
-            charges = store_charges(call.policy.charges(inp, who.run_id))
-        except ExpressionError as exc:
-            # An amount that cannot be counted denies the call: a budget is never skipped.
-            failed = Decision("deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc))
-            return failed, (), ()
         return decision, charges, store_loops(call.policy.loop_marks(inp))
 
     def _intent(

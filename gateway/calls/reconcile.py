@@ -29,11 +29,13 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+from opentelemetry.trace import SpanKind
 
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult, ToolResult
 from gateway.calls.actions import Redactor
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import RegistryLike
+from gateway.calls.tracing import ROOT, FirstTrace, links_to, no_first_trace, tracer
 from gateway.reasons import ReasonCode
 from store.commands import (
     EscalateReconciliation,
@@ -75,7 +77,11 @@ class Reconciler:
         owner: str,
         clock: Callable[[], datetime],
         policy: ReconcilePolicy = ReconcilePolicy(),
+        first_trace: FirstTrace = no_first_trace,
+        on_outcome: Callable[[str], None] | None = None,
     ) -> None:
+        self._first_trace = first_trace
+        self._on_outcome = on_outcome
         self._store = store
         self._redactor = redactor
         self._registry = registry
@@ -100,9 +106,32 @@ class Reconciler:
     async def settle(self, call: CallView) -> bool:
         """Take the call's reconciliation lease and act on it; False if another worker holds it.
 
+        Each attempt is a trace of its own, linked to the one the call was requested in; its outcome
+        (`confirmed_success`, `confirmed_failure`, `inconclusive`, `escalated`, `resent`) is reported.
+
         Raises:
             StaleLease: the call was settled by someone else while this worker held the lease.
         """
+        first = await anyio.to_thread.run_sync(self._first_trace, call.tool_call_id)
+        with tracer.start_as_current_span(
+            f"reconcile {call.tool_name}",
+            context=ROOT,
+            links=links_to(first),
+            attributes={"writ.tool_call_id": call.tool_call_id, "writ.capability": call.capability_id},
+        ) as span:
+            outcome = "error"
+            try:
+                outcome = await self._settle(call)
+            except StaleLease:
+                outcome = "settled_elsewhere"
+                raise
+            finally:
+                span.set_attribute("writ.reconciliation.outcome", outcome)
+                if self._on_outcome is not None:
+                    self._on_outcome(outcome)
+        return outcome != "lease_held_elsewhere"
+
+    async def _settle(self, call: CallView) -> str:
         capability = self._capability(call)
         method = self._method(capability, call)
         lease_s = self._dispatcher.lease_s(capability) if capability else 60.0
@@ -119,15 +148,15 @@ class Reconciler:
                 ),
             )
         except StaleLease:
-            return False
+            return "lease_held_elsewhere"
         if capability is None or method == "none":
             reason = ReasonCode.NO_RECONCILIATION_METHOD if capability else ReasonCode.CAPABILITY_UNKNOWN
-            await self._escalate(leased, reason, f"{call.capability_id} offers no way to learn the outcome")
-        elif method == "resend":
-            await self._resend(capability, leased)
-        else:
-            await self._lookup(capability, leased)
-        return True
+            return await self._escalate(
+                leased, reason, f"{call.capability_id} offers no way to learn the outcome"
+            )
+        if method == "resend":
+            return await self._resend(capability, leased)
+        return await self._lookup(capability, leased)
 
     def _capability(self, call: CallView) -> Capability | None:
         capability = self._registry.in_force(call.tool_name, call.capability_id)
@@ -141,10 +170,16 @@ class Reconciler:
             return "resend"
         return "lookup" if capability.reconcilable else "none"
 
-    async def _lookup(self, capability: Capability, call: CallView) -> None:
+    async def _lookup(self, capability: Capability, call: CallView) -> str:
         # The backend's state is read some time during the lookup; judged at its start, the earliest.
         looked_up_at = self._clock()
-        asked = await self._ask_backend(capability, call)
+        with tracer.start_as_current_span(
+            f"lookup {capability.tool_name}",
+            kind=SpanKind.CLIENT,
+            attributes={"writ.capability": capability.ref},
+        ) as span:
+            asked = await self._ask_backend(capability, call)
+            span.set_attribute("writ.verdict", asked.verdict)
         # What the backend's record says passes the echo guard first, as a dispatch's answer does: its
         # record may repeat a redacted argument, known here only by its salted digest.
         result = ReconcileResult(
@@ -155,27 +190,26 @@ class Reconciler:
             evidence=self._withhold(capability, call, dict(asked.evidence)),
         )
         if result.verdict == "succeeded":
-            await self._resolve(
+            return await self._resolve(
                 call,
                 "confirmed_success",
                 result=result.result.to_json() if result.result is not None else None,
                 evidence=dict(result.evidence),
             )
-            return
         if result.verdict == "failed":
-            await self._resolve(
+            return await self._resolve(
                 call,
                 "confirmed_failure",
                 evidence={**result.evidence, "verdict": "failed"},
                 detail="the backend reports the effect failed",
             )
-            return
         if result.verdict == "not_found":
-            await self._not_found(capability, call, result, looked_up_at)
-        elif call.reconcile_attempts >= self._policy.max_attempts:
-            await self._escalate(call, ReasonCode.INCONCLUSIVE_AFTER_RETRIES, None, dict(result.evidence))
-        else:
-            await self._retry_later(call, dict(result.evidence), self._backoff(call))
+            return await self._not_found(capability, call, result, looked_up_at)
+        if call.reconcile_attempts >= self._policy.max_attempts:
+            return await self._escalate(
+                call, ReasonCode.INCONCLUSIVE_AFTER_RETRIES, None, dict(result.evidence)
+            )
+        return await self._retry_later(call, dict(result.evidence), self._backoff(call))
 
     def _withhold(self, capability: Capability, call: CallView, data: Any) -> Any:
         return self._redactor.withhold_echoes(capability, call.arguments, data)
@@ -188,7 +222,7 @@ class Reconciler:
         evidence: dict[str, Any],
         result: dict[str, Any] | None = None,
         detail: str | None = None,
-    ) -> None:
+    ) -> str:
         try:
             await self._write(
                 self._store.resolve_reconciliation,
@@ -215,10 +249,11 @@ class Reconciler:
             )
             await anyio.to_thread.run_sync(self._store.record_contradiction, contradiction)
             raise
+        return verdict
 
     async def _not_found(
         self, capability: Capability, call: CallView, result: ReconcileResult, looked_up_at: datetime
-    ) -> None:
+    ) -> str:
         times = await anyio.to_thread.run_sync(lambda: self._store.dispatch_times(call.tool_call_id))
         sent_at = times[0] if times else None
         # The same deadline the dispatch sent to the backend. No record of the send (never expected):
@@ -236,14 +271,13 @@ class Reconciler:
             "looked_up_at": format_ts(looked_up_at),
         }
         if looked_up_at >= horizon_at:
-            await self._resolve(
+            return await self._resolve(
                 call,
                 "confirmed_failure",
                 evidence=evidence,
                 detail=f"the backend has no effect for key {call.idempotency_key}, looked up after the "
                 "commit horizon",
             )
-            return
         # The request may still be queued or running at the backend: nothing found is no evidence
         # yet. Not counted towards escalation; the horizon bounds how long this goes on.
         next_at = min(self._clock() + self._backoff(call), horizon_at)
@@ -257,12 +291,13 @@ class Reconciler:
                 now=self._clock(),
             ),
         )
+        return "inconclusive"
 
     def _backoff(self, call: CallView) -> timedelta:
         seconds = self._policy.backoff_s * 2 ** max(call.reconcile_attempts - 1, 0)
         return timedelta(seconds=min(seconds, self._policy.backoff_max_s))
 
-    async def _retry_later(self, call: CallView, evidence: dict[str, Any], delay: timedelta) -> None:
+    async def _retry_later(self, call: CallView, evidence: dict[str, Any], delay: timedelta) -> str:
         now = self._clock()
         await self._write(
             self._store.record_inconclusive,
@@ -274,6 +309,7 @@ class Reconciler:
                 now=now,
             ),
         )
+        return "inconclusive"
 
     async def _ask_backend(self, capability: Capability, call: CallView) -> ReconcileResult:
         executor = self._registry.executor(capability)
@@ -286,7 +322,7 @@ class Reconciler:
         except CapabilityError as exc:
             return ReconcileResult("inconclusive", evidence={"error": type(exc).__name__, "detail": str(exc)})
 
-    async def _resend(self, capability: Capability, call: CallView) -> None:
+    async def _resend(self, capability: Capability, call: CallView) -> str:
         retry = await self._write(
             self._store.redispatch,
             Redispatch(
@@ -299,10 +335,11 @@ class Reconciler:
         )
         # Same key, next attempt: the same path as any dispatch.
         await self._dispatcher.dispatch(capability, retry, dict(retry.arguments))
+        return "resent"
 
     async def _escalate(
         self, call: CallView, reason: str, detail: str | None, evidence: dict[str, Any] | None = None
-    ) -> None:
+    ) -> str:
         await self._write(
             self._store.escalate_reconciliation,
             EscalateReconciliation(
@@ -314,6 +351,7 @@ class Reconciler:
                 now=self._clock(),
             ),
         )
+        return "escalated"
 
     def _invocation(self, capability: Capability, call: CallView) -> Invocation:
         return Invocation(

@@ -28,6 +28,7 @@ from gateway.calls.authorize import (
     reauthorize,
 )
 from gateway.calls.dispatch import Dispatcher
+from gateway.calls.tracing import ROOT, FirstTrace, links_to, no_first_trace, tracer
 from gateway.reasons import ReasonCode
 from store.commands import ExpireApproval
 from store.model import (
@@ -65,7 +66,9 @@ class Resumer:
         clock: Callable[[], datetime],
         owner: str = "writ-gateway",
         batch: int = 20,
+        first_trace: FirstTrace = no_first_trace,
     ) -> None:
+        self._first_trace = first_trace
         self._store = store
         self._dispatcher = dispatcher
         self._registry = registry
@@ -90,7 +93,24 @@ class Resumer:
         return expired, resumed
 
     async def resume(self, call: CallView) -> CallView | None:
-        """Re-authorize one approved call, then dispatch it or refuse it; None if another worker did."""
+        """Re-authorize one approved call, then dispatch it or refuse it; None if another worker did.
+
+        In a trace of its own, linked to the one the call was requested in.
+        """
+        first = await anyio.to_thread.run_sync(self._first_trace, call.tool_call_id)
+        with tracer.start_as_current_span(
+            f"resume {call.tool_name}",
+            context=ROOT,
+            links=links_to(first),
+            attributes={"writ.tool_call_id": call.tool_call_id, "writ.capability": call.capability_id},
+        ) as span:
+            resumed = await self._resume(call)
+            span.set_attribute("writ.status", resumed.status if resumed is not None else "taken_elsewhere")
+            if resumed is not None and resumed.reason:
+                span.set_attribute("writ.reason", resumed.reason)
+            return resumed
+
+    async def _resume(self, call: CallView) -> CallView | None:
         approval: ApprovalView | None = None
         held: Mapping[str, Any] | None = None
         approval_id = call.approval_id

@@ -29,7 +29,7 @@ from gateway.calls.pipeline import CallInput, CallPipeline, ConfirmInput
 from gateway.calls.rate_limits import RateLimited
 from gateway.clock import Clock
 from gateway.errors import Refused, UnknownTool
-from gateway.mcp import rounds
+from gateway.mcp import rounds, tracing
 from gateway.mcp.changes import Notices
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.midcall import ClientRelay, set_level
@@ -426,6 +426,7 @@ def build_mcp_server(
     name: str = "writ",
     registry: Registry | None = None,
     security: SecuritySink | None = None,
+    transport: str | None = None,
 ) -> Server[Any]:
     """The low-level MCP server for this gateway: `pipeline` decides and runs calls, `catalogue` says
     what a caller is shown; `sealing` protects confirmation rounds' state (by default this process's
@@ -433,6 +434,7 @@ def build_mcp_server(
 
     With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
     and completions too; else a client hears that they are not there, as from a server without them.
+    `transport` is `network.transport` in spans of requests that do not come over HTTP (`pipe`).
     """
     face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security, registry)
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
@@ -471,6 +473,7 @@ def build_mcp_server(
         on_unsubscribe_resource=watching.unsubscribe if watching is not None else None,
         on_subscriptions_listen=listen,
     )
+    tracing.instrument(server, face.telemetry, transport)
     sealing = sealing or rounds.sealing(confirmation_ttl_s)
     server.middleware.append(rounds.request_state_boundary(sealing, name))
     server.extensions[rounds.TASKS_EXTENSION] = {}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import posixpath
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -237,3 +239,166 @@ def test_the_store_url_leaves_the_password_to_libpq_which_reads_pgpassword(
     monkeypatch.setenv("PGPASSWORD", "from-the-secret")
     defaults = {option.keyword: option.val for option in pq.Conninfo.get_defaults()}
     assert defaults[b"password"] == b"from-the-secret"
+
+
+# -- telemetry: Writ -> collector -> Jaeger and Prometheus -> Grafana ------------------------------------
+
+
+def _compose_file(name: str) -> Path:
+    """The file a top-level compose `configs:` entry names, as Compose resolves it (beside compose.yaml)."""
+    path = (files.DEPLOY / files.compose()["configs"][name]["file"]).resolve()
+    assert path.is_file(), f"compose config {name}: no file {path}"
+    return path
+
+
+def _mounted(service: str, config: str) -> str:
+    """Where a compose service mounts one of the top-level configs."""
+    (target,) = [
+        c["target"] for c in files.compose()["services"][service]["configs"] if c["source"] == config
+    ]
+    return str(target)
+
+
+def _host_port(url_or_address: str) -> tuple[str, int]:
+    parts = urlsplit(url_or_address if "//" in url_or_address else f"//{url_or_address}")
+    assert parts.hostname and parts.port, url_or_address
+    return parts.hostname, parts.port
+
+
+def test_writ_sends_otlp_to_the_collector_which_feeds_jaeger_and_prometheus(tmp_path: Path) -> None:
+    compose = files.compose()
+    services = compose["services"]
+    config = _config(files.compose_content("writ.yaml"), tmp_path)
+    assert config.telemetry.exporter == "otlp" and config.telemetry.endpoint
+    host, port = _host_port(config.telemetry.endpoint)
+    assert host in services and "collector" in services[host]["image"]
+    for name in WRIT_SERVICES:
+        assert services[name]["depends_on"][host] == {"condition": "service_started"}
+
+    collector = yaml.safe_load(_compose_file("otel-collector.yaml").read_text())
+    assert f"--config={_mounted(host, 'otel-collector.yaml')}" in services[host]["command"]
+    assert _host_port(collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"])[1] == port
+    pipelines = collector["service"]["pipelines"]
+    for pipeline in pipelines.values():
+        for kind in ("receivers", "processors", "exporters"):
+            assert all(name in collector[kind] for name in pipeline[kind]), pipeline
+
+    (traces,) = pipelines["traces"]["exporters"]
+    jaeger_host, jaeger_port = _host_port(collector["exporters"][traces]["endpoint"])
+    assert jaeger_host in services and "jaeger" in services[jaeger_host]["image"]
+    assert jaeger_port == 4317 and services[jaeger_host]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+
+    (metrics,) = pipelines["metrics"]["exporters"]
+    assert metrics == "prometheus"
+    served = _host_port(collector["exporters"][metrics]["endpoint"])[1]
+    prometheus = yaml.safe_load(_compose_file("prometheus.yaml").read_text())
+    targets = [t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
+    assert targets == [f"{host}:{served}"]
+    assert f"--config.file={_mounted('prometheus', 'prometheus.yaml')}" in services["prometheus"]["command"]
+
+
+def test_grafana_provisions_the_writ_dashboard_over_the_stacks_prometheus_and_jaeger() -> None:
+    services = files.compose()["services"]
+    sources = yaml.safe_load(_compose_file("grafana-datasources.yaml").read_text())["datasources"]
+    uids = {source["uid"]: source for source in sources}
+    for source in sources:
+        host, port = _host_port(source["url"])
+        assert host in services and source["type"] in services[host]["image"], source
+        published = [p for p in services[host].get("ports", []) if p.endswith(f":{port}")]
+        assert published or (host, port) == ("prometheus", 9090), source
+    assert _mounted("grafana", "grafana-datasources.yaml").startswith(
+        "/etc/grafana/provisioning/datasources/"
+    )
+    assert _mounted("grafana", "grafana-dashboards.yaml").startswith("/etc/grafana/provisioning/dashboards/")
+
+    providers = yaml.safe_load(_compose_file("grafana-dashboards.yaml").read_text())["providers"]
+    (provider,) = providers
+    dashboard_at = _mounted("grafana", "grafana-dashboard-writ.json")
+    assert posixpath.dirname(dashboard_at) == provider["options"]["path"]
+    assert services["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == dashboard_at
+
+    dashboard = json.loads(_compose_file("grafana-dashboard-writ.json").read_text())
+    assert dashboard["panels"]
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] in uids, panel["title"]
+        for target in panel["targets"]:
+            assert uids[target["datasource"]["uid"]]["type"] == target["datasource"]["type"], panel["title"]
+
+
+def _exported_metrics() -> dict[str, set[str]]:
+    """Every metric Writ records, by the name the collector's Prometheus exporter gives it, with the
+    labels its points carry (OpenTelemetry's translation: dots to underscores, the unit as a suffix,
+    `_total` for counters, `{...}` units dropped)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import Histogram as HistogramData
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
+
+    from gateway.telemetry import Telemetry
+
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(None, MeterProvider(metric_readers=[reader]))
+    with telemetry.tool_call("refund_order", {}) as call:
+        call.unknown_tool()
+    with telemetry.tool_call("refund_order", {}) as call:
+        call.status, call.decision, call.reason = "denied", "deny", "amount_over_limit"
+    telemetry.mcp_operation(0.1, {"mcp.method.name": "tools/call", "error.type": "-32602"})
+    telemetry.authentication_failed("expired")
+    telemetry.reconciled("confirmed_success")
+    telemetry.observe_waiting(lambda: {"approval_pending": 1, "result_unknown": 2})
+    telemetry.checkpoint_age(lambda: 5.0)
+    found: dict[str, set[str]] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for metric in (m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics):
+        name = metric.name.replace(".", "_")
+        if metric.unit == "s":
+            name += "_seconds"
+        if isinstance(metric.data, Sum) and metric.data.is_monotonic:
+            name += "_total"
+        labels = {key.replace(".", "_") for p in metric.data.data_points for key in p.attributes}
+        if isinstance(metric.data, HistogramData):
+            labels.add("le")
+            for suffix in ("_bucket", "_sum", "_count"):
+                found[name + suffix] = labels
+        else:
+            found[name] = labels
+    return found
+
+
+def test_the_dashboard_queries_only_metrics_and_labels_writ_exports() -> None:
+    exported = _exported_metrics()
+    assert {
+        "writ_approvals_waiting",
+        "writ_calls_result_unknown",
+        "writ_reconciliations_total",
+        "writ_audit_checkpoint_age_seconds",
+    } <= set(exported)
+    dashboard = json.loads(_compose_file("grafana-dashboard-writ.json").read_text())
+    queried = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target.get("expr")
+            if expr is None:
+                continue
+            # Metric names: what is left without the grouping labels and the label matchers.
+            bare = re.sub(r"\{[^}]*\}", "", re.sub(r"by \([^)]*\)", "", expr))
+            names = re.findall(r"\b((?:writ|mcp|gen_ai)_[a-z_]+)", bare)
+            assert names, expr
+            for name in names:
+                assert name in exported, f"{panel['title']}: {name} is not a metric Writ exports"
+                queried.add(name)
+                for group in re.findall(r"by \(([^)]*)\)", expr):
+                    labels = {label.strip() for label in group.split(",")}
+                    assert labels <= exported[name], f"{panel['title']}: {labels - exported[name]}"
+    # Every gauge and counter Writ has is on the dashboard.
+    assert {n for n in exported if not n.endswith(("_bucket", "_sum", "_count"))} <= queried
+
+
+def test_the_image_has_the_otlp_exporter_the_compose_config_uses() -> None:
+    build = files.dockerfile()[0]
+    (install,) = [args for args in build.all("RUN") if "pip install" in args]
+    assert '".[otlp]"' in install
+    extras = tomllib.loads((files.REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    exporter = extras["otlp"][0].split(">=")[0]
+    pinned = [line.split("==")[0] for line in (files.DEPLOY / "constraints.txt").read_text().splitlines()]
+    assert exporter in pinned

@@ -6,12 +6,17 @@ import time
 from pathlib import Path
 
 import pytest
+import uvicorn
 from mcp import Client
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
@@ -19,14 +24,20 @@ from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.issuers import StaticKeys, TrustedIssuer
 from gateway.auth.tokens import JwtVerifier
 from gateway.calls.actions import Redactor
+from gateway.calls.catalogue import Catalogue
+from gateway.calls.pipeline import CallPipeline
 from gateway.calls.rate_limits import RateLimiter, RateLimitsConfig
+from gateway.clock import system_clock
 from gateway.config import TelemetryConfig
 from gateway.http.bearer import TokenRefused, bearer_backend
+from gateway.mcp.server import build_mcp_server
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import Principal
 from store.store import Store
+from tests.e2e.harness import free_port
 from tests.gateway.mcp.faces import face
+from tests.gateway.mcp.inproc import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -67,7 +78,7 @@ async def test_a_call_becomes_an_execute_tool_span_without_argument_values(tmp_p
         for sm in rm.scope_metrics
         for m in sm.metrics
     }
-    assert {"writ.tool_calls", "gen_ai.client.operation.duration"} <= metric_names
+    assert {"writ.tool_calls", "writ.decisions", "gen_ai.execute_tool.duration"} <= metric_names
 
 
 def test_telemetry_is_off_by_default_and_console_is_one_setting_away() -> None:
@@ -216,3 +227,86 @@ async def test_refused_bearer_tokens_are_counted_by_kind_of_failure(tmp_path: Pa
         for point in metric.data.data_points
     }
     assert counted == {"expired": 1, "wrong_audience": 1, "malformed": 1}
+
+
+async def test_spans_of_two_gateways_in_one_process_reach_each_its_own_exporter_over_stdio_framing(
+    tmp_path: Path,
+) -> None:
+    # No HTTP here: the MCP face itself makes its telemetry the active one, so the SDK's server span
+    # (made through the global tracer) lands beside Writ's, and `network.transport` is the one given.
+    exporters = [InMemorySpanExporter(), InMemorySpanExporter()]
+    results = []
+    policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
+    for n, exporter in enumerate(exporters):
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        store = Store.open(f"sqlite:///{tmp_path / f'writ-{n}.db'}")
+        store.migrate()
+        registry = Registry(
+            {"fake": FakeExecutor(default=completed({"ok": True}))}, [fake_capability("refund_order")]
+        )
+        calls = CallPipeline(store=store, registry=registry, policy=lambda: policy, redactor=Redactor(b"s"))
+        server = build_mcp_server(
+            calls,
+            Catalogue(registry, lambda: policy),
+            store,
+            lambda: ALICE,
+            clock=system_clock,
+            telemetry=Telemetry(tracer_provider),
+            transport="pipe",
+        )
+        try:
+            async with Client(server, mode="legacy") as client:
+                results.append(await client.call_tool("refund_order", {"n": n}))
+        finally:
+            store.close()
+
+    for exporter, result in zip(exporters, results, strict=True):
+        spans = {s.name: s for s in exporter.get_finished_spans()}
+        server_span, execute = spans["tools/call refund_order"], spans["execute_tool refund_order"]
+        assert dict(server_span.attributes or {})["network.transport"] == "pipe"
+        assert execute.parent is not None and execute.parent.span_id == server_span.context.span_id
+        assert dict(execute.attributes or {})["gen_ai.tool.call.id"] == result.meta["writ/toolCallId"]
+        assert len([s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]) == 1
+
+
+def test_otlp_exports_spans_and_metrics_to_the_paths_a_collector_serves() -> None:
+    # The endpoint is the collector's OTLP/HTTP base (deploy/telemetry/otel-collector.yaml listens on
+    # :4318): spans go to /v1/traces and metrics to /v1/metrics, as protobuf, on shutdown at the latest.
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list[tuple[str, str, bytes]] = []
+
+    async def collect(request: Request) -> Response:
+        received.append((request.url.path, request.headers["content-type"], await request.body()))
+        return Response(b"", media_type="application/x-protobuf")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/traces", collect, methods=["POST"]),
+            Route("/v1/metrics", collect, methods=["POST"]),
+        ]
+    )
+    port = free_port()
+    with serving(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")):
+        telemetry = build_telemetry(TelemetryConfig(exporter="otlp", endpoint=f"http://127.0.0.1:{port}/"))
+        with telemetry.tool_call("refund_order", {"card": "4111111111111111"}) as call:
+            call.unknown_tool()
+        telemetry.shutdown()
+
+    assert {(path, kind) for path, kind, _ in received} == {
+        ("/v1/traces", "application/x-protobuf"),
+        ("/v1/metrics", "application/x-protobuf"),
+    }
+    spans = ExportTraceServiceRequest()
+    spans.ParseFromString(b"".join(body for path, _, body in received if path == "/v1/traces"))
+    names = [s.name for rs in spans.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert names == ["execute_tool refund_order"]
+    resource = {a.key: a.value.string_value for a in spans.resource_spans[0].resource.attributes}
+    assert resource["service.name"] == "writ"
+    metrics = ExportMetricsServiceRequest()
+    metrics.ParseFromString(next(body for path, _, body in received if path == "/v1/metrics"))
+    exported = {m.name for rm in metrics.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"gen_ai.execute_tool.duration", "writ.tool_calls"} <= exported
+    assert b"4111111111111111" not in b"".join(body for _, _, body in received)
