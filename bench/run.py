@@ -35,7 +35,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import load, processes  # noqa: E402
+from bench import load, probes, processes  # noqa: E402
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 CLIENT_MODE = {MODERN: MODERN, LEGACY: "legacy"}
@@ -57,6 +57,8 @@ class Row:
     """calls/s over the bare proxy's, same operation, mode, concurrency and upstream."""
     cpu_vs_bare: float | None = None
     """Server CPU per call over the bare proxy's."""
+    loadavg: float = field(default_factory=lambda: os.getloadavg()[0])
+    """The machine's 1-minute load average as the row was measured: each figure is read beside it."""
 
     @property
     def scenario(self) -> str:
@@ -90,6 +92,12 @@ class Row:
             "cpu_vs_bare": _round(self.cpu_vs_bare),
             "client_cpu_s": round(self.m.client_cpu_s, 3),
             "server_cpu_ms_per_call": _round(self.m.server_cpu_ms_per_call()),
+            # bench.probes: the gateway's own fsyncs (SQLite's), PostgreSQL's WAL syncs cluster-wide
+            # (an upper bound on a shared server), and how much the store grew.
+            "loadavg_1m": round(self.loadavg, 2),
+            "fsyncs_per_call": _round(self.m.per_call("gateway_fsyncs")),
+            "pg_wal_syncs_per_call": _round(self.m.per_call("server_wal_syncs")),
+            "store_bytes_per_call": _round(self.m.per_call("store_bytes")),
         }
 
 
@@ -108,7 +116,14 @@ class Bench:
         self._n += 1
         return self.workdir / f"{self._n:02d}-{name}"
 
-    def _measure(self, session: load.Session, concurrency: int, pids: list[int]) -> load.Measurement:
+    def _measure(
+        self,
+        session: load.Session,
+        concurrency: int,
+        pids: list[int],
+        gateway: processes.Gateway | None = None,
+    ) -> load.Measurement:
+        probe = None if gateway is None else probes.StoreProbe(gateway.store_url, gateway.fsync_trace)
         return anyio.run(
             lambda: load.measure(
                 session,
@@ -116,6 +131,7 @@ class Bench:
                 concurrency=concurrency,
                 warmup=max(self.args.warmup, concurrency * 5),
                 server_pids=pids,
+                probe=probe,
             )
         )
 
@@ -181,6 +197,7 @@ class Bench:
                                 url,
                                 durable=durable,
                                 json_response=json_response,
+                                trace_fsyncs=True,
                             )
                         )
                         started = gateway, gateway.token()
@@ -188,7 +205,7 @@ class Bench:
                     session = load.through_writ(
                         gateway.mcp_url, token, op, CLIENT_MODE[mode], repeat_reads=repeat_reads
                     )
-                    m = self._measure(session, concurrency, [gateway.pid])
+                    m = self._measure(session, concurrency, [gateway.pid], gateway)
                 self._record(Row(op, "writ", store, mode, concurrency, m, variant))
 
     def mcp(self) -> None:
@@ -222,10 +239,12 @@ class Bench:
                         here = workdir / f"writ-{store}-{concurrency}"
                         with (
                             processes.store_url(store, here) as url,
-                            processes.gateway(here, backend.url, url, upstream_mcp=upstream.mcp_url) as gw,
+                            processes.gateway(
+                                here, backend.url, url, upstream_mcp=upstream.mcp_url, trace_fsyncs=True
+                            ) as gw,
                         ):
                             session = load.through_writ(gw.mcp_url, gw.token(), op, MODERN, agent_reads=True)
-                            m = self._measure(session, concurrency, [gw.pid])
+                            m = self._measure(session, concurrency, [gw.pid], gw)
                         self._record(Row(op, "writ", store, MODERN, concurrency, m, upstream="mcp"))
 
     def _concurrencies(self) -> list[int]:
@@ -291,18 +310,32 @@ class Bench:
 def table(rows: list[Row]) -> str:
     head = (
         "| scenario | store | mode | concurrency | calls | calls/s | p50 ms | p99 ms | ratio vs direct "
-        "| server CPU ms/call | client CPU ms/call | calls/s vs bare proxy | CPU vs bare proxy |"
+        "| server CPU ms/call | client CPU ms/call | calls/s vs bare proxy | CPU vs bare proxy "
+        "| fsyncs/call | store bytes/call | load |"
     )
-    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         cpu = r.m.server_cpu_ms_per_call()
         lines.append(
             f"| {r.scenario} | {r.store_label} | {r.mode} | {r.concurrency} | {r.m.calls} "
             f"| {r.m.calls_per_s:.1f} | {r.m.percentile_ms(50):.2f} | {r.m.percentile_ms(99):.2f} "
             f"| {_x(r.ratio)} | {'-' if cpu is None else f'{cpu:.2f}'} "
-            f"| {r.m.client_cpu_ms_per_call():.2f} | {_x(r.vs_bare)} | {_x(r.cpu_vs_bare)} |"
+            f"| {r.m.client_cpu_ms_per_call():.2f} | {_x(r.vs_bare)} | {_x(r.cpu_vs_bare)} "
+            f"| {_fsyncs(r.m)} | {_num(r.m.per_call('store_bytes'), '.0f')} | {r.loadavg:.1f} |"
         )
     return "\n".join(lines)
+
+
+def _fsyncs(m: load.Measurement) -> str:
+    # SQLite's fsyncs are the gateway's own; PostgreSQL's are its server's WAL syncs, cluster-wide.
+    own, wal = m.per_call("gateway_fsyncs"), m.per_call("server_wal_syncs")
+    if wal is not None:
+        return f"{_num(own, '.2f')} + ≤{wal:.2f} WAL"
+    return _num(own, ".2f")
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _x(ratio: float | None) -> str:
