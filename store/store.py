@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 
 from store import approving, confirming, ports, recording, revoking
+from store.batching import GroupWriter
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
@@ -26,7 +27,6 @@ from store.model import (
     CallView,
     ConfirmationAnswer,
     CorruptEvent,
-    KeyClaimLost,
     ReadRecord,
     RefusalRequest,
     StoreError,
@@ -76,9 +76,13 @@ def _aware(moment: datetime) -> None:
 class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
-    def __init__(self, engine: Engine, *, producer: str = PRODUCER) -> None:
+    def __init__(
+        self, engine: Engine, *, producer: str = PRODUCER, writer: GroupWriter | None = None
+    ) -> None:
         self._engine = engine
         self._producer = producer
+        # Every write of the process goes through one writer: see store.batching (group commit).
+        self._writer = writer or GroupWriter(engine)
 
     @classmethod
     def open(cls, url: str, *, producer: str = PRODUCER, **engine: Unpack[EngineOptions]) -> Store:
@@ -98,13 +102,18 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         return self._engine
 
     @property
+    def writer(self) -> GroupWriter:
+        """The one writer every write of this store's process goes through (group commit)."""
+        return self._writer
+
+    @property
     def producer(self) -> str:
         """What every event this store records names as its `producer`."""
         return self._producer
 
     def with_producer(self, producer: str) -> Store:
         """The same database and connection pool, recording its events as `producer` (a face's own name)."""
-        return type(self)(self._engine, producer=producer)
+        return type(self)(self._engine, producer=producer, writer=self._writer)
 
     def __enter__(self) -> Store:
         return self
@@ -113,6 +122,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         self.close()
 
     def close(self) -> None:
+        self._writer.close()
         self._engine.dispose()
 
     def _errors_translated(self) -> contextlib.AbstractContextManager[None]:
@@ -204,9 +214,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             StaleLease: already decided, or past its expiry.
             StoreError: the requester approving their own call where the policy forbids it.
         """
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.decide(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: approving.decide(conn, cmd, producer=self._producer))
 
     def expire_approval(self, cmd: ExpireApproval) -> ApprovalView:
         """Expire an awaiting approval past its expiry; the call becomes `expired`.
@@ -215,9 +223,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             NotFound: no such approval.
             StaleLease: decided meanwhile, or not yet due.
         """
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.expire(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: approving.expire(conn, cmd, producer=self._producer))
 
     def dispatch_approved(self, req: ApprovedDispatch) -> CallView:
         """Claim the dispatch of an approved call (compare-and-set on its status), with a lease.
@@ -226,9 +232,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             NotFound: no such call.
             StaleLease: the call is not `approved` (someone else dispatched or refused it).
         """
-        _aware(req.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.dispatch(conn, req, producer=self._producer)
+        return self._write(req.now, lambda conn: approving.dispatch(conn, req, producer=self._producer))
 
     def deny_approved(self, req: ApprovedDenial) -> CallView:
         """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
@@ -239,9 +243,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             NotFound: no such call.
             StaleLease: the call is not `approved`.
         """
-        _aware(req.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.deny(conn, req, producer=self._producer)
+        return self._write(req.now, lambda conn: approving.deny(conn, req, producer=self._producer))
 
     def answer_confirmation(self, req: ConfirmationAnswer) -> CallView:
         """Consume a call's pending confirmation once: accept -> `dispatching` (ours), else `denied`.
@@ -251,9 +253,9 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             StaleLease: not awaiting confirmation (answered before, expired) or past its expiry.
             ConfirmationMismatch: the answer is bound to another confirmation or action.
         """
-        _aware(req.now)
-        with _translated(), self._engine.begin() as conn:
-            return confirming.answer(
+        return self._write(
+            req.now,
+            lambda conn: confirming.answer(
                 conn,
                 req.tool_call_id,
                 confirmation_id=req.confirmation_id,
@@ -264,7 +266,8 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
                 producer=self._producer,
                 lease_owner=req.lease_owner,
                 lease_s=req.lease_s,
-            )
+            ),
+        )
 
     def expire_confirmations(self, *, now: datetime, limit: int = 100) -> list[CallView]:
         """Expire calls still awaiting confirmation past their expiry (`expired`, never dispatched)."""
@@ -272,14 +275,13 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         with self._read() as conn:  # a look first, without the head lock, as in `recover_expired`
             if not confirming.any_due(conn, now=now):
                 return []
-        with _translated(), self._engine.begin() as conn:
-            return confirming.expire_due(conn, now=now, producer=self._producer, limit=limit)
+        return self._write(
+            now, lambda conn: confirming.expire_due(conn, now=now, producer=self._producer, limit=limit)
+        )
 
     def revoke_principal(self, cmd: RevokePrincipal) -> revoking.Revocation:
         """Revoke a subject's standing in a tenant: every later call and resume of theirs is refused."""
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return revoking.revoke(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: revoking.revoke(conn, cmd, producer=self._producer))
 
     def restore_principal(self, cmd: RestorePrincipal) -> revoking.Revocation:
         """Give a revoked subject its standing back in a tenant; returns the revocation it lifted.
@@ -287,9 +289,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         Raises:
             NotFound: the subject is not revoked in the tenant.
         """
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return revoking.restore(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: revoking.restore(conn, cmd, producer=self._producer))
 
     def tenants_of(self, subject: str) -> list[str]:
         """The tenants where `subject` has been seen (runs, calls, approvals, revocations), sorted."""
@@ -313,21 +313,18 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             return replayed
 
     def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
+        """Run `work` in a write transaction, committed with whatever else the process is writing.
+
+        Every write goes through here (store.batching): a new operation groups its commits for free.
+        """
         _aware(now)
-        with _translated(), self._engine.begin() as conn:
-            return work(conn)
+        with _translated():
+            return self._writer.run(work)
 
     def _write_retrying(self, work: Callable[[Connection], T]) -> T:
         # A unique-key conflict means a concurrent claim won; the second attempt sees it and joins.
         with _translated():
-            for attempt in range(2):
-                try:
-                    with self._engine.begin() as conn:
-                        return work(conn)
-                except (exc.IntegrityError, KeyClaimLost):
-                    if attempt == 1:
-                        raise
-        raise AssertionError("unreachable")
+            return self._writer.run(work, retry=True)
 
     @contextmanager
     def _look(self) -> Iterator[Connection]:

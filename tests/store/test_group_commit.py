@@ -1,0 +1,111 @@
+"""Group commit: the writes queued while a transaction commits are committed together, and one write's
+refusal or failure is its own."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import Connection
+
+from store import StaleLease, Store
+from tests.store.builders import NOW, call_request, outcome
+
+LATER = NOW + timedelta(seconds=2)
+
+
+@contextmanager
+def writer_held(store: Store) -> Iterator[Callable[[Callable[[], Any]], Future[Any]]]:
+    """Occupy the store's writer with a write that waits, so that the writes submitted meanwhile queue
+    up; on leaving, release it and let the queue commit as one transaction."""
+    release, inside = threading.Event(), threading.Event()
+
+    def hold(conn: Connection) -> None:
+        inside.set()
+        release.wait(30)
+
+    with ThreadPoolExecutor(8) as pool:
+        holder = pool.submit(store.writer.run, hold)
+        assert inside.wait(30)
+        submitted: list[Future[Any]] = []
+
+        def submit(write: Callable[[], Any]) -> Future[Any]:
+            submitted.append(pool.submit(write))
+            return submitted[-1]
+
+        try:
+            yield submit
+            with anyio.from_thread.start_blocking_portal() as portal:
+                portal.call(_until_queued, store, len(submitted))
+        finally:
+            release.set()
+        holder.result(30)
+
+
+async def _until_queued(store: Store, count: int) -> None:
+    with anyio.fail_after(30):
+        while store.writer.pending() < count:
+            await anyio.sleep(0.01)
+
+
+def test_writes_queued_behind_a_commit_are_committed_together(store: Store) -> None:
+    before = store.writer.batches
+    with writer_held(store) as submit:
+        admitted = [
+            submit(lambda i=i: store.admit(call_request(tool_call_id=f"tc-{i}", idempotency_key=f"k-{i}")))
+            for i in range(5)
+        ]
+
+    assert [f.result().call.status for f in admitted] == ["dispatching"] * 5
+    assert store.writer.batches - before == 2  # the held write, then the five together
+    assert store.verify().ok
+    assert {e.tool_call_id for e in store.events() if e.type == "tool_call.requested"} == {
+        f"tc-{i}" for i in range(5)
+    }
+
+
+def test_a_refused_write_in_a_group_fails_alone(store: Store) -> None:
+    store.admit(call_request(tool_call_id="tc-done", idempotency_key="k-tc-done"))
+    store.record_outcome(outcome("tc-done", "completed", now=LATER))
+    store.admit(call_request(tool_call_id="tc-open", idempotency_key="k-tc-open"))
+
+    with writer_held(store) as submit:
+        first = submit(lambda: store.admit(call_request(tool_call_id="tc-a", idempotency_key="k-tc-a")))
+        stale = submit(lambda: store.record_outcome(outcome("tc-done", "failed", now=LATER)))
+        settled = submit(lambda: store.record_outcome(outcome("tc-open", "completed", now=LATER)))
+        last = submit(lambda: store.admit(call_request(tool_call_id="tc-b", idempotency_key="k-tc-b")))
+
+    with pytest.raises(StaleLease, match="completed, not dispatching"):
+        stale.result()
+    assert first.result().call.status == last.result().call.status == "dispatching"
+    assert settled.result().status == "completed"
+    assert store.get_call("tc-done").status == "completed"  # type: ignore[union-attr]
+    assert [e.type for e in store.events(tool_call_id="tc-done")][-1] == "tool_call.completed"
+    assert store.verify().ok
+
+
+def test_two_claims_of_one_key_in_a_group_join_instead_of_failing(store: Store) -> None:
+    with writer_held(store) as submit:
+        calls = [
+            submit(lambda i=i: store.admit(call_request(tool_call_id=f"tc-{i}", idempotency_key="k-1")))
+            for i in range(3)
+        ]
+
+    kinds = sorted(f.result().kind for f in calls)
+    assert kinds == ["joined", "joined", "new"]
+    holders = {f.result().call.tool_call_id for f in calls}
+    assert len(holders) == 1
+    assert store.verify().ok
+
+
+def test_a_write_inside_a_write_joins_its_transaction(store: Store) -> None:
+    def outer(conn: Connection) -> str:
+        return store.writer.run(lambda inner: "inner ran") + " inside"
+
+    assert store.writer.run(outer) == "inner ran inside"
