@@ -1,6 +1,6 @@
 """Writ's benchmark: calls/s and p50/p99 latency of a read and a write, direct and through Writ.
 
-    python bench/run.py [--calls N] [--concurrency 8] [--stores sqlite,postgres] [--out FILE]
+    python bench/run.py [--calls N] [--concurrency 8,32] [--stores sqlite,postgres] [--out FILE]
 
 Direct: the acme-payments backend over HTTP (one persistent httpx2 connection per worker). Through
 Writ: `writ serve` on the demo config (auth on, events durable), the official MCP client with one
@@ -248,7 +248,7 @@ class Bench:
                         self._record(Row(op, "writ", store, MODERN, concurrency, m, upstream="mcp"))
 
     def _concurrencies(self) -> list[int]:
-        return [1] if self.args.concurrency <= 1 else [1, self.args.concurrency]
+        return [1, *(n for n in self.args.concurrency if n > 1)]
 
     def run(self) -> None:
         if self.args.only_mcp:
@@ -404,6 +404,22 @@ def mcp_aims(rows: list[Row]) -> list[str]:
                 f"MCP {op} on {store} with {concurrency} clients: {gain:.2f}x its sequential calls/s "
                 f"(aim >= 1.3x with 8): {_verdict(gain >= 1.3)}"
             )
+        fsyncs = r.m.per_call("gateway_fsyncs")
+        wal = r.m.per_call("server_wal_syncs")
+        if concurrency > 1 and (fsyncs is not None or wal is not None):
+            # PostgreSQL's WAL syncs are counted for the whole server: an upper bound on a shared one.
+            total = (fsyncs or 0.0) + (wal or 0.0)
+            bound = " at most" if wal is not None else ""
+            out.append(
+                f"MCP {op} on {store} with {concurrency} clients:{bound} {total:.2f} fsyncs per call "
+                f"(aim < 0.5 with 8): {_verdict(total < 0.5)}"
+            )
+        grown = r.m.per_call("store_bytes")
+        if grown is not None:
+            out.append(
+                f"MCP {op} on {store} with {concurrency} clients: the store grew {grown:.0f} bytes per call "
+                f"(aim <= 2560): {_verdict(grown <= 2560)}"
+            )
     return out
 
 
@@ -411,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="measured calls per scenario (default 200)")
     parser.add_argument(
-        "--concurrency", type=int, default=8, help="clients of the concurrent rows (default 8)"
+        "--concurrency", default="8", help="clients of the concurrent rows, comma-separated (default 8)"
     )
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
     parser.add_argument("--warmup", type=int, default=40, help="unmeasured calls before each scenario")
@@ -434,6 +450,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    args.concurrency = [int(n) for n in str(args.concurrency).split(",") if n.strip()]
 
     if args.tree:
         processes.use_tree(Path(args.tree))
