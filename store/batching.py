@@ -15,6 +15,8 @@ runs another write inside it (the writer's own thread) joins the batch it is in,
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import queue
 import threading
@@ -74,10 +76,30 @@ class GroupWriter:
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is not None:  # a write inside a write, on the writer's own thread
             return self._savepointed(conn, _Job(work, retry))
+        return self._submit(work, retry).result()
+
+    async def run_async(self, work: Callable[[Connection], T], *, retry: bool = False) -> T:
+        """`run` for a caller on an event loop: it waits for the commit without holding a thread.
+
+        Cancelling the caller waits for the write to finish first, as a write run in a worker thread
+        (`anyio.to_thread`) does: what was recorded is not left half-heard.
+        """
+        import anyio.to_thread
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio): wait in a worker thread
+            return await anyio.to_thread.run_sync(functools.partial(self.run, work, retry=retry))
+        future = self._submit(work, retry)
+        with anyio.CancelScope(shield=True):
+            result = await asyncio.wrap_future(future)
+        return result
+
+    def _submit(self, work: Callable[[Connection], T], retry: bool) -> Future[T]:
         job: _Job[T] = _Job(work, retry)
         self._ensure_started()
         self._queue.put(job)
-        return job.future.result()
+        return job.future
 
     def pending(self) -> int:
         """Writes queued for the next transaction (not the one being committed)."""
@@ -173,8 +195,8 @@ class GroupWriter:
             return
         for job, result in done:
             job.future.set_result(result)
-        for job, error in failed:
-            job.future.set_exception(error)
+        for job, refused in failed:
+            job.future.set_exception(refused)
 
     def _alone(self, job: _Job[Any]) -> None:
         # One write, one transaction, exactly as without group commit: its error rolls it all back.

@@ -176,6 +176,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
 
+    async def admit_async(self, req: CallRequest) -> Admission:
+        """`admit` for a caller on an event loop, which waits for the group commit without a thread."""
+        _aware(req.identity.now)
+        with _translated():
+            return await self._writer.run_async(
+                lambda conn: recording.admit(conn, req, producer=self._producer), retry=True
+            )
+
     def admissible_read(self, req: CallRequest) -> bool:
         """Whether an allowed read may run before it is recorded (no revocation, no budget passed)."""
         _aware(req.identity.now)
@@ -191,6 +199,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         _aware(rec.observed_at)
         return self._write_retrying(lambda conn: recording.record_read(conn, rec, producer=self._producer))
 
+    async def record_read_async(self, rec: ReadRecord) -> Admission:
+        """`record_read` for a caller on an event loop (see `admit_async`)."""
+        _aware(rec.observed_at)
+        with _translated():
+            return await self._writer.run_async(
+                lambda conn: recording.record_read(conn, rec, producer=self._producer), retry=True
+            )
+
     def refuse(self, req: RefusalRequest) -> CallView:
         """Record a call refused before it could claim a key (requested + denied)."""
         _aware(req.identity.now)
@@ -205,6 +221,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
                 newer lease fenced this token.
         """
         return self._write(cmd.now, lambda conn: recording.record_outcome(conn, cmd, producer=self._producer))
+
+    async def record_outcome_async(self, cmd: RecordOutcome) -> CallView:
+        """`record_outcome` for a caller on an event loop (see `admit_async`)."""
+        _aware(cmd.now)
+        with _translated():
+            return await self._writer.run_async(
+                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer)
+            )
 
     def decide_approval(self, cmd: DecideApproval) -> ApprovalView:
         """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.

@@ -109,3 +109,45 @@ def test_a_write_inside_a_write_joins_its_transaction(store: Store) -> None:
         return store.writer.run(lambda inner: "inner ran") + " inside"
 
     assert store.writer.run(outer) == "inner ran inside"
+
+
+@pytest.mark.anyio
+async def test_a_write_awaited_on_the_event_loop_is_committed_when_it_is_heard(store: Store) -> None:
+    admission = await store.admit_async(call_request(tool_call_id="tc-1", idempotency_key="k-1"))
+    recorded = await store.record_outcome_async(outcome("tc-1", "completed", now=LATER))
+
+    assert admission.call.status == "dispatching"
+    assert recorded.status == store.get_call("tc-1").status == "completed"  # type: ignore[union-attr]
+    with pytest.raises(StaleLease, match="completed, not dispatching"):
+        await store.record_outcome_async(outcome("tc-1", "failed", now=LATER))
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_caller_waits_for_its_write_to_commit_before_it_stops(store: Store) -> None:
+    release, inside = threading.Event(), threading.Event()
+
+    def hold(conn: Connection) -> None:
+        inside.set()
+        release.wait(30)
+
+    heard: list[str] = []
+
+    async def caller(scope: anyio.CancelScope) -> None:
+        with scope:
+            admission = await store.admit_async(call_request(tool_call_id="tc-1", idempotency_key="k-1"))
+            heard.append(admission.call.status)
+            await anyio.sleep(0)  # the cancellation is delivered here, after the write
+            heard.append("not cancelled")
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, lambda: store.writer.run(hold))
+            await anyio.to_thread.run_sync(inside.wait)
+            scope = anyio.CancelScope()
+            tg.start_soon(caller, scope)
+            await _until_queued(store, 1)
+            scope.cancel()
+            release.set()
+
+    assert heard == ["dispatching"]
+    assert store.get_call("tc-1").status == "dispatching"  # type: ignore[union-attr]
