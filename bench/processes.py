@@ -216,7 +216,8 @@ def _config(
     )
     if upstream_mcp is not None:
         # The same two tools, discovered from an upstream MCP server instead of declared over HTTP.
-        effects = {"lookup_order": {"effect": "read"}, "refund_order": {"effect": "write", "timeout_s": 5}}
+        # A refund's timeout is long: on a saturated machine a 5 s one ends a run with result_unknown.
+        effects = {"lookup_order": {"effect": "read"}, "refund_order": {"effect": "write", "timeout_s": 30}}
         config["backends"] = {
             "upstream": {"type": "mcp", "url": upstream_mcp, "mode": UPSTREAM_MODE, "overrides": effects}
         }
