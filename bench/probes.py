@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -44,6 +46,31 @@ def traced_child(pid: int, timeout_s: float = 30.0) -> int:
                 return int(children[0])
         time.sleep(0.05)
     raise RuntimeError(f"strace {pid} started no process")
+
+
+def stop_traced(pid: int, timeout_s: float = 10.0) -> None:
+    """Stop (SIGTERM, then SIGKILL) every process strace `pid` started, and wait until they are gone."""
+    with contextlib.suppress(OSError):
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        for child in children:
+            _stop_pid(child, timeout_s)
+
+
+def _stop_pid(pid: int, timeout_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+                return
+            time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return True
 
 
 def fsyncs_between(trace: Path, start: float, end: float) -> int:

@@ -281,4 +281,6 @@ def gateway(
             pid = probes.traced_child(process.pid) if prefix else process.pid
             yield Gateway(url, path, workdir, pid, store, trace if prefix else None)
         finally:
+            if prefix:  # strace leaves its child running when it is stopped: stop the gateway first
+                probes.stop_traced(process.pid)
             _stop(process)

@@ -140,7 +140,8 @@ class Bench:
         print(
             f"  {row.scenario:<15} {row.store_label:<28} {row.mode:<10} c={row.concurrency:<2} "
             f"{row.m.calls_per_s:8.1f} calls/s  p50 {row.m.percentile_ms(50):7.2f} ms  "
-            f"p99 {row.m.percentile_ms(99):7.2f} ms",
+            f"p99 {row.m.percentile_ms(99):7.2f} ms  fsyncs/call {_fsyncs(row.m)}  "
+            f"bytes/call {_num(row.m.per_call('store_bytes'), '.0f')}  load {row.loadavg:.1f}",
             file=sys.stderr,
             flush=True,
         )
