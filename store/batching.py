@@ -106,12 +106,13 @@ class GroupWriter:
         return self._queue.qsize()
 
     def close(self) -> None:
-        """Let the queued writes commit, then stop the writer thread."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-        if thread is not None and self._pid == os.getpid():
-            self._queue.put(None)
-            thread.join()
+        """Let the queued writes commit, then stop the writer thread (a later write starts another)."""
+        with self._lock:  # held throughout, so no second writer starts before this one has stopped
+            thread = self._thread
+            if thread is not None and self._pid == os.getpid():
+                self._queue.put(None)
+                thread.join()
+            self._thread = None
 
     def _ensure_started(self) -> None:
         if self._thread is not None and self._pid == os.getpid():
@@ -153,6 +154,7 @@ class GroupWriter:
         while True:
             first = self._queue.get()
             if first is None:
+                self._drain()
                 return
             batch = [first]
             stop = False
@@ -167,7 +169,18 @@ class GroupWriter:
                 batch.append(more)
             self._commit(batch)
             if stop:
+                self._drain()
                 return
+
+    def _drain(self) -> None:
+        # Writes queued behind the stop, by callers that found the writer still running: commit them.
+        while True:
+            try:
+                late = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if late is not None:
+                self._commit([late])
 
     def _commit(self, batch: list[_Job[Any]]) -> None:
         if len(batch) == 1:

@@ -151,3 +151,15 @@ async def test_a_cancelled_caller_waits_for_its_write_to_commit_before_it_stops(
 
     assert heard == ["dispatching"]
     assert store.get_call("tc-1").status == "dispatching"  # type: ignore[union-attr]
+
+
+def test_a_store_closed_and_written_again_starts_a_new_writer(migrated_url: str) -> None:
+    with Store.open(migrated_url) as store:
+        store.admit(call_request(tool_call_id="tc-1", idempotency_key="k-1"))
+        store.writer.close()
+        store.writer.close()  # closing twice is harmless
+        again = store.admit(call_request(tool_call_id="tc-2", idempotency_key="k-2"))
+
+    assert again.call.status == "dispatching"
+    with Store.open(migrated_url) as reopened:
+        assert reopened.get_call("tc-2") is not None
