@@ -13,10 +13,10 @@ import math
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 import httpx2
@@ -45,6 +45,8 @@ class Measurement:
     latencies_s: tuple[float, ...]
     client_cpu_s: float
     server_cpu_s: float | None
+    store: Mapping[str, int | None] = field(default_factory=dict)
+    """What a `Probe` read over the window: store bytes grown, fsyncs (see bench.probes)."""
 
     @property
     def calls_per_s(self) -> float:
@@ -59,6 +61,19 @@ class Measurement:
 
     def server_cpu_ms_per_call(self) -> float | None:
         return None if self.server_cpu_s is None else self.server_cpu_s / self.calls * 1000
+
+    def per_call(self, name: str) -> float | None:
+        """A probe's figure divided by the calls, or None where it was not measured."""
+        value = self.store.get(name)
+        return None if value is None else value / self.calls
+
+
+class Probe(Protocol):
+    """Read at the edges of the measured window (bench.probes.StoreProbe)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> dict[str, int | None]: ...
 
 
 def _process_cpu_s(pids: Sequence[int]) -> float | None:
@@ -75,7 +90,13 @@ def _process_cpu_s(pids: Sequence[int]) -> float | None:
 
 
 async def measure(
-    session: Session, *, calls: int, concurrency: int, warmup: int, server_pids: Sequence[int] = ()
+    session: Session,
+    *,
+    calls: int,
+    concurrency: int,
+    warmup: int,
+    server_pids: Sequence[int] = (),
+    probe: Probe | None = None,
 ) -> Measurement:
     """Open `concurrency` sessions, warm each up, then make `calls` calls between them."""
     next_index = 0
@@ -83,6 +104,7 @@ async def measure(
     opened = finished = 0
     all_open, go, all_done = anyio.Event(), anyio.Event(), anyio.Event()
     clock: dict[str, float] = {}
+    store: dict[str, int | None] = {}
 
     async def worker() -> None:
         nonlocal next_index, opened, finished
@@ -106,6 +128,8 @@ async def measure(
                 clock["end"] = time.perf_counter()
                 clock["cpu"] = time.process_time()
                 clock["server"] = _process_cpu_s(server_pids) or -1.0
+                if probe is not None:
+                    store.update(probe.stop())
                 all_done.set()
             await all_done.wait()
 
@@ -113,13 +137,14 @@ async def measure(
         for _ in range(concurrency):
             tg.start_soon(worker)
         await all_open.wait()
+        if probe is not None:
+            probe.start()
         cpu0, server0 = time.process_time(), _process_cpu_s(server_pids)
         clock["start"] = time.perf_counter()
         go.set()
     server = None if server0 is None or clock["server"] < 0 else clock["server"] - server0
-    return Measurement(
-        calls, concurrency, clock["end"] - clock["start"], tuple(latencies), clock["cpu"] - cpu0, server
-    )
+    wall = clock["end"] - clock["start"]
+    return Measurement(calls, concurrency, wall, tuple(latencies), clock["cpu"] - cpu0, server, store)
 
 
 def _refund(index: int) -> dict[str, Any]:

@@ -23,6 +23,8 @@ import httpx2
 import sqlalchemy as sa
 import yaml
 
+from bench import probes
+
 REPO = Path(__file__).resolve().parents[1]
 WRIT = str(Path(sys.executable).parent / "writ")
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -171,6 +173,9 @@ class Gateway:
     config: Path
     workdir: Path
     pid: int
+    store_url: str = ""
+    fsync_trace: Path | None = None
+    """The strace log of the gateway's fsyncs (bench.probes), when it runs under strace."""
 
     @property
     def mcp_url(self) -> str:
@@ -211,7 +216,8 @@ def _config(
     )
     if upstream_mcp is not None:
         # The same two tools, discovered from an upstream MCP server instead of declared over HTTP.
-        effects = {"lookup_order": {"effect": "read"}, "refund_order": {"effect": "write", "timeout_s": 5}}
+        # A refund's timeout is long: on a saturated machine a 5 s one ends a run with result_unknown.
+        effects = {"lookup_order": {"effect": "read"}, "refund_order": {"effect": "write", "timeout_s": 30}}
         config["backends"] = {
             "upstream": {"type": "mcp", "url": upstream_mcp, "mode": UPSTREAM_MODE, "overrides": effects}
         }
@@ -242,9 +248,11 @@ def gateway(
     durable: bool = True,
     json_response: bool | None = None,
     upstream_mcp: str | None = None,
+    trace_fsyncs: bool = False,
 ) -> Iterator[Gateway]:
     """`writ serve` on the demo config against this backend (or, with `upstream_mcp`, the demo's tools
-    served by that upstream MCP server) and store; its log goes to workdir/writ.log."""
+    served by that upstream MCP server) and store; its log goes to workdir/writ.log. With
+    `trace_fsyncs`, it runs under strace counting its fsyncs (where strace is installed)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     path = _config(
@@ -256,13 +264,23 @@ def gateway(
         json_response=json_response,
         upstream_mcp=upstream_mcp,
     )
+    trace = workdir / "fsyncs.strace"
+    prefix = probes.strace_prefix(trace) if trace_fsyncs else []
     with (workdir / "writ.log").open("w") as log:
         process = subprocess.Popen(
-            [WRIT, "serve", "-c", str(path)], cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=_env()
+            [*prefix, WRIT, "serve", "-c", str(path)],
+            cwd=workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
         )
         try:
             url = f"http://127.0.0.1:{port}"
             _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
-            yield Gateway(url, path, workdir, process.pid)
+            # Under strace, the gateway is strace's child: its CPU is what is measured.
+            pid = probes.traced_child(process.pid) if prefix else process.pid
+            yield Gateway(url, path, workdir, pid, store, trace if prefix else None)
         finally:
+            if prefix:  # strace leaves its child running when it is stopped: stop the gateway first
+                probes.stop_traced(process.pid)
             _stop(process)

@@ -1,6 +1,6 @@
 """Writ's benchmark: calls/s and p50/p99 latency of a read and a write, direct and through Writ.
 
-    python bench/run.py [--calls N] [--concurrency 8] [--stores sqlite,postgres] [--out FILE]
+    python bench/run.py [--calls N] [--concurrency 8,32] [--stores sqlite,postgres] [--out FILE]
 
 Direct: the acme-payments backend over HTTP (one persistent httpx2 connection per worker). Through
 Writ: `writ serve` on the demo config (auth on, events durable), the official MCP client with one
@@ -35,7 +35,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import load, processes  # noqa: E402
+from bench import load, probes, processes  # noqa: E402
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 CLIENT_MODE = {MODERN: MODERN, LEGACY: "legacy"}
@@ -57,6 +57,8 @@ class Row:
     """calls/s over the bare proxy's, same operation, mode, concurrency and upstream."""
     cpu_vs_bare: float | None = None
     """Server CPU per call over the bare proxy's."""
+    loadavg: float = field(default_factory=lambda: os.getloadavg()[0])
+    """The machine's 1-minute load average as the row was measured: each figure is read beside it."""
 
     @property
     def scenario(self) -> str:
@@ -90,6 +92,12 @@ class Row:
             "cpu_vs_bare": _round(self.cpu_vs_bare),
             "client_cpu_s": round(self.m.client_cpu_s, 3),
             "server_cpu_ms_per_call": _round(self.m.server_cpu_ms_per_call()),
+            # bench.probes: the gateway's own fsyncs (SQLite's), PostgreSQL's WAL syncs cluster-wide
+            # (an upper bound on a shared server), and how much the store grew.
+            "loadavg_1m": round(self.loadavg, 2),
+            "fsyncs_per_call": _round(self.m.per_call("gateway_fsyncs")),
+            "pg_wal_syncs_per_call": _round(self.m.per_call("server_wal_syncs")),
+            "store_bytes_per_call": _round(self.m.per_call("store_bytes")),
         }
 
 
@@ -108,7 +116,14 @@ class Bench:
         self._n += 1
         return self.workdir / f"{self._n:02d}-{name}"
 
-    def _measure(self, session: load.Session, concurrency: int, pids: list[int]) -> load.Measurement:
+    def _measure(
+        self,
+        session: load.Session,
+        concurrency: int,
+        pids: list[int],
+        gateway: processes.Gateway | None = None,
+    ) -> load.Measurement:
+        probe = None if gateway is None else probes.StoreProbe(gateway.store_url, gateway.fsync_trace)
         return anyio.run(
             lambda: load.measure(
                 session,
@@ -116,6 +131,7 @@ class Bench:
                 concurrency=concurrency,
                 warmup=max(self.args.warmup, concurrency * 5),
                 server_pids=pids,
+                probe=probe,
             )
         )
 
@@ -124,7 +140,8 @@ class Bench:
         print(
             f"  {row.scenario:<15} {row.store_label:<28} {row.mode:<10} c={row.concurrency:<2} "
             f"{row.m.calls_per_s:8.1f} calls/s  p50 {row.m.percentile_ms(50):7.2f} ms  "
-            f"p99 {row.m.percentile_ms(99):7.2f} ms",
+            f"p99 {row.m.percentile_ms(99):7.2f} ms  fsyncs/call {_fsyncs(row.m)}  "
+            f"bytes/call {_num(row.m.per_call('store_bytes'), '.0f')}  load {row.loadavg:.1f}",
             file=sys.stderr,
             flush=True,
         )
@@ -181,6 +198,7 @@ class Bench:
                                 url,
                                 durable=durable,
                                 json_response=json_response,
+                                trace_fsyncs=True,
                             )
                         )
                         started = gateway, gateway.token()
@@ -188,7 +206,7 @@ class Bench:
                     session = load.through_writ(
                         gateway.mcp_url, token, op, CLIENT_MODE[mode], repeat_reads=repeat_reads
                     )
-                    m = self._measure(session, concurrency, [gateway.pid])
+                    m = self._measure(session, concurrency, [gateway.pid], gateway)
                 self._record(Row(op, "writ", store, mode, concurrency, m, variant))
 
     def mcp(self) -> None:
@@ -222,14 +240,16 @@ class Bench:
                         here = workdir / f"writ-{store}-{concurrency}"
                         with (
                             processes.store_url(store, here) as url,
-                            processes.gateway(here, backend.url, url, upstream_mcp=upstream.mcp_url) as gw,
+                            processes.gateway(
+                                here, backend.url, url, upstream_mcp=upstream.mcp_url, trace_fsyncs=True
+                            ) as gw,
                         ):
                             session = load.through_writ(gw.mcp_url, gw.token(), op, MODERN, agent_reads=True)
-                            m = self._measure(session, concurrency, [gw.pid])
+                            m = self._measure(session, concurrency, [gw.pid], gw)
                         self._record(Row(op, "writ", store, MODERN, concurrency, m, upstream="mcp"))
 
     def _concurrencies(self) -> list[int]:
-        return [1] if self.args.concurrency <= 1 else [1, self.args.concurrency]
+        return [1, *(n for n in self.args.concurrency if n > 1)]
 
     def run(self) -> None:
         if self.args.only_mcp:
@@ -291,18 +311,32 @@ class Bench:
 def table(rows: list[Row]) -> str:
     head = (
         "| scenario | store | mode | concurrency | calls | calls/s | p50 ms | p99 ms | ratio vs direct "
-        "| server CPU ms/call | client CPU ms/call | calls/s vs bare proxy | CPU vs bare proxy |"
+        "| server CPU ms/call | client CPU ms/call | calls/s vs bare proxy | CPU vs bare proxy "
+        "| fsyncs/call | store bytes/call | load |"
     )
-    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         cpu = r.m.server_cpu_ms_per_call()
         lines.append(
             f"| {r.scenario} | {r.store_label} | {r.mode} | {r.concurrency} | {r.m.calls} "
             f"| {r.m.calls_per_s:.1f} | {r.m.percentile_ms(50):.2f} | {r.m.percentile_ms(99):.2f} "
             f"| {_x(r.ratio)} | {'-' if cpu is None else f'{cpu:.2f}'} "
-            f"| {r.m.client_cpu_ms_per_call():.2f} | {_x(r.vs_bare)} | {_x(r.cpu_vs_bare)} |"
+            f"| {r.m.client_cpu_ms_per_call():.2f} | {_x(r.vs_bare)} | {_x(r.cpu_vs_bare)} "
+            f"| {_fsyncs(r.m)} | {_num(r.m.per_call('store_bytes'), '.0f')} | {r.loadavg:.1f} |"
         )
     return "\n".join(lines)
+
+
+def _fsyncs(m: load.Measurement) -> str:
+    # SQLite's fsyncs are the gateway's own; PostgreSQL's are its server's WAL syncs, cluster-wide.
+    own, wal = m.per_call("gateway_fsyncs"), m.per_call("server_wal_syncs")
+    if wal is not None:
+        return f"{_num(own, '.2f')} + ≤{wal:.2f} WAL"
+    return _num(own, ".2f")
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _x(ratio: float | None) -> str:
@@ -371,6 +405,22 @@ def mcp_aims(rows: list[Row]) -> list[str]:
                 f"MCP {op} on {store} with {concurrency} clients: {gain:.2f}x its sequential calls/s "
                 f"(aim >= 1.3x with 8): {_verdict(gain >= 1.3)}"
             )
+        fsyncs = r.m.per_call("gateway_fsyncs")
+        wal = r.m.per_call("server_wal_syncs")
+        if concurrency > 1 and (fsyncs is not None or wal is not None):
+            # PostgreSQL's WAL syncs are counted for the whole server: an upper bound on a shared one.
+            total = (fsyncs or 0.0) + (wal or 0.0)
+            bound = " at most" if wal is not None else ""
+            out.append(
+                f"MCP {op} on {store} with {concurrency} clients:{bound} {total:.2f} fsyncs per call "
+                f"(aim < 0.5 with 8): {_verdict(total < 0.5)}"
+            )
+        grown = r.m.per_call("store_bytes")
+        if grown is not None:
+            out.append(
+                f"MCP {op} on {store} with {concurrency} clients: the store grew {grown:.0f} bytes per call "
+                f"(aim <= 2560): {_verdict(grown <= 2560)}"
+            )
     return out
 
 
@@ -378,7 +428,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="measured calls per scenario (default 200)")
     parser.add_argument(
-        "--concurrency", type=int, default=8, help="clients of the concurrent rows (default 8)"
+        "--concurrency", default="8", help="clients of the concurrent rows, comma-separated (default 8)"
     )
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated: sqlite,postgres")
     parser.add_argument("--warmup", type=int, default=40, help="unmeasured calls before each scenario")
@@ -401,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    args.concurrency = [int(n) for n in str(args.concurrency).split(",") if n.strip()]
 
     if args.tree:
         processes.use_tree(Path(args.tree))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -71,7 +73,20 @@ def parse_ts(text: str) -> datetime:
 
 
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    """A UUID of version 7 (RFC 9562): milliseconds since the epoch, then 74 random bits.
+
+    Ids made one after another sort together, so the unique index on `event_id` grows at its right
+    edge, as `seq` does, instead of touching a random page of itself for every event (uuid4).
+    """
+    millis = time.time_ns() // 1_000_000 & _MILLIS_MASK
+    random = int.from_bytes(os.urandom(10), "big")
+    value = millis << 80 | random & _RANDOM_MASK | _VERSION_7
+    return str(uuid.UUID(int=value))
+
+
+_MILLIS_MASK = (1 << 48) - 1
+_RANDOM_MASK = ~(0xF << 76 | 0x3 << 62) & ((1 << 80) - 1)
+_VERSION_7 = 0x7 << 76 | 0x2 << 62  # the version nibble, and the RFC 4122 variant bits
 
 
 class Payload(BaseModel):

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 from store import approving, confirming, ports, recording, revoking, security
 from store import events as ev
 from store import oauth_clients as client_records
+from store.batching import GroupWriter
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
@@ -28,7 +29,6 @@ from store.model import (
     CallView,
     ConfirmationAnswer,
     CorruptEvent,
-    KeyClaimLost,
     ReadRecord,
     RefusalRequest,
     StoreError,
@@ -78,9 +78,13 @@ def _aware(moment: datetime) -> None:
 class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
-    def __init__(self, engine: Engine, *, producer: str = PRODUCER) -> None:
+    def __init__(
+        self, engine: Engine, *, producer: str = PRODUCER, writer: GroupWriter | None = None
+    ) -> None:
         self._engine = engine
         self._producer = producer
+        # Every write of the process goes through one writer: see store.batching (group commit).
+        self._writer = writer or GroupWriter(engine)
 
     @classmethod
     def open(cls, url: str, *, producer: str = PRODUCER, **engine: Unpack[EngineOptions]) -> Store:
@@ -100,13 +104,18 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         return self._engine
 
     @property
+    def writer(self) -> GroupWriter:
+        """The one writer every write of this store's process goes through (group commit)."""
+        return self._writer
+
+    @property
     def producer(self) -> str:
         """What every event this store records names as its `producer`."""
         return self._producer
 
     def with_producer(self, producer: str) -> Store:
         """The same database and connection pool, recording its events as `producer` (a face's own name)."""
-        return type(self)(self._engine, producer=producer)
+        return type(self)(self._engine, producer=producer, writer=self._writer)
 
     def __enter__(self) -> Store:
         return self
@@ -115,6 +124,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         self.close()
 
     def close(self) -> None:
+        self._writer.close()
         self._engine.dispose()
 
     def _errors_translated(self) -> contextlib.AbstractContextManager[None]:
@@ -168,6 +178,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         _aware(req.identity.now)
         return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
 
+    async def admit_async(self, req: CallRequest) -> Admission:
+        """`admit` for a caller on an event loop, which waits for the group commit without a thread."""
+        _aware(req.identity.now)
+        with _translated():
+            return await self._writer.run_async(
+                lambda conn: recording.admit(conn, req, producer=self._producer), retry=True
+            )
+
     def admissible_read(self, req: CallRequest) -> bool:
         """Whether an allowed read may run before it is recorded (no revocation, no budget passed)."""
         _aware(req.identity.now)
@@ -182,6 +200,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         """
         _aware(rec.observed_at)
         return self._write_retrying(lambda conn: recording.record_read(conn, rec, producer=self._producer))
+
+    async def record_read_async(self, rec: ReadRecord) -> Admission:
+        """`record_read` for a caller on an event loop (see `admit_async`)."""
+        _aware(rec.observed_at)
+        with _translated():
+            return await self._writer.run_async(
+                lambda conn: recording.record_read(conn, rec, producer=self._producer), retry=True
+            )
 
     def refuse(self, req: RefusalRequest) -> CallView:
         """Record a call refused before it could claim a key (requested + denied)."""
@@ -198,6 +224,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         """
         return self._write(cmd.now, lambda conn: recording.record_outcome(conn, cmd, producer=self._producer))
 
+    async def record_outcome_async(self, cmd: RecordOutcome) -> CallView:
+        """`record_outcome` for a caller on an event loop (see `admit_async`)."""
+        _aware(cmd.now)
+        with _translated():
+            return await self._writer.run_async(
+                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer)
+            )
+
     def decide_approval(self, cmd: DecideApproval) -> ApprovalView:
         """Grant or reject an awaiting approval; the call becomes `approved` or `rejected`.
 
@@ -206,9 +240,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             StaleLease: already decided, or past its expiry.
             StoreError: the requester approving their own call where the policy forbids it.
         """
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.decide(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: approving.decide(conn, cmd, producer=self._producer))
 
     def expire_approval(self, cmd: ExpireApproval) -> ApprovalView:
         """Expire an awaiting approval past its expiry; the call becomes `expired`.
@@ -217,9 +249,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             NotFound: no such approval.
             StaleLease: decided meanwhile, or not yet due.
         """
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.expire(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: approving.expire(conn, cmd, producer=self._producer))
 
     def dispatch_approved(self, req: ApprovedDispatch) -> CallView:
         """Claim the dispatch of an approved call (compare-and-set on its status), with a lease.
@@ -228,9 +258,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             NotFound: no such call.
             StaleLease: the call is not `approved` (someone else dispatched or refused it).
         """
-        _aware(req.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.dispatch(conn, req, producer=self._producer)
+        return self._write(req.now, lambda conn: approving.dispatch(conn, req, producer=self._producer))
 
     def deny_approved(self, req: ApprovedDenial) -> CallView:
         """Refuse an approved call whose re-authorization failed; the call becomes `denied`.
@@ -241,9 +269,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             NotFound: no such call.
             StaleLease: the call is not `approved`.
         """
-        _aware(req.now)
-        with _translated(), self._engine.begin() as conn:
-            return approving.deny(conn, req, producer=self._producer)
+        return self._write(req.now, lambda conn: approving.deny(conn, req, producer=self._producer))
 
     def answer_confirmation(self, req: ConfirmationAnswer) -> CallView:
         """Consume a call's pending confirmation once: accept -> `dispatching` (ours), else `denied`.
@@ -253,9 +279,9 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             StaleLease: not awaiting confirmation (answered before, expired) or past its expiry.
             ConfirmationMismatch: the answer is bound to another confirmation or action.
         """
-        _aware(req.now)
-        with _translated(), self._engine.begin() as conn:
-            return confirming.answer(
+        return self._write(
+            req.now,
+            lambda conn: confirming.answer(
                 conn,
                 req.tool_call_id,
                 confirmation_id=req.confirmation_id,
@@ -266,7 +292,8 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
                 producer=self._producer,
                 lease_owner=req.lease_owner,
                 lease_s=req.lease_s,
-            )
+            ),
+        )
 
     def expire_confirmations(self, *, now: datetime, limit: int = 100) -> list[CallView]:
         """Expire calls still awaiting confirmation past their expiry (`expired`, never dispatched)."""
@@ -274,14 +301,13 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         with self._read() as conn:  # a look first, without the head lock, as in `recover_expired`
             if not confirming.any_due(conn, now=now):
                 return []
-        with _translated(), self._engine.begin() as conn:
-            return confirming.expire_due(conn, now=now, producer=self._producer, limit=limit)
+        return self._write(
+            now, lambda conn: confirming.expire_due(conn, now=now, producer=self._producer, limit=limit)
+        )
 
     def revoke_principal(self, cmd: RevokePrincipal) -> revoking.Revocation:
         """Revoke a subject's standing in a tenant: every later call and resume of theirs is refused."""
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return revoking.revoke(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: revoking.revoke(conn, cmd, producer=self._producer))
 
     def restore_principal(self, cmd: RestorePrincipal) -> revoking.Revocation:
         """Give a revoked subject its standing back in a tenant; returns the revocation it lifted.
@@ -289,9 +315,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         Raises:
             NotFound: the subject is not revoked in the tenant.
         """
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return revoking.restore(conn, cmd, producer=self._producer)
+        return self._write(cmd.now, lambda conn: revoking.restore(conn, cmd, producer=self._producer))
 
     def oauth_clients(
         self, *, tenant: str | None, now: datetime, live_after: datetime
@@ -317,9 +341,9 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
         Raises:
             NotFound: it signed no one in in the tenant.
         """
-        _aware(cmd.now)
-        with _translated(), self._engine.begin() as conn:
-            return client_records.revoke_client(conn, cmd, producer=self._producer)
+        return self._write(
+            cmd.now, lambda conn: client_records.revoke_client(conn, cmd, producer=self._producer)
+        )
 
     def record_security(self, notes: Sequence[security.SecurityNote]) -> list[ev.Event]:
         """Append a `security.*` event per note (the gateway bounds how many), in one transaction."""
@@ -327,8 +351,9 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             return []
         for note in notes:
             _aware(note.last_at)
-        with _translated(), self._engine.begin() as conn:
-            return security.record(conn, notes, producer=self._producer)
+        return self._write(
+            notes[-1].last_at, lambda conn: security.record(conn, notes, producer=self._producer)
+        )
 
     def tenants_of(self, subject: str) -> list[str]:
         """The tenants where `subject` has been seen (runs, calls, approvals, revocations), sorted."""
@@ -352,21 +377,18 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
             return replayed
 
     def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
+        """Run `work` in a write transaction, committed with whatever else the process is writing.
+
+        Every write goes through here (store.batching): a new operation groups its commits for free.
+        """
         _aware(now)
-        with _translated(), self._engine.begin() as conn:
-            return work(conn)
+        with _translated():
+            return self._writer.run(work)
 
     def _write_retrying(self, work: Callable[[Connection], T]) -> T:
         # A unique-key conflict means a concurrent claim won; the second attempt sees it and joins.
         with _translated():
-            for attempt in range(2):
-                try:
-                    with self._engine.begin() as conn:
-                        return work(conn)
-                except (exc.IntegrityError, KeyClaimLost):
-                    if attempt == 1:
-                        raise
-        raise AssertionError("unreachable")
+            return self._writer.run(work, retry=True)
 
     @contextmanager
     def _look(self) -> Iterator[Connection]:

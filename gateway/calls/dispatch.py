@@ -189,10 +189,8 @@ class Dispatcher:
         record = self._observed(outcome, withhold)
         token, now = call.lease_token, self._clock()
         try:
-            recorded = await anyio.to_thread.run_sync(
-                lambda: self._store.record_outcome(
-                    RecordOutcome(call.tool_call_id, record, token=token, now=now)
-                )
+            recorded = await self._store.record_outcome_async(
+                RecordOutcome(call.tool_call_id, record, token=token, now=now)
             )
             return Dispatched(recorded)
         except StaleLease as exc:

@@ -254,7 +254,7 @@ class CallPipeline:
             return CallReport("new", await self._run(self._store.refuse, request), call.capability)
         if _one_commit(request):
             return await self._read(call, request)
-        admission = await self._run(self._store.admit, request)
+        admission = await self._store.admit_async(request)
         return await self._dispatch_or_join(call, request, admission)
 
     async def _read(self, call: _Prepared, request: CallRequest) -> CallReport:
@@ -264,11 +264,9 @@ class CallPipeline:
 
         async def run() -> CallReport:
             if not await self._run(self._store.admissible_read, request):
-                return await self._dispatch_or_join(
-                    call, request, await self._run(self._store.admit, request)
-                )
+                return await self._dispatch_or_join(call, request, await self._store.admit_async(request))
             ran = await self._dispatcher.run_read(call.capability, request, call.arguments)
-            admission = await self._run(self._store.record_read, ran)
+            admission = await self._store.record_read_async(ran)
             return CallReport(
                 "new", admission.call, call.capability, breach=admission.breach, loop=admission.loop
             )

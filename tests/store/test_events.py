@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -145,3 +146,18 @@ def test_changing_any_envelope_field_changes_the_hash(envelope: dict[str, Any], 
 @given(envelopes, text)
 def test_the_hash_does_not_depend_on_the_stored_hash_field(envelope: dict[str, Any], other: str) -> None:
     assert ev.compute_hash({**envelope, "hash": other}) == ev.compute_hash(envelope)
+
+
+def test_event_ids_are_uuid7_ordered_by_the_millisecond_they_were_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter(range(1_700_000_000_000_000_000, 1_700_000_000_100_000_000, 1_000_000))
+    monkeypatch.setattr(ev.time, "time_ns", lambda: next(clock))
+
+    ids = [ev.new_event_id() for _ in range(50)]
+
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 50
+    assert {uuid.UUID(i).version for i in ids} == {7}
+    assert {uuid.UUID(i).variant for i in ids} == {uuid.RFC_4122}
+    assert uuid.UUID(ids[0]).int >> 80 == 1_700_000_000_000

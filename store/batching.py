@@ -1,0 +1,252 @@
+"""Group commit: one writer thread per store commits every pending write of the process in one transaction.
+
+Each write is a function of a connection (what `Store._write` runs). Callers put it on a queue and
+wait; the writer takes everything queued, up to `MAX_BATCH`, and runs it in one transaction: one head
+lock, one COMMIT and one fsync (SQLite) or WAL flush (PostgreSQL) for all of them. Each write runs in
+a savepoint of its own when it is not alone, so one that fails (a refusal such as `StaleLease`, a lost
+key race, a constraint) rolls back only its own statements and hears only its own error; the others
+commit. Nobody hears an answer before the COMMIT that made it durable has returned: if the COMMIT
+fails, every write of the batch hears that failure, as each would have alone.
+
+A write alone in its batch (the usual case with one client) runs without a savepoint, exactly as it
+ran before group commit. On SQLite the writer keeps one connection (a warm page cache). A write that
+runs another write inside it (the writer's own thread) joins the batch it is in, in a nested savepoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Connection, Engine, exc
+
+from store.model import KeyClaimLost
+
+T = TypeVar("T")
+
+MAX_BATCH = 64
+"""Writes committed together at most: bounds how long the head lock is held by one transaction."""
+
+RETRYABLE = (exc.IntegrityError, KeyClaimLost)
+"""A unique-key conflict means a concurrent claim won; run again, the write sees it and joins."""
+
+
+@dataclass(eq=False)
+class _Job(Generic[T]):
+    work: Callable[[Connection], T]
+    retry: bool
+    future: Future[T] = field(default_factory=Future)
+
+
+class GroupWriter:
+    """The process's one writer of a store's engine (see the module's docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # SQLite: the writer keeps one connection for its life, so its page cache stays warm from one
+        # transaction to the next (a pooled one would often be another, cold, connection). PostgreSQL:
+        # from the pool, which checks a connection that sat idle, and replaces a lost one.
+        self._hold = engine.dialect.name == "sqlite"
+        self._conn: Connection | None = None
+        self._queue: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self.batches = 0
+        """Transactions committed (or tried) so far: with `writes`, how much was grouped."""
+        self.writes = 0
+
+    def run(self, work: Callable[[Connection], T], *, retry: bool = False) -> T:
+        """Run `work` in the next group transaction; return its result once that has committed.
+
+        `retry`: run it once more (in the same transaction) if it lost a unique-key race.
+
+        Raises:
+            whatever `work` raised (its own statements rolled back), or what the COMMIT raised.
+        """
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:  # a write inside a write, on the writer's own thread
+            return self._savepointed(conn, _Job(work, retry))
+        return self._submit(work, retry).result()
+
+    async def run_async(self, work: Callable[[Connection], T], *, retry: bool = False) -> T:
+        """`run` for a caller on an event loop: it waits for the commit without holding a thread.
+
+        Cancelling the caller waits for the write to finish first, as a write run in a worker thread
+        (`anyio.to_thread`) does: what was recorded is not left half-heard.
+        """
+        import anyio.to_thread
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio): wait in a worker thread
+            return await anyio.to_thread.run_sync(functools.partial(self.run, work, retry=retry))
+        future = self._submit(work, retry)
+        with anyio.CancelScope(shield=True):
+            result = await asyncio.wrap_future(future)
+        return result
+
+    def _submit(self, work: Callable[[Connection], T], retry: bool) -> Future[T]:
+        job: _Job[T] = _Job(work, retry)
+        self._ensure_started()
+        self._queue.put(job)
+        return job.future
+
+    def pending(self) -> int:
+        """Writes queued for the next transaction (not the one being committed)."""
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        """Let the queued writes commit, then stop the writer thread (a later write starts another)."""
+        with self._lock:  # held throughout, so no second writer starts before this one has stopped
+            thread = self._thread
+            if thread is not None and self._pid == os.getpid():
+                self._queue.put(None)
+                thread.join()
+            self._thread = None
+
+    def _ensure_started(self) -> None:
+        if self._thread is not None and self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's thread, queue and connection are not ours
+                self._pid, self._queue, self._thread, self._conn = (
+                    os.getpid(),
+                    queue.SimpleQueue(),
+                    None,
+                    None,
+                )
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="writ-store-writer", daemon=True)
+                self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            self._serve()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        if not self._hold:
+            with self._engine.begin() as conn:
+                yield conn
+            return
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = self._engine.connect()
+        with self._conn.begin():
+            yield self._conn
+
+    def _serve(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                self._drain()
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            self._commit(batch)
+            if stop:
+                self._drain()
+                return
+
+    def _drain(self) -> None:
+        # Writes queued behind the stop, by callers that found the writer still running: commit them.
+        while True:
+            try:
+                late = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if late is not None:
+                self._commit([late])
+
+    def _commit(self, batch: list[_Job[Any]]) -> None:
+        if len(batch) == 1:
+            self._alone(batch[0])
+            return
+        self.batches += 1
+        self.writes += len(batch)
+        done: list[tuple[_Job[Any], Any]] = []
+        failed: list[tuple[_Job[Any], BaseException]] = []
+        try:
+            with self._begin() as conn, self._in_batch(conn):
+                for job in batch:
+                    try:
+                        done.append((job, self._savepointed(conn, job)))
+                    except Exception as error:  # noqa: BLE001 (delivered to its caller, after the commit)
+                        if conn.invalidated:
+                            raise
+                        failed.append((job, error))
+        except BaseException as error:  # the COMMIT (or the connection) failed: nothing is durable
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        for job, result in done:
+            job.future.set_result(result)
+        for job, refused in failed:
+            job.future.set_exception(refused)
+
+    def _alone(self, job: _Job[Any]) -> None:
+        # One write, one transaction, exactly as without group commit: its error rolls it all back.
+        self.batches += 1
+        self.writes += 1
+        for attempt in range(2):
+            try:
+                with self._begin() as conn, self._in_batch(conn):
+                    result = job.work(conn)
+            except RETRYABLE as lost:
+                if job.retry and attempt == 0:
+                    continue
+                job.future.set_exception(lost)
+                return
+            except BaseException as error:
+                job.future.set_exception(error)
+                if not isinstance(error, Exception):
+                    raise
+                return
+            job.future.set_result(result)
+            return
+
+    @staticmethod
+    def _savepointed(conn: Connection, job: _Job[T]) -> T:
+        for attempt in range(2):
+            try:
+                with conn.begin_nested():
+                    return job.work(conn)
+            except RETRYABLE:
+                if not job.retry or attempt == 1 or conn.invalidated:
+                    raise
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def _in_batch(self, conn: Connection) -> Iterator[None]:
+        self._local.conn = conn
+        try:
+            yield
+        finally:
+            self._local.conn = None

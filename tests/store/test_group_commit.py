@@ -1,0 +1,165 @@
+"""Group commit: the writes queued while a transaction commits are committed together, and one write's
+refusal or failure is its own."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import Connection
+
+from store import StaleLease, Store
+from tests.store.builders import NOW, call_request, outcome
+
+LATER = NOW + timedelta(seconds=2)
+
+
+@contextmanager
+def writer_held(store: Store) -> Iterator[Callable[[Callable[[], Any]], Future[Any]]]:
+    """Occupy the store's writer with a write that waits, so that the writes submitted meanwhile queue
+    up; on leaving, release it and let the queue commit as one transaction."""
+    release, inside = threading.Event(), threading.Event()
+
+    def hold(conn: Connection) -> None:
+        inside.set()
+        release.wait(30)
+
+    with ThreadPoolExecutor(8) as pool:
+        holder = pool.submit(store.writer.run, hold)
+        assert inside.wait(30)
+        submitted: list[Future[Any]] = []
+
+        def submit(write: Callable[[], Any]) -> Future[Any]:
+            submitted.append(pool.submit(write))
+            return submitted[-1]
+
+        try:
+            yield submit
+            with anyio.from_thread.start_blocking_portal() as portal:
+                portal.call(_until_queued, store, len(submitted))
+        finally:
+            release.set()
+        holder.result(30)
+
+
+async def _until_queued(store: Store, count: int) -> None:
+    with anyio.fail_after(30):
+        while store.writer.pending() < count:
+            await anyio.sleep(0.01)
+
+
+def test_writes_queued_behind_a_commit_are_committed_together(store: Store) -> None:
+    before = store.writer.batches
+    with writer_held(store) as submit:
+        admitted = [
+            submit(lambda i=i: store.admit(call_request(tool_call_id=f"tc-{i}", idempotency_key=f"k-{i}")))
+            for i in range(5)
+        ]
+
+    assert [f.result().call.status for f in admitted] == ["dispatching"] * 5
+    assert store.writer.batches - before == 2  # the held write, then the five together
+    assert store.verify().ok
+    assert {e.tool_call_id for e in store.events() if e.type == "tool_call.requested"} == {
+        f"tc-{i}" for i in range(5)
+    }
+
+
+def test_a_refused_write_in_a_group_fails_alone(store: Store) -> None:
+    store.admit(call_request(tool_call_id="tc-done", idempotency_key="k-tc-done"))
+    store.record_outcome(outcome("tc-done", "completed", now=LATER))
+    store.admit(call_request(tool_call_id="tc-open", idempotency_key="k-tc-open"))
+
+    with writer_held(store) as submit:
+        first = submit(lambda: store.admit(call_request(tool_call_id="tc-a", idempotency_key="k-tc-a")))
+        stale = submit(lambda: store.record_outcome(outcome("tc-done", "failed", now=LATER)))
+        settled = submit(lambda: store.record_outcome(outcome("tc-open", "completed", now=LATER)))
+        last = submit(lambda: store.admit(call_request(tool_call_id="tc-b", idempotency_key="k-tc-b")))
+
+    with pytest.raises(StaleLease, match="completed, not dispatching"):
+        stale.result()
+    assert first.result().call.status == last.result().call.status == "dispatching"
+    assert settled.result().status == "completed"
+    assert store.get_call("tc-done").status == "completed"  # type: ignore[union-attr]
+    assert [e.type for e in store.events(tool_call_id="tc-done")][-1] == "tool_call.completed"
+    assert store.verify().ok
+
+
+def test_two_claims_of_one_key_in_a_group_join_instead_of_failing(store: Store) -> None:
+    with writer_held(store) as submit:
+        calls = [
+            submit(lambda i=i: store.admit(call_request(tool_call_id=f"tc-{i}", idempotency_key="k-1")))
+            for i in range(3)
+        ]
+
+    kinds = sorted(f.result().kind for f in calls)
+    assert kinds == ["joined", "joined", "new"]
+    holders = {f.result().call.tool_call_id for f in calls}
+    assert len(holders) == 1
+    assert store.verify().ok
+
+
+def test_a_write_inside_a_write_joins_its_transaction(store: Store) -> None:
+    def outer(conn: Connection) -> str:
+        return store.writer.run(lambda inner: "inner ran") + " inside"
+
+    assert store.writer.run(outer) == "inner ran inside"
+
+
+@pytest.mark.anyio
+async def test_a_write_awaited_on_the_event_loop_is_committed_when_it_is_heard(store: Store) -> None:
+    admission = await store.admit_async(call_request(tool_call_id="tc-1", idempotency_key="k-1"))
+    recorded = await store.record_outcome_async(outcome("tc-1", "completed", now=LATER))
+
+    assert admission.call.status == "dispatching"
+    assert recorded.status == store.get_call("tc-1").status == "completed"  # type: ignore[union-attr]
+    with pytest.raises(StaleLease, match="completed, not dispatching"):
+        await store.record_outcome_async(outcome("tc-1", "failed", now=LATER))
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_caller_waits_for_its_write_to_commit_before_it_stops(store: Store) -> None:
+    release, inside = threading.Event(), threading.Event()
+
+    def hold(conn: Connection) -> None:
+        inside.set()
+        release.wait(30)
+
+    heard: list[str] = []
+
+    async def caller(scope: anyio.CancelScope) -> None:
+        with scope:
+            admission = await store.admit_async(call_request(tool_call_id="tc-1", idempotency_key="k-1"))
+            heard.append(admission.call.status)
+            await anyio.sleep(0)  # the cancellation is delivered here, after the write
+            heard.append("not cancelled")
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, lambda: store.writer.run(hold))
+            await anyio.to_thread.run_sync(inside.wait)
+            scope = anyio.CancelScope()
+            tg.start_soon(caller, scope)
+            await _until_queued(store, 1)
+            scope.cancel()
+            release.set()
+
+    assert heard == ["dispatching"]
+    assert store.get_call("tc-1").status == "dispatching"  # type: ignore[union-attr]
+
+
+def test_a_store_closed_and_written_again_starts_a_new_writer(migrated_url: str) -> None:
+    with Store.open(migrated_url) as store:
+        store.admit(call_request(tool_call_id="tc-1", idempotency_key="k-1"))
+        store.writer.close()
+        store.writer.close()  # closing twice is harmless
+        again = store.admit(call_request(tool_call_id="tc-2", idempotency_key="k-2"))
+
+    assert again.call.status == "dispatching"
+    with Store.open(migrated_url) as reopened:
+        assert reopened.get_call("tc-2") is not None
