@@ -21,7 +21,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from capabilities.contract import Capability
 from capabilities.mcp_midcall import relaying
 from capabilities.registry import Registry
-from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink, shown
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink, shown
 from gateway.auth.oversight import may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.catalogue import Catalogue
@@ -207,7 +207,7 @@ class McpFace:
             except UnknownTool as exc:
                 traced.unknown_tool()
                 self.security.note(
-                    Refusal(
+                    SecurityRefusal(
                         "security.unknown_tool",
                         "unknown_tool",
                         tenant=who.tenant,
@@ -219,7 +219,9 @@ class McpFace:
             except RateLimited as exc:
                 traced.rate_limited()
                 self.security.note(
-                    Refusal("security.edge_refused", "rate_limited", tenant=who.tenant, subject=who.subject)
+                    SecurityRefusal(
+                        "security.edge_refused", "rate_limited", tenant=who.tenant, subject=who.subject
+                    )
                 )
                 return types.CallToolResult.model_validate(rate_limited(params.name, exc.retry_after_s))
             traced.record(report)
