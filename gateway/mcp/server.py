@@ -16,7 +16,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from capabilities.contract import Capability
 from capabilities.mcp_midcall import relaying
@@ -34,7 +34,13 @@ from gateway.mcp.changes import Notices
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.midcall import ClientRelay, set_level
 from gateway.mcp.relays import RelayFace
-from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
+from gateway.mcp.results import (
+    missing_capability,
+    rate_limited,
+    shape_call,
+    shape_report,
+    status_document,
+)
 from gateway.mcp.subscriptions import Subscriptions
 from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
@@ -229,6 +235,8 @@ class McpFace:
             return rounds.ask_to_confirm(report.call, report.capability.ref)
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
             return {"resultType": "task", **(await self._task(report.call))}
+        if (missing := missing_capability(report)) is not None:
+            raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, *missing)
         return types.CallToolResult.model_validate(shape_report(report))
 
     def _relay(self, ctx: Any, tool_name: str) -> ClientRelay | None:
