@@ -648,6 +648,7 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
     """The authorization server's face, with its login step (the built-in one: `writ demo`)."""
     section = runtime.config.auth.authorization_server
     assert section.login is not None  # the config refuses an enabled server without one
+    server.security = runtime.security
     store = runtime.store
     secure = runtime.config.server.base_url.startswith("https://")
     cookies = SigninCookies(
@@ -671,7 +672,7 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
         attempts = AttemptCookies(
             server.keys, server.settings.issuer, ttl_s=section.login_ttl_s, secure=secure
         )
-        login = OidcLogin(runtime.upstream, pages, cookies, attempts)
+        login = OidcLogin(runtime.upstream, pages, cookies, attempts, runtime.security)
     else:
         login = BuiltinLogin(section.login.users, pages, cookies)
     return AuthorizationRoutes(server, login, pages, cookies, registration_limit, store).routes()
