@@ -563,6 +563,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 store=runtime.store.with_producer(CONSOLE),
                 decisions=runtime.console_decisions,
                 verify=_principal_of_token(runtime),
+                security=runtime.security,
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(runtime.registry.in_force, lambda: runtime.policy_source().version),
@@ -679,9 +680,10 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
 
 
 def _principal_of_token(runtime: Runtime) -> Callable[[str], Awaitable[Principal | None]]:
-    # The console's session cookie holds a bearer token: verified exactly as /mcp verifies it.
+    # The console's session cookie holds a bearer token: verified exactly as /mcp verifies it, and
+    # a refusal says why (TokenRejected), for the console to note it as /mcp does.
     async def principal_of(token: str) -> Principal | None:
-        access = await runtime.verifier.verify_token(token)
+        access = await runtime.verifier.verify_token(token, explain=True)
         return runtime.principal_from_claims(access.claims or {}) if access is not None else None
 
     return principal_of

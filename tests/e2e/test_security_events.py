@@ -23,6 +23,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from gateway.audit.security import SecurityEvents
+from gateway.console.routes import SESSION_COOKIE
 from store import EventFilter
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.postgres import fresh_schema
@@ -197,3 +198,45 @@ async def test_calls_over_the_rate_limit_are_counted_as_edge_refusals_of_their_p
     events = security_events(gateway, "security.edge_refused", kind="rate_limited", subject="hasty-agent")
     assert 1 <= len(events) <= 2 and sum(e["payload"]["count"] for e in events) == 3
     assert {e["tenant"] for e in events} == {"throttled"}
+
+
+def test_bad_tokens_at_the_console_are_failed_authentications_on_its_paths(gateway: Writ) -> None:
+    expired = mint(gateway, "console-user", now=time.time() - 7200, ttl_s=60)
+    good = mint(gateway, "console-user")
+    forged = good[:-8] + ("A" * 8 if not good.endswith("A" * 8) else "B" * 8)
+    console = "/console/login"
+    before = {
+        kind: security_events(gateway, "security.auth_failed", kind=kind, path=path)
+        for kind, path in (("expired", console), ("bad_signature", "/console/inbox"))
+    }
+
+    with httpx2.Client(base_url=gateway.url, timeout=10) as browser:
+        pasted = browser.post(console, data={"token": f"Bearer {expired}"})
+        nothing = browser.post(console, data={"token": ""})
+    with httpx2.Client(base_url=gateway.url, timeout=10, cookies={SESSION_COOKIE: forged}) as browser:
+        page = browser.get("/console/inbox")
+    flush(gateway)
+
+    assert pasted.status_code == 401 and nothing.status_code == 401
+    assert page.status_code == 303 and page.headers["location"] == "/console/login"
+    issuer = gateway.issuing()[1]
+    assert issuer is not None
+    (login,) = [
+        e
+        for e in security_events(gateway, "security.auth_failed", kind="expired", path=console)
+        if e not in before["expired"]
+    ]
+    # The issuer signed it: it names who, in its tenant's export; an empty form is not recorded.
+    assert (login["payload"]["subject"], login["payload"]["issuer"]) == ("console-user", issuer.issuer)
+    assert login["tenant"] == "acme" and login["payload"]["count"] == 1
+    assert login["payload"]["source"] == "127.0.0.1"
+    (cookie,) = [
+        e
+        for e in security_events(gateway, "security.auth_failed", kind="bad_signature", path="/console/inbox")
+        if e not in before["bad_signature"]
+    ]
+    # A forged session cookie names no one: a forger's claims are not taken.
+    assert cookie["payload"]["subject"] is None and cookie["tenant"] is None
+    assert cookie["payload"]["source"] == "127.0.0.1"
+    for token in (expired, forged):
+        assert token.split(".")[2] not in str([login, cookie])
