@@ -195,15 +195,7 @@ class McpFace:
                 )
             except UnknownTool as exc:
                 traced.unknown_tool()
-                self.security.note(
-                    Refusal(
-                        "security.unknown_tool",
-                        "unknown_tool",
-                        tenant=who.tenant,
-                        subject=who.subject,
-                        tool_name=shown(params.name),
-                    )
-                )
+                self.unknown(who, "unknown_tool", params.name)
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
             except RateLimited as exc:
                 traced.rate_limited()
@@ -217,6 +209,15 @@ class McpFace:
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
             return {"resultType": "task", **(await self._task(report.call))}
         return types.CallToolResult.model_validate(shape_report(report))
+
+    def unknown(self, who: Any, kind: str, name: str) -> None:
+        """Note a `security.unknown_tool` of `kind` (`unknown_tool`, `unknown_resource`, `unknown_prompt`):
+        an authenticated caller asked for something that does not exist or is not visible to it."""
+        self.security.note(
+            Refusal(
+                "security.unknown_tool", kind, tenant=who.tenant, subject=who.subject, tool_name=shown(name)
+            )
+        )
 
     async def _confirmation_answer(self, who: Any, params: types.CallToolRequestParams) -> Any:
         """The client's retry of a confirmation round: the user's answer, consumed at most once."""
@@ -239,6 +240,8 @@ class McpFace:
                 )
             )
         except UnknownTool as exc:
+            # A sealed round answered under another tool's name (or one gone since): noted like a call.
+            self.unknown(who, "unknown_tool", params.name)
             raise MCPError(INVALID_PARAMS, str(exc)) from exc
         except Refused as exc:
             logger.warning("confirmation answer for %s refused: %s", tool_call_id, exc)
@@ -390,7 +393,11 @@ def build_mcp_server(
     and completions too; else a client hears that they are not there, as from a server without them.
     """
     face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security)
-    relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
+    relays = (
+        RelayFace(pipeline, catalogue, registry, store, face.caller, face.unknown)
+        if registry is not None
+        else None
+    )
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
     completing = resources or prompts
