@@ -240,3 +240,21 @@ def test_bad_tokens_at_the_console_are_failed_authentications_on_its_paths(gatew
     assert cookie["payload"]["source"] == "127.0.0.1"
     for token in (expired, forged):
         assert token.split(".")[2] not in str([login, cookie])
+
+
+def test_a_revoked_principal_logging_in_at_the_console_is_recorded(gateway: Writ) -> None:
+    root = gateway.token("root", roles="admin")
+    gateway.cli(
+        "principals", "revoke", "gone-approver", "--tenant", "acme", "--reason", "left", "--token", root
+    )
+    token = mint(gateway, "gone-approver", roles=["approver"])
+
+    with httpx2.Client(base_url=gateway.url, timeout=10) as browser:
+        refused = browser.post("/console/login", data={"token": token})
+    flush(gateway)
+
+    assert refused.status_code == 403
+    (event,) = security_events(gateway, "security.auth_failed", kind="principal_revoked")
+    assert (event["tenant"], event["payload"]["subject"]) == ("acme", "gone-approver")
+    assert event["payload"]["path"] == "/console/login" and event["payload"]["source"] == "127.0.0.1"
+    assert token.split(".")[2] not in str(event)
