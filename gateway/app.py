@@ -45,7 +45,7 @@ from gateway.audit.checkpoints import CheckpointSigner
 from gateway.audit.security import NoSecurityEvents, SecurityEvents, SecuritySink
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
-from gateway.auth.tokens import JwtVerifier, principal_from_claims
+from gateway.auth.tokens import JwtVerifier, TokenRejected, principal_from_claims
 from gateway.auth.trust import http_factory, trusted_issuers
 from gateway.calls.actions import Redactor
 from gateway.calls.approvals import Decisions, WebhookConfig
@@ -683,7 +683,11 @@ def _principal_of_token(runtime: Runtime) -> Callable[[str], Awaitable[Principal
     # The console's session cookie holds a bearer token: verified exactly as /mcp verifies it, and
     # a refusal says why (TokenRejected), for the console to note it as /mcp does.
     async def principal_of(token: str) -> Principal | None:
-        access = await runtime.verifier.verify_token(token, explain=True)
+        try:
+            access = await runtime.verifier.verify_token(token, explain=True)
+        except TokenRejected as exc:
+            runtime.telemetry.authentication_failed(exc.kind)  # `writ.auth.failures`, as at /mcp
+            raise
         return runtime.principal_from_claims(access.claims or {}) if access is not None else None
 
     return principal_of

@@ -309,7 +309,9 @@ def _unknown_client(error: OAuth2Error) -> bool:
 
 def _client_id_of(request: Any) -> str | None:
     """The client id a request named: in its form or query, else in its basic authorization."""
-    named = request.payload.client_id if request is not None else None
+    if request is None:
+        return None
+    named = getattr(getattr(request, "payload", None), "client_id", None)
     if named:
         return str(named)
     try:

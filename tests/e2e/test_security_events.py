@@ -200,7 +200,11 @@ async def test_calls_over_the_rate_limit_are_counted_as_edge_refusals_of_their_p
     assert {e["tenant"] for e in events} == {"throttled"}
 
 
-def test_bad_tokens_at_the_console_are_failed_authentications_on_its_paths(gateway: Writ) -> None:
+def test_bad_tokens_at_the_console_are_failed_authentications_on_its_paths(
+    gateway: Writ, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[str] = []  # what `writ.auth.failures` is given, by kind
+    monkeypatch.setattr(gateway.runtime.telemetry, "authentication_failed", counted.append)
     expired = mint(gateway, "console-user", now=time.time() - 7200, ttl_s=60)
     good = mint(gateway, "console-user")
     forged = good[:-8] + ("A" * 8 if not good.endswith("A" * 8) else "B" * 8)
@@ -218,6 +222,7 @@ def test_bad_tokens_at_the_console_are_failed_authentications_on_its_paths(gatew
     flush(gateway)
 
     assert pasted.status_code == 401 and nothing.status_code == 401
+    assert counted == ["expired", "bad_signature"]
     assert page.status_code == 303 and page.headers["location"] == "/console/login"
     issuer = gateway.issuing()[1]
     assert issuer is not None
