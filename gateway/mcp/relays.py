@@ -81,10 +81,10 @@ class RelayFace:
         registry: Registry,
         store: CallStatus,
         caller: Callable[[], Principal],
-        unknown: Callable[[Principal, str, str], None] | None = None,
     ) -> None:
-        self.unknown = unknown or (lambda who, kind, name: None)
-        """Notes an unknown resource or prompt as a `security.unknown_tool` of that kind."""
+        self.unknown: Callable[[Principal, str, str], None] = lambda who, kind, name: None
+        """Notes an unknown resource or prompt as a `security.unknown_tool` of that kind (the MCP face
+        sets its own)."""
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.registry = registry

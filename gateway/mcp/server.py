@@ -210,15 +210,6 @@ class McpFace:
             return {"resultType": "task", **(await self._task(report.call))}
         return types.CallToolResult.model_validate(shape_report(report))
 
-    def unknown(self, who: Any, kind: str, name: str) -> None:
-        """Note a `security.unknown_tool` of `kind` (`unknown_tool`, `unknown_resource`, `unknown_prompt`):
-        an authenticated caller asked for something that does not exist or is not visible to it."""
-        self.security.note(
-            Refusal(
-                "security.unknown_tool", kind, tenant=who.tenant, subject=who.subject, tool_name=shown(name)
-            )
-        )
-
     async def _confirmation_answer(self, who: Any, params: types.CallToolRequestParams) -> Any:
         """The client's retry of a confirmation round: the user's answer, consumed at most once."""
         bound = rounds.read_state(params.request_state or "")
@@ -255,6 +246,15 @@ class McpFace:
             return rounds.ask_to_confirm(call, capability.ref)
         return rounds.refusal(
             ReasonCode.CONFIRMATION_USED, "the call no longer awaits a confirmation", tool_call_id
+        )
+
+    def unknown(self, who: Any, kind: str, name: str) -> None:
+        """Note a `security.unknown_tool` of `kind` (`unknown_tool`, `unknown_resource`, `unknown_prompt`):
+        an authenticated caller asked for something that does not exist or is not visible to it."""
+        self.security.note(
+            Refusal(
+                "security.unknown_tool", kind, tenant=who.tenant, subject=who.subject, tool_name=shown(name)
+            )
         )
 
     async def _call_status(self, who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -393,11 +393,9 @@ def build_mcp_server(
     and completions too; else a client hears that they are not there, as from a server without them.
     """
     face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security)
-    relays = (
-        RelayFace(pipeline, catalogue, registry, store, face.caller, face.unknown)
-        if registry is not None
-        else None
-    )
+    relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
+    if relays is not None:
+        relays.unknown = face.unknown  # unknown resources and prompts, noted as security events
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
     completing = resources or prompts
