@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.audit.security import SecurityEvents
 from store import EventFilter
 from tests.e2e.harness import REPO, Backend, Gateway, demo_config, free_port, writ, writ_gateway
+from tests.eventually import eventually
 from tests.gateway.mcp import inproc
 
 pytestmark = pytest.mark.anyio
@@ -355,6 +356,10 @@ async def test_an_answer_for_a_tool_gone_since_its_round_is_an_unknown_tool_even
 
     assert unknown.value.code == types.INVALID_PARAMS
     assert backend.refunds("now-gone") == []
-    found = gateway.runtime.store.export(EventFilter(types=("security.unknown_tool",)))
-    (event,) = [e for e in found if e["payload"]["subject"] == "mallet"]
+
+    def noted() -> list[dict[str, Any]]:
+        found = gateway.runtime.store.export(EventFilter(types=("security.unknown_tool",)))
+        return [e for e in found if e["payload"]["subject"] == "mallet"]
+
+    (event,) = await eventually(noted)  # the gateway's own pass may be writing it still
     assert (event["payload"]["kind"], event["payload"]["tool_name"]) == ("unknown_tool", "refund_now")
