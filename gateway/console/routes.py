@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink, shown
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink, shown
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.auth.tokens import Claimed, TokenRejected
@@ -148,7 +148,7 @@ class Console:
         who: Principal | None,
     ) -> None:
         self.security.note(
-            Refusal(
+            SecurityRefusal(
                 "security.auth_failed",
                 kind,
                 source=request.client.host if request.client else None,

@@ -18,7 +18,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
 from capabilities.contract import Capability
 from capabilities.registry import Registry
-from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink, shown
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink, shown
 from gateway.auth.oversight import may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.catalogue import Catalogue
@@ -195,12 +195,22 @@ class McpFace:
                 )
             except UnknownTool as exc:
                 traced.unknown_tool()
-                self.unknown(who, "unknown_tool", params.name)
+                self.security.note(
+                    SecurityRefusal(
+                        "security.unknown_tool",
+                        "unknown_tool",
+                        tenant=who.tenant,
+                        subject=who.subject,
+                        tool_name=shown(params.name),
+                    )
+                )
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
             except RateLimited as exc:
                 traced.rate_limited()
                 self.security.note(
-                    Refusal("security.edge_refused", "rate_limited", tenant=who.tenant, subject=who.subject)
+                    SecurityRefusal(
+                        "security.edge_refused", "rate_limited", tenant=who.tenant, subject=who.subject
+                    )
                 )
                 return types.CallToolResult.model_validate(rate_limited(params.name, exc.retry_after_s))
             traced.record(report)
@@ -252,7 +262,7 @@ class McpFace:
         """Note a `security.unknown_tool` of `kind` (`unknown_tool`, `unknown_resource`, `unknown_prompt`):
         an authenticated caller asked for something that does not exist or is not visible to it."""
         self.security.note(
-            Refusal(
+            SecurityRefusal(
                 "security.unknown_tool", kind, tenant=who.tenant, subject=who.subject, tool_name=shown(name)
             )
         )

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink
 from gateway.auth.issuers import IssuerUnavailable
 from gateway.oauth.keys import ALGORITHM, SigningKeys
 from gateway.oauth.login import Refused, SignedIn
@@ -232,7 +232,7 @@ class OidcLogin:
         """A `security.oauth_refused` naming the provider's issuer: never its answer, code or token."""
         source = request.client.host if request.client else None
         issuer = provider.registration.issuer
-        self._security.note(Refusal("security.oauth_refused", kind, source, issuer=issuer))
+        self._security.note(SecurityRefusal("security.oauth_refused", kind, source, issuer=issuer))
 
     def _ended(self, response: Response) -> Response:
         self._attempts.clear(response)

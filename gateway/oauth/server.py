@@ -23,7 +23,7 @@ from authlib.oauth2.rfc6749.util import extract_basic_authorization
 from joserfc import jwt
 from joserfc.errors import JoseError
 
-from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink, shown
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink, shown
 from gateway.config import ClaimMapping
 from gateway.oauth.documents import ClientDocuments, DocumentRefused, is_document_client_id
 from gateway.oauth.endpoints import Registration, Revocation
@@ -105,7 +105,7 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         the client id the request named, the tenant of the grant it touched and the redirect's host."""
         host = urlsplit(redirect_uri).hostname if redirect_uri else None
         self.security.note(
-            Refusal(
+            SecurityRefusal(
                 "security.oauth_refused",
                 kind,
                 SOURCE.get(),
