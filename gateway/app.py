@@ -45,7 +45,7 @@ from gateway.audit.checkpoints import CheckpointSigner
 from gateway.audit.security import NoSecurityEvents, SecurityEvents, SecuritySink
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.auth.issuers import IssuerUnavailable, StaticKeys, TrustedIssuer
-from gateway.auth.tokens import JwtVerifier, principal_from_claims
+from gateway.auth.tokens import JwtVerifier, TokenRejected, principal_from_claims
 from gateway.auth.trust import http_factory, trusted_issuers
 from gateway.calls.actions import Redactor
 from gateway.calls.approvals import Decisions, WebhookConfig
@@ -581,6 +581,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 store=runtime.store.with_producer(CONSOLE),
                 decisions=runtime.console_decisions,
                 verify=_principal_of_token(runtime),
+                security=runtime.security,
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(runtime.registry.in_force, lambda: runtime.policy_source().version),
@@ -667,6 +668,7 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
     """The authorization server's face, with its login step (the built-in one: `writ demo`)."""
     section = runtime.config.auth.authorization_server
     assert section.login is not None  # the config refuses an enabled server without one
+    server.security = runtime.security
     store = runtime.store
     secure = runtime.config.server.base_url.startswith("https://")
     cookies = SigninCookies(
@@ -690,16 +692,21 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
         attempts = AttemptCookies(
             server.keys, server.settings.issuer, ttl_s=section.login_ttl_s, secure=secure
         )
-        login = OidcLogin(runtime.upstream, pages, cookies, attempts)
+        login = OidcLogin(runtime.upstream, pages, cookies, attempts, runtime.security)
     else:
         login = BuiltinLogin(section.login.users, pages, cookies)
     return AuthorizationRoutes(server, login, pages, cookies, registration_limit, store).routes()
 
 
 def _principal_of_token(runtime: Runtime) -> Callable[[str], Awaitable[Principal | None]]:
-    # The console's session cookie holds a bearer token: verified exactly as /mcp verifies it.
+    # The console's session cookie holds a bearer token: verified exactly as /mcp verifies it, and
+    # a refusal says why (TokenRejected), for the console to note it as /mcp does.
     async def principal_of(token: str) -> Principal | None:
-        access = await runtime.verifier.verify_token(token)
+        try:
+            access = await runtime.verifier.verify_token(token, explain=True)
+        except TokenRejected as exc:
+            runtime.telemetry.authentication_failed(exc.kind)  # `writ.auth.failures`, as at /mcp
+            raise
         return runtime.principal_from_claims(access.claims or {}) if access is not None else None
 
     return principal_of

@@ -373,6 +373,10 @@ class SecurityNoted(Payload):
     """For `security.unknown_tool`: the name asked for, cut to 128 printable characters."""
     path: str | None = None
     """For an edge refusal: the request path, cut to 128 printable characters."""
+    client_id: str | None = None
+    """For `security.oauth_refused`: the client id the request named, cut to 128 printable characters."""
+    redirect_host: str | None = None
+    """For `security.oauth_refused` of kind `redirect_mismatch`: the host of the redirect URI asked for."""
 
 
 class Envelope(BaseModel):
@@ -556,6 +560,11 @@ class SecurityEdgeRefusedEvent(Envelope):
     payload: SecurityNoted
 
 
+class SecurityOAuthRefusedEvent(Envelope):
+    type: Literal["security.oauth_refused"] = "security.oauth_refused"
+    payload: SecurityNoted
+
+
 EVENT_TYPES: tuple[type[Envelope], ...] = (
     RunStartedEvent,
     ToolCallRequestedEvent,
@@ -585,6 +594,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     SecurityAuthFailedEvent,
     SecurityUnknownToolEvent,
     SecurityEdgeRefusedEvent,
+    SecurityOAuthRefusedEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -616,7 +626,8 @@ Event = Annotated[
     | OAuthClientRevokedEvent
     | SecurityAuthFailedEvent
     | SecurityUnknownToolEvent
-    | SecurityEdgeRefusedEvent,
+    | SecurityEdgeRefusedEvent
+    | SecurityOAuthRefusedEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -79,6 +79,7 @@ CALL_FREE_TYPES: frozenset[str] = frozenset(
         "security.auth_failed",
         "security.unknown_tool",
         "security.edge_refused",
+        "security.oauth_refused",
     }
 )
 """Event types that need not name a call; every other type moves a call along `TRANSITIONS`."""

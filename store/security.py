@@ -1,5 +1,6 @@
-"""`security.*` events: refusals at the edge, failed authentications and unknown tools, each one
-standing for a count of refusals of one kind from one source (the gateway bounds how many are written).
+"""`security.*` events: refusals at the edge, failed authentications, unknown tools and refusals at
+Writ's own authorization server, each one standing for a count of refusals of one kind from one source
+(the gateway bounds how many are written).
 
 They name no call and change no projection: they are evidence for a security team, exported with the
 rest of the log and hash-chained like it.
@@ -17,14 +18,23 @@ from sqlalchemy import Connection
 from store import events as ev
 from store.log import Append
 
-SecurityType = Literal["security.auth_failed", "security.unknown_tool", "security.edge_refused"]
+SecurityType = Literal[
+    "security.auth_failed", "security.unknown_tool", "security.edge_refused", "security.oauth_refused"
+]
 
 _EVENTS: dict[
-    str, type[ev.SecurityAuthFailedEvent | ev.SecurityUnknownToolEvent | ev.SecurityEdgeRefusedEvent]
+    str,
+    type[
+        ev.SecurityAuthFailedEvent
+        | ev.SecurityUnknownToolEvent
+        | ev.SecurityEdgeRefusedEvent
+        | ev.SecurityOAuthRefusedEvent
+    ],
 ] = {
     "security.auth_failed": ev.SecurityAuthFailedEvent,
     "security.unknown_tool": ev.SecurityUnknownToolEvent,
     "security.edge_refused": ev.SecurityEdgeRefusedEvent,
+    "security.oauth_refused": ev.SecurityOAuthRefusedEvent,
 }
 
 
@@ -44,6 +54,8 @@ class SecurityNote:
     subject: str | None = None
     tool_name: str | None = None
     path: str | None = None
+    client_id: str | None = None
+    redirect_host: str | None = None
 
 
 def record(conn: Connection, notes: Sequence[SecurityNote], *, producer: str) -> list[ev.Event]:
@@ -66,6 +78,8 @@ def record(conn: Connection, notes: Sequence[SecurityNote], *, producer: str) ->
                     subject=note.subject,
                     tool_name=note.tool_name,
                     path=note.path,
+                    client_id=note.client_id,
+                    redirect_host=note.redirect_host,
                 ),
             )
         )

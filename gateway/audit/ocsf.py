@@ -3,11 +3,11 @@
 Each event type maps to one OCSF class (the table is the README's "Feeding a SIEM"): the lifecycle of
 runs, calls, approvals, confirmations and reconciliations is API Activity; a principal revoked or
 restored, or an OAuth client's sign-ins revoked, is Account Change; a budget exceeded or a loop detected
-is a Detection Finding; a failed authentication (`security.auth_failed`) is Authentication (Logon,
-Failure); a call to an unknown tool is API Activity (Failure); a request refused at the edge is HTTP
-Activity (Failure); a type this table does not know yet is a Base Event, never dropped. The Writ
-envelope, hashes included, rides along whole in `unmapped.writ`, so the OCSF line still proves what the
-log holds.
+is a Detection Finding; a failed authentication (`security.auth_failed`) and a refusal at Writ's own
+authorization server (`security.oauth_refused`) are Authentication (Logon, Failure); a call to an
+unknown tool is API Activity (Failure); a request refused at the edge is HTTP Activity (Failure); a type
+this table does not know yet is a Base Event, never dropped. The Writ envelope, hashes included, rides
+along whole in `unmapped.writ`, so the OCSF line still proves what the log holds.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ _EXACT: dict[str, tuple[OcsfClass, int, str]] = {
     "security.auth_failed": (AUTHENTICATION, 1, "Logon"),
     "security.unknown_tool": (API_ACTIVITY, OTHER, "security.unknown_tool"),
     "security.edge_refused": (HTTP_ACTIVITY, OTHER, "security.edge_refused"),
+    # Writ's own authorization server refused a sign-in or a token request: a failed logon of a client.
+    "security.oauth_refused": (AUTHENTICATION, 1, "Logon"),
 }
 _API_FAMILIES = ("run.", "tool_call.", "approval.", "confirmation.", "reconciliation.")
 _SUCCESS = frozenset({"completed", "resolved", "granted", "given"})
@@ -148,8 +150,13 @@ def _security(out: dict[str, Any], cls: OcsfClass, payload: dict[str, Any]) -> N
             user["uid"] = payload["subject"]
         if isinstance(payload.get("issuer"), str):
             user["domain"] = payload["issuer"]
+        if isinstance(payload.get("client_id"), str) and "uid" not in user:
+            # The account that failed to sign in is the OAuth client's, not a person's.
+            user.update(uid=payload["client_id"], type_id=OTHER, type="OAuth client")
         if user:
             out["user"] = user
+        if isinstance(payload.get("redirect_host"), str):
+            out["dst_endpoint"] = {"hostname": payload["redirect_host"]}
         out["auth_protocol"] = "OAUTH 2.0"
         out["auth_protocol_id"] = 8
     elif cls is HTTP_ACTIVITY and isinstance(payload.get("path"), str):

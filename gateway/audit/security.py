@@ -52,6 +52,8 @@ class SecurityRefusal:
     subject: str | None = None
     tool_name: str | None = None
     path: str | None = None
+    client_id: str | None = None
+    redirect_host: str | None = None
 
 
 @dataclass(slots=True)
@@ -153,6 +155,8 @@ class SecurityEvents:
                     note.subject,
                     note.tool_name,
                     note.path,
+                    note.client_id,
+                    note.redirect_host,
                 )
                 self._written.pop(refusal, None)
                 self._keys.add(refusal)
@@ -178,11 +182,20 @@ def _note(refusal: SecurityRefusal, tally: _Tally, window_s: float) -> SecurityN
         subject=refusal.subject,
         tool_name=refusal.tool_name,
         path=refusal.path,
+        client_id=refusal.client_id,
+        redirect_host=refusal.redirect_host,
     )
 
 
 def _details(note: SecurityNote) -> list[tuple[str, str]]:
-    named = {"issuer": note.issuer, "subject": note.subject, "tool": note.tool_name, "path": note.path}
+    named = {
+        "issuer": note.issuer,
+        "subject": note.subject,
+        "tool": note.tool_name,
+        "path": note.path,
+        "client_id": note.client_id,
+        "redirect_host": note.redirect_host,
+    }
     return [(k, v) for k, v in named.items() if v is not None]
 
 

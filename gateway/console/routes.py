@@ -16,8 +16,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink, shown
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.auth.standing import is_revoked, revoked_text
+from gateway.auth.tokens import Claimed, TokenRejected
 from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
 from gateway.clock import Clock
@@ -37,6 +39,7 @@ SESSION_COOKIE = "writ_session"
 CSRF_COOKIE = "writ_csrf"
 
 TokenVerifier = Callable[[str], Awaitable[Principal | None]]
+"""The principal of a token; None, or `TokenRejected` saying why, for one that is not acceptable."""
 """A bearer token to its principal, or None when it does not verify (the same check as /mcp)."""
 
 DECISION_REFUSED: Mapping[str, str] = {
@@ -76,7 +79,9 @@ class Console:
         secure_cookies: bool = False,
         in_force: InForce | None = None,
         clients: ClientPages | None = None,
+        security: SecuritySink | None = None,
     ) -> None:
+        self.security = security or NoSecurityEvents()
         self.store = store
         self.clients = clients
         self.clock = clock
@@ -120,8 +125,39 @@ class Console:
         # Every page and form asks the store, not only the login: a session opened before a
         # revocation ends with it (back to the login page, where logging in again says why).
         token = request.cookies.get(SESSION_COOKIE)
-        who = await self.verify(token) if token else None
+        who = await self.verified(request, token) if token else None
         return None if who is None or await is_revoked(self.store, who) else who
+
+    async def verified(self, request: Request, token: str) -> Principal | None:
+        """The token's principal; a token refused is noted as `security.auth_failed` of its kind,
+        from the client's address, on the path it was sent to (a session cookie on any console page,
+        a pasted token on /console/login). Never the token."""
+        try:
+            return await self.verify(token)
+        except TokenRejected as exc:
+            claimed = exc.claimed
+            self._note(request, exc.kind, claimed.tenant if claimed else None, claimed, None)
+            return None
+
+    def _note(
+        self,
+        request: Request,
+        kind: str,
+        tenant: str | None,
+        claimed: Claimed | None,
+        who: Principal | None,
+    ) -> None:
+        self.security.note(
+            SecurityRefusal(
+                "security.auth_failed",
+                kind,
+                source=request.client.host if request.client else None,
+                tenant=tenant,
+                issuer=claimed.issuer if claimed else None,
+                subject=claimed.subject if claimed else (who.subject if who else None),
+                path=shown(request.url.path),
+            )
+        )
 
     def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         """A page, never cached, framed or posting elsewhere."""
@@ -156,12 +192,13 @@ class Console:
         token = str(form.get("token", "")).strip()
         if token.lower().startswith("bearer "):
             token = token[7:].strip()
-        who = await self.verify(token) if token else None
+        who = await self.verified(request, token) if token else None
         if who is None:
             return self.render(
                 request, "login.html", 401, error="That token did not verify. Paste a valid token."
             )
         if await is_revoked(self.store, who):
+            self._note(request, "principal_revoked", who.tenant, None, who)
             return self.render(request, "login.html", 403, error=f"Refused: {revoked_text(who)}.")
         response = RedirectResponse("/console/inbox", status_code=303)
         for name, value in ((SESSION_COOKIE, token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
@@ -319,6 +356,7 @@ def console_routes(
     secure_cookies: bool = False,
     in_force: InForce | None = None,
     clients: tuple[OAuthClients, Liveness] | None = None,
+    security: SecuritySink | None = None,
 ) -> list[BaseRoute]:
     """The console's routes (see `Console`); with `clients`, the clients page (`ClientPages`)."""
     console = Console(
@@ -328,6 +366,7 @@ def console_routes(
         clock=clock,
         secure_cookies=secure_cookies,
         in_force=in_force,
+        security=security,
     )
     if clients is not None:
         console.clients = ClientPages(console, clients[0], clients[1], clock)

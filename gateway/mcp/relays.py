@@ -82,6 +82,9 @@ class RelayFace:
         store: CallStatus,
         caller: Callable[[], Principal],
     ) -> None:
+        self.unknown: Callable[[Principal, str, str], None] = lambda who, kind, name: None
+        """Notes an unknown resource or prompt as a `security.unknown_tool` of that kind (the MCP face
+        sets its own)."""
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.registry = registry
@@ -188,6 +191,7 @@ class RelayFace:
         try:
             return await self.pipeline.call(inp)
         except UnknownTool as exc:
+            self.unknown(inp.principal, f"unknown_{inp.kind}", inp.tool_name)
             if inp.kind == "resource":
                 where = {"uri": inp.tool_name}
                 raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {inp.tool_name}", where) from exc
@@ -220,7 +224,15 @@ class RelayFace:
             visible = capability is not None and self.catalogue.may_list(who, capability, ref.uri)
             unknown = f"Unknown resource template: {ref.uri}"
         relay = self.registry.relay(capability) if capability is not None else None
-        if capability is None or relay is None or not visible or await is_revoked(self.store, who):
+        if capability is None or relay is None or not visible:
+            kind, name = (
+                ("unknown_prompt", ref.name)
+                if isinstance(ref, types.PromptReference)
+                else ("unknown_resource", ref.uri)
+            )
+            self.unknown(who, kind, name)
+            raise MCPError(INVALID_PARAMS, unknown)
+        if await is_revoked(self.store, who):
             raise MCPError(INVALID_PARAMS, unknown)
         try:
             return await relay.complete(capability, ref, params.argument, params.context)

@@ -294,6 +294,8 @@ class McpFace:
                 )
             )
         except UnknownTool as exc:
+            # A sealed round answered under another tool's name (or one gone since): noted like a call.
+            self.unknown(who, "unknown_tool", params.name)
             raise MCPError(INVALID_PARAMS, str(exc)) from exc
         except Refused as exc:
             logger.warning("confirmation answer for %s refused: %s", tool_call_id, exc)
@@ -307,6 +309,15 @@ class McpFace:
             return rounds.ask_to_confirm(call, capability.ref)
         return rounds.refusal(
             ReasonCode.CONFIRMATION_USED, "the call no longer awaits a confirmation", tool_call_id
+        )
+
+    def unknown(self, who: Any, kind: str, name: str) -> None:
+        """Note a `security.unknown_tool` of `kind` (`unknown_tool`, `unknown_resource`, `unknown_prompt`):
+        an authenticated caller asked for something that does not exist or is not visible to it."""
+        self.security.note(
+            SecurityRefusal(
+                "security.unknown_tool", kind, tenant=who.tenant, subject=who.subject, tool_name=shown(name)
+            )
         )
 
     async def _call_status(self, who: Any, arguments: dict[str, Any]) -> types.CallToolResult:
@@ -448,6 +459,8 @@ def build_mcp_server(
     """
     face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security, registry)
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
+    if relays is not None:
+        relays.unknown = face.unknown  # unknown resources and prompts, noted as security events
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
     completing = resources or prompts

@@ -43,6 +43,17 @@ class S256Only(CodeChallenge):  # type: ignore[misc]
             raise InvalidRequestError("code_challenge_method must be S256")
         super().validate_code_challenge(grant, redirect_uri)
 
+    def validate_code_verifier(self, grant: Any, result: Any) -> None:
+        # A code presented without its verifier, or with another, is what a stolen code looks like.
+        try:
+            super().validate_code_verifier(grant, result)
+        except OAuth2Error:
+            code = grant.request.authorization_code
+            grant.server.note_refusal(
+                "pkce_mismatch", grant.request.client.client_id, tenant=code.grant.grantee.tenant
+            )
+            raise
+
 
 class OneResource:
     """RFC 8707: `resource` is this gateway's MCP endpoint or absent, at /authorize and at /token."""
@@ -98,26 +109,43 @@ class AuthorizationCode(_Issuing, grants.AuthorizationCodeGrant):  # type: ignor
     def save_authorization_code(self, code: str, request: Any) -> None:
         self.server.save_code(code, request)
 
+    def validate_authorization_redirect_uri(self, request: Any, client: Client) -> str:
+        try:
+            return str(grants.AuthorizationCodeGrant.validate_authorization_redirect_uri(request, client))
+        except OAuth2Error:
+            asked = request.payload.redirect_uri
+            if asked:  # one the client did not register (a missing one is a plain bad request)
+                self.server.note_refusal("redirect_mismatch", client.client_id, redirect_uri=asked)
+            raise
+
     def query_authorization_code(self, code: str, client: Client) -> Code | None:
         found = self.server.store.find_code(code)
         if found is None or found.client_id != client.client_id:
             return None
         if found.used_at is not None:
-            self.redeem(code, client)  # a replay: redeeming it again revokes what it was used for
+            self.redeem(code, client, tenant=found.grantee.tenant)  # a replay: it revokes what it made
+        asked = self.request.payload.redirect_uri
+        if found.redirect_uri and asked != found.redirect_uri:
+            # authlib refuses it next (invalid_grant); the redirect the code was sent to is not this one.
+            self.server.note_refusal(
+                "redirect_mismatch", client.client_id, tenant=found.grantee.tenant, redirect_uri=asked
+            )
         return Code(code, found)
 
     def authenticate_user(self, authorization_code: Code) -> Grantee:
-        grant = self.redeem(authorization_code.code, self.request.client)
+        grant = self.redeem(
+            authorization_code.code, self.request.client, tenant=authorization_code.grant.grantee.tenant
+        )
         self.request.family_id = grant.family_id
         self.request.resource = grant.resource
         self.request.auth_time = grant.auth_time
         return grant.grantee
 
-    def redeem(self, code: str, client: Client) -> CodeGrant:
+    def redeem(self, code: str, client: Client, *, tenant: str) -> CodeGrant:
         try:
             return self.server.store.redeem_code(code, client_id=client.client_id, now=self.server.now())
         except GrantRefused as exc:
-            self.server.refused(exc, "authorization code", client.client_id)
+            self.server.refused(exc, "authorization code", client.client_id, tenant=tenant)
             raise InvalidGrantError(str(exc)) from exc
 
     def delete_authorization_code(self, authorization_code: Code) -> None:
@@ -133,21 +161,25 @@ class RefreshToken(_Issuing, grants.RefreshTokenGrant):  # type: ignore[misc]
         if found is None:
             return None
         if found.used_at is not None:
-            self.use(refresh_token, found.client_id)  # reuse: using it again revokes its family
+            # reuse: using it again revokes its family
+            self.use(refresh_token, found.client_id, tenant=found.grantee.tenant)
+        self.request.grantee_tenant = found.grantee.tenant
         return Token.of_refresh(refresh_token, found)
 
     def authenticate_user(self, refresh_token: Token) -> Grantee:
-        grant = self.use(refresh_token.value, self.request.client.client_id)
+        grant = self.use(
+            refresh_token.value, self.request.client.client_id, tenant=self.request.grantee_tenant
+        )
         self.request.family_id = grant.family_id
         self.request.resource = grant.resource
         self.request.auth_time = grant.auth_time
         return grant.grantee
 
-    def use(self, token: str, client_id: str) -> RefreshGrant:
+    def use(self, token: str, client_id: str, *, tenant: str | None) -> RefreshGrant:
         try:
             return self.server.store.use_refresh_token(token, client_id=client_id, now=self.server.now())
         except GrantRefused as exc:
-            self.server.refused(exc, "refresh token", client_id)
+            self.server.refused(exc, "refresh token", client_id, tenant=tenant)
             raise InvalidGrantError(str(exc)) from exc
 
     def revoke_old_credential(self, refresh_token: Token) -> None:

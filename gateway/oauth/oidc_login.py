@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink
 from gateway.auth.issuers import IssuerUnavailable
 from gateway.oauth.keys import ALGORITHM, SigningKeys
 from gateway.oauth.login import Refused, SignedIn
@@ -112,7 +113,9 @@ class OidcLogin:
         pages: Pages,
         cookies: SigninCookies,
         attempts: AttemptCookies,
+        security: SecuritySink | None = None,
     ) -> None:
+        self._security = security or NoSecurityEvents()
         self._providers = {p.id: p for p in providers}
         self._pages = pages
         self._cookies = cookies
@@ -154,6 +157,7 @@ class OidcLogin:
                 logger.warning(
                     "sign-in through %s: the callback does not match this browser's sign-in", provider.id
                 )
+                self._refused(request, "upstream_bad_state", provider)
                 return self._pages.problem(
                     request,
                     f"The answer from {provider.name} does not belong to the sign-in this browser started "
@@ -182,6 +186,7 @@ class OidcLogin:
             logger.warning(
                 "sign-in through %s: the callback names issuer %r", provider.id, params["iss"][:200]
             )
+            self._refused(request, "upstream_issuer_mismatch", provider)
             description = f"the answer at {provider.name}'s callback names another issuer"
             return await refused(request, pending, "access_denied", description)
         if "error" in params:
@@ -201,6 +206,7 @@ class OidcLogin:
             user = await provider.sign_in(code, attempt)
         except UpstreamRefused as exc:
             logger.warning("sign-in through %s refused: %s", provider.id, exc)
+            self._refused(request, "upstream_refused", provider)
             return await refused(request, pending, "access_denied", str(exc))
         except IssuerUnavailable as exc:
             logger.error("sign-in through %s failed: %s", provider.id, exc)
@@ -221,6 +227,12 @@ class OidcLogin:
         response = RedirectResponse(url, status_code=302, headers={"Cache-Control": "no-store"})
         self._attempts.put(response, pending, attempt)
         return response
+
+    def _refused(self, request: Request, kind: str, provider: UpstreamProvider) -> None:
+        """A `security.oauth_refused` naming the provider's issuer: never its answer, code or token."""
+        source = request.client.host if request.client else None
+        issuer = provider.registration.issuer
+        self._security.note(SecurityRefusal("security.oauth_refused", kind, source, issuer=issuer))
 
     def _ended(self, response: Response) -> Response:
         self._attempts.clear(response)

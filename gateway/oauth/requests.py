@@ -59,6 +59,8 @@ class HttpRequest(OAuth2Request):  # type: ignore[misc]
         self.family_id: str | None = None
         self.resource: str | None = None
         self.auth_time: datetime | None = None
+        self.grantee_tenant: str | None = None
+        """The tenant of the grant a refresh token belongs to, once it is found (for security events)."""
         """When the user signed in to the grant redeemed (for its ID token and refresh tokens)."""
 
     @property

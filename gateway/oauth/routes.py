@@ -21,7 +21,7 @@ from gateway.oauth.login import LoginStep
 from gateway.oauth.openid import provider_metadata
 from gateway.oauth.pages import Pages
 from gateway.oauth.requests import Answer, HttpJsonRequest, HttpRequest
-from gateway.oauth.server import WritAuthorizationServer
+from gateway.oauth.server import SOURCE, WritAuthorizationServer
 from gateway.oauth.signin import Pending, SigninCookies, csrf_ok
 from policy.model import Principal
 from store.oauth import Grantee
@@ -113,12 +113,14 @@ class AuthorizationRoutes:
         return _response(answer)
 
     async def token(self, request: Request) -> Response:
+        _note_source(request)
         oauth = HttpRequest(
             "POST", self.server.settings.url("/token"), request.headers, form=await _form(request)
         )
         return _response(await anyio.to_thread.run_sync(self.server.create_token_response, oauth))
 
     async def revoke(self, request: Request) -> Response:
+        _note_source(request)
         oauth = HttpRequest(
             "POST", self.server.settings.url("/revoke"), request.headers, form=await _form(request)
         )
@@ -134,6 +136,7 @@ class AuthorizationRoutes:
     async def authorize(self, request: Request) -> Response:
         """Validate the client's request; a valid one goes to the login step, a bad one back to the
         client (when its redirect URI is known good) or to a page saying what is wrong."""
+        _note_source(request)
         query = request.url.query
         oauth = self._authorization_request(request, query)
         try:
@@ -147,6 +150,7 @@ class AuthorizationRoutes:
 
     async def signed_in(self, request: Request, pending: Pending, user: Grantee) -> Response:
         """The consent page, for a request validated again (its client may be gone by now)."""
+        _note_source(request)
         if await anyio.to_thread.run_sync(self.standing.is_revoked, user.tenant, user.subject):
             who = Principal(subject=user.subject, tenant=user.tenant, roles=frozenset(user.roles))
             return self.pages.problem(request, f"{revoked_text(who)}.", status_code=403)
@@ -174,6 +178,7 @@ class AuthorizationRoutes:
 
     async def refused(self, request: Request, pending: Pending, error: str, description: str) -> Response:
         """The login step could not say who it is: `error` to the client's redirect URI, as a denial."""
+        _note_source(request)
         oauth = self._authorization_request(request, pending.query)
         try:
             grant = await anyio.to_thread.run_sync(self.server.get_consent_grant, oauth)
@@ -188,6 +193,7 @@ class AuthorizationRoutes:
 
     async def consent(self, request: Request) -> Response:
         """Allow: a code to the client's redirect URI; deny: `access_denied` there."""
+        _note_source(request)
         pending = self.cookies.read(request)
         form = await request.form()
         if pending is None or pending.user is None or not csrf_ok(pending, form.get("csrf")):
@@ -228,6 +234,11 @@ class AuthorizationRoutes:
             status_code=302,
             headers={"Cache-Control": "no-store"},
         )
+
+
+def _note_source(request: Request) -> None:
+    """The client's address, for the security events the server notes while serving this request."""
+    SOURCE.set(request.client.host if request.client else None)
 
 
 # RFC 6749 §5.2: what an error_description may hold.

@@ -11,15 +11,19 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from authlib.oauth2 import AuthorizationServer
-from authlib.oauth2.rfc6749 import InvalidClientError, InvalidScopeError
+from authlib.oauth2.rfc6749 import InvalidClientError, InvalidScopeError, OAuth2Error
+from authlib.oauth2.rfc6749.util import extract_basic_authorization
 from joserfc import jwt
 from joserfc.errors import JoseError
 
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink, shown
 from gateway.config import ClaimMapping
 from gateway.oauth.documents import ClientDocuments, DocumentRefused, is_document_client_id
 from gateway.oauth.endpoints import Registration, Revocation
@@ -32,6 +36,15 @@ from store.oauth import CodeGrant, Grantee, GrantRefused, RefreshGrant
 from store.ports import OAuthGrants
 
 logger = logging.getLogger(__name__)
+
+SOURCE: ContextVar[str | None] = ContextVar("writ_oauth_source", default=None)
+"""The client address of the request the server is working on: the HTTP face sets it, and the worker
+thread the server runs in sees it (anyio runs it in a copy of the context)."""
+
+
+class DocumentClientError(InvalidClientError):  # type: ignore[misc]
+    """The client id is a metadata document URL whose document cannot be used (noted as such, not as
+    an unknown client)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +89,31 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         self.register_grant(RefreshToken, [IdTokenAtRefresh(self)])
         self.register_endpoint(Registration)
         self.register_endpoint(Revocation)
+        self.security: SecuritySink = NoSecurityEvents()
+        """Where refusals worth a security team's eye are noted (`security.oauth_refused`); the
+        composition root sets the gateway's."""
+
+    def note_refusal(
+        self,
+        kind: str,
+        client_id: str | None,
+        *,
+        tenant: str | None = None,
+        redirect_uri: str | None = None,
+    ) -> None:
+        """Count one `security.oauth_refused` of `kind`: never a code, token, verifier or secret, only
+        the client id the request named, the tenant of the grant it touched and the redirect's host."""
+        host = urlsplit(redirect_uri).hostname if redirect_uri else None
+        self.security.note(
+            SecurityRefusal(
+                "security.oauth_refused",
+                kind,
+                SOURCE.get(),
+                tenant=tenant,
+                client_id=shown(client_id),
+                redirect_host=shown(host),
+            )
+        )
 
     @staticmethod
     def scopes_of(settings: Settings) -> list[str]:
@@ -122,7 +160,8 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
                 return Client(self.documents.client(client_id))
             except DocumentRefused as exc:
                 logger.warning("refused client metadata document: %s", exc)
-                raise InvalidClientError(description=str(exc)) from exc
+                self.note_refusal("document_refused", client_id)
+                raise DocumentClientError(description=str(exc)) from exc
         record = self.store.get_client(client_id)
         return Client(record) if record is not None else None
 
@@ -134,6 +173,22 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
 
     def handle_response(self, status: int, body: Any, headers: Any) -> Answer:
         return Answer(status, body if isinstance(body, dict | str) else str(body), list(headers))
+
+    def handle_error_response(self, request: Any, error: OAuth2Error) -> Answer:
+        # /token and /revoke answer their errors here, with the request they refused.
+        if request is not None and _unknown_client(error):
+            self.note_refusal("invalid_client", _client_id_of(request))
+        answer: Answer = super().handle_error_response(request, error)
+        return answer
+
+    def get_consent_grant(self, request: Any = None, end_user: Any = None) -> Any:
+        # /authorize raises its errors for the HTTP face to answer (on a page or to the client).
+        try:
+            return super().get_consent_grant(request, end_user)
+        except OAuth2Error as error:
+            if _unknown_client(error):
+                self.note_refusal("invalid_client", _client_id_of(request))
+            raise
 
     def send_signal(self, name: str, *args: Any, **kwargs: Any) -> None:
         pass
@@ -225,8 +280,16 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
             ),
         )
 
-    def refused(self, problem: GrantRefused, what: str, client_id: str) -> None:
+    def refused(self, problem: GrantRefused, what: str, client_id: str, *, tenant: str | None) -> None:
+        """A code or refresh token the store refused; the signs of theft are noted for security."""
         logger.warning("refused %s of client %s: %s (%s)", what, client_id, problem, problem.problem)
+        if problem.problem == "reused":
+            # Used before: the store has just revoked every token of its grant.
+            kind = "code_replayed" if what == "authorization code" else "refresh_reused"
+            self.note_refusal(kind, client_id, tenant=tenant)
+        elif problem.problem == "revoked":
+            # A grant ended by a revocation (of the principal, of the client, after a replay) still in use.
+            self.note_refusal("grant_revoked", client_id, tenant=tenant)
 
     def own_access_token(self, token: str) -> dict[str, Any] | None:
         """The claims of an access token this server signed (expired or not), else None."""
@@ -238,3 +301,21 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         if claims.get("iss") != self.settings.issuer or not claims.get("sid") or not claims.get("client_id"):
             return None
         return claims
+
+
+def _unknown_client(error: OAuth2Error) -> bool:
+    return isinstance(error, InvalidClientError) and not isinstance(error, DocumentClientError)
+
+
+def _client_id_of(request: Any) -> str | None:
+    """The client id a request named: in its form or query, else in its basic authorization."""
+    if request is None:
+        return None
+    named = getattr(getattr(request, "payload", None), "client_id", None)
+    if named:
+        return str(named)
+    try:
+        basic_id, _ = extract_basic_authorization(request.headers)
+    except ValueError:  # a header that is not UTF-8 names no client
+        return None
+    return str(basic_id) if basic_id else None

@@ -18,7 +18,10 @@ import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
 
+from gateway.audit.security import SecurityEvents
+from store import EventFilter
 from tests.e2e.harness import REPO, Backend, Gateway, demo_config, free_port, writ, writ_gateway
+from tests.eventually import eventually
 from tests.gateway.mcp import inproc
 
 pytestmark = pytest.mark.anyio
@@ -333,3 +336,30 @@ def test_a_key_file_with_a_short_key_stops_writ_serve_with_a_clear_error(
     assert failed.returncode != 0
     assert f"line 3 of {key_file} has 12 bytes" in failed.stderr
     assert "short-secret" not in failed.stderr + failed.stdout
+
+
+async def test_an_answer_for_a_tool_gone_since_its_round_is_an_unknown_tool_event(
+    gateway: inproc.Writ, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The state binds the tool name, so an answer names the tool its round began with; the tool can
+    # still be gone by then (an upstream MCP server dropped it): as here, taken out of the registry.
+    async with gateway.client(
+        gateway.token("mallet"), mode=MODERN, elicitation_callback=User("accept")
+    ) as client:
+        first = await first_round(client, "now-gone")
+        monkeypatch.delitem(gateway.runtime.registry._by_tool, "refund_now")
+        with pytest.raises(MCPError) as unknown:
+            await accept(client, first, "now-gone")
+    security = gateway.runtime.security
+    assert isinstance(security, SecurityEvents)
+    await security.tick(flush_all=True)
+
+    assert unknown.value.code == types.INVALID_PARAMS
+    assert backend.refunds("now-gone") == []
+
+    def noted() -> list[dict[str, Any]]:
+        found = gateway.runtime.store.export(EventFilter(types=("security.unknown_tool",)))
+        return [e for e in found if e["payload"]["subject"] == "mallet"]
+
+    (event,) = await eventually(noted)  # the gateway's own pass may be writing it still
+    assert (event["payload"]["kind"], event["payload"]["tool_name"]) == ("unknown_tool", "refund_now")

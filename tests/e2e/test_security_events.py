@@ -23,7 +23,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from gateway.audit.security import SecurityEvents
+from gateway.console.routes import SESSION_COOKIE
 from store import EventFilter
+from tests.eventually import eventually_sync
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.postgres import fresh_schema
 
@@ -57,6 +59,17 @@ def flush(gateway: Writ) -> None:
 def security_events(gateway: Writ, event_type: str, **payload: Any) -> list[dict[str, Any]]:
     found = gateway.runtime.store.export(EventFilter(types=(event_type,)))
     return [e for e in found if all(e["payload"].get(k) == v for k, v in payload.items())]
+
+
+def written(gateway: Writ, event_type: str, total: int, **payload: Any) -> list[dict[str, Any]]:
+    """The events of `event_type` whose payload says `payload`, once what was counted is written and
+    their counts add up to `total`: the gateway's own pass may have taken some of the refusals an
+    instant before `flush` and be writing them still, in an event of their own."""
+    flush(gateway)
+    return eventually_sync(
+        lambda: security_events(gateway, event_type, **payload),
+        lambda found: sum(e["payload"]["count"] for e in found) >= total,
+    )
 
 
 def mint(gateway: Writ, subject: str, **claims: Any) -> str:
@@ -197,3 +210,54 @@ async def test_calls_over_the_rate_limit_are_counted_as_edge_refusals_of_their_p
     events = security_events(gateway, "security.edge_refused", kind="rate_limited", subject="hasty-agent")
     assert 1 <= len(events) <= 2 and sum(e["payload"]["count"] for e in events) == 3
     assert {e["tenant"] for e in events} == {"throttled"}
+
+
+def test_bad_tokens_at_the_console_are_failed_authentications_on_its_paths(
+    gateway: Writ, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[str] = []  # what `writ.auth.failures` is given, by kind
+    monkeypatch.setattr(gateway.runtime.telemetry, "authentication_failed", counted.append)
+    expired = mint(gateway, "console-user", now=time.time() - 7200, ttl_s=60)
+    good = mint(gateway, "console-user")
+    forged = good[:-8] + ("A" * 8 if not good.endswith("A" * 8) else "B" * 8)
+    console = "/console/login"
+
+    with httpx2.Client(base_url=gateway.url, timeout=10) as browser:
+        pasted = browser.post(console, data={"token": f"Bearer {expired}"})
+        nothing = browser.post(console, data={"token": ""})
+    with httpx2.Client(base_url=gateway.url, timeout=10, cookies={SESSION_COOKIE: forged}) as browser:
+        page = browser.get("/console/inbox")
+
+    assert pasted.status_code == 401 and nothing.status_code == 401
+    assert counted == ["expired", "bad_signature"]
+    assert page.status_code == 303 and page.headers["location"] == "/console/login"
+    issuer = gateway.issuing()[1]
+    assert issuer is not None
+    (login,) = written(gateway, "security.auth_failed", 1, kind="expired", path=console)
+    # The issuer signed it: it names who, in its tenant's export; an empty form is not recorded.
+    assert (login["payload"]["subject"], login["payload"]["issuer"]) == ("console-user", issuer.issuer)
+    assert login["tenant"] == "acme" and login["payload"]["count"] == 1
+    assert login["payload"]["source"] == "127.0.0.1"
+    (cookie,) = written(gateway, "security.auth_failed", 1, kind="bad_signature", path="/console/inbox")
+    # A forged session cookie names no one: a forger's claims are not taken.
+    assert cookie["payload"]["subject"] is None and cookie["tenant"] is None
+    assert cookie["payload"]["source"] == "127.0.0.1"
+    for token in (expired, forged):
+        assert token.split(".")[2] not in str([login, cookie])
+
+
+def test_a_revoked_principal_logging_in_at_the_console_is_recorded(gateway: Writ) -> None:
+    root = gateway.token("root", roles="admin")
+    gateway.cli(
+        "principals", "revoke", "gone-approver", "--tenant", "acme", "--reason", "left", "--token", root
+    )
+    token = mint(gateway, "gone-approver", roles=["approver"])
+
+    with httpx2.Client(base_url=gateway.url, timeout=10) as browser:
+        refused = browser.post("/console/login", data={"token": token})
+
+    assert refused.status_code == 403
+    (event,) = written(gateway, "security.auth_failed", 1, kind="principal_revoked")
+    assert (event["tenant"], event["payload"]["subject"]) == ("acme", "gone-approver")
+    assert event["payload"]["path"] == "/console/login" and event["payload"]["source"] == "127.0.0.1"
+    assert token.split(".")[2] not in str(event)

@@ -98,3 +98,29 @@ def test_a_note_without_a_timezone_is_refused(store: Store, naive: object) -> No
     with pytest.raises(ValueError):
         store.record_security([note(last_at=naive)])
     assert list(store.export()) == []
+
+
+def test_a_refusal_at_the_authorization_server_keeps_its_client_and_redirect_host(store: Store) -> None:
+    store.record_security(
+        [
+            note(
+                type="security.oauth_refused",
+                kind="redirect_mismatch",
+                tenant="acme",
+                client_id="https://client.example/meta.json",
+                redirect_host="evil.example",
+            )
+        ]
+    )
+
+    (event,) = store.export(EventFilter(types=("security.oauth_refused",), tenant="acme"))
+
+    payload = SecurityNoted.model_validate(event["payload"])
+    assert (payload.kind, payload.client_id, payload.redirect_host) == (
+        "redirect_mismatch",
+        "https://client.example/meta.json",
+        "evil.example",
+    )
+    assert parse_event(event).type == "security.oauth_refused"
+    report = store.verify()
+    assert report.ok and report.grammar_violation is None, report

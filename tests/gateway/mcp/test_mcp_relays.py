@@ -19,7 +19,9 @@ import pytest
 import uvicorn
 from mcp import MCPError
 
+from gateway.audit.security import SecurityEvents
 from gateway.mcp.relays import REFUSED, RESOURCE_NOT_FOUND
+from store import EventFilter
 from tests.e2e.harness import free_port
 from tests.eventually import eventually
 from tests.gateway.mcp import library_upstream
@@ -371,3 +373,38 @@ async def test_resources_prompts_and_completions_are_advertised_only_when_relaye
         capabilities.resources is None and capabilities.prompts is None and capabilities.completions is None
     )
     assert absent.value.code == types.METHOD_NOT_FOUND
+
+
+async def test_unknown_resources_and_prompts_are_security_events_of_their_kind(recording: Writ) -> None:
+    gateway = recording
+    async with gateway.client(gateway.token("probe", roles="agent")) as client:
+        for uri in ("note://welcome", "file:///etc/passwd"):
+            with pytest.raises(MCPError):
+                await client.read_resource(uri)
+        with pytest.raises(MCPError):
+            await client.get_prompt("no_such_prompt")
+        with pytest.raises(MCPError):  # a template this caller may not read: as unknown as a missing one
+            await client.complete(
+                types.ResourceTemplateReference(uri="lib+note://{note}"), {"name": "note", "value": ""}
+            )
+        with pytest.raises(MCPError):  # denied by policy, not unknown: the call's own record says so
+            await client.read_resource("box+note://nothing-here")
+    security = gateway.runtime.security
+    assert isinstance(security, SecurityEvents)
+    await security.tick(flush_all=True)
+
+    def probed_for() -> list[dict[str, Any]]:
+        found = gateway.runtime.store.export(EventFilter(types=("security.unknown_tool",)))
+        return [e for e in found if e["payload"]["subject"] == "probe"]
+
+    # The gateway's own pass may be writing some of them still.
+    probed = await eventually(probed_for, lambda events: len(events) >= 4)
+    assert sorted(
+        (e["payload"]["kind"], e["payload"]["tool_name"], e["payload"]["count"]) for e in probed
+    ) == [
+        ("unknown_prompt", "no_such_prompt", 1),
+        ("unknown_resource", "file:///etc/passwd", 1),
+        ("unknown_resource", "lib+note://{note}", 1),
+        ("unknown_resource", "note://welcome", 1),
+    ]
+    assert {e["tenant"] for e in probed} == {"acme"}

@@ -32,7 +32,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
+from gateway.audit.security import SecurityEvents
+from store import EventFilter
 from tests.e2e.harness import demo_config, free_port
+from tests.eventually import eventually_sync
 from tests.gateway.mcp.inproc import Backend, Writ, acme, served, serving
 from tests.gateway.oauth.flow import (
     REDIRECT,
@@ -271,10 +274,29 @@ def test_the_redirect_to_the_provider_carries_pkce_s256_a_state_and_a_nonce(
     assert "code" in to_client(decided)
 
 
+def refused_upstream(gateways: Gateways, kind: str, at_least: int = 0) -> int:
+    """How many sign-ins `security.oauth_refused` events of `kind` stand for, once all are written;
+    checks that each names the provider's issuer and the browser's address, and no code or token."""
+    security = gateways.one.runtime.security
+    assert isinstance(security, SecurityEvents)
+    anyio.run(lambda: security.tick(flush_all=True))
+
+    def payloads() -> list[dict[str, Any]]:
+        found = gateways.one.runtime.store.export(EventFilter(types=("security.oauth_refused",)))
+        return [e["payload"] for e in found if e["payload"]["kind"] == kind]
+
+    # The gateway's own pass may have taken some an instant before and be writing them still.
+    events = eventually_sync(payloads, lambda found: sum(int(p["count"]) for p in found) >= at_least)
+    assert all(p["source"] == "127.0.0.1" and p["issuer"] == gateways.idp.issuer for p in events)
+    assert all(set(p) & {"code", "state", "id_token"} == set() for p in events)
+    return sum(int(p["count"]) for p in events)
+
+
 def test_a_callback_with_another_state_ends_on_a_page_and_the_client_hears_nothing(
     gateways: Gateways, client_id: str
 ) -> None:
     exchanged = gateways.idp.token_requests()
+    before = refused_upstream(gateways, "upstream_bad_state")
     with to_provider(gateways.one, client_id) as at:
         answer = at.login()
         location = answer.headers["location"].replace(f"state={at.form['state']}", "state=forged")
@@ -282,6 +304,7 @@ def test_a_callback_with_another_state_ends_on_a_page_and_the_client_hears_nothi
     assert page.status_code == 400
     assert "does not belong to the sign-in this browser started" in page.text
     assert gateways.idp.token_requests() == exchanged, "no code was exchanged"
+    assert refused_upstream(gateways, "upstream_bad_state", before + 1) == before + 1
     # A browser that started no sign-in at all (a callback link sent to someone else) gets a page too.
     with httpx2.Client(timeout=10) as stranger:
         page = stranger.get(answer.headers["location"])
@@ -292,6 +315,7 @@ def test_an_answer_naming_another_issuer_at_the_callback_is_access_denied(
     gateways: Gateways, client_id: str
 ) -> None:
     exchanged = gateways.idp.token_requests()
+    before = refused_upstream(gateways, "upstream_issuer_mismatch")
     with to_provider(gateways.one, client_id) as at:
         answer = at.login()
         location = answer.headers["location"]
@@ -300,6 +324,7 @@ def test_an_answer_naming_another_issuer_at_the_callback_is_access_denied(
         params = to_client(at.browser.get(mixed_up))
     assert params["error"] == "access_denied" and "names another issuer" in params["error_description"]
     assert gateways.idp.token_requests() == exchanged, "the code was not sent anywhere"
+    assert refused_upstream(gateways, "upstream_issuer_mismatch", before + 1) == before + 1
 
 
 def test_the_provider_saying_access_denied_sends_access_denied_to_the_client(
@@ -329,6 +354,7 @@ def test_the_provider_saying_access_denied_sends_access_denied_to_the_client(
 def test_an_id_token_for_another_audience_nonce_or_issuer_is_access_denied(
     gateways: Gateways, client_id: str, claims: dict[str, str], claim: str
 ) -> None:
+    before = refused_upstream(gateways, "upstream_refused")
     with to_provider(gateways.one, client_id) as at:
         answer = at.login()
         gateways.idp.next_id_token(**claims)
@@ -336,6 +362,7 @@ def test_an_id_token_for_another_audience_nonce_or_issuer_is_access_denied(
     assert params["error"] == "access_denied"
     assert f"the ID token is refused: its {claim} claim is not accepted" in params["error_description"]
     assert "code" not in params
+    assert refused_upstream(gateways, "upstream_refused", before + 1) == before + 1
 
 
 def test_an_id_token_whose_claims_are_not_allowed_here_is_access_denied(
