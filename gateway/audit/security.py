@@ -80,6 +80,7 @@ class SecurityEvents:
         # `note` runs on the server's event loop, a pass may run elsewhere (on the way out, or from
         # another thread): one short lock, never held across I/O.
         self._lock = threading.Lock()
+        self._passing = threading.Lock()
 
     @property
     def window_s(self) -> float:
@@ -122,14 +123,7 @@ class SecurityEvents:
         Raises:
             StoreError: the store could not take them; they are counted again for the next pass.
         """
-        notes = self.due(flush_all=flush_all)
-        if not notes:
-            return 0
-        try:
-            await anyio.to_thread.run_sync(self._log.record_security, notes)
-        except StoreError:
-            self._restore(notes)
-            raise
+        notes = await anyio.to_thread.run_sync(self._write_due, flush_all)
         for note in notes:
             logger.warning(
                 "%s kind=%s source=%s count=%d tenant=%s%s",
@@ -142,6 +136,21 @@ class SecurityEvents:
                 extra={"writ_event": note.type, "writ_kind": note.kind, "writ_count": note.count},
             )
         return len(notes)
+
+    def _write_due(self, flush_all: bool) -> list[SecurityNote]:
+        # One pass at a time, from taking what is due to its commit: a pass asked for (`flush_all`, at
+        # shutdown) returns only once what an earlier pass took is written too. Held in a worker
+        # thread, never on an event loop.
+        with self._passing:
+            notes = self.due(flush_all=flush_all)
+            if not notes:
+                return []
+            try:
+                self._log.record_security(notes)
+            except StoreError:
+                self._restore(notes)
+                raise
+            return notes
 
     def _restore(self, notes: Sequence[SecurityNote]) -> None:
         with self._lock:
