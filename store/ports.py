@@ -25,8 +25,10 @@ from store.commands import (
     ResolveManually,
     ResolveReconciliation,
     RestorePrincipal,
+    ResumeRun,
     RevokePrincipal,
     StartReconciliation,
+    StopRun,
 )
 from store.exporting import EventFilter
 from store.model import (
@@ -42,6 +44,7 @@ from store.model import (
     OutboxMessage,
     ReadRecord,
     RefusalRequest,
+    RunView,
     StoredEvent,
 )
 from store.oauth import CodeGrant, RefreshGrant, RegisteredClient
@@ -252,3 +255,34 @@ class OAuthGrants(Protocol):
     def revoke_family(self, family_id: str, *, reason: str, now: datetime) -> bool: ...
 
     def family_revoked(self, family_id: str) -> bool: ...
+
+
+class RunControls(Standing, Protocol):
+    """What run controls need: the runs, their calls, and stopping and resuming one."""
+
+    def get_run(self, run_id: str, *, tenant: str | None = None) -> RunView | None: ...
+
+    def list_runs(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        subject: str | None = None,
+        limit: int = 100,
+    ) -> list[RunView]: ...
+
+    def run_calls(self, run_id: str, *, limit: int = 200) -> list[CallView]: ...
+
+    def events(
+        self,
+        *,
+        run_id: str | None = None,
+        tool_call_id: str | None = None,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[StoredEvent]: ...
+
+    def stop_run(self, cmd: StopRun) -> RunView: ...
+
+    def resume_run(self, cmd: ResumeRun) -> RunView: ...

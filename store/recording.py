@@ -31,6 +31,7 @@ from store.model import (
 )
 from store.raw import Statement
 from store.refusals import bounded
+from store.running import RUN_STOPPED
 from store.schema import budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
@@ -55,6 +56,10 @@ _ADMIT_LOOKUP = Statement(
         .where(runs.c.run_id == bindparam("b_run_id"))
         .scalar_subquery()
         .label("run_tenant"),
+        select(runs.c.status)
+        .where(runs.c.run_id == bindparam("b_run_id"))
+        .scalar_subquery()
+        .label("run_status"),
         _ledger(effect_ledger.c.tool_call_id).label("holder"),
         _ledger(effect_ledger.c.action_hash).label("holder_hash"),
         select(revocations.c.subject)
@@ -64,6 +69,18 @@ _ADMIT_LOOKUP = Statement(
     )
 )
 _RUN_TENANT = Statement(select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id")))
+
+
+def _stopped(req: CallRequest, lookup: Any) -> RefusalRequest | None:
+    """The refusal of a call in a stopped run (read under the head lock, so every replica agrees)."""
+    if lookup.run_status != "stopped":
+        return None
+    who = req.identity
+    detail = (
+        f"run {who.run_id} was stopped by a person; no call of it runs until it is resumed. Stop and "
+        "report to your user instead of retrying"
+    )
+    return _refusal_of(req, RUN_STOPPED, detail)
 
 
 def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
@@ -77,6 +94,8 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    if (stopped := _stopped(req, lookup)) is not None:
+        return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     supersedes: str | None = None
     if lookup.holder is not None:
         existing = load_call(conn, lookup.holder)
@@ -117,7 +136,12 @@ def admissible_read(conn: Connection, req: CallRequest) -> bool:
     who = req.identity
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
-    return not lookup.revoked and _loop(conn, req.loops) is None and _breach(conn, req.charges) is None
+    return (
+        not lookup.revoked
+        and lookup.run_status != "stopped"
+        and _loop(conn, req.loops) is None
+        and _breach(conn, req.charges) is None
+    )
 
 
 def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admission:
@@ -137,6 +161,8 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     if lookup.revoked:
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    if (stopped := _stopped(req, lookup)) is not None:
+        return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     loop = _loop(conn, req.loops)
     if loop is not None:
         call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
@@ -435,7 +461,7 @@ def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
     return RefusalRequest(req.identity, reason, detail, req.policy_version, req.summary)
 
 
-def _check_run_tenant(run_id: str, run_tenant: str | None, tenant: str) -> None:
+def _check_run_tenant(run_id: str | None, run_tenant: str | None, tenant: str) -> None:
     if run_tenant is not None and run_tenant != tenant:
         raise StoreError(f"run {run_id} belongs to another tenant")
 
@@ -465,8 +491,11 @@ def _base(who: CallIdentity, policy_version: str, producer: str) -> dict[str, An
 
 
 def _add_run_started(log: Append, who: CallIdentity, base: dict[str, Any]) -> None:
+    """Start the call's run, unless it is in none (a client with neither a runId nor a session)."""
+    if who.run_id is None:
+        return
     payload = ev.RunStarted(
-        tenant=who.tenant, subject=who.subject, implicit=who.run_is_new_hint, client_run_id=who.client_run_id
+        tenant=who.tenant, subject=who.subject, client_run_id=who.client_run_id, origin=who.run_origin
     )
     log.add(ev.RunStartedEvent(**base, payload=payload))
 

@@ -27,7 +27,7 @@ class PolicyLike(Protocol):
 
     def evaluate(self, inp: PolicyInput) -> Decision: ...
 
-    def charges(self, inp: PolicyInput, run_id: str) -> tuple[BudgetCharge, ...]: ...
+    def charges(self, inp: PolicyInput, run_id: str | None) -> tuple[BudgetCharge, ...]: ...
 
     def loop_marks(self, inp: PolicyInput) -> tuple[LoopMark, ...]: ...
 
@@ -95,7 +95,8 @@ def reauthorize(
     if approver and standing.is_revoked(principal.tenant, approver):
         return Refusal(ReasonCode.APPROVER_REVOKED, f"{approver} was revoked after approving")
     # The call itself is already counted in its run; policy sees the calls before it, as at first.
-    earlier = max(standing.run_call_count(call.run_id, call.tenant) - 1, 0)
+    counted = standing.run_call_count(call.run_id, call.tenant) if call.run_id is not None else 1
+    earlier = max(counted - 1, 0)
     context = CallContext(now=now, run_call_count=earlier)
     decision = policy.evaluate(PolicyInput(principal, capability, req.arguments, context))
     # From here on the current policy decides: its refusal names its version and rule.

@@ -71,12 +71,15 @@ def outcome_text(call: CallView) -> str:
 
 
 def _meta(call: CallView) -> dict[str, Any]:
-    return {
+    meta = {
         "writ/toolCallId": call.tool_call_id,
         "writ/status": call.status,
         "writ/runId": call.run_id,
         "writ/idempotencyKey": call.idempotency_key,
     }
+    if call.run_id is None:  # a call in no run (no runId, no session): nothing to name
+        del meta["writ/runId"]
+    return meta
 
 
 def _effect(call: CallView) -> Effect:

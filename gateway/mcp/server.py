@@ -13,6 +13,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.request_state import RequestStateSecurity
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 
@@ -107,7 +108,10 @@ class McpFace:
         principal: PrincipalProvider,
         telemetry: Telemetry,
         clock: Clock,
+        process_session: str | None = None,
     ) -> None:
+        self.process_session = process_session
+        """The session of a `writ stdio` process: one client, one session, for as long as it runs."""
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.clock = clock
@@ -187,6 +191,7 @@ class McpFace:
                         arguments=params.arguments or {},
                         idempotency_key=key,
                         run_id=run,
+                        session_id=self.session_of(ctx),
                         can_confirm=rounds.can_confirm(ctx),
                     )
                 )
@@ -202,6 +207,19 @@ class McpFace:
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
             return {"resultType": "task", **(await self._task(report.call))}
         return types.CallToolResult.model_validate(shape_report(report))
+
+    def session_of(self, ctx: Any) -> str | None:
+        """The MCP session a request came in: the stdio process's, or a 2025-11-25 HTTP session's
+        `mcp-session-id` (the SDK answered 404 to one it does not hold for this caller); None for
+        2026-07-28, which has no sessions."""
+        if self.process_session is not None:
+            return self.process_session
+        if rounds.is_modern(ctx):
+            return None
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        session = headers.get(MCP_SESSION_ID_HEADER) if headers is not None else None
+        return session if isinstance(session, str) and 0 < len(session) <= MAX_ID else None
 
     async def _confirmation_answer(self, who: Any, params: types.CallToolRequestParams) -> Any:
         """The client's retry of a confirmation round: the user's answer, consumed at most once."""
@@ -365,6 +383,7 @@ def build_mcp_server(
     confirmation_ttl_s: float = 600.0,
     name: str = "writ",
     registry: Registry | None = None,
+    process_session: str | None = None,
 ) -> Server[Any]:
     """The low-level MCP server for this gateway: `pipeline` decides and runs calls, `catalogue` says
     what a caller is shown; `sealing` protects confirmation rounds' state (by default this process's
@@ -373,7 +392,15 @@ def build_mcp_server(
     With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
     and completions too; else a client hears that they are not there, as from a server without them.
     """
-    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock)
+    face = McpFace(
+        pipeline,
+        catalogue,
+        store,
+        principal,
+        telemetry or Telemetry(),
+        clock,
+        process_session=process_session,
+    )
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
