@@ -39,6 +39,7 @@ from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
+from gateway.api.runs import run_routes
 from gateway.audit.checkpointer import Checkpointer
 from gateway.audit.checkpoints import CheckpointSigner
 from gateway.auth.dev_issuer import DevIssuer
@@ -459,6 +460,7 @@ def build_app(runtime: Runtime) -> Starlette:
             runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions, clock=runtime.clock
         ),
         *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
+        *run_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
     ]
     if runtime.console_decisions is not None:
         routes.extend(

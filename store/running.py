@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Row, select
 
@@ -26,7 +26,7 @@ from store.reads import _unstorable
 from store.schema import approvals, runs, tool_calls
 from store.views import call_view
 
-RUN_STOPPED: Final = "run_stopped"
+RUN_STOPPED = "run_stopped"
 T = TypeVar("T")
 
 
@@ -69,7 +69,7 @@ def stop(conn: Connection, cmd: StopRun, *, producer: str) -> RunView:
     why = f"withdrawn: run {cmd.run_id} was stopped by {cmd.stopped_by}: {cmd.reason}"
     for row in waiting:
         payload = ev.ApprovalDecided(
-            decided_by=cmd.stopped_by, reason=why, break_glass=cmd.break_glass, withdrawn=RUN_STOPPED
+            decided_by=cmd.stopped_by, reason=why, break_glass=cmd.break_glass, withdrawn="run_stopped"
         )
         log.add(ev.ApprovalRejectedEvent(**_caused(row, cmd, producer, stopped), payload=payload))
         queues.release(conn, row.approval_id)

@@ -1,7 +1,8 @@
 """Writ's events as OCSF events, for SIEMs that ingest the Open Cybersecurity Schema Framework.
 
 Each event type maps to one OCSF class (the table is the README's "Feeding a SIEM"): the lifecycle of
-runs, calls, approvals, confirmations and reconciliations is API Activity; a principal revoked or
+runs (started, stopped and resumed by a person), calls, approvals, confirmations and reconciliations is
+API Activity; a principal revoked or
 restored is Account Change; a budget exceeded or a loop detected is a Detection Finding; a type this
 table does not know yet is a Base Event, never dropped. The Writ envelope, hashes included, rides along
 whole in `unmapped.writ`, so the OCSF line still proves what the log holds.
@@ -41,7 +42,7 @@ _API_FAMILIES = ("run.", "tool_call.", "approval.", "confirmation.", "reconcilia
 _SUCCESS = frozenset({"completed", "resolved", "granted", "given"})
 _FAILURE = frozenset({"failed", "denied", "rejected", "declined", "expired"})
 # Who did it: the decider, revoker or resolver where there is one, else the subject who asked.
-_ACTORS = ("decided_by", "revoked_by", "restored_by", "resolved_by", "subject")
+_ACTORS = ("decided_by", "revoked_by", "restored_by", "resolved_by", "stopped_by", "resumed_by", "subject")
 
 
 def ocsf_class(event_type: str) -> tuple[OcsfClass, int, str]:

@@ -128,7 +128,27 @@ def shape_report(report: CallReport) -> dict[str, Any]:
         return budget_exceeded(call, report.breach)
     if report.loop is not None:
         return loop_detected(call, report.loop)
+    if call.status == "denied" and call.reason == ReasonCode.RUN_STOPPED:
+        return run_stopped(call)
     return shape_call(call, report.capability)
+
+
+RUN_STOPPED_NEXT = (
+    "A person stopped this run: none of its calls runs until they resume it. Stop: do not retry this "
+    "call or another. Report to your user what you were doing, and wait for them."
+)
+
+
+def run_stopped(call: CallView) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for a call refused because a person stopped its run."""
+    body = StatusDocument(
+        status="denied",
+        reason=ReasonCode.RUN_STOPPED,
+        tool_call_id=call.tool_call_id,
+        policy_version=call.policy_version,
+        next=RUN_STOPPED_NEXT,
+    ).dump()
+    return _status_result(call, body, f"Denied: a person stopped this run ({call.summary}).")
 
 
 def budget_exceeded(call: CallView, breach: Breach) -> dict[str, Any]:

@@ -82,3 +82,12 @@ def test_a_type_not_yet_mapped_is_a_base_event_not_dropped() -> None:
         99,
         "security.auth_failed",
     )
+
+
+def test_a_run_stopped_is_an_api_activity_by_the_person_who_stopped_it() -> None:
+    out = ocsf_event(envelope("run.stopped", stopped_by="carol", reason="runaway"))
+    resumed = ocsf_event(envelope("run.resumed", resumed_by="dave", reason="fixed"))
+
+    assert (out["class_uid"], out["api"]["operation"]) == (API_ACTIVITY.uid, "run.stopped")
+    assert out["actor"] == {"user": {"uid": "carol"}}
+    assert resumed["actor"] == {"user": {"uid": "dave"}}
