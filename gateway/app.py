@@ -471,6 +471,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
                 in_force=InForce(runtime.registry.in_force, lambda: runtime.policy_source().version),
+                runs=runtime.store.with_producer(CONSOLE),
             )
         )
     if runtime.dev_issuer is not None:

@@ -1,4 +1,5 @@
-"""The console's routes: login, inbox, one approval, its decision, a call's timeline, unresolved calls."""
+"""The console's routes: login, inbox, one approval, its decision, a call's timeline, unresolved calls;
+the runs pages are `gateway.console.runs`."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
 from gateway.clock import Clock
+from gateway.console.runs import RunPages
 from gateway.console.views import InForce, approval_card, timeline, unresolved_card
 from gateway.display import visible
 from gateway.errors import Refused
@@ -28,7 +30,7 @@ from gateway.mcp.results import outcome_text
 from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
-from store.ports import Oversight
+from store.ports import Oversight, RunControls
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
@@ -73,7 +75,9 @@ class Console:
         clock: Clock,
         secure_cookies: bool = False,
         in_force: InForce | None = None,
+        runs: RunControls | None = None,
     ) -> None:
+        self.runs = runs
         self.store = store
         self.clock = clock
         self.decisions = decisions
@@ -98,6 +102,7 @@ class Console:
             Route("/console/calls/{tool_call_id}", signed_in(self.call), methods=["GET"]),
             Route("/console/unresolved", signed_in(self.show_unresolved), methods=["GET"]),
             Route("/console/calls/{tool_call_id}/resolution", signed_in(self.resolve), methods=["POST"]),
+            *(RunPages(self, self.runs, self.clock).routes() if self.runs is not None else []),
             Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
         ]
 
@@ -168,7 +173,7 @@ class Console:
     async def logout(self, request: Request) -> Response:
         """POST /console/logout: the session's cookies are dropped."""
         form = await request.form()
-        if not _csrf_ok(request, form):
+        if not csrf_ok(request, form):
             return self.render(request, "message.html", 403, message="The form was stale; log out again.")
         response = _to_login()
         response.delete_cookie(SESSION_COOKIE, path="/console")
@@ -219,7 +224,7 @@ class Console:
         """POST /console/approvals/{id}/decision: approve or reject, then the call's timeline."""
         approval_id = request.path_params["approval_id"]
         form = await request.form()
-        if not _csrf_ok(request, form):
+        if not csrf_ok(request, form):
             return await self.show_approval(request, who, approval_id, status_code=403, error=STALE_FORM)
         choice = str(form.get("decision", ""))
         if choice not in ("approve", "reject"):
@@ -263,7 +268,7 @@ class Console:
     async def resolve(self, request: Request, who: Principal) -> Response:
         """POST /console/calls/{id}/resolution: a person records what happened, with evidence."""
         form = await request.form()
-        if not _csrf_ok(request, form):
+        if not csrf_ok(request, form):
             return await self.show_unresolved(request, who, status_code=403, error=STALE_FORM)
         outcome = str(form.get("outcome", ""))
         if outcome not in ("succeeded", "failed"):
@@ -313,8 +318,9 @@ def console_routes(
     clock: Clock,
     secure_cookies: bool = False,
     in_force: InForce | None = None,
+    runs: RunControls | None = None,
 ) -> list[BaseRoute]:
-    """The console's routes (see `Console`)."""
+    """The console's routes (see `Console`); with `runs`, the runs pages (`gateway.console.runs`)."""
     console = Console(
         store=store,
         decisions=decisions,
@@ -322,6 +328,7 @@ def console_routes(
         clock=clock,
         secure_cookies=secure_cookies,
         in_force=in_force,
+        runs=runs,
     )
     return console.routes()
 
@@ -330,7 +337,8 @@ def _to_login() -> Response:
     return RedirectResponse("/console/login", status_code=303)
 
 
-def _csrf_ok(request: Request, form: Any) -> bool:
+def csrf_ok(request: Request, form: Any) -> bool:
+    """Whether a form carries the session's CSRF token."""
     expected = request.cookies.get(CSRF_COOKIE, "")
     given = str(form.get("csrf", ""))
     return bool(expected) and hmac.compare_digest(expected.encode(), given.encode())
