@@ -107,13 +107,14 @@ def _control(
     except Refused as exc:
         exit_refused(exc)
     principal = who.principal
+    said = reason or ""  # none given with a token: the service refuses it, saying why
     with _opened(config) as store:
         try:
             check_standing(store, who)
             control = RunControl(
                 run_id=run_id,
                 by=who.name,
-                reason=reason or "",
+                reason=said,
                 roles=principal.roles if principal else None,
                 tenant=principal.tenant if principal else None,
                 now=CLOCK(),
