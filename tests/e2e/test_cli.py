@@ -42,7 +42,9 @@ def make_some_calls(gateway: Gateway) -> list[str]:
                     "refund_order", {"order_id": "1001", "amount": 5, "currency": "EUR", "reason": "test"}
                 ),
                 await client.call_tool(
-                    "refund_order", {"order_id": "1002", "amount": 500, "currency": "EUR", "reason": "test"}
+                    "refund_order",
+                    {"order_id": "1002", "amount": 500, "currency": "EUR", "reason": "test"},
+                    meta={"writ/runId": "cli"},  # the others are in no run (2026-07-28 has no session)
                 ),
             ]
             return [r.meta["writ/toolCallId"] for r in results]
