@@ -215,6 +215,8 @@ class ToolCallDispatching(Payload):
     lease_expires_at: str | None = None
     retry_of_attempt: int | None = None
     """Set when reconciliation re-sends the same key to a backend that deduplicates on it."""
+    charges: list[BudgetCharged] | None = None
+    """Budget counters an approved call drew on when it ran and not when it was admitted (absent: none)."""
 
 
 class ToolCallCompleted(Payload):

@@ -35,6 +35,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("approval_pending", "approval.expired"): "expired",
     ("approved", "tool_call.dispatching"): "dispatching",
     ("approved", "tool_call.denied"): "denied",  # re-authorization at execution refused it
+    ("approved", "budget.exceeded"): "approved",  # a budget checked again at execution, then denied
     ("awaiting_confirmation", "confirmation.given"): "confirmed",
     ("awaiting_confirmation", "confirmation.declined"): "denied",
     ("awaiting_confirmation", "confirmation.expired"): "expired",

@@ -456,6 +456,11 @@ class ApprovedDispatch:
     """The policy version the call was re-authorized under."""
     lease_owner: str = "writ-gateway"
     lease_s: float = 60.0
+    charges: tuple[Charge, ...] = ()
+    """The budget counters the current policy says the call draws on now: those it was not charged on
+    at admission (a window that rolled over while it waited, a budget added) are checked and charged."""
+    loops: tuple[LoopKey, ...] = ()
+    """The loop patterns the call belongs to now: one found to loop since it was admitted refuses it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -237,7 +237,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         raise KeyClaimLost(f"key {p.idempotency_key!r} is no longer held by call {p.supersedes}")
 
 
-def _charge(conn: Connection, event: ev.ToolCallRequestedEvent, charge: ev.BudgetCharged) -> None:
+def _charge(conn: Connection, event: ev.Envelope, charge: ev.BudgetCharged) -> None:
     added = _ADD_TO_COUNTER.execute(
         conn, {"b_counter_key": charge.key, "b_amount_micros": charge.amount_micros}
     )
@@ -382,6 +382,8 @@ def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent, pending: 
         lease_expires_at=_ts(p.lease_expires_at),
         next_reconcile_at=None,
     )
+    for charge in p.charges or ():
+        _charge(conn, event, charge)
 
 
 def _completed(conn: Connection, event: ev.ToolCallCompletedEvent, pending: Pending | None) -> None:

@@ -115,7 +115,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     if loop is not None:
         call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = _breach(conn, req.charges)
+    breach = breach_of(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
         return Admission("new", call=call, breach=breach)
@@ -140,7 +140,7 @@ def admissible_read(conn: Connection, req: CallRequest) -> bool:
         not lookup.revoked
         and lookup.run_status != "stopped"
         and _loop(conn, req.loops) is None
-        and _breach(conn, req.charges) is None
+        and breach_of(conn, req.charges) is None
     )
 
 
@@ -167,7 +167,7 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     if loop is not None:
         call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = _breach(conn, req.charges)
+    breach = breach_of(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
         return Admission("new", call=call, breach=breach)
@@ -290,7 +290,7 @@ def _loop_detail(loop: LoopHit) -> str:
     )
 
 
-def _breach(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
+def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
     """The first charge that would take its counter past its limit, or None."""
     if not charges:
         return None
@@ -321,22 +321,40 @@ def _record_breach(
 ) -> CallView:
     """Record a call refused `budget_exceeded`: requested (charging nothing), budget.exceeded, denied."""
 
-    def exceeded(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
-        found = ev.BudgetExceeded(
-            budget=breach.budget_id,
-            limit=breach.limit_micros / MICROS,
-            used=breach.used_micros / MICROS,
-            amount=breach.amount_micros / MICROS,
-            counter_key=breach.counter_key,
-            resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
-            scope=breach.scope or None,
-            detail=refusal.detail,
-        )
-        return ev.BudgetExceededEvent(**call, payload=found)
+    def finding(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
+        return ev.BudgetExceededEvent(**call, payload=exceeded(breach, refusal.detail))
 
-    return _record_guarded(
-        log, req, "budget_exceeded", _breach_detail(breach), exceeded, run_tenant, producer
+    return _record_guarded(log, req, "budget_exceeded", breach_detail(breach), finding, run_tenant, producer)
+
+
+def exceeded(breach: Breach, detail: str | None) -> ev.BudgetExceeded:
+    """The `budget.exceeded` payload of `breach`."""
+    return ev.BudgetExceeded(
+        budget=breach.budget_id,
+        limit=breach.limit_micros / MICROS,
+        used=breach.used_micros / MICROS,
+        amount=breach.amount_micros / MICROS,
+        counter_key=breach.counter_key,
+        resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
+        scope=breach.scope or None,
+        detail=detail,
     )
+
+
+def detected(conn: Connection, loops: tuple[LoopKey, ...]) -> str | None:
+    """The rule of the first of `loops` whose pattern was found to loop in its window, or None."""
+    if not loops:
+        return None
+    found = (
+        conn.execute(
+            select(loop_marks.c.pattern_key).where(
+                loop_marks.c.pattern_key.in_([k.pattern for k in loops]), loop_marks.c.kind == "detected"
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return next((k.rule_id for k in loops if k.pattern in found), None)
 
 
 def _record_guarded(
@@ -375,7 +393,7 @@ MICROS = 1_000_000
 """Counters hold millionths of a budget's unit."""
 
 
-def _breach_detail(breach: Breach) -> str:
+def breach_detail(breach: Breach) -> str:
     resets = "at the end of the run" if breach.resets_at is None else f"at {ev.format_ts(breach.resets_at)}"
     return (
         f"budget {breach.budget_id!r} is used up: {breach.used_micros / MICROS:g} of "
@@ -531,12 +549,12 @@ def _call_requested(
         external_request_id=req.external_request_id,
         dedupe_window_s=req.dedupe_window_s,
         # Only the call that claims the key is charged: a conflict is refused and counts nothing.
-        charges=([_charged(c) for c in req.charges] or None) if claims_key else None,
+        charges=([charged(c) for c in req.charges] or None) if claims_key else None,
         loops=([_marked(k) for k in req.loops] or None) if claims_key else None,
     )
 
 
-def _charged(charge: Charge) -> ev.BudgetCharged:
+def charged(charge: Charge) -> ev.BudgetCharged:
     return ev.BudgetCharged(
         budget=charge.budget_id,
         key=charge.counter_key,
