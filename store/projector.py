@@ -357,7 +357,11 @@ def _confirmation_declined(
 def _confirmation_expired(
     conn: Connection, event: ev.ConfirmationExpiredEvent, pending: Pending | None
 ) -> None:
-    _update_call(conn, pending, event, status="expired", reason="confirmation_expired")
+    # Withdrawn because its run was stopped, or expired unanswered (the only cause before runs stopped).
+    stopped = event.payload.reason == "run_stopped"
+    _update_call(
+        conn, pending, event, status="expired", reason="run_stopped" if stopped else "confirmation_expired"
+    )
 
 
 def _ts(text: str | None) -> Any:

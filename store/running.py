@@ -3,7 +3,8 @@
 A stop is one transaction under the head lock: the run's row becomes `stopped` (every later admission
 reads it there and refuses the call `run_stopped`), each approval of the run still awaiting a decision
 is withdrawn (an `approval.rejected` by the stopper, marked `withdrawn: run_stopped`, caused by the
-stop), and each call approved but not yet dispatched is denied `run_stopped`. Calls already dispatching
+stop), each call approved but not yet dispatched is denied `run_stopped`, and each call awaiting the
+user's confirmation ends (`confirmation.expired` with reason `run_stopped`). Calls already dispatching
 settle as they would have: their effect may be under way, and Writ never abandons one.
 """
 
@@ -52,6 +53,11 @@ def stop(conn: Connection, cmd: StopRun, *, producer: str) -> RunView:
         .where(tool_calls.c.run_id == cmd.run_id, tool_calls.c.status == "approved")
         .order_by(tool_calls.c.created_at, tool_calls.c.tool_call_id)
     ).all()
+    unconfirmed = conn.execute(
+        select(tool_calls)
+        .where(tool_calls.c.run_id == cmd.run_id, tool_calls.c.status == "awaiting_confirmation")
+        .order_by(tool_calls.c.created_at, tool_calls.c.tool_call_id)
+    ).all()
     stopped = log.add(
         ev.RunStoppedEvent(
             occurred_at=ev.format_ts(cmd.now),
@@ -77,6 +83,10 @@ def stop(conn: Connection, cmd: StopRun, *, producer: str) -> RunView:
         denied = ev.ToolCallDenied(reason=RUN_STOPPED, detail=f"run {cmd.run_id} was stopped before it ran")
         log.add(ev.ToolCallDeniedEvent(**_caused(row, cmd, producer, stopped), payload=denied))
         queues.release(conn, row.approval_id)
+    for row in unconfirmed:
+        # The user's answer can no longer run it: the confirmation ends here, as an expiry would.
+        ended = ev.ConfirmationExpired(confirmation_id=row.confirmation_id, reason=RUN_STOPPED)
+        log.add(ev.ConfirmationExpiredEvent(**_caused(row, cmd, producer, stopped), payload=ended))
     log.flush()
     return _run(conn, cmd.run_id, None)
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from store import ApprovedDispatch, NotFound, StaleLease, Store
+from store import ApprovedDispatch, ConfirmationAnswer, NotFound, StaleLease, Store
 from store.commands import DecideApproval, ResumeRun, StopRun
 from store.model import RunView
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
@@ -162,3 +162,31 @@ def test_runs_are_listed_newest_first_with_their_origin_and_calls(store: Store) 
     store.rebuild()
     rebuilt = store.get_run("run-b", tenant="acme")
     assert rebuilt is not None and (rebuilt.status, rebuilt.stopped_by) == ("stopped", "carol")
+
+
+def test_stopping_ends_the_runs_calls_awaiting_the_users_confirmation(store: Store) -> None:
+    store.admit(
+        call_request(
+            tool_call_id="confirming",
+            idempotency_key="k1",
+            confirmation_id="cf-1",
+            confirmation_expires_at=NOW + timedelta(hours=1),
+        )
+    )
+
+    stop(store)
+
+    call = store.get_call("confirming")
+    assert call is not None and (call.status, call.reason) == ("expired", "run_stopped")
+    with pytest.raises(StaleLease):
+        store.answer_confirmation(
+            ConfirmationAnswer(
+                "confirming",
+                confirmation_id="cf-1",
+                action_hash="action-a",
+                action="accept",
+                answered_by="alice",
+                now=LATER,
+            )
+        )
+    assert store.verify().ok
