@@ -40,6 +40,7 @@ from capabilities.registry import Registry
 from gateway.api.clients import client_routes
 from gateway.api.principals import principal_routes
 from gateway.api.routes import api_routes
+from gateway.api.runs import run_routes
 from gateway.audit.checkpointer import Checkpointer
 from gateway.audit.checkpoints import CheckpointSigner
 from gateway.audit.security import NoSecurityEvents, SecurityEvents, SecuritySink
@@ -574,6 +575,7 @@ def build_app(runtime: Runtime) -> Starlette:
             runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions, clock=runtime.clock
         ),
         *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
+        *run_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
     ]
     if runtime.console_decisions is not None:
         routes.extend(
@@ -589,6 +591,7 @@ def build_app(runtime: Runtime) -> Starlette:
                     if runtime.authorization_server is not None
                     else None
                 ),
+                runs=runtime.store.with_producer(CONSOLE),
             )
         )
     if runtime.dev_issuer is not None:

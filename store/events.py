@@ -98,8 +98,30 @@ class RunStarted(Payload):
     tenant: str
     subject: str
     implicit: bool = False
+    """A run made for one call whose client named none (logs written before runs were Writ's own)."""
     client_run_id: str | None = None
     """What the client called the run; the envelope's `run_id` is Writ's, scoped to the principal."""
+    origin: Literal["client", "session"] | None = None
+    """What groups the run's calls: the client's `writ/runId`, or its MCP session (absent before)."""
+
+
+class RunStopped(Payload):
+    """A person stopped a run: its later calls are refused `run_stopped`, its waiting approvals
+    withdrawn (each an `approval.rejected` caused by this event)."""
+
+    stopped_by: str
+    reason: str
+    break_glass: bool = False
+    withdrawn: list[str] | None = None
+    """The approval ids withdrawn with it."""
+
+
+class RunResumed(Payload):
+    """A person resumed a stopped run: it takes calls again (withdrawn approvals stay rejected)."""
+
+    resumed_by: str
+    reason: str
+    break_glass: bool = False
 
 
 class BudgetCharged(Payload):
@@ -170,6 +192,9 @@ class ApprovalDecided(Payload):
     verified principal: `decided_by` is then `operator:<os-user>@<host>`."""
     decided_by_roles: list[str] | None = None
     """The roles the decider held when deciding (absent where none was known, as in older events)."""
+    withdrawn: Literal["run_stopped"] | None = None
+    """Set on a rejection nobody decided on its merits: the approval was withdrawn because its run
+    was stopped (`decided_by` stopped it; the event's cause is the `run.stopped`)."""
 
 
 class ApprovalExpired(Payload):
@@ -208,6 +233,8 @@ class ToolCallDispatching(Payload):
     lease_expires_at: str | None = None
     retry_of_attempt: int | None = None
     """Set when reconciliation re-sends the same key to a backend that deduplicates on it."""
+    charges: list[BudgetCharged] | None = None
+    """Budget counters an approved call drew on when it ran and not when it was admitted (absent: none)."""
 
 
 class ToolCallCompleted(Payload):
@@ -421,6 +448,16 @@ class RunStartedEvent(Envelope):
     payload: RunStarted
 
 
+class RunStoppedEvent(Envelope):
+    type: Literal["run.stopped"] = "run.stopped"
+    payload: RunStopped
+
+
+class RunResumedEvent(Envelope):
+    type: Literal["run.resumed"] = "run.resumed"
+    payload: RunResumed
+
+
 class ToolCallRequestedEvent(Envelope):
     type: Literal["tool_call.requested"] = "tool_call.requested"
     payload: ToolCallRequested
@@ -585,6 +622,8 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     SecurityAuthFailedEvent,
     SecurityUnknownToolEvent,
     SecurityEdgeRefusedEvent,
+    RunStoppedEvent,
+    RunResumedEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -616,7 +655,9 @@ Event = Annotated[
     | OAuthClientRevokedEvent
     | SecurityAuthFailedEvent
     | SecurityUnknownToolEvent
-    | SecurityEdgeRefusedEvent,
+    | SecurityEdgeRefusedEvent
+    | RunStoppedEvent
+    | RunResumedEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

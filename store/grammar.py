@@ -35,6 +35,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("approval_pending", "approval.expired"): "expired",
     ("approved", "tool_call.dispatching"): "dispatching",
     ("approved", "tool_call.denied"): "denied",  # re-authorization at execution refused it
+    ("approved", "budget.exceeded"): "approved",  # a budget checked again at execution, then denied
     ("awaiting_confirmation", "confirmation.given"): "confirmed",
     ("awaiting_confirmation", "confirmation.declined"): "denied",
     ("awaiting_confirmation", "confirmation.expired"): "expired",
@@ -72,6 +73,8 @@ IN_FLIGHT: frozenset[str] = frozenset(
 CALL_FREE_TYPES: frozenset[str] = frozenset(
     {
         "run.started",
+        "run.stopped",
+        "run.resumed",
         "principal.revoked",
         "principal.restored",
         "loop.detected",
@@ -100,11 +103,13 @@ class _Call:
         "key",
         "requester",
         "requester_may_approve",
+        "run_id",
         "state",
         "tenant",
     )
 
     def __init__(self, state: str, key: _Key, requester: str, tenant: str, created_at: str) -> None:
+        self.run_id: str | None = None
         self.state = state
         self.key = key
         self.requester = requester
@@ -127,6 +132,8 @@ class Grammar:
         self._holders: dict[_Key, str] = {}
         """Who holds each (tenant, subject, idempotency key): the effect ledger as the log builds it."""
         self._runs: dict[str, str | None] = {}
+        self._stopped: set[str] = set()
+        """Runs stopped and not resumed: none of their calls may claim a key, be approved or run."""
         self._revoked: set[tuple[str | None, str]] = set()
 
     def check(self, event: ev.Event) -> GrammarViolation | None:
@@ -140,6 +147,8 @@ class Grammar:
     def _take(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStartedEvent):
             self._run_started(event)
+        elif isinstance(event, ev.RunStoppedEvent | ev.RunResumedEvent):
+            self._run_control(event)
         elif isinstance(event, ev.PrincipalRevokedEvent):
             self._revoked.add((event.tenant, event.payload.subject))
         elif isinstance(event, ev.PrincipalRestoredEvent):
@@ -160,25 +169,46 @@ class Grammar:
             raise _Broken("run_started_twice", f"run {run_id} was started before")
         self._runs[run_id] = event.tenant
 
+    def _run_control(self, event: ev.RunStoppedEvent | ev.RunResumedEvent) -> None:
+        run_id = event.run_id or ""
+        if run_id not in self._runs:
+            raise _Broken("run_not_started", f"{event.type} names run {run_id}, never started")
+        if self._runs[run_id] != event.tenant:
+            raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
+        stopping = isinstance(event, ev.RunStoppedEvent)
+        if stopping == (run_id in self._stopped):
+            state = "stopped" if stopping else "not stopped"
+            raise _Broken("run_control_out_of_order", f"{event.type} of run {run_id}, which is {state}")
+        if stopping:
+            self._stopped.add(run_id)
+        else:
+            self._stopped.discard(run_id)
+
     def _requested(self, event: ev.ToolCallRequestedEvent) -> None:
         p = event.payload
         tool_call_id = event.tool_call_id or ""
         if tool_call_id in self._calls:
             raise _Broken("requested_twice", f"call {tool_call_id} was requested before")
-        run_id = event.run_id or ""
-        if run_id not in self._runs:
-            raise _Broken("run_not_started", f"call {tool_call_id} names run {run_id}, never started")
-        if self._runs[run_id] != event.tenant:
-            raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
+        run_id = event.run_id
+        if run_id is not None:  # a call in no run (no runId, no session) names none
+            if run_id not in self._runs:
+                raise _Broken("run_not_started", f"call {tool_call_id} names run {run_id}, never started")
+            if self._runs[run_id] != event.tenant:
+                raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
         key = (event.tenant or "", p.subject, p.idempotency_key)
         state = "refused"
         if p.claims_key:
             if (event.tenant, p.subject) in self._revoked:
                 raise _Broken("claim_by_revoked", f"{p.subject} claims a key while revoked")
+            if run_id in self._stopped:
+                raise _Broken(
+                    "claim_in_stopped_run", f"call {tool_call_id} claims a key in stopped run {run_id}"
+                )
             self._claim(event, key)
             state = f"decided:{p.decision.get('effect')}"
         call = _Call(state, key, p.subject, event.tenant or "", event.occurred_at)
         call.effect_class = p.effect_class
+        call.run_id = run_id
         self._calls[tool_call_id] = call
 
     def _claim(self, event: ev.ToolCallRequestedEvent, key: _Key) -> None:
@@ -268,6 +298,8 @@ class Grammar:
         p = event.payload
         if not isinstance(event, ev.ApprovalGrantedEvent):
             return
+        if call.run_id in self._stopped:
+            raise _Broken("approval_in_stopped_run", f"approved while run {call.run_id} is stopped")
         if p.decided_by == call.requester and not call.requester_may_approve:
             raise _Broken("self_approval", f"{p.decided_by} approved their own call")
         if not p.break_glass and (event.tenant, p.decided_by) in self._revoked:
@@ -296,6 +328,8 @@ class Grammar:
             )
         if p.attempt != call.attempts + 1:
             raise _Broken("attempt_out_of_order", f"attempt {p.attempt} follows attempt {call.attempts}")
+        if call.state == "approved" and call.run_id in self._stopped:
+            raise _Broken("dispatch_in_stopped_run", f"an approved call of stopped run {call.run_id} ran")
         if call.state in ("approved", "confirmed"):
             for who in (call.requester, call.approved_by):
                 if who is not None and (call.tenant, who) in self._revoked:

@@ -168,14 +168,35 @@ class PrincipalRecord:
         )
 
 
+RunOrigin = Literal["client", "session"]
+RunStatus = Literal["active", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """A run as its projection holds it: whose, since when, how many calls, and whether it is stopped."""
+
+    run_id: str
+    tenant: str
+    subject: str
+    started_at: datetime
+    call_count: int
+    origin: str | None
+    status: str
+    stopped_at: datetime | None = None
+    stopped_by: str | None = None
+    stop_reason: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class CallIdentity:
     """Who asked for which action under which key: what an admission and a refusal record alike."""
 
     tool_call_id: str
-    run_id: str
-    run_is_new_hint: bool
-    """The caller gave no run id, so a run is created for this call alone."""
+    run_id: str | None
+    """Writ's id of the run the call is in; None for a call in no run (no runId and no session)."""
+    run_origin: RunOrigin | None
+    """What groups the run's calls, recorded when the call starts it: the client's runId or its session."""
     tenant: str
     subject: str
     principal: PrincipalRecord
@@ -296,7 +317,7 @@ class CallView:
     """The tool-calls projection row for one call."""
 
     tool_call_id: str
-    run_id: str
+    run_id: str | None
     tenant: str
     subject: str
     tool_name: str
@@ -437,6 +458,11 @@ class ApprovedDispatch:
     """The policy version the call was re-authorized under."""
     lease_owner: str = "writ-gateway"
     lease_s: float = 60.0
+    charges: tuple[Charge, ...] = ()
+    """The budget counters the current policy says the call draws on now: those it was not charged on
+    at admission (a window that rolled over while it waited, a budget added) are checked and charged."""
+    loops: tuple[LoopKey, ...] = ()
+    """The loop patterns the call belongs to now: one found to loop since it was admitted refuses it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from store.model import (
 )
 from store.raw import Statement
 from store.refusals import bounded
+from store.running import RUN_STOPPED
 from store.schema import budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
@@ -55,6 +56,10 @@ _ADMIT_LOOKUP = Statement(
         .where(runs.c.run_id == bindparam("b_run_id"))
         .scalar_subquery()
         .label("run_tenant"),
+        select(runs.c.status)
+        .where(runs.c.run_id == bindparam("b_run_id"))
+        .scalar_subquery()
+        .label("run_status"),
         _ledger(effect_ledger.c.tool_call_id).label("holder"),
         _ledger(effect_ledger.c.action_hash).label("holder_hash"),
         select(revocations.c.subject)
@@ -64,6 +69,18 @@ _ADMIT_LOOKUP = Statement(
     )
 )
 _RUN_TENANT = Statement(select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id")))
+
+
+def _stopped(req: CallRequest, lookup: Any) -> RefusalRequest | None:
+    """The refusal of a call in a stopped run (read under the head lock, so every replica agrees)."""
+    if lookup.run_status != "stopped":
+        return None
+    who = req.identity
+    detail = (
+        f"run {who.run_id} was stopped by a person; no call of it runs until it is resumed. Stop and "
+        "report to your user instead of retrying"
+    )
+    return _refusal_of(req, RUN_STOPPED, detail)
 
 
 def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
@@ -77,6 +94,8 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    if (stopped := _stopped(req, lookup)) is not None:
+        return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     supersedes: str | None = None
     if lookup.holder is not None:
         existing = load_call(conn, lookup.holder)
@@ -96,7 +115,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     if loop is not None:
         call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = _breach(conn, req.charges)
+    breach = breach_of(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
         return Admission("new", call=call, breach=breach)
@@ -117,7 +136,12 @@ def admissible_read(conn: Connection, req: CallRequest) -> bool:
     who = req.identity
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
-    return not lookup.revoked and _loop(conn, req.loops) is None and _breach(conn, req.charges) is None
+    return (
+        not lookup.revoked
+        and lookup.run_status != "stopped"
+        and _loop(conn, req.loops) is None
+        and breach_of(conn, req.charges) is None
+    )
 
 
 def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admission:
@@ -137,11 +161,13 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     if lookup.revoked:
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    if (stopped := _stopped(req, lookup)) is not None:
+        return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     loop = _loop(conn, req.loops)
     if loop is not None:
         call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = _breach(conn, req.charges)
+    breach = breach_of(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
         return Admission("new", call=call, breach=breach)
@@ -264,7 +290,7 @@ def _loop_detail(loop: LoopHit) -> str:
     )
 
 
-def _breach(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
+def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
     """The first charge that would take its counter past its limit, or None."""
     if not charges:
         return None
@@ -295,22 +321,40 @@ def _record_breach(
 ) -> CallView:
     """Record a call refused `budget_exceeded`: requested (charging nothing), budget.exceeded, denied."""
 
-    def exceeded(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
-        found = ev.BudgetExceeded(
-            budget=breach.budget_id,
-            limit=breach.limit_micros / MICROS,
-            used=breach.used_micros / MICROS,
-            amount=breach.amount_micros / MICROS,
-            counter_key=breach.counter_key,
-            resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
-            scope=breach.scope or None,
-            detail=refusal.detail,
-        )
-        return ev.BudgetExceededEvent(**call, payload=found)
+    def finding(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
+        return ev.BudgetExceededEvent(**call, payload=exceeded(breach, refusal.detail))
 
-    return _record_guarded(
-        log, req, "budget_exceeded", _breach_detail(breach), exceeded, run_tenant, producer
+    return _record_guarded(log, req, "budget_exceeded", breach_detail(breach), finding, run_tenant, producer)
+
+
+def exceeded(breach: Breach, detail: str | None) -> ev.BudgetExceeded:
+    """The `budget.exceeded` payload of `breach`."""
+    return ev.BudgetExceeded(
+        budget=breach.budget_id,
+        limit=breach.limit_micros / MICROS,
+        used=breach.used_micros / MICROS,
+        amount=breach.amount_micros / MICROS,
+        counter_key=breach.counter_key,
+        resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
+        scope=breach.scope or None,
+        detail=detail,
     )
+
+
+def detected(conn: Connection, loops: tuple[LoopKey, ...]) -> str | None:
+    """The rule of the first of `loops` whose pattern was found to loop in its window, or None."""
+    if not loops:
+        return None
+    found = (
+        conn.execute(
+            select(loop_marks.c.pattern_key).where(
+                loop_marks.c.pattern_key.in_([k.pattern for k in loops]), loop_marks.c.kind == "detected"
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return next((k.rule_id for k in loops if k.pattern in found), None)
 
 
 def _record_guarded(
@@ -349,7 +393,7 @@ MICROS = 1_000_000
 """Counters hold millionths of a budget's unit."""
 
 
-def _breach_detail(breach: Breach) -> str:
+def breach_detail(breach: Breach) -> str:
     resets = "at the end of the run" if breach.resets_at is None else f"at {ev.format_ts(breach.resets_at)}"
     return (
         f"budget {breach.budget_id!r} is used up: {breach.used_micros / MICROS:g} of "
@@ -437,7 +481,7 @@ def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
     return RefusalRequest(req.identity, reason, detail, req.policy_version, req.summary)
 
 
-def _check_run_tenant(run_id: str, run_tenant: str | None, tenant: str) -> None:
+def _check_run_tenant(run_id: str | None, run_tenant: str | None, tenant: str) -> None:
     if run_tenant is not None and run_tenant != tenant:
         raise StoreError(f"run {run_id} belongs to another tenant")
 
@@ -467,8 +511,11 @@ def _base(who: CallIdentity, policy_version: str, producer: str) -> dict[str, An
 
 
 def _add_run_started(log: Append, who: CallIdentity, base: dict[str, Any]) -> None:
+    """Start the call's run, unless it is in none (a client with neither a runId nor a session)."""
+    if who.run_id is None:
+        return
     payload = ev.RunStarted(
-        tenant=who.tenant, subject=who.subject, implicit=who.run_is_new_hint, client_run_id=who.client_run_id
+        tenant=who.tenant, subject=who.subject, client_run_id=who.client_run_id, origin=who.run_origin
     )
     log.add(ev.RunStartedEvent(**base, payload=payload))
 
@@ -505,12 +552,12 @@ def _call_requested(
         external_request_id=req.external_request_id,
         dedupe_window_s=req.dedupe_window_s,
         # Only the call that claims the key is charged: a conflict is refused and counts nothing.
-        charges=([_charged(c) for c in req.charges] or None) if claims_key else None,
+        charges=([charged(c) for c in req.charges] or None) if claims_key else None,
         loops=([_marked(k) for k in req.loops] or None) if claims_key else None,
     )
 
 
-def _charged(charge: Charge) -> ev.BudgetCharged:
+def charged(charge: Charge) -> ev.BudgetCharged:
     return ev.BudgetCharged(
         budget=charge.budget_id,
         key=charge.counter_key,

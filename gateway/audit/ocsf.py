@@ -1,13 +1,13 @@
 """Writ's events as OCSF events, for SIEMs that ingest the Open Cybersecurity Schema Framework.
 
 Each event type maps to one OCSF class (the table is the README's "Feeding a SIEM"): the lifecycle of
-runs, calls, approvals, confirmations and reconciliations is API Activity; a principal revoked or
-restored, or an OAuth client's sign-ins revoked, is Account Change; a budget exceeded or a loop detected
-is a Detection Finding; a failed authentication (`security.auth_failed`) is Authentication (Logon,
-Failure); a call to an unknown tool is API Activity (Failure); a request refused at the edge is HTTP
-Activity (Failure); a type this table does not know yet is a Base Event, never dropped. The Writ
-envelope, hashes included, rides along whole in `unmapped.writ`, so the OCSF line still proves what the
-log holds.
+runs (started, stopped and resumed by a person), calls, approvals, confirmations and reconciliations
+is API Activity; a principal revoked or restored, or an OAuth client's sign-ins revoked, is Account
+Change; a budget exceeded or a loop detected is a Detection Finding; a failed authentication
+(`security.auth_failed`) is Authentication (Logon, Failure); a call to an unknown tool is API Activity
+(Failure); a request refused at the edge is HTTP Activity (Failure); a type this table does not know
+yet is a Base Event, never dropped. The Writ envelope, hashes included, rides along whole in
+`unmapped.writ`, so the OCSF line still proves what the log holds.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _API_FAMILIES = ("run.", "tool_call.", "approval.", "confirmation.", "reconcilia
 _SUCCESS = frozenset({"completed", "resolved", "granted", "given"})
 _FAILURE = frozenset({"failed", "denied", "rejected", "declined", "expired"})
 # Who did it: the decider, revoker or resolver where there is one, else the subject who asked.
-_ACTORS = ("decided_by", "revoked_by", "restored_by", "resolved_by", "subject")
+_ACTORS = ("decided_by", "revoked_by", "restored_by", "resolved_by", "stopped_by", "resumed_by", "subject")
 
 
 def ocsf_class(event_type: str) -> tuple[OcsfClass, int, str]:

@@ -29,6 +29,7 @@ from gateway.cli.clients import oauth_app
 from gateway.cli.clock import CLOCK
 from gateway.cli.identity import policy_app, principals_app
 from gateway.cli.refusals import exit_refused
+from gateway.cli.runs import runs_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
 from gateway.errors import GatewayError, Refused
@@ -54,6 +55,7 @@ app.add_typer(approvals_app, name="approvals")
 app.add_typer(policy_app, name="policy")
 app.add_typer(principals_app, name="principals")
 app.add_typer(oauth_app, name="oauth")
+app.add_typer(runs_app, name="runs")
 
 ConfigOption = Annotated[
     str | None,

@@ -1,4 +1,5 @@
-"""The console's routes: login, inbox, one approval, its decision, a call's timeline, unresolved calls."""
+"""The console's routes: login, inbox, one approval, its decision, a call's timeline, unresolved calls;
+the runs pages are `gateway.console.runs`."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
 from gateway.clock import Clock
 from gateway.console.clients import ClientPages
+from gateway.console.runs import RunPages
 from gateway.console.views import InForce, approval_card, timeline, unresolved_card
 from gateway.display import visible
 from gateway.errors import Refused
@@ -30,7 +32,7 @@ from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.oauth_clients import Liveness
-from store.ports import OAuthClients, Oversight
+from store.ports import OAuthClients, Oversight, RunControls
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
@@ -76,7 +78,9 @@ class Console:
         secure_cookies: bool = False,
         in_force: InForce | None = None,
         clients: ClientPages | None = None,
+        runs: RunControls | None = None,
     ) -> None:
+        self.runs = runs
         self.store = store
         self.clients = clients
         self.clock = clock
@@ -103,6 +107,7 @@ class Console:
             Route("/console/unresolved", signed_in(self.show_unresolved), methods=["GET"]),
             Route("/console/calls/{tool_call_id}/resolution", signed_in(self.resolve), methods=["POST"]),
             *(self.clients.routes() if self.clients is not None else []),
+            *(RunPages(self, self.runs, self.clock).routes() if self.runs is not None else []),
             Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
         ]
 
@@ -319,8 +324,10 @@ def console_routes(
     secure_cookies: bool = False,
     in_force: InForce | None = None,
     clients: tuple[OAuthClients, Liveness] | None = None,
+    runs: RunControls | None = None,
 ) -> list[BaseRoute]:
-    """The console's routes (see `Console`); with `clients`, the clients page (`ClientPages`)."""
+    """The console's routes (see `Console`); with `clients`, the clients page (`ClientPages`); with
+    `runs`, the runs pages (`gateway.console.runs`)."""
     console = Console(
         store=store,
         decisions=decisions,
@@ -328,6 +335,7 @@ def console_routes(
         clock=clock,
         secure_cookies=secure_cookies,
         in_force=in_force,
+        runs=runs,
     )
     if clients is not None:
         console.clients = ClientPages(console, clients[0], clients[1], clock)
@@ -339,6 +347,7 @@ def _to_login() -> Response:
 
 
 def csrf_ok(request: Request, form: Any) -> bool:
+    """Whether a form carries the session's CSRF token."""
     expected = request.cookies.get(CSRF_COOKIE, "")
     given = str(form.get("csrf", ""))
     return bool(expected) and hmac.compare_digest(expected.encode(), given.encode())

@@ -165,3 +165,42 @@ def test_a_confirm_capability_never_dispatches_unconfirmed() -> None:
     violation = follow(requested("c", 1, effect_class="confirm"), dispatching("c", 2))
 
     assert violation is not None and (violation.seq, violation.rule) == (2, "dispatch_without_confirmation")
+
+
+def stopped(seq: int) -> ev.Event:
+    return ev.RunStoppedEvent(
+        **envelope("", seq) | {"tool_call_id": None}, payload=ev.RunStopped(stopped_by="carol", reason="r")
+    )
+
+
+def resumed(seq: int) -> ev.Event:
+    return ev.RunResumedEvent(
+        **envelope("", seq) | {"tool_call_id": None}, payload=ev.RunResumed(resumed_by="carol", reason="r")
+    )
+
+
+def test_no_call_of_a_stopped_run_claims_a_key_is_approved_or_runs_until_it_is_resumed() -> None:
+    claim = follow(stopped(1), requested("c", 2))
+    approval = follow(*pending("c", 1), stopped(3), granted("c", 4, "carol"))
+    dispatch = follow(*pending("c", 1), granted("c", 3, "carol"), stopped(4), dispatching("c", 5))
+
+    assert claim is not None and (claim.seq, claim.rule) == (2, "claim_in_stopped_run")
+    assert approval is not None and (approval.seq, approval.rule) == (4, "approval_in_stopped_run")
+    assert dispatch is not None and (dispatch.seq, dispatch.rule) == (5, "dispatch_in_stopped_run")
+    assert follow(stopped(1), resumed(2), requested("c", 3)) is None
+
+
+def test_a_run_is_stopped_or_resumed_only_from_the_other_state() -> None:
+    twice = follow(stopped(1), stopped(2))
+    unstopped = follow(resumed(1))
+
+    assert twice is not None and (twice.seq, twice.rule) == (2, "run_control_out_of_order")
+    assert unstopped is not None and unstopped.rule == "run_control_out_of_order"
+
+
+def test_a_call_in_no_run_needs_no_run_started() -> None:
+    runless = ev.ToolCallRequestedEvent(
+        **{**requested("c", 1).model_dump(), "run_id": None, "type": "tool_call.requested"}
+    )
+
+    assert follow(runless, dispatching("c", 2)) is None
