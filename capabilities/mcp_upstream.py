@@ -11,6 +11,7 @@ one is `response_too_large`.
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -524,7 +525,12 @@ class McpExecutor:
             return unanswered_outcome(invocation, read_only, "invalid_response", detail)
         if exc.message == SESSION_TERMINATED:
             session.kill()
-        return failed_outcome(invocation, f"mcp_error_{abs(exc.code)}", detail)
+        failed = failed_outcome(invocation, f"mcp_error_{abs(exc.code)}", detail)
+        required = required_capabilities(exc)
+        if required is None or failed.result is None:
+            return failed
+        # Kept in the recorded result, so the edge can answer with the upstream's -32021 and its data.
+        return replace(failed, result=replace(failed.result, structured={"requiredCapabilities": required}))
 
     async def _check_token(self, timeout_s: float) -> None:
         """Make sure an OAuth backend has a fresh token before the call leaves, so a token endpoint
@@ -620,3 +626,22 @@ def _first_text(result: ToolResult) -> str:
         if block.get("type") == "text":
             return str(block.get("text", ""))
     return "the upstream tool reported an error"
+
+
+MAX_REQUIRED_BYTES = 4096
+"""The most of an upstream's `requiredCapabilities` kept (a capabilities object is small)."""
+
+
+def required_capabilities(exc: MCPError) -> dict[str, Any] | None:
+    """The client capabilities an upstream said a call needs (-32021, SEP-2575), if well formed:
+    an object of objects keyed by capability, as JSON, of bounded size; else None."""
+    if exc.code != mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY or not isinstance(exc.data, dict):
+        return None
+    required = exc.data.get("requiredCapabilities")
+    if not isinstance(required, dict) or not required:
+        return None
+    if not all(isinstance(k, str) and isinstance(v, dict) for k, v in required.items()):
+        return None
+    if not is_json(required) or len(json.dumps(required)) > MAX_REQUIRED_BYTES:
+        return None
+    return required

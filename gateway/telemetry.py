@@ -266,17 +266,21 @@ class Telemetry:
         whatever opened it: the span starts before the transaction begins, so a wait for the write
         lock is in it."""
         tracer, system = self._tracer, engine.dialect.name
+        # Kept beside the connection, not in `conn.info`: the rollback of a connection the database
+        # dropped comes here too, and reading its `info` then raises (PendingRollbackError), which
+        # would replace the store's own error ("unavailable") with a confusing one.
+        spans: weakref.WeakKeyDictionary[Any, Span] = weakref.WeakKeyDictionary()
 
         def begin(conn: Any) -> None:
             kind = "read" if conn.get_execution_options().get(READ_ONLY) else "write"
             span = tracer.start_span(
                 f"store {kind}", kind=SpanKind.CLIENT, attributes={"db.system.name": system}
             )
-            conn.info[_STORE_SPAN] = span
+            spans[conn] = span
 
         def finish(outcome: str) -> Callable[[Any], None]:
             def end(conn: Any) -> None:
-                span = conn.info.pop(_STORE_SPAN, None)
+                span = spans.pop(conn, None)
                 if span is not None:
                     span.set_attribute("db.operation.name", outcome)
                     if outcome == "ROLLBACK":
@@ -294,9 +298,6 @@ class Telemetry:
             if hasattr(provider, "shutdown"):
                 provider.shutdown()  # a last collection reads the gauges
         self._open = False
-
-
-_STORE_SPAN = "writ.telemetry.span"
 
 
 def session_label(session_id: str) -> str:

@@ -41,7 +41,7 @@ def shown(text: object) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class SecurityRefusal:
     """One refusal the gateway saw; equal refusals are counted together."""
 
     type: SecurityType
@@ -71,9 +71,9 @@ class SecurityEvents:
         self._clock = clock
         self._window = timedelta(seconds=window_s)
         self._max_keys = max_keys
-        self._pending: dict[Refusal, _Tally] = {}
-        self._written: dict[Refusal, datetime] = {}
-        self._keys: set[Refusal] = set()
+        self._pending: dict[SecurityRefusal, _Tally] = {}
+        self._written: dict[SecurityRefusal, datetime] = {}
+        self._keys: set[SecurityRefusal] = set()
         """Every key pending or written within its window: what `max_keys` bounds."""
         # `note` runs on the server's event loop, a pass may run elsewhere (on the way out, or from
         # another thread): one short lock, never held across I/O.
@@ -83,12 +83,12 @@ class SecurityEvents:
     def window_s(self) -> float:
         return self._window.total_seconds()
 
-    def note(self, refusal: Refusal) -> None:
+    def note(self, refusal: SecurityRefusal) -> None:
         """Count one refusal; nothing is written here."""
         now = self._clock()
         with self._lock:
             if refusal not in self._keys and len(self._keys) >= self._max_keys:
-                refusal = Refusal(refusal.type, refusal.kind, OTHER_SOURCE, tenant=refusal.tenant)
+                refusal = SecurityRefusal(refusal.type, refusal.kind, OTHER_SOURCE, tenant=refusal.tenant)
             self._keys.add(refusal)
             tally = self._pending.get(refusal)
             if tally is None:
@@ -144,7 +144,7 @@ class SecurityEvents:
     def _restore(self, notes: Sequence[SecurityNote]) -> None:
         with self._lock:
             for note in notes:
-                refusal = Refusal(
+                refusal = SecurityRefusal(
                     note.type,
                     note.kind,
                     note.source,
@@ -164,7 +164,7 @@ class SecurityEvents:
                     tally.first_at = min(tally.first_at, note.first_at)
 
 
-def _note(refusal: Refusal, tally: _Tally, window_s: float) -> SecurityNote:
+def _note(refusal: SecurityRefusal, tally: _Tally, window_s: float) -> SecurityNote:
     return SecurityNote(
         type=refusal.type,
         kind=refusal.kind,
@@ -189,14 +189,14 @@ def _details(note: SecurityNote) -> list[tuple[str, str]]:
 class SecuritySink(Protocol):
     """Where the edge, the authentication and the MCP face note what they refuse."""
 
-    def note(self, refusal: Refusal) -> None: ...
+    def note(self, refusal: SecurityRefusal) -> None: ...
 
 
 class NoSecurityEvents:
     """What a component is given when no events are kept (unit tests, the CLI)."""
 
-    def note(self, refusal: Refusal) -> None:
+    def note(self, refusal: SecurityRefusal) -> None:
         pass
 
 
-__all__ = ["NoSecurityEvents", "Refusal", "SecurityEvents", "SecuritySink", "shown"]
+__all__ = ["NoSecurityEvents", "SecurityRefusal", "SecurityEvents", "SecuritySink", "shown"]

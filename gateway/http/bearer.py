@@ -23,7 +23,7 @@ from starlette.authentication import AuthCredentials, AuthenticationError
 from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 
-from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink
 from gateway.auth.tokens import JwtVerifier, TokenRejected
 from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
@@ -67,7 +67,7 @@ class _NotedBackend(BearerAuthBackend):
         except TokenRefused as exc:
             claimed = exc.rejected.claimed
             self._security.note(
-                Refusal(
+                SecurityRefusal(
                     "security.auth_failed",
                     exc.rejected.kind,
                     source=conn.client.host if conn.client else None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.audit.security import Refusal, SecuritySink, shown
+from gateway.audit.security import SecurityRefusal, SecuritySink, shown
 
 _KINDS = {413: "request_too_large", 408: "request_timeout", 421: "bad_host", 429: "rate_limited"}
 
@@ -44,7 +44,7 @@ class EdgeRefusals:
                 if kind is not None:
                     client = scope.get("client")
                     self.security.note(
-                        Refusal(
+                        SecurityRefusal(
                             "security.edge_refused",
                             kind,
                             source=client[0] if client else None,

@@ -308,3 +308,25 @@ def _headline(call: CallView) -> str:
             return f"In progress: {summary}."
         case _:
             return f"{call.status.replace('_', ' ').capitalize()}: {summary}."
+
+
+MISSING_CAPABILITY_ERROR = "mcp_error_32021"
+"""How a call an upstream refused with -32021 (a client capability it needs is missing) is recorded."""
+
+
+def missing_capability(report: CallReport) -> tuple[str, dict[str, Any]] | None:
+    """An upstream's -32021 refusal of a call, passed on as such: the message and the error's data
+    (the upstream's `requiredCapabilities` with the call's status document), else None.
+
+    SEP-2575 makes it a JSON-RPC error, not a tool error, so that a client can tell it must declare
+    the capability (and answer it with HTTP 400 on 2026-07-28).
+    """
+    call = report.reported
+    if call.status != "failed" or call.error != MISSING_CAPABILITY_ERROR or call.result is None:
+        return None
+    required = (call.result.get("structuredContent") or {}).get("requiredCapabilities")
+    if not isinstance(required, dict):
+        return None
+    texts = [b.get("text") for b in call.result.get("content") or () if isinstance(b, Mapping)]
+    message = next((t for t in texts if isinstance(t, str)), "A client capability the tool needs is missing")
+    return message, {"requiredCapabilities": required, **status_document(call)}

@@ -17,12 +17,12 @@ from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from capabilities.contract import Capability
 from capabilities.mcp_midcall import relaying
 from capabilities.registry import Registry
-from gateway.audit.security import NoSecurityEvents, Refusal, SecuritySink, shown
+from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink, shown
 from gateway.auth.oversight import may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.calls.catalogue import Catalogue
@@ -35,7 +35,13 @@ from gateway.mcp.changes import Notices
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.midcall import ClientRelay, set_level
 from gateway.mcp.relays import RelayFace
-from gateway.mcp.results import rate_limited, shape_call, shape_report, status_document
+from gateway.mcp.results import (
+    missing_capability,
+    rate_limited,
+    shape_call,
+    shape_report,
+    status_document,
+)
 from gateway.mcp.subscriptions import Subscriptions
 from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
@@ -212,7 +218,7 @@ class McpFace:
             except UnknownTool as exc:
                 traced.unknown_tool()
                 self.security.note(
-                    Refusal(
+                    SecurityRefusal(
                         "security.unknown_tool",
                         "unknown_tool",
                         tenant=who.tenant,
@@ -224,7 +230,9 @@ class McpFace:
             except RateLimited as exc:
                 traced.rate_limited()
                 self.security.note(
-                    Refusal("security.edge_refused", "rate_limited", tenant=who.tenant, subject=who.subject)
+                    SecurityRefusal(
+                        "security.edge_refused", "rate_limited", tenant=who.tenant, subject=who.subject
+                    )
                 )
                 return types.CallToolResult.model_validate(rate_limited(params.name, exc.retry_after_s))
             traced.record(report)
@@ -232,6 +240,8 @@ class McpFace:
             return rounds.ask_to_confirm(report.call, report.capability.ref)
         if report.call.status == "approval_pending" and rounds.wants_tasks(ctx):
             return {"resultType": "task", **(await self._task(report.call))}
+        if (missing := missing_capability(report)) is not None:
+            raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, *missing)
         return types.CallToolResult.model_validate(shape_report(report))
 
     def _relay(self, ctx: Any, tool_name: str) -> ClientRelay | None:

@@ -27,7 +27,7 @@ from mcp.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
-from mcp_types import INVALID_PARAMS, LOG_LEVEL_META_KEY
+from mcp_types import INVALID_PARAMS, LOG_LEVEL_META_KEY, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 
@@ -182,6 +182,7 @@ TOOLS = [
     _tool("test_elicitation_sep1330_enums", "Asks the user to choose (SEP-1330)."),
     _tool("test_logging_tool", "Logs three messages at info, to a request that asked for them."),
     _tool("test_streaming_elicitation", "Asks the user for a name and an email."),
+    _tool("test_missing_capability", "Asks the client's model; refuses with -32021 if it cannot."),
     # These change the listings and announce it (SEP-2575's list-changed checks).
     _tool("test_trigger_tool_change", "Adds or removes the tool test_added_tool."),
     _tool("test_trigger_prompt_change", "Adds or removes the prompt test_added_prompt."),
@@ -297,6 +298,20 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:
         )
         await ctx.session.send_notification(changed)
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"{listing} changed")])
+    if params.name == "test_missing_capability":
+        # SEP-2575: a tool that needs a client capability refuses with -32021, a JSON-RPC error naming it.
+        # Writ refuses this upstream's sampling request when its own client did not declare sampling.
+        message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="Hello?"))
+        request = types.CreateMessageRequest(
+            params=types.CreateMessageRequestParams(messages=[message], max_tokens=10)
+        )
+        try:
+            await _ask(ctx, params, request, types.CreateMessageResult)
+        except MCPError as exc:
+            needs = "This tool requires the client 'sampling' capability"
+            required = {"requiredCapabilities": {"sampling": {}}}
+            raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, needs, required) from exc
+        return types.CallToolResult(content=[types.TextContent(type="text", text="Sampled.")])
     if params.name in TALKING:
         try:
             return await _talking(ctx, params)

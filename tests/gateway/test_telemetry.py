@@ -310,3 +310,26 @@ def test_otlp_exports_spans_and_metrics_to_the_paths_a_collector_serves() -> Non
     exported = {m.name for rm in metrics.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     assert {"gen_ai.execute_tool.duration", "writ.tool_calls"} <= exported
     assert b"4111111111111111" not in b"".join(body for _, _, body in received)
+
+
+def test_a_transaction_on_a_dropped_connection_keeps_its_own_error_and_its_span_ends() -> None:
+    import sqlalchemy as sa
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = Telemetry(provider, None)
+    engine = sa.create_engine("sqlite://")
+    telemetry.trace_transactions(engine)
+
+    class Dropped(Exception):
+        pass
+
+    # Not SQLAlchemy's PendingRollbackError from reading the dropped connection's `info`.
+    with engine.connect() as conn, pytest.raises(Dropped), conn.begin():
+        conn.execute(sa.text("SELECT 1"))
+        conn.invalidate()  # as when the database closes the connection mid-transaction
+        raise Dropped
+    [span] = exporter.get_finished_spans()
+    assert span.name == "store write"
+    assert span.attributes is not None and span.attributes["db.operation.name"] == "ROLLBACK"

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import anyio
 import pytest
 
-from gateway.audit.security import OTHER_SOURCE, Refusal, SecurityEvents, shown
+from gateway.audit.security import OTHER_SOURCE, SecurityEvents, SecurityRefusal, shown
 from store.model import Unavailable
 from store.security import SecurityNote
 from tests.store.builders import NOW
@@ -40,7 +40,7 @@ class Log:
         return list(notes)
 
 
-EXPIRED = Refusal("security.auth_failed", "expired", source="198.51.100.7")
+EXPIRED = SecurityRefusal("security.auth_failed", "expired", source="198.51.100.7")
 
 
 def tick(events: SecurityEvents, *, flush_all: bool = False) -> int:
@@ -76,8 +76,8 @@ def test_a_flood_from_one_source_is_one_event_per_window_with_its_count() -> Non
 def test_kinds_and_sources_are_counted_apart() -> None:
     log, clock = Log(), Clock()
     events = SecurityEvents(log, clock, window_s=60)
-    bad = Refusal("security.auth_failed", "bad_signature", source="198.51.100.7")
-    elsewhere = Refusal("security.auth_failed", "expired", source="192.0.2.1")
+    bad = SecurityRefusal("security.auth_failed", "bad_signature", source="198.51.100.7")
+    elsewhere = SecurityRefusal("security.auth_failed", "expired", source="192.0.2.1")
 
     for refusal in (EXPIRED, EXPIRED, bad, elsewhere, elsewhere, elsewhere):
         events.note(refusal)
@@ -111,7 +111,7 @@ def test_past_max_keys_new_sources_are_counted_as_other_without_detail() -> None
 
     for n in range(50):
         events.note(
-            Refusal(
+            SecurityRefusal(
                 "security.unknown_tool", "unknown_tool", tenant="acme", subject=f"s{n}", tool_name=f"t{n}"
             )
         )

@@ -48,7 +48,9 @@ TOOLS = [
     _tool("wait", {}),
     _tool("ask", {"question": {"type": "string"}, "pin": {"type": "string"}}),
     _tool("think", {"prompt": {"type": "string"}}),
+    _tool("needy", {}),
 ]
+NEEDS_SAMPLING = "This tool requires the client 'sampling' capability"
 
 
 def _text(text: str) -> types.CallToolResult:
@@ -132,6 +134,9 @@ def chatty_server(name: str) -> Server[Any]:
                 return answer
             said = answer.content.text if isinstance(answer.content, types.TextContent) else "?"
             return _text(f"{answer.model} says: {said}")
+        if params.name == "needy":
+            # SEP-2575: a tool that cannot go on without a client capability refuses with -32021.
+            raise MCPError(-32021, NEEDS_SAMPLING, {"requiredCapabilities": {"sampling": {}}})
         raise MCPError(-32602, f"Unknown tool: {params.name}")
 
     return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)

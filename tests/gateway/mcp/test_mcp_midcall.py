@@ -22,9 +22,10 @@ import mcp_types as types
 import pytest
 import uvicorn
 from mcp.client.session import ClientRequestContext
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from capabilities.mcp_midcall import DETACHED, UNATTRIBUTED
+from capabilities.mcp_upstream import required_capabilities
 from gateway.calls.actions import DIGEST_PREFIX
 from gateway.mcp.midcall import NO_BACK_CHANNEL, NOT_DECLARED
 from tests.e2e.harness import free_port
@@ -36,7 +37,7 @@ from tests.postgres import fresh_schema
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = ["count", "wait", "ask", "think"]
+TOOLS = ["count", "wait", "ask", "think", "needy"]
 UPSTREAMS = {
     "hl": ("http", "legacy"),
     "hm": ("http", "2026-07-28"),
@@ -279,6 +280,39 @@ async def test_an_upstream_sampling_request_reaches_the_clients_model(gateway: W
         50,
     )
     assert asked["messages"] == [{"role": "user", "content": {"type": "text", "text": "hello"}}]
+
+
+@pytest.mark.parametrize("upstream", list(UPSTREAMS))
+@pytest.mark.parametrize("mode", CLIENT_MODES)
+async def test_an_upstream_refusal_for_a_missing_client_capability_reaches_the_client_as_such(
+    recording: Writ, upstream: str, mode: str
+) -> None:
+    gateway = recording
+    async with gateway.client(gateway.token("ann", roles="agent"), mode=mode) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool(f"{upstream}_needy", {}, meta=_key())
+    # SEP-2575: a JSON-RPC error with the upstream's code and requiredCapabilities, not a tool error.
+    error = refused.value
+    assert error.code == -32021
+    assert chatty_upstream.NEEDS_SAMPLING in error.message
+    data = error.data or {}
+    assert data["requiredCapabilities"] == {"sampling": {}}
+    assert (data["status"], data["error"]) == ("failed", "mcp_error_32021")
+    with gateway.store() as store:
+        call = store.get_call(data["toolCallId"])
+    assert call is not None
+    assert (call.status, call.error) == ("failed", "mcp_error_32021")
+    assert (call.result or {})["structuredContent"] == {"requiredCapabilities": {"sampling": {}}}
+
+
+async def test_a_malformed_missing_capability_refusal_stays_a_tool_error() -> None:
+    """Only a well-formed `requiredCapabilities` (an object of objects) makes the call's answer an error."""
+    for data in (None, {"requiredCapabilities": ["sampling"]}, {"requiredCapabilities": {}}, {"x": 1}):
+        assert required_capabilities(MCPError(-32021, "needs", data)) is None
+    assert required_capabilities(MCPError(-32602, "x", {"requiredCapabilities": {"sampling": {}}})) is None
+    assert required_capabilities(MCPError(-32021, "x", {"requiredCapabilities": {"roots": {}}})) == {
+        "roots": {}
+    }
 
 
 @pytest.mark.parametrize("upstream", ["hl", "hm", "sl", "sm"])
