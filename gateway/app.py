@@ -39,6 +39,7 @@ from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.api.clients import client_routes
 from gateway.api.principals import principal_routes
+from gateway.api.retries import retry_routes
 from gateway.api.routes import api_routes
 from gateway.api.runs import run_routes
 from gateway.audit.checkpointer import Checkpointer
@@ -576,6 +577,9 @@ def build_app(runtime: Runtime) -> Starlette:
         ),
         *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
         *run_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
+        *retry_routes(
+            runtime.store, runtime.registry, runtime.pipeline, _principal_of_user(runtime), metadata_url
+        ),
     ]
     if runtime.console_decisions is not None:
         routes.extend(

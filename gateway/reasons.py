@@ -100,6 +100,11 @@ class ReasonCode(StrEnum):
     """The run to stop is stopped already; nothing changed."""
     RUN_NOT_STOPPED = "run_not_stopped"
     """The run to resume is not stopped; nothing changed."""
+    RETRY_NOT_FAILED = "retry_not_failed"
+    """Only a failed call (`failed`, or reconciled `confirmed_failure`) is retried; this one is
+    completed, pending, of unknown outcome, or its failure is contradicted."""
+    ALREADY_RETRIED = "already_retried"
+    """The call was retried before; retry its retry (named in the refusal) instead."""
 
     # HTTP edges, before any route runs.
     REQUEST_TOO_LARGE = "request_too_large"
@@ -145,6 +150,8 @@ HTTP_STATUS: Mapping[str, int] = MappingProxyType(
         ReasonCode.NOT_UNRESOLVED: 409,
         ReasonCode.RUN_ALREADY_STOPPED: 409,
         ReasonCode.RUN_NOT_STOPPED: 409,
+        ReasonCode.RETRY_NOT_FAILED: 409,
+        ReasonCode.ALREADY_RETRIED: 409,
         ReasonCode.IDEMPOTENCY_CONFLICT: 409,
         ReasonCode.CONFIRMATION_USED: 409,
         ReasonCode.CONFIRMATION_EXPIRED: 409,

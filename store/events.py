@@ -124,6 +124,21 @@ class RunResumed(Payload):
     break_glass: bool = False
 
 
+class ToolCallRetryRequested(Payload):
+    """A person asked to re-run this failed call (`writ calls retry`): the retry is a new call
+    (`retry_tool_call_id`, whose `tool_call.requested` names this one in `retry_of`), authorized anew."""
+
+    requested_by: str
+    reason: str
+    break_glass: bool = False
+    """Asked by an operator at the store without a token: `requested_by` is `operator:<user>@<host>`."""
+    retry_tool_call_id: str
+    retry_number: int
+    idempotency_key: str
+    """The key the retry runs under: this call's own when its backend deduplicates on the key."""
+    same_key: bool
+
+
 class BudgetCharged(Payload):
     budget: str
     key: str
@@ -164,6 +179,11 @@ class ToolCallRequested(Payload):
     trace_context: dict[str, str] | None = None
     """The W3C trace context (`traceparent`) the call was requested in, when it was traced: later
     spans of the call (approved dispatch, reconciliation) link to it, after a restart too."""
+    retry_of: str | None = None
+    """The failed call this one re-runs (`writ calls retry`); its `tool_call.retry_requested` names
+    this call back. Absent on every call nobody retried."""
+    retry_number: int | None = None
+    """1 for a retry of a first call, one more for each retry of a retry."""
 
 
 class ToolCallDenied(Payload):
@@ -453,6 +473,11 @@ class RunStoppedEvent(Envelope):
     payload: RunStopped
 
 
+class ToolCallRetryRequestedEvent(Envelope):
+    type: Literal["tool_call.retry_requested"] = "tool_call.retry_requested"
+    payload: ToolCallRetryRequested
+
+
 class RunResumedEvent(Envelope):
     type: Literal["run.resumed"] = "run.resumed"
     payload: RunResumed
@@ -624,6 +649,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     SecurityEdgeRefusedEvent,
     RunStoppedEvent,
     RunResumedEvent,
+    ToolCallRetryRequestedEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -657,7 +683,8 @@ Event = Annotated[
     | SecurityUnknownToolEvent
     | SecurityEdgeRefusedEvent
     | RunStoppedEvent
-    | RunResumedEvent,
+    | RunResumedEvent
+    | ToolCallRetryRequestedEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

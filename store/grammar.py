@@ -52,6 +52,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("failed", "reconciliation.contradicted"): "failed",
     ("completed", "reconciliation.resolved"): "settled",  # a person settles a contradicted call
     ("failed", "reconciliation.resolved"): "settled",
+    ("failed", "tool_call.retry_requested"): "failed",  # a person re-runs it as a new call
 }
 """(state, event type) -> the call's next state; `settled` is `completed` or `failed` by the verdict."""
 
@@ -103,6 +104,7 @@ class _Call:
         "key",
         "requester",
         "requester_may_approve",
+        "retried_by",
         "run_id",
         "state",
         "tenant",
@@ -122,6 +124,8 @@ class _Call:
         self.attempts = 0
         self.contradicted = False
         self.escalated = False
+        self.retried_by: str | None = None
+        """The call a `tool_call.retry_requested` of this one named (one retry per call)."""
 
 
 class Grammar:
@@ -195,6 +199,12 @@ class Grammar:
                 raise _Broken("run_not_started", f"call {tool_call_id} names run {run_id}, never started")
             if self._runs[run_id] != event.tenant:
                 raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
+        if p.retry_of is not None:
+            original = self._calls.get(p.retry_of)
+            if original is None or original.retried_by != tool_call_id:
+                raise _Broken(
+                    "retry_unrequested", f"call {tool_call_id} retries {p.retry_of}, which nobody retried"
+                )
         key = (event.tenant or "", p.subject, p.idempotency_key)
         state = "refused"
         if p.claims_key:
@@ -233,7 +243,10 @@ class Grammar:
     @staticmethod
     def _not_supersedable(held: _Call, event: ev.ToolCallRequestedEvent) -> str | None:
         # The store joins instead of taking over (recording.admit): client keys, calls in flight,
-        # contradicted verdicts, and completed calls inside the new call's dedupe window.
+        # contradicted verdicts, and completed calls inside the new call's dedupe window. A retry a
+        # person asked for takes its failed original's key over (`_retry_requested` checked it).
+        if event.payload.retry_of is not None and event.payload.retry_of == event.payload.supersedes:
+            return None if held.state == "failed" else f"the call it retries is {held.state}"
         if event.payload.key_source != "derived":
             return "a client's key is never taken over"
         if held.state in IN_FLIGHT:
@@ -271,6 +284,8 @@ class Grammar:
             self._same_approval(call, event)
         elif isinstance(event, ev.ToolCallDispatchingEvent):
             self._dispatching(call, event)
+        elif isinstance(event, ev.ToolCallRetryRequestedEvent):
+            self._retry_requested(call, event)
         elif isinstance(event, ev.ReconciliationStartedEvent) and call.escalated:
             raise _Broken("reconciled_after_escalation", "a lookup started on a call handed to a person")
         elif isinstance(event, ev.ReconciliationEscalatedEvent):
@@ -286,6 +301,16 @@ class Grammar:
             if agrees == call.state:
                 raise _Broken("contradiction_agrees", f"a contradiction that agrees with {call.state}")
             call.contradicted = True
+
+    def _retry_requested(self, call: _Call, event: ev.ToolCallRetryRequestedEvent) -> None:
+        p = event.payload
+        if call.contradicted:
+            raise _Broken("retry_of_contradicted", "a retry of a call whose failure is contradicted")
+        if call.retried_by is not None:
+            raise _Broken("retried_twice", f"retried before, by call {call.retried_by}")
+        if not p.break_glass and (event.tenant, p.requested_by) in self._revoked:
+            raise _Broken("retry_by_revoked", f"{p.requested_by} asked for a retry while revoked")
+        call.retried_by = p.retry_tool_call_id
 
     def _same_approval(self, call: _Call, event: ev.Envelope) -> None:
         if event.approval_id != call.approval_id:

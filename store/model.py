@@ -49,6 +49,15 @@ class NotFound(StoreError):
     pass
 
 
+class RetryRefused(StoreError):
+    """The call may not be retried now (checked under the head lock): `reason` is a reason code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
 class StaleLease(StoreError):
     """A writer tried to record for a call it no longer owns."""
 
@@ -216,6 +225,22 @@ class CallIdentity:
     """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
     trace_context: Mapping[str, str] | None = None
     """The W3C trace context (`traceparent`) the call was requested in, if traced."""
+    retry: RetryLink | None = None
+    """Set when a person re-runs a failed call (`writ calls retry`): what the store records first."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLink:
+    """A retry of a failed call, asked for by a person: the store records it on the original
+    (`tool_call.retry_requested`) in the transaction that admits or refuses the retry itself."""
+
+    of: str
+    """The failed call re-run."""
+    number: int
+    requested_by: str
+    reason: str
+    break_glass: bool
+    same_key: bool
 
 
 @dataclass(frozen=True, slots=True)

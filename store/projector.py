@@ -519,6 +519,13 @@ def _principal_restored(conn: Connection, event: ev.PrincipalRestoredEvent, pend
     )
 
 
+def _retry_requested(
+    conn: Connection, event: ev.ToolCallRetryRequestedEvent, pending: Pending | None
+) -> None:
+    """Nothing to project: the failed call stays failed; its retry is a call of its own, linked both
+    ways in the log (this event names the retry, the retry's request names this call)."""
+
+
 _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "run.started": _run_started,
     "tool_call.requested": _requested,
@@ -545,4 +552,5 @@ _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "principal.restored": _principal_restored,
     "run.stopped": _run_stopped,
     "run.resumed": _run_resumed,
+    "tool_call.retry_requested": _retry_requested,
 }

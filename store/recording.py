@@ -27,12 +27,13 @@ from store.model import (
     OutcomeRecord,
     ReadRecord,
     RefusalRequest,
+    RetryRefused,
     StoreError,
 )
 from store.raw import Statement
 from store.refusals import bounded
 from store.running import RUN_STOPPED
-from store.schema import budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
+from store.schema import budget_counters, effect_ledger, events, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
 
@@ -90,6 +91,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     # After the head lock, so under PostgreSQL's read committed this statement sees every earlier claim.
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
+    _note_retry(conn, log, who, req.policy_version, producer)
     if lookup.revoked:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
@@ -106,7 +108,10 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
                 conn, log, req, existing, run_is_new=lookup.run_tenant is None, producer=producer
             )
             return Admission("conflict", call=call, existing=existing)
-        if who.key_source == "client" or _joinable(existing, req):
+        if who.retry is not None and who.retry.of == existing.tool_call_id:
+            pass  # a retry under the failed call's own key: its backend deduplicates on it
+        elif who.key_source == "client" or _joinable(existing, req):
+            log.flush()  # a retry's request is recorded even when it joins a call holding its key
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
     # Still under the head lock, so every earlier charge and loop mark of every replica is visible and
@@ -408,7 +413,66 @@ def refuse(conn: Connection, req: RefusalRequest, *, producer: str) -> CallView:
     found = _RUN_TENANT.one_or_none(conn, {"b_run_id": req.identity.run_id})
     run_tenant: str | None = None if found is None else found.tenant
     _check_run_tenant(req.identity.run_id, run_tenant, req.identity.tenant)
+    _note_retry(conn, log, req.identity, req.policy_version, producer)
     return _record_refusal(conn, log, req, run_tenant, producer)
+
+
+_RETRIED = Statement(
+    select(events.c.seq)
+    .where(events.c.tool_call_id == bindparam("b_call"), events.c.type == "tool_call.retry_requested")
+    .limit(1)
+)
+
+
+def _note_retry(conn: Connection, log: Append, who: CallIdentity, policy_version: str, producer: str) -> None:
+    """Record `tool_call.retry_requested` on the call `who` re-runs, if it is a retry (under the head lock).
+
+    Raises:
+        RetryRefused: the original is not a settled failure, was retried before, or the person who
+            asked is revoked (nothing is recorded).
+    """
+    link = who.retry
+    if link is None:
+        return
+    original = load_call(conn, link.of)
+    if original is None or original.tenant != who.tenant:
+        raise RetryRefused("not_found", f"no tool call {link.of}")
+    if original.status != "failed" or original.contradicted:
+        state = "contradicted" if original.contradicted else original.status
+        raise RetryRefused("retry_not_failed", f"call {link.of} is {state}; only a failed call is retried")
+    if _RETRIED.one_or_none(conn, {"b_call": link.of}) is not None:
+        raise RetryRefused("already_retried", f"call {link.of} was retried before; retry its retry instead")
+    if not link.break_glass:
+        revoked = conn.execute(
+            select(revocations.c.subject).where(
+                revocations.c.tenant == who.tenant, revocations.c.subject == link.requested_by
+            )
+        ).first()
+        if revoked is not None:
+            raise RetryRefused("principal_revoked", f"{link.requested_by} is revoked in tenant {who.tenant}")
+    payload = ev.ToolCallRetryRequested(
+        requested_by=link.requested_by,
+        reason=link.reason,
+        break_glass=link.break_glass,
+        retry_tool_call_id=who.tool_call_id,
+        retry_number=link.number,
+        idempotency_key=who.idempotency_key,
+        same_key=link.same_key,
+    )
+    log.add(
+        ev.ToolCallRetryRequestedEvent(
+            occurred_at=ev.format_ts(who.now),
+            producer=producer,
+            run_id=original.run_id,
+            tool_call_id=original.tool_call_id,
+            capability_id=original.capability_id,
+            capability_version=original.capability_version,
+            policy_version=policy_version,
+            correlation_id=original.correlation_id,
+            tenant=original.tenant,
+            payload=payload,
+        )
+    )
 
 
 def _record_refusal(
@@ -535,6 +599,8 @@ def _requested(
         decision=decision.to_json(),
         contract_hash=who.contract_hash,
         trace_context=dict(who.trace_context) if who.trace_context else None,
+        retry_of=who.retry.of if who.retry else None,
+        retry_number=who.retry.number if who.retry else None,
         **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},
     )
 

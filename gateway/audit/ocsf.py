@@ -51,7 +51,16 @@ _API_FAMILIES = ("run.", "tool_call.", "approval.", "confirmation.", "reconcilia
 _SUCCESS = frozenset({"completed", "resolved", "granted", "given"})
 _FAILURE = frozenset({"failed", "denied", "rejected", "declined", "expired"})
 # Who did it: the decider, revoker or resolver where there is one, else the subject who asked.
-_ACTORS = ("decided_by", "revoked_by", "restored_by", "resolved_by", "stopped_by", "resumed_by", "subject")
+_ACTORS = (
+    "decided_by",
+    "revoked_by",
+    "restored_by",
+    "resolved_by",
+    "stopped_by",
+    "resumed_by",
+    "requested_by",
+    "subject",
+)
 
 
 def ocsf_class(event_type: str) -> tuple[OcsfClass, int, str]:

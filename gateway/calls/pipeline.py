@@ -73,6 +73,7 @@ from store.model import (
     LoopKey,
     NotFound,
     RefusalRequest,
+    RetryLink,
     StaleLease,
 )
 from store.ports import CallLedger
@@ -120,6 +121,17 @@ class CallInput:
     can_confirm: bool = False
     """The client can ask its user to confirm in an input-required round (needed by `confirm` tools)."""
     kind: CapabilityKind = "tool"
+    retry: Retrying | None = None
+    """Set when a person re-runs a failed call (`gateway.calls.retries`), not by any client."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """A retry's link to the failed call, and what it keeps of it: its run and where its key came from."""
+
+    link: RetryLink
+    run_id: str | None
+    key_source: KeySource
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +267,7 @@ class CallPipeline:
         request = self._intent(call, decision, charges, loops)
         if isinstance(request, RefusalRequest):
             return CallReport("new", await self._run(self._store.refuse, request), call.capability)
-        if _one_commit(request):
+        if _one_commit(request) and inp.retry is None:
             return await self._read(call, request)
         admission = await self._store.admit_async(request)
         return await self._dispatch_or_join(call, request, admission)
@@ -304,6 +316,9 @@ class CallPipeline:
             else (derived_key(principal, action, inp.run_id), "derived")
         )
         run_id, origin = run_of(principal, inp.run_id, inp.session_id)
+        if inp.retry is not None:
+            # In the failed call's run (a stopped run refuses it), under the key the retry service chose.
+            key_source, run_id, origin = inp.retry.key_source, inp.retry.run_id, None
         tool_call_id = new_id("tc")
         stored_arguments = self._redactor.redact(capability, arguments)
         # What a refusal and an admission record alike: who asked for which action, under which key.
@@ -326,6 +341,7 @@ class CallPipeline:
             correlation_id=inp.correlation_id or tool_call_id,
             now=now,
             trace_context=current_trace_context(),
+            retry=inp.retry.link if inp.retry is not None else None,
         )
         return _Prepared(inp, capability, arguments, identity, self._policy(), tuple(unfit))
 

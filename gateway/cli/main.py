@@ -29,6 +29,7 @@ from gateway.cli.clients import oauth_app
 from gateway.cli.clock import CLOCK
 from gateway.cli.identity import policy_app, principals_app
 from gateway.cli.refusals import exit_refused
+from gateway.cli.retries import calls_retry
 from gateway.cli.runs import runs_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
@@ -364,6 +365,7 @@ def audit_export(
 @calls_app.command("show")
 def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
     """Show one call's state and its events."""
+    from gateway.calls.retries import retry_links
     from gateway.mcp.results import status_document
 
     with _store(config) as store:
@@ -379,6 +381,7 @@ def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
         "idempotencyKey": call.idempotency_key,
         "arguments": dict(call.arguments),
         "events": [{"seq": e.seq, "type": e.type, "at": e.occurred_at} for e in events],
+        **retry_links(events),
     }
     typer.echo(json.dumps(body, indent=2, default=str))
 
@@ -408,6 +411,9 @@ def calls_list(
             f"{c.tool_call_id}  {c.status:<16} verification={c.verification_status:<17} "
             f"tenant={c.tenant} {visible(c.summary)}{waiting}"
         )
+
+
+calls_app.command("retry")(calls_retry)
 
 
 @calls_app.command("resolve")
