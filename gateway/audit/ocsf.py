@@ -50,7 +50,8 @@ _EXACT: dict[str, tuple[OcsfClass, int, str]] = {
 _API_FAMILIES = ("run.", "tool_call.", "approval.", "confirmation.", "reconciliation.")
 _SUCCESS = frozenset({"completed", "resolved", "granted", "given"})
 _FAILURE = frozenset({"failed", "denied", "rejected", "declined", "expired"})
-# Who did it: the decider, revoker or resolver where there is one, else the subject who asked.
+# Who did it: the decider, revoker, resolver or person asking for a retry where there is one, else
+# the subject who asked.
 _ACTORS = (
     "decided_by",
     "revoked_by",

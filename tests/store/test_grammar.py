@@ -204,3 +204,51 @@ def test_a_call_in_no_run_needs_no_run_started() -> None:
     )
 
     assert follow(runless, dispatching("c", 2)) is None
+
+
+def retry_requested(call: str, seq: int, retry: str, *, by: str = "carol", **payload: Any) -> ev.Event:
+    fields: dict[str, Any] = {
+        "requested_by": by,
+        "reason": "fixed",
+        "retry_tool_call_id": retry,
+        "retry_number": 1,
+        "idempotency_key": "k",
+        "same_key": True,
+        **payload,
+    }
+    return ev.ToolCallRetryRequestedEvent(**envelope(call, seq), payload=ev.ToolCallRetryRequested(**fields))
+
+
+def test_only_a_failed_call_is_retried_once_and_its_retry_is_the_call_it_named() -> None:
+    failed = ev.ToolCallFailedEvent(**envelope("c", 3), payload=ev.ToolCallFailed(error="no"))
+    done = ev.ToolCallCompletedEvent(**envelope("c", 3), payload=ev.ToolCallCompleted())
+    base = (requested("c", 1), dispatching("c", 2))
+    same_key = requested("r", 5, supersedes="c", retry_of="c", retry_number=1)
+
+    assert follow(*base, failed, retry_requested("c", 4, "r"), same_key, dispatching("r", 6)) is None
+    of_completed = follow(*base, done, retry_requested("c", 4, "r"))
+    twice = follow(*base, failed, retry_requested("c", 4, "r"), retry_requested("c", 5, "r2"))
+    unasked = follow(*base, failed, requested("r", 4, key="k2", retry_of="c"))
+    other = follow(*base, failed, retry_requested("c", 4, "r"), requested("x", 5, key="k2", retry_of="c"))
+    takeover = follow(*base, failed, requested("r", 4, supersedes="c"))
+
+    assert of_completed is not None and (of_completed.seq, of_completed.rule) == (4, "illegal_transition")
+    assert twice is not None and twice.rule == "retried_twice"
+    assert unasked is not None and unasked.rule == "retry_unrequested"
+    assert other is not None and other.rule == "retry_unrequested"
+    assert takeover is not None and takeover.rule == "key_taken_over_too_soon"
+
+
+def test_a_revoked_person_may_not_ask_for_a_retry_unless_by_break_glass() -> None:
+    failed = ev.ToolCallFailedEvent(**envelope("c", 3), payload=ev.ToolCallFailed(error="no"))
+    revoked = ev.PrincipalRevokedEvent(
+        **envelope("", 4) | {"tool_call_id": None},
+        payload=ev.PrincipalRevoked(subject="eve", revoked_by="root"),
+    )
+    base = (requested("c", 1), dispatching("c", 2), failed, revoked)
+
+    by_eve = follow(*base, retry_requested("c", 5, "r", by="eve"))
+    by_glass = follow(*base, retry_requested("c", 5, "r", by="eve", break_glass=True))
+
+    assert by_eve is not None and by_eve.rule == "retry_by_revoked"
+    assert by_glass is None

@@ -148,3 +148,12 @@ def test_a_run_stopped_is_an_api_activity_by_the_person_who_stopped_it() -> None
     assert (out["class_uid"], out["api"]["operation"]) == (API_ACTIVITY.uid, "run.stopped")
     assert out["actor"] == {"user": {"uid": "carol"}}
     assert resumed["actor"] == {"user": {"uid": "dave"}}
+
+
+def test_a_retry_requested_is_an_api_activity_by_the_person_who_asked_not_the_caller() -> None:
+    out = ocsf_event(
+        envelope("tool_call.retry_requested", requested_by="carol", subject="alice", retry_tool_call_id="r")
+    )
+
+    assert (out["class_uid"], out["api"]["operation"]) == (API_ACTIVITY.uid, "tool_call.retry_requested")
+    assert out["actor"] == {"user": {"uid": "carol"}}
