@@ -7,6 +7,7 @@ puts the HTTP faces around them (MCP at /mcp, RFC 9728 metadata, health, API) wi
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -62,6 +63,7 @@ from gateway.calls.policy_source import policy_provider
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
+from gateway.calls.retries import retry_call
 from gateway.calls.tracing import first_trace_of
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
@@ -596,6 +598,9 @@ def build_app(runtime: Runtime) -> Starlette:
                     else None
                 ),
                 runs=runtime.store.with_producer(CONSOLE),
+                retries=functools.partial(
+                    retry_call, store=runtime.store, registry=runtime.registry, pipeline=runtime.pipeline
+                ),
             )
         )
     if runtime.dev_issuer is not None:
