@@ -11,6 +11,7 @@ from store import Store
 from store.commands import RevokePrincipal, StopRun
 from store.model import CallView, RetryLink, RetryRefused
 from tests.store.builders import NOW, call_request, outcome
+from tests.store.racing import at_once
 
 LATER = NOW + timedelta(minutes=5)
 
@@ -110,4 +111,22 @@ def test_a_retry_in_a_stopped_run_is_recorded_and_refused_run_stopped(store: Sto
 
     assert (retry.call.status, retry.call.reason) == ("denied", "run_stopped")
     assert any(e.type == "tool_call.retry_requested" for e in store.events(tool_call_id="orig"))
+    assert store.verify().ok
+
+
+def test_of_two_retries_of_one_call_at_once_exactly_one_is_admitted(store: Store) -> None:
+    failed(store)
+
+    def retry(n: int) -> str:
+        try:
+            store.admit(call_request(tool_call_id=f"re{n}", idempotency_key=f"key-1:retry-{n}", retry=link()))
+        except RetryRefused as refused:
+            return refused.reason
+        return "admitted"
+
+    outcomes = at_once(retry, range(4))
+
+    assert sorted(outcomes) == ["admitted", "already_retried", "already_retried", "already_retried"]
+    asked = [e for e in store.events(tool_call_id="orig") if e.type == "tool_call.retry_requested"]
+    assert len(asked) == 1
     assert store.verify().ok

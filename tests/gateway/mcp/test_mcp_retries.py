@@ -22,6 +22,7 @@ import httpx2
 import pytest
 import yaml
 
+from tests.eventually import eventually
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.postgres import fresh_schema
 
@@ -190,3 +191,28 @@ async def test_writ_calls_retry_records_who_and_calls_show_shows_the_link(gatewa
     assert json.loads(gateway.cli("calls", "show", retry["toolCallId"]).stdout)["retryOf"] == original
     assert glass.returncode != 0 and "already_retried" in glass.stderr + glass.stdout
     _verified(gateway)
+
+
+async def test_a_retry_is_authorized_now_and_waits_for_an_approver_when_the_policy_asks(
+    gateway: Writ,
+) -> None:
+    async with gateway.client(_agent(gateway)) as client:
+        waiting = await client.call_tool("refund_order", _refund("9999", 300))
+    pending = waiting.structured_content or {}
+    assert pending["status"] == "approval_pending"
+    approver = _approver(gateway)
+    decided = _post(
+        gateway, f"/api/approvals/{pending['approvalId']}/decision", approver, {"decision": "approve"}
+    )
+    assert decided.status_code == 200, decided.text
+    store = gateway.runtime.store
+    original = pending["toolCallId"]
+    await eventually(lambda: store.get_call(original), lambda c: c is not None and c.status == "failed")
+
+    response = _post(gateway, f"/api/calls/{original}/retry", approver, {"reason": "order fixed"})
+
+    assert response.status_code == 200, response.text
+    retry = response.json()
+    assert (retry["status"], retry["retryOf"]) == ("approval_pending", original)
+    assert retry["approvalId"] != pending["approvalId"]
+    assert "tool_call.dispatching" not in _types(gateway, retry["toolCallId"])
