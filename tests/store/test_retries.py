@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from store import Store
-from store.commands import RevokePrincipal, StopRun
+from store.commands import ResolveManually, RevokePrincipal, StopRun
 from store.model import CallView, RetryLink, RetryRefused
 from tests.store.builders import NOW, call_request, outcome
 from tests.store.racing import at_once
@@ -130,3 +130,22 @@ def test_of_two_retries_of_one_call_at_once_exactly_one_is_admitted(store: Store
     asked = [e for e in store.events(tool_call_id="orig") if e.type == "tool_call.retry_requested"]
     assert len(asked) == 1
     assert store.verify().ok
+
+
+def test_an_unknown_call_is_retried_only_once_settled_as_a_confirmed_failure(store: Store) -> None:
+    store.admit(call_request(tool_call_id="orig"))
+    store.record_outcome(outcome("orig", "unknown", now=NOW))
+
+    with pytest.raises(RetryRefused) as unknown:
+        store.admit(call_request(tool_call_id="re", retry=link(same_key=True), now=LATER))
+    store.resolve_manually(
+        ResolveManually("orig", succeeded=False, evidence="no refund at the bank", by="carol", now=LATER)
+    )
+    retry = store.admit(call_request(tool_call_id="re", retry=link(same_key=True), now=LATER))
+
+    assert unknown.value.reason == "retry_not_failed"
+    settled = store.get_call("orig")
+    assert settled is not None and settled.verification_status == "confirmed_failure"
+    assert retry.owns_dispatch
+    report = store.verify()
+    assert report.ok, report
