@@ -105,6 +105,7 @@ class _Call:
         "requester",
         "requester_may_approve",
         "retried_by",
+        "retry_same_key",
         "run_id",
         "state",
         "tenant",
@@ -125,6 +126,7 @@ class _Call:
         self.contradicted = False
         self.escalated = False
         self.retried_by: str | None = None
+        self.retry_same_key = False
         """The call a `tool_call.retry_requested` of this one named (one retry per call)."""
 
 
@@ -246,6 +248,8 @@ class Grammar:
         # contradicted verdicts, and completed calls inside the new call's dedupe window. A retry a
         # person asked for takes its failed original's key over (`_retry_requested` checked it).
         if event.payload.retry_of is not None and event.payload.retry_of == event.payload.supersedes:
+            if not held.retry_same_key:
+                return "its retry was asked for under a new key"
             return None if held.state == "failed" else f"the call it retries is {held.state}"
         if event.payload.key_source != "derived":
             return "a client's key is never taken over"
@@ -311,6 +315,7 @@ class Grammar:
         if not p.break_glass and (event.tenant, p.requested_by) in self._revoked:
             raise _Broken("retry_by_revoked", f"{p.requested_by} asked for a retry while revoked")
         call.retried_by = p.retry_tool_call_id
+        call.retry_same_key = p.same_key
 
     def _same_approval(self, call: _Call, event: ev.Envelope) -> None:
         if event.approval_id != call.approval_id:

@@ -109,7 +109,8 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
             )
             return Admission("conflict", call=call, existing=existing)
         if who.retry is not None and who.retry.of == existing.tool_call_id:
-            pass  # a retry under the failed call's own key: its backend deduplicates on it
+            if not who.retry.same_key:  # only a backend that deduplicates may see the key again
+                raise StoreError(f"retry {who.tool_call_id} is not to reuse key {who.idempotency_key!r}")
         elif who.key_source == "client" or _joinable(existing, req):
             log.flush()  # a retry's request is recorded even when it joins a call holding its key
             return Admission("joined", call=existing)

@@ -15,7 +15,7 @@ before and that the person asking is not revoked.
 
 from __future__ import annotations
 
-import re
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,7 +32,8 @@ RETRY_ROLES = frozenset({"approver", "admin"})
 """Roles that retry the failed calls of their tenant."""
 MAX_REASON = 2000
 RETRY_REQUESTED = "tool_call.retry_requested"
-_SUFFIX = re.compile(r":retry-\d+$")
+MAX_KEY = 255
+"""What the MCP edge lets a client's key be (`gateway.mcp.server`); the store's column holds 256."""
 
 
 class RetryReads(Protocol):
@@ -114,7 +115,7 @@ async def retry_call(
         )
     number = _retry_number(events) + 1
     same_key = capability.dedupes_on_key
-    key = call.idempotency_key if same_key else f"{_SUFFIX.sub('', call.idempotency_key)}:retry-{number}"
+    key = call.idempotency_key if same_key else retry_key(call.idempotency_key, number)
     key_source: KeySource = "client" if call.key_source == "client" else "derived"
     link = RetryLink(call.tool_call_id, number, req.by, req.reason, req.break_glass, same_key)
     inp = CallInput(
@@ -130,6 +131,18 @@ async def retry_call(
         return await pipeline.call(inp)
     except RetryRefused as exc:  # the store's check under the head lock, after a concurrent change
         raise Refused(exc.reason, exc.detail) from exc
+
+
+def retry_key(key: str, number: int) -> str:
+    """The key of retry `number` of a call under `key` (the suffix of the retry it retries replaced,
+    not stacked): `<key>:retry-<n>`, or a digest of the key in its place when that would pass the 255
+    characters a key may have. Never `key` itself: a client's own key may end in `:retry-1`."""
+    earlier = f":retry-{number - 1}"
+    root = key[: -len(earlier)] if number > 1 and key.endswith(earlier) else key
+    suffix = f":retry-{number}"
+    if len(root) + len(suffix) > MAX_KEY:
+        root = "sha256-" + hashlib.sha256(root.encode()).hexdigest()
+    return root + suffix
 
 
 def _check_request(req: RetryRequest) -> None:

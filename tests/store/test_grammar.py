@@ -231,12 +231,14 @@ def test_only_a_failed_call_is_retried_once_and_its_retry_is_the_call_it_named()
     unasked = follow(*base, failed, requested("r", 4, key="k2", retry_of="c"))
     other = follow(*base, failed, retry_requested("c", 4, "r"), requested("x", 5, key="k2", retry_of="c"))
     takeover = follow(*base, failed, requested("r", 4, supersedes="c"))
+    new_key_asked = follow(*base, failed, retry_requested("c", 4, "r", same_key=False), same_key)
 
     assert of_completed is not None and (of_completed.seq, of_completed.rule) == (4, "illegal_transition")
     assert twice is not None and twice.rule == "retried_twice"
     assert unasked is not None and unasked.rule == "retry_unrequested"
     assert other is not None and other.rule == "retry_unrequested"
     assert takeover is not None and takeover.rule == "key_taken_over_too_soon"
+    assert new_key_asked is not None and "under a new key" in new_key_asked.detail
 
 
 def test_a_revoked_person_may_not_ask_for_a_retry_unless_by_break_glass() -> None:

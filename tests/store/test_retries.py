@@ -9,7 +9,7 @@ import pytest
 
 from store import Store
 from store.commands import ResolveManually, RevokePrincipal, StopRun
-from store.model import CallView, RetryLink, RetryRefused
+from store.model import CallView, RetryLink, RetryRefused, StoreError
 from tests.store.builders import NOW, call_request, outcome
 from tests.store.racing import at_once
 
@@ -64,6 +64,16 @@ def test_a_retry_under_the_same_key_takes_the_key_over_from_its_failed_original(
     assert holder is not None and holder.tool_call_id == "re"
     report = store.verify()
     assert report.ok, report
+
+
+def test_a_retry_asked_for_under_a_new_key_never_takes_the_originals_key(store: Store) -> None:
+    failed(store)
+
+    with pytest.raises(StoreError):
+        store.admit(call_request(tool_call_id="re", retry=link(same_key=False), now=LATER))
+
+    holder = store.find_call_by_key("acme", "alice", "key-1")
+    assert holder is not None and holder.tool_call_id == "orig"
 
 
 def test_a_completed_call_is_not_retried_and_nothing_is_recorded(store: Store) -> None:
