@@ -216,3 +216,17 @@ async def test_a_retry_is_authorized_now_and_waits_for_an_approver_when_the_poli
     assert (retry["status"], retry["retryOf"]) == ("approval_pending", original)
     assert retry["approvalId"] != pending["approvalId"]
     assert "tool_call.dispatching" not in _types(gateway, retry["toolCallId"])
+
+
+async def test_a_break_glass_retry_is_recorded_as_the_operator_never_as_a_person(gateway: Writ) -> None:
+    original = await _failed_call(gateway)
+
+    out = gateway.cli("calls", "retry", original, "--break-glass", "--reason", "incident 12")
+
+    assert json.loads(out.stdout)["breakGlass"] is True
+    [asked] = [
+        e for e in gateway.runtime.store.events(tool_call_id=original) if e.type.endswith("retry_requested")
+    ]
+    assert asked.payload["break_glass"] is True
+    assert asked.payload["requested_by"].startswith("operator:")
+    assert asked.payload["reason"] == "incident 12"
