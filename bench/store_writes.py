@@ -76,7 +76,7 @@ def run_reads(url: str, calls: int, rounds: int) -> dict[str, tuple[float, float
             idempotency_key=new_id("derived"),
             arguments={"order_id": "1001", "request": new_id("r")},
             run_id=new_id("run"),
-            run_is_new_hint=True,
+            run_origin="client",
         )
         return dataclasses.replace(req, summary="look up order 1001")
 

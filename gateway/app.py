@@ -7,6 +7,7 @@ puts the HTTP faces around them (MCP at /mcp, RFC 9728 metadata, health, API) wi
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -39,7 +40,9 @@ from capabilities.contract import CapabilityError
 from capabilities.registry import Registry
 from gateway.api.clients import client_routes
 from gateway.api.principals import principal_routes
+from gateway.api.retries import retry_routes
 from gateway.api.routes import api_routes
+from gateway.api.runs import run_routes
 from gateway.audit.checkpointer import Checkpointer
 from gateway.audit.checkpoints import CheckpointSigner
 from gateway.audit.security import NoSecurityEvents, SecurityEvents, SecuritySink
@@ -60,6 +63,7 @@ from gateway.calls.policy_source import policy_provider
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
+from gateway.calls.retries import retry_call
 from gateway.calls.tracing import first_trace_of
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
@@ -574,6 +578,10 @@ def build_app(runtime: Runtime) -> Starlette:
             runtime.store, _principal_of_user(runtime), metadata_url, runtime.decisions, clock=runtime.clock
         ),
         *principal_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
+        *run_routes(runtime.store, _principal_of_user(runtime), metadata_url, clock=runtime.clock),
+        *retry_routes(
+            runtime.store, runtime.registry, runtime.pipeline, _principal_of_user(runtime), metadata_url
+        ),
     ]
     if runtime.console_decisions is not None:
         routes.extend(
@@ -589,6 +597,10 @@ def build_app(runtime: Runtime) -> Starlette:
                     (runtime.store.with_producer(CONSOLE), config.auth.authorization_server.liveness())
                     if runtime.authorization_server is not None
                     else None
+                ),
+                runs=runtime.store.with_producer(CONSOLE),
+                retries=functools.partial(
+                    retry_call, store=runtime.store, registry=runtime.registry, pipeline=runtime.pipeline
                 ),
             )
         )

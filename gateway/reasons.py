@@ -40,6 +40,8 @@ class ReasonCode(StrEnum):
     """The call would take a budget of `policy.budgets` past its limit in the current window."""
     LOOP_DETECTED = "loop_detected"
     """The call repeats, or nearly, one a rule of `policy.loops` saw too often in its window."""
+    RUN_STOPPED = "run_stopped"
+    """A person stopped the call's run (`writ runs stop`, the API, the console); it takes no calls."""
 
     # Confirmation rounds (capabilities of class `confirm`).
     CONFIRMATION_MISMATCH = "confirmation_mismatch"
@@ -94,6 +96,15 @@ class ReasonCode(StrEnum):
     """The call to resolve by hand is no longer of unknown outcome."""
     NOT_REVOKED = "not_revoked"
     """The principal to restore has no revocation to lift."""
+    RUN_ALREADY_STOPPED = "run_already_stopped"
+    """The run to stop is stopped already; nothing changed."""
+    RUN_NOT_STOPPED = "run_not_stopped"
+    """The run to resume is not stopped; nothing changed."""
+    RETRY_NOT_FAILED = "retry_not_failed"
+    """Only a failed call (`failed`, or reconciled `confirmed_failure`) is retried; this one is
+    completed, pending, of unknown outcome, or its failure is contradicted."""
+    ALREADY_RETRIED = "already_retried"
+    """The call was retried before; retry its retry (named in the refusal) instead."""
 
     # HTTP edges, before any route runs.
     REQUEST_TOO_LARGE = "request_too_large"
@@ -137,6 +148,10 @@ HTTP_STATUS: Mapping[str, int] = MappingProxyType(
         ReasonCode.ALREADY_DECIDED: 409,
         ReasonCode.EXPIRED: 409,
         ReasonCode.NOT_UNRESOLVED: 409,
+        ReasonCode.RUN_ALREADY_STOPPED: 409,
+        ReasonCode.RUN_NOT_STOPPED: 409,
+        ReasonCode.RETRY_NOT_FAILED: 409,
+        ReasonCode.ALREADY_RETRIED: 409,
         ReasonCode.IDEMPOTENCY_CONFLICT: 409,
         ReasonCode.CONFIRMATION_USED: 409,
         ReasonCode.CONFIRMATION_EXPIRED: 409,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import uuid
 
 import anyio
 from mcp.server.stdio import stdio_server
@@ -53,6 +54,8 @@ def serve_stdio(config: WritConfig) -> None:
         registry=runtime.registry,
         security=runtime.security,
         transport="pipe",
+        # One client for the life of this process: its calls without a runId are one run.
+        process_session=uuid.uuid4().hex,
     )
 
     async def main() -> None:

@@ -58,8 +58,9 @@ class Budgets:
             for b in budgets
         )
 
-    def charges(self, inp: PolicyInput, run_id: str) -> tuple[BudgetCharge, ...]:
-        """The counters this call draws on, in budget order.
+    def charges(self, inp: PolicyInput, run_id: str | None) -> tuple[BudgetCharge, ...]:
+        """The counters this call draws on, in budget order; a call in no run (`run_id` None) draws
+        on no budget scoped to a run.
 
         Raises:
             ExpressionError: an amount is missing, not a number or negative, or a currency is not a
@@ -70,6 +71,8 @@ class Budgets:
         for compiled in self._budgets:
             budget = compiled.budget
             if not in_scope(budget, inp.principal, inp.capability):
+                continue
+            if budget.scope == "run" and run_id is None:
                 continue
             amount = Decimal(1)
             parts = _scope_parts(budget, inp, run_id)
@@ -87,12 +90,12 @@ class Budgets:
         return tuple(charges)
 
 
-def _scope_parts(budget: Budget, inp: PolicyInput, run_id: str) -> tuple[str, ...]:
+def _scope_parts(budget: Budget, inp: PolicyInput, run_id: str | None) -> tuple[str, ...]:
     who = inp.principal
     parts = {
         "principal": (who.tenant, who.subject),
         "tenant": (who.tenant,),
-        "run": (who.tenant, run_id),
+        "run": (who.tenant, run_id or ""),
         "capability": (who.tenant, who.subject, inp.capability.id),
     }
     return parts[budget.scope]

@@ -135,7 +135,7 @@ class Policy:
             traces.append(RuleTrace(rule.id, "matched" if held else "condition_false", rule.decision))
         return tuple(traces)
 
-    def charges(self, inp: PolicyInput, run_id: str) -> tuple[BudgetCharge, ...]:
+    def charges(self, inp: PolicyInput, run_id: str | None) -> tuple[BudgetCharge, ...]:
         """What this call counts against each budget that covers it (see `Budgets.charges`).
 
         Raises:

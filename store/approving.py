@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row, select
@@ -11,8 +12,9 @@ from store import queues
 from store.commands import DecideApproval, ExpireApproval
 from store.leasing import call_envelope, grant
 from store.log import Append
-from store.model import ApprovalView, CallView, NotFound, StaleLease, StoreError
-from store.schema import approvals, tool_calls
+from store.model import ApprovalView, CallView, Charge, LoopKey, NotFound, StaleLease, StoreError
+from store.recording import breach_detail, breach_of, charged, detected, exceeded
+from store.schema import approvals, events, tool_calls
 from store.views import approval_view, load_approval
 
 if TYPE_CHECKING:  # the write commands, named only in signatures
@@ -79,15 +81,21 @@ def dispatch(conn: Connection, req: ApprovedDispatch, *, producer: str) -> CallV
     """
     log = Append(conn)
     row = _approved(conn, req.tool_call_id)
+    envelope = call_envelope(row, req.now, producer)
+    if req.policy_version is not None:
+        envelope["policy_version"] = req.policy_version
+    # Budgets and loops again, at execution, under the head lock as at admission: counters the call was
+    # charged on then hold it already; any other (a new window, a budget added) must still fit.
+    fresh = _uncharged(conn, row, req.charges)
+    if (refused := _guarded_again(conn, log, row, envelope, fresh, req.loops)) is not None:
+        return refused
     payload = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
         idempotency_key=row.idempotency_key,
         external_request_id=row.external_request_id,
         **grant(req.lease_owner, row.lease_token, req.now, req.lease_s),
+        charges=[charged(c) for c in fresh] or None,
     )
-    envelope = call_envelope(row, req.now, producer)
-    if req.policy_version is not None:
-        envelope["policy_version"] = req.policy_version
     log.add(ev.ToolCallDispatchingEvent(**envelope, payload=payload))
     log.flush()
     return log.call(req.tool_call_id)
@@ -138,3 +146,43 @@ def _approved(conn: Connection, tool_call_id: str) -> Row[Any]:
 def _reload_approval(conn: Connection, approval_id: str) -> ApprovalView:
     row = conn.execute(select(approvals).where(approvals.c.approval_id == approval_id)).one()
     return approval_view(row)
+
+
+def _uncharged(conn: Connection, row: Row[Any], charges: tuple[Charge, ...]) -> tuple[Charge, ...]:
+    """`charges` the call did not draw on when it was admitted (read from its `tool_call.requested`)."""
+    if not charges:
+        return ()
+    text = conn.execute(
+        select(events.c.payload).where(
+            events.c.tool_call_id == row.tool_call_id, events.c.type == "tool_call.requested"
+        )
+    ).scalar_one_or_none()
+    done = {c.get("key") for c in (json.loads(text).get("charges") or ())} if text else set()
+    return tuple(c for c in charges if c.counter_key not in done)
+
+
+def _guarded_again(
+    conn: Connection,
+    log: Append,
+    row: Row[Any],
+    envelope: dict[str, Any],
+    fresh: tuple[Charge, ...],
+    loops: tuple[LoopKey, ...],
+) -> CallView | None:
+    """The call denied (`loop_detected`, `budget_exceeded`) if a loop was found in one of its patterns
+    since it was admitted, or a counter it was not charged on has no room; else None."""
+    found = detected(conn, loops)
+    if found is not None:
+        detail = f"loop rule {found!r} found this call's pattern looping while it waited for approval"
+        denial = ev.ToolCallDenied(reason="loop_detected", rule_id=found, detail=detail)
+        log.add(ev.ToolCallDeniedEvent(**envelope, payload=denial))
+    elif (breach := breach_of(conn, fresh)) is not None:
+        detail = breach_detail(breach)
+        log.add(ev.BudgetExceededEvent(**envelope, payload=exceeded(breach, detail)))
+        denial = ev.ToolCallDenied(reason="budget_exceeded", detail=detail)
+        log.add(ev.ToolCallDeniedEvent(**envelope, payload=denial))
+    else:
+        return None
+    queues.release(conn, row.approval_id)
+    log.flush()
+    return log.call(row.tool_call_id)

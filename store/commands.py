@@ -204,3 +204,28 @@ class RestorePrincipal:
     now: datetime
     reason: str | None = None
     break_glass: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StopRun:
+    """Stop a run: its later calls are refused `run_stopped` and its waiting approvals withdrawn."""
+
+    run_id: str
+    stopped_by: str
+    reason: str
+    now: datetime
+    tenant: str | None = None
+    """The stopper's tenant: a run of another tenant is not found. None only for break-glass."""
+    break_glass: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeRun:
+    """Resume a stopped run: it takes calls again."""
+
+    run_id: str
+    resumed_by: str
+    reason: str
+    now: datetime
+    tenant: str | None = None
+    break_glass: bool = False

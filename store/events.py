@@ -98,8 +98,45 @@ class RunStarted(Payload):
     tenant: str
     subject: str
     implicit: bool = False
+    """A run made for one call whose client named none (logs written before runs were Writ's own)."""
     client_run_id: str | None = None
     """What the client called the run; the envelope's `run_id` is Writ's, scoped to the principal."""
+    origin: Literal["client", "session"] | None = None
+    """What groups the run's calls: the client's `writ/runId`, or its MCP session (absent before)."""
+
+
+class RunStopped(Payload):
+    """A person stopped a run: its later calls are refused `run_stopped`, its waiting approvals
+    withdrawn (each an `approval.rejected` caused by this event)."""
+
+    stopped_by: str
+    reason: str
+    break_glass: bool = False
+    withdrawn: list[str] | None = None
+    """The approval ids withdrawn with it."""
+
+
+class RunResumed(Payload):
+    """A person resumed a stopped run: it takes calls again (withdrawn approvals stay rejected)."""
+
+    resumed_by: str
+    reason: str
+    break_glass: bool = False
+
+
+class ToolCallRetryRequested(Payload):
+    """A person asked to re-run this failed call (`writ calls retry`): the retry is a new call
+    (`retry_tool_call_id`, whose `tool_call.requested` names this one in `retry_of`), authorized anew."""
+
+    requested_by: str
+    reason: str
+    break_glass: bool = False
+    """Asked by an operator at the store without a token: `requested_by` is `operator:<user>@<host>`."""
+    retry_tool_call_id: str
+    retry_number: int
+    idempotency_key: str
+    """The key the retry runs under: this call's own when its backend deduplicates on the key."""
+    same_key: bool
 
 
 class BudgetCharged(Payload):
@@ -142,6 +179,11 @@ class ToolCallRequested(Payload):
     trace_context: dict[str, str] | None = None
     """The W3C trace context (`traceparent`) the call was requested in, when it was traced: later
     spans of the call (approved dispatch, reconciliation) link to it, after a restart too."""
+    retry_of: str | None = None
+    """The failed call this one re-runs (`writ calls retry`); its `tool_call.retry_requested` names
+    this call back. Absent on every call nobody retried."""
+    retry_number: int | None = None
+    """1 for a retry of a first call, one more for each retry of a retry."""
 
 
 class ToolCallDenied(Payload):
@@ -170,6 +212,9 @@ class ApprovalDecided(Payload):
     verified principal: `decided_by` is then `operator:<os-user>@<host>`."""
     decided_by_roles: list[str] | None = None
     """The roles the decider held when deciding (absent where none was known, as in older events)."""
+    withdrawn: Literal["run_stopped"] | None = None
+    """Set on a rejection nobody decided on its merits: the approval was withdrawn because its run
+    was stopped (`decided_by` stopped it; the event's cause is the `run.stopped`)."""
 
 
 class ApprovalExpired(Payload):
@@ -208,6 +253,8 @@ class ToolCallDispatching(Payload):
     lease_expires_at: str | None = None
     retry_of_attempt: int | None = None
     """Set when reconciliation re-sends the same key to a backend that deduplicates on it."""
+    charges: list[BudgetCharged] | None = None
+    """Budget counters an approved call drew on when it ran and not when it was admitted (absent: none)."""
 
 
 class ToolCallCompleted(Payload):
@@ -425,6 +472,21 @@ class RunStartedEvent(Envelope):
     payload: RunStarted
 
 
+class RunStoppedEvent(Envelope):
+    type: Literal["run.stopped"] = "run.stopped"
+    payload: RunStopped
+
+
+class ToolCallRetryRequestedEvent(Envelope):
+    type: Literal["tool_call.retry_requested"] = "tool_call.retry_requested"
+    payload: ToolCallRetryRequested
+
+
+class RunResumedEvent(Envelope):
+    type: Literal["run.resumed"] = "run.resumed"
+    payload: RunResumed
+
+
 class ToolCallRequestedEvent(Envelope):
     type: Literal["tool_call.requested"] = "tool_call.requested"
     payload: ToolCallRequested
@@ -595,6 +657,9 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     SecurityUnknownToolEvent,
     SecurityEdgeRefusedEvent,
     SecurityOAuthRefusedEvent,
+    RunStoppedEvent,
+    RunResumedEvent,
+    ToolCallRetryRequestedEvent,
 )
 TYPE_NAMES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in EVENT_TYPES)
 
@@ -627,7 +692,10 @@ Event = Annotated[
     | SecurityAuthFailedEvent
     | SecurityUnknownToolEvent
     | SecurityEdgeRefusedEvent
-    | SecurityOAuthRefusedEvent,
+    | SecurityOAuthRefusedEvent
+    | RunStoppedEvent
+    | RunResumedEvent
+    | ToolCallRetryRequestedEvent,
     Field(discriminator="type"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -35,6 +35,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("approval_pending", "approval.expired"): "expired",
     ("approved", "tool_call.dispatching"): "dispatching",
     ("approved", "tool_call.denied"): "denied",  # re-authorization at execution refused it
+    ("approved", "budget.exceeded"): "approved",  # a budget checked again at execution, then denied
     ("awaiting_confirmation", "confirmation.given"): "confirmed",
     ("awaiting_confirmation", "confirmation.declined"): "denied",
     ("awaiting_confirmation", "confirmation.expired"): "expired",
@@ -51,6 +52,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("failed", "reconciliation.contradicted"): "failed",
     ("completed", "reconciliation.resolved"): "settled",  # a person settles a contradicted call
     ("failed", "reconciliation.resolved"): "settled",
+    ("failed", "tool_call.retry_requested"): "failed",  # a person re-runs it as a new call
 }
 """(state, event type) -> the call's next state; `settled` is `completed` or `failed` by the verdict."""
 
@@ -72,6 +74,8 @@ IN_FLIGHT: frozenset[str] = frozenset(
 CALL_FREE_TYPES: frozenset[str] = frozenset(
     {
         "run.started",
+        "run.stopped",
+        "run.resumed",
         "principal.revoked",
         "principal.restored",
         "loop.detected",
@@ -101,11 +105,15 @@ class _Call:
         "key",
         "requester",
         "requester_may_approve",
+        "retried_by",
+        "retry_same_key",
+        "run_id",
         "state",
         "tenant",
     )
 
     def __init__(self, state: str, key: _Key, requester: str, tenant: str, created_at: str) -> None:
+        self.run_id: str | None = None
         self.state = state
         self.key = key
         self.requester = requester
@@ -118,6 +126,9 @@ class _Call:
         self.attempts = 0
         self.contradicted = False
         self.escalated = False
+        self.retried_by: str | None = None
+        self.retry_same_key = False
+        """The call a `tool_call.retry_requested` of this one named (one retry per call)."""
 
 
 class Grammar:
@@ -128,6 +139,8 @@ class Grammar:
         self._holders: dict[_Key, str] = {}
         """Who holds each (tenant, subject, idempotency key): the effect ledger as the log builds it."""
         self._runs: dict[str, str | None] = {}
+        self._stopped: set[str] = set()
+        """Runs stopped and not resumed: none of their calls may claim a key, be approved or run."""
         self._revoked: set[tuple[str | None, str]] = set()
 
     def check(self, event: ev.Event) -> GrammarViolation | None:
@@ -141,6 +154,8 @@ class Grammar:
     def _take(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunStartedEvent):
             self._run_started(event)
+        elif isinstance(event, ev.RunStoppedEvent | ev.RunResumedEvent):
+            self._run_control(event)
         elif isinstance(event, ev.PrincipalRevokedEvent):
             self._revoked.add((event.tenant, event.payload.subject))
         elif isinstance(event, ev.PrincipalRestoredEvent):
@@ -161,25 +176,52 @@ class Grammar:
             raise _Broken("run_started_twice", f"run {run_id} was started before")
         self._runs[run_id] = event.tenant
 
+    def _run_control(self, event: ev.RunStoppedEvent | ev.RunResumedEvent) -> None:
+        run_id = event.run_id or ""
+        if run_id not in self._runs:
+            raise _Broken("run_not_started", f"{event.type} names run {run_id}, never started")
+        if self._runs[run_id] != event.tenant:
+            raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
+        stopping = isinstance(event, ev.RunStoppedEvent)
+        if stopping == (run_id in self._stopped):
+            state = "stopped" if stopping else "not stopped"
+            raise _Broken("run_control_out_of_order", f"{event.type} of run {run_id}, which is {state}")
+        if stopping:
+            self._stopped.add(run_id)
+        else:
+            self._stopped.discard(run_id)
+
     def _requested(self, event: ev.ToolCallRequestedEvent) -> None:
         p = event.payload
         tool_call_id = event.tool_call_id or ""
         if tool_call_id in self._calls:
             raise _Broken("requested_twice", f"call {tool_call_id} was requested before")
-        run_id = event.run_id or ""
-        if run_id not in self._runs:
-            raise _Broken("run_not_started", f"call {tool_call_id} names run {run_id}, never started")
-        if self._runs[run_id] != event.tenant:
-            raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
+        run_id = event.run_id
+        if run_id is not None:  # a call in no run (no runId, no session) names none
+            if run_id not in self._runs:
+                raise _Broken("run_not_started", f"call {tool_call_id} names run {run_id}, never started")
+            if self._runs[run_id] != event.tenant:
+                raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
+        if p.retry_of is not None:
+            original = self._calls.get(p.retry_of)
+            if original is None or original.retried_by != tool_call_id:
+                raise _Broken(
+                    "retry_unrequested", f"call {tool_call_id} retries {p.retry_of}, which nobody retried"
+                )
         key = (event.tenant or "", p.subject, p.idempotency_key)
         state = "refused"
         if p.claims_key:
             if (event.tenant, p.subject) in self._revoked:
                 raise _Broken("claim_by_revoked", f"{p.subject} claims a key while revoked")
+            if run_id in self._stopped:
+                raise _Broken(
+                    "claim_in_stopped_run", f"call {tool_call_id} claims a key in stopped run {run_id}"
+                )
             self._claim(event, key)
             state = f"decided:{p.decision.get('effect')}"
         call = _Call(state, key, p.subject, event.tenant or "", event.occurred_at)
         call.effect_class = p.effect_class
+        call.run_id = run_id
         self._calls[tool_call_id] = call
 
     def _claim(self, event: ev.ToolCallRequestedEvent, key: _Key) -> None:
@@ -204,7 +246,12 @@ class Grammar:
     @staticmethod
     def _not_supersedable(held: _Call, event: ev.ToolCallRequestedEvent) -> str | None:
         # The store joins instead of taking over (recording.admit): client keys, calls in flight,
-        # contradicted verdicts, and completed calls inside the new call's dedupe window.
+        # contradicted verdicts, and completed calls inside the new call's dedupe window. A retry a
+        # person asked for takes its failed original's key over (`_retry_requested` checked it).
+        if event.payload.retry_of is not None and event.payload.retry_of == event.payload.supersedes:
+            if not held.retry_same_key:
+                return "its retry was asked for under a new key"
+            return None if held.state == "failed" else f"the call it retries is {held.state}"
         if event.payload.key_source != "derived":
             return "a client's key is never taken over"
         if held.state in IN_FLIGHT:
@@ -242,6 +289,8 @@ class Grammar:
             self._same_approval(call, event)
         elif isinstance(event, ev.ToolCallDispatchingEvent):
             self._dispatching(call, event)
+        elif isinstance(event, ev.ToolCallRetryRequestedEvent):
+            self._retry_requested(call, event)
         elif isinstance(event, ev.ReconciliationStartedEvent) and call.escalated:
             raise _Broken("reconciled_after_escalation", "a lookup started on a call handed to a person")
         elif isinstance(event, ev.ReconciliationEscalatedEvent):
@@ -258,6 +307,17 @@ class Grammar:
                 raise _Broken("contradiction_agrees", f"a contradiction that agrees with {call.state}")
             call.contradicted = True
 
+    def _retry_requested(self, call: _Call, event: ev.ToolCallRetryRequestedEvent) -> None:
+        p = event.payload
+        if call.contradicted:
+            raise _Broken("retry_of_contradicted", "a retry of a call whose failure is contradicted")
+        if call.retried_by is not None:
+            raise _Broken("retried_twice", f"retried before, by call {call.retried_by}")
+        if not p.break_glass and (event.tenant, p.requested_by) in self._revoked:
+            raise _Broken("retry_by_revoked", f"{p.requested_by} asked for a retry while revoked")
+        call.retried_by = p.retry_tool_call_id
+        call.retry_same_key = p.same_key
+
     def _same_approval(self, call: _Call, event: ev.Envelope) -> None:
         if event.approval_id != call.approval_id:
             raise _Broken(
@@ -269,6 +329,8 @@ class Grammar:
         p = event.payload
         if not isinstance(event, ev.ApprovalGrantedEvent):
             return
+        if call.run_id in self._stopped:
+            raise _Broken("approval_in_stopped_run", f"approved while run {call.run_id} is stopped")
         if p.decided_by == call.requester and not call.requester_may_approve:
             raise _Broken("self_approval", f"{p.decided_by} approved their own call")
         if not p.break_glass and (event.tenant, p.decided_by) in self._revoked:
@@ -297,6 +359,8 @@ class Grammar:
             )
         if p.attempt != call.attempts + 1:
             raise _Broken("attempt_out_of_order", f"attempt {p.attempt} follows attempt {call.attempts}")
+        if call.state == "approved" and call.run_id in self._stopped:
+            raise _Broken("dispatch_in_stopped_run", f"an approved call of stopped run {call.run_id} ran")
         if call.state in ("approved", "confirmed"):
             for who in (call.requester, call.approved_by):
                 if who is not None and (call.tenant, who) in self._revoked:

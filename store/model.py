@@ -49,6 +49,15 @@ class NotFound(StoreError):
     pass
 
 
+class RetryRefused(StoreError):
+    """The call may not be retried now (checked under the head lock): `reason` is a reason code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
 class StaleLease(StoreError):
     """A writer tried to record for a call it no longer owns."""
 
@@ -168,14 +177,35 @@ class PrincipalRecord:
         )
 
 
+RunOrigin = Literal["client", "session"]
+RunStatus = Literal["active", "stopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """A run as its projection holds it: whose, since when, how many calls, and whether it is stopped."""
+
+    run_id: str
+    tenant: str
+    subject: str
+    started_at: datetime
+    call_count: int
+    origin: str | None
+    status: str
+    stopped_at: datetime | None = None
+    stopped_by: str | None = None
+    stop_reason: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class CallIdentity:
     """Who asked for which action under which key: what an admission and a refusal record alike."""
 
     tool_call_id: str
-    run_id: str
-    run_is_new_hint: bool
-    """The caller gave no run id, so a run is created for this call alone."""
+    run_id: str | None
+    """Writ's id of the run the call is in; None for a call in no run (no runId and no session)."""
+    run_origin: RunOrigin | None
+    """What groups the run's calls, recorded when the call starts it: the client's runId or its session."""
     tenant: str
     subject: str
     principal: PrincipalRecord
@@ -195,6 +225,22 @@ class CallIdentity:
     """The client's own name for the run (`run_id` is Writ's, scoped to the principal)."""
     trace_context: Mapping[str, str] | None = None
     """The W3C trace context (`traceparent`) the call was requested in, if traced."""
+    retry: RetryLink | None = None
+    """Set when a person re-runs a failed call (`writ calls retry`): what the store records first."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLink:
+    """A retry of a failed call, asked for by a person: the store records it on the original
+    (`tool_call.retry_requested`) in the transaction that admits or refuses the retry itself."""
+
+    of: str
+    """The failed call re-run."""
+    number: int
+    requested_by: str
+    reason: str
+    break_glass: bool
+    same_key: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +342,7 @@ class CallView:
     """The tool-calls projection row for one call."""
 
     tool_call_id: str
-    run_id: str
+    run_id: str | None
     tenant: str
     subject: str
     tool_name: str
@@ -437,6 +483,11 @@ class ApprovedDispatch:
     """The policy version the call was re-authorized under."""
     lease_owner: str = "writ-gateway"
     lease_s: float = 60.0
+    charges: tuple[Charge, ...] = ()
+    """The budget counters the current policy says the call draws on now: those it was not charged on
+    at admission (a window that rolled over while it waited, a budget added) are checked and charged."""
+    loops: tuple[LoopKey, ...] = ()
+    """The loop patterns the call belongs to now: one found to loop since it was admitted refuses it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,10 @@ from store.commands import (
     ResolveManually,
     ResolveReconciliation,
     RestorePrincipal,
+    ResumeRun,
     RevokePrincipal,
     StartReconciliation,
+    StopRun,
 )
 from store.exporting import EventFilter
 from store.model import (
@@ -42,6 +44,7 @@ from store.model import (
     OutboxMessage,
     ReadRecord,
     RefusalRequest,
+    RunView,
     StoredEvent,
 )
 from store.oauth import CodeGrant, RefreshGrant, RegisteredClient
@@ -284,3 +287,34 @@ class OAuthClients(Standing, Protocol):
     ) -> ClientDetail: ...
 
     def revoke_oauth_client(self, cmd: RevokeClient) -> ClientRevocation: ...
+
+
+class RunControls(Standing, Protocol):
+    """What run controls need: the runs, their calls, and stopping and resuming one."""
+
+    def get_run(self, run_id: str, *, tenant: str | None = None) -> RunView | None: ...
+
+    def list_runs(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        subject: str | None = None,
+        limit: int = 100,
+    ) -> list[RunView]: ...
+
+    def run_calls(self, run_id: str, *, limit: int = 200) -> list[CallView]: ...
+
+    def events(
+        self,
+        *,
+        run_id: str | None = None,
+        tool_call_id: str | None = None,
+        tenant: str | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[StoredEvent]: ...
+
+    def stop_run(self, cmd: StopRun) -> RunView: ...
+
+    def resume_run(self, cmd: ResumeRun) -> RunView: ...

@@ -58,6 +58,7 @@ _INSERT_RUN = Statement(runs.insert())
 _COUNT_CALL = Statement(
     update(runs).where(runs.c.run_id == bindparam("b_run_id")).values(call_count=runs.c.call_count + 1)
 )
+_SET_RUN = Statement(update(runs).where(runs.c.run_id == bindparam("b_run_id")))
 _INSERT_CALL = Statement(tool_calls.insert())
 _INSERT_CALL_RETURNING = Statement(tool_calls.insert().returning(*tool_calls.c))
 _UPDATE_CALL = Statement(update(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id")))
@@ -138,15 +139,36 @@ def _run_started(conn: Connection, event: ev.RunStartedEvent, pending: Pending |
         "subject": event.payload.subject,
         "started_at": ev.parse_ts(event.occurred_at),
         "call_count": 0,
+        "origin": event.payload.origin,
+        "status": "active",
+        "stopped_at": None,
+        "stopped_by": None,
+        "stop_reason": None,
     }
     _insert(conn, None if pending is None else pending.runs, run_id, _INSERT_RUN, run)
+
+
+def _run_stopped(conn: Connection, event: ev.RunStoppedEvent, pending: Pending | None) -> None:
+    p = event.payload
+    values = {
+        "status": "stopped",
+        "stopped_at": ev.parse_ts(event.occurred_at),
+        "stopped_by": p.stopped_by,
+        "stop_reason": p.reason,
+    }
+    _SET_RUN.execute(conn, {"b_run_id": _named(event, "run_id", event.run_id), **values})
+
+
+def _run_resumed(conn: Connection, event: ev.RunResumedEvent, pending: Pending | None) -> None:
+    # The last stop stays on the row (who, when, why) until the next one; the log holds them all.
+    _SET_RUN.execute(conn, {"b_run_id": _named(event, "run_id", event.run_id), "status": "active"})
 
 
 def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pending | None) -> None:
     p = event.payload
     at = ev.parse_ts(event.occurred_at)
     tool_call_id = _named(event, "tool_call_id", event.tool_call_id)
-    run_id = _named(event, "run_id", event.run_id)
+    run_id = event.run_id  # None: a call in no run
     call = {
         "tool_call_id": tool_call_id,
         "run_id": run_id,
@@ -179,10 +201,10 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         "updated_at": at,
     }
     _insert(conn, None if pending is None else pending.calls, tool_call_id, _INSERT_CALL, call)
-    run = pending.runs.get(run_id) if pending is not None else None
+    run = pending.runs.get(run_id) if pending is not None and run_id is not None else None
     if run is not None:
         run["call_count"] += 1
-    else:
+    elif run_id is not None:
         _COUNT_CALL.execute(conn, {"b_run_id": run_id})
     for charge in p.charges or ():
         _charge(conn, event, charge)
@@ -215,7 +237,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         raise KeyClaimLost(f"key {p.idempotency_key!r} is no longer held by call {p.supersedes}")
 
 
-def _charge(conn: Connection, event: ev.ToolCallRequestedEvent, charge: ev.BudgetCharged) -> None:
+def _charge(conn: Connection, event: ev.Envelope, charge: ev.BudgetCharged) -> None:
     added = _ADD_TO_COUNTER.execute(
         conn, {"b_counter_key": charge.key, "b_amount_micros": charge.amount_micros}
     )
@@ -335,7 +357,11 @@ def _confirmation_declined(
 def _confirmation_expired(
     conn: Connection, event: ev.ConfirmationExpiredEvent, pending: Pending | None
 ) -> None:
-    _update_call(conn, pending, event, status="expired", reason="confirmation_expired")
+    # Withdrawn because its run was stopped, or expired unanswered (the only cause before runs stopped).
+    stopped = event.payload.reason == "run_stopped"
+    _update_call(
+        conn, pending, event, status="expired", reason="run_stopped" if stopped else "confirmation_expired"
+    )
 
 
 def _ts(text: str | None) -> Any:
@@ -360,6 +386,8 @@ def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent, pending: 
         lease_expires_at=_ts(p.lease_expires_at),
         next_reconcile_at=None,
     )
+    for charge in p.charges or ():
+        _charge(conn, event, charge)
 
 
 def _completed(conn: Connection, event: ev.ToolCallCompletedEvent, pending: Pending | None) -> None:
@@ -491,6 +519,13 @@ def _principal_restored(conn: Connection, event: ev.PrincipalRestoredEvent, pend
     )
 
 
+def _retry_requested(
+    conn: Connection, event: ev.ToolCallRetryRequestedEvent, pending: Pending | None
+) -> None:
+    """Nothing to project: the failed call stays failed; its retry is a call of its own, linked both
+    ways in the log (this event names the retry, the retry's request names this call)."""
+
+
 _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "run.started": _run_started,
     "tool_call.requested": _requested,
@@ -515,4 +550,7 @@ _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "loop.detected": _loop_detected,
     "principal.revoked": _principal_revoked,
     "principal.restored": _principal_restored,
+    "run.stopped": _run_stopped,
+    "run.resumed": _run_resumed,
+    "tool_call.retry_requested": _retry_requested,
 }

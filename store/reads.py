@@ -18,7 +18,7 @@ from store.events import parse_ts
 from store.exporting import EventFilter, conditions
 from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
 from store.model import Anchor, ApprovalView, AuditReport, CallView, StoredEvent, StoreError
-from store.schema import approvals, effect_ledger, events, runs, tool_calls
+from store.schema import approvals, budget_counters, effect_ledger, events, runs, tool_calls
 from store.schema import log_head as head_row
 from store.views import approval_view, call_view, load_approval, load_call
 
@@ -104,6 +104,17 @@ class Reads:
         with self._read() as conn:
             row = conn.execute(query).one_or_none()
             return None if row is None else call_view(row)
+
+    def budget_use(self, counter_keys: Iterable[str]) -> dict[str, int]:
+        """What each named budget counter holds, in millionths of its unit (absent: nothing yet)."""
+        keys = [k for k in counter_keys if not _unstorable(k)]
+        if not keys:
+            return {}
+        query = select(budget_counters.c.counter_key, budget_counters.c.used_micros).where(
+            budget_counters.c.counter_key.in_(keys)
+        )
+        with self._read() as conn:
+            return {row.counter_key: int(row.used_micros) for row in conn.execute(query)}
 
     def run_call_count(self, run_id: str, tenant: str) -> int:
         """Calls recorded in the run so far (0 for an unknown run or another tenant's run)."""

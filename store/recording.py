@@ -27,11 +27,13 @@ from store.model import (
     OutcomeRecord,
     ReadRecord,
     RefusalRequest,
+    RetryRefused,
     StoreError,
 )
 from store.raw import Statement
 from store.refusals import bounded
-from store.schema import budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
+from store.running import RUN_STOPPED
+from store.schema import budget_counters, effect_ledger, events, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
 
@@ -55,6 +57,10 @@ _ADMIT_LOOKUP = Statement(
         .where(runs.c.run_id == bindparam("b_run_id"))
         .scalar_subquery()
         .label("run_tenant"),
+        select(runs.c.status)
+        .where(runs.c.run_id == bindparam("b_run_id"))
+        .scalar_subquery()
+        .label("run_status"),
         _ledger(effect_ledger.c.tool_call_id).label("holder"),
         _ledger(effect_ledger.c.action_hash).label("holder_hash"),
         select(revocations.c.subject)
@@ -66,6 +72,18 @@ _ADMIT_LOOKUP = Statement(
 _RUN_TENANT = Statement(select(runs.c.tenant).where(runs.c.run_id == bindparam("b_run_id")))
 
 
+def _stopped(req: CallRequest, lookup: Any) -> RefusalRequest | None:
+    """The refusal of a call in a stopped run (read under the head lock, so every replica agrees)."""
+    if lookup.run_status != "stopped":
+        return None
+    who = req.identity
+    detail = (
+        f"run {who.run_id} was stopped by a person; no call of it runs until it is resumed. Stop and "
+        "report to your user instead of retrying"
+    )
+    return _refusal_of(req, RUN_STOPPED, detail)
+
+
 def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     """Record a call's intent and decision, claiming its idempotency key unless another call holds it."""
     log = Append(conn)
@@ -73,10 +91,13 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     # After the head lock, so under PostgreSQL's read committed this statement sees every earlier claim.
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
+    _note_retry(conn, log, who, req.policy_version, producer)
     if lookup.revoked:
         # Standing is checked in the same transaction as the claim: a revoked subject causes nothing.
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    if (stopped := _stopped(req, lookup)) is not None:
+        return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     supersedes: str | None = None
     if lookup.holder is not None:
         existing = load_call(conn, lookup.holder)
@@ -87,7 +108,11 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
                 conn, log, req, existing, run_is_new=lookup.run_tenant is None, producer=producer
             )
             return Admission("conflict", call=call, existing=existing)
-        if who.key_source == "client" or _joinable(existing, req):
+        if who.retry is not None and who.retry.of == existing.tool_call_id:
+            if not who.retry.same_key:  # only a backend that deduplicates may see the key again
+                raise StoreError(f"retry {who.tool_call_id} is not to reuse key {who.idempotency_key!r}")
+        elif who.key_source == "client" or _joinable(existing, req):
+            log.flush()  # a retry's request is recorded even when it joins a call holding its key
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
     # Still under the head lock, so every earlier charge and loop mark of every replica is visible and
@@ -96,7 +121,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     if loop is not None:
         call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = _breach(conn, req.charges)
+    breach = breach_of(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
         return Admission("new", call=call, breach=breach)
@@ -117,7 +142,12 @@ def admissible_read(conn: Connection, req: CallRequest) -> bool:
     who = req.identity
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
-    return not lookup.revoked and _loop(conn, req.loops) is None and _breach(conn, req.charges) is None
+    return (
+        not lookup.revoked
+        and lookup.run_status != "stopped"
+        and _loop(conn, req.loops) is None
+        and breach_of(conn, req.charges) is None
+    )
 
 
 def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admission:
@@ -137,11 +167,13 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     if lookup.revoked:
         refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
+    if (stopped := _stopped(req, lookup)) is not None:
+        return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     loop = _loop(conn, req.loops)
     if loop is not None:
         call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = _breach(conn, req.charges)
+    breach = breach_of(conn, req.charges)
     if breach is not None:
         call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
         return Admission("new", call=call, breach=breach)
@@ -264,7 +296,7 @@ def _loop_detail(loop: LoopHit) -> str:
     )
 
 
-def _breach(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
+def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
     """The first charge that would take its counter past its limit, or None."""
     if not charges:
         return None
@@ -295,22 +327,40 @@ def _record_breach(
 ) -> CallView:
     """Record a call refused `budget_exceeded`: requested (charging nothing), budget.exceeded, denied."""
 
-    def exceeded(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
-        found = ev.BudgetExceeded(
-            budget=breach.budget_id,
-            limit=breach.limit_micros / MICROS,
-            used=breach.used_micros / MICROS,
-            amount=breach.amount_micros / MICROS,
-            counter_key=breach.counter_key,
-            resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
-            scope=breach.scope or None,
-            detail=refusal.detail,
-        )
-        return ev.BudgetExceededEvent(**call, payload=found)
+    def finding(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
+        return ev.BudgetExceededEvent(**call, payload=exceeded(breach, refusal.detail))
 
-    return _record_guarded(
-        log, req, "budget_exceeded", _breach_detail(breach), exceeded, run_tenant, producer
+    return _record_guarded(log, req, "budget_exceeded", breach_detail(breach), finding, run_tenant, producer)
+
+
+def exceeded(breach: Breach, detail: str | None) -> ev.BudgetExceeded:
+    """The `budget.exceeded` payload of `breach`."""
+    return ev.BudgetExceeded(
+        budget=breach.budget_id,
+        limit=breach.limit_micros / MICROS,
+        used=breach.used_micros / MICROS,
+        amount=breach.amount_micros / MICROS,
+        counter_key=breach.counter_key,
+        resets_at=None if breach.resets_at is None else ev.format_ts(breach.resets_at),
+        scope=breach.scope or None,
+        detail=detail,
     )
+
+
+def detected(conn: Connection, loops: tuple[LoopKey, ...]) -> str | None:
+    """The rule of the first of `loops` whose pattern was found to loop in its window, or None."""
+    if not loops:
+        return None
+    found = (
+        conn.execute(
+            select(loop_marks.c.pattern_key).where(
+                loop_marks.c.pattern_key.in_([k.pattern for k in loops]), loop_marks.c.kind == "detected"
+            )
+        )
+        .scalars()
+        .all()
+    )
+    return next((k.rule_id for k in loops if k.pattern in found), None)
 
 
 def _record_guarded(
@@ -349,7 +399,7 @@ MICROS = 1_000_000
 """Counters hold millionths of a budget's unit."""
 
 
-def _breach_detail(breach: Breach) -> str:
+def breach_detail(breach: Breach) -> str:
     resets = "at the end of the run" if breach.resets_at is None else f"at {ev.format_ts(breach.resets_at)}"
     return (
         f"budget {breach.budget_id!r} is used up: {breach.used_micros / MICROS:g} of "
@@ -364,7 +414,66 @@ def refuse(conn: Connection, req: RefusalRequest, *, producer: str) -> CallView:
     found = _RUN_TENANT.one_or_none(conn, {"b_run_id": req.identity.run_id})
     run_tenant: str | None = None if found is None else found.tenant
     _check_run_tenant(req.identity.run_id, run_tenant, req.identity.tenant)
+    _note_retry(conn, log, req.identity, req.policy_version, producer)
     return _record_refusal(conn, log, req, run_tenant, producer)
+
+
+_RETRIED = Statement(
+    select(events.c.seq)
+    .where(events.c.tool_call_id == bindparam("b_call"), events.c.type == "tool_call.retry_requested")
+    .limit(1)
+)
+
+
+def _note_retry(conn: Connection, log: Append, who: CallIdentity, policy_version: str, producer: str) -> None:
+    """Record `tool_call.retry_requested` on the call `who` re-runs, if it is a retry (under the head lock).
+
+    Raises:
+        RetryRefused: the original is not a settled failure, was retried before, or the person who
+            asked is revoked (nothing is recorded).
+    """
+    link = who.retry
+    if link is None:
+        return
+    original = load_call(conn, link.of)
+    if original is None or original.tenant != who.tenant:
+        raise RetryRefused("not_found", f"no tool call {link.of}")
+    if original.status != "failed" or original.contradicted:
+        state = "contradicted" if original.contradicted else original.status
+        raise RetryRefused("retry_not_failed", f"call {link.of} is {state}; only a failed call is retried")
+    if _RETRIED.one_or_none(conn, {"b_call": link.of}) is not None:
+        raise RetryRefused("already_retried", f"call {link.of} was retried before; retry its retry instead")
+    if not link.break_glass:
+        revoked = conn.execute(
+            select(revocations.c.subject).where(
+                revocations.c.tenant == who.tenant, revocations.c.subject == link.requested_by
+            )
+        ).first()
+        if revoked is not None:
+            raise RetryRefused("principal_revoked", f"{link.requested_by} is revoked in tenant {who.tenant}")
+    payload = ev.ToolCallRetryRequested(
+        requested_by=link.requested_by,
+        reason=link.reason,
+        break_glass=link.break_glass,
+        retry_tool_call_id=who.tool_call_id,
+        retry_number=link.number,
+        idempotency_key=who.idempotency_key,
+        same_key=link.same_key,
+    )
+    log.add(
+        ev.ToolCallRetryRequestedEvent(
+            occurred_at=ev.format_ts(who.now),
+            producer=producer,
+            run_id=original.run_id,
+            tool_call_id=original.tool_call_id,
+            capability_id=original.capability_id,
+            capability_version=original.capability_version,
+            policy_version=policy_version,
+            correlation_id=original.correlation_id,
+            tenant=original.tenant,
+            payload=payload,
+        )
+    )
 
 
 def _record_refusal(
@@ -437,7 +546,7 @@ def _refusal_of(req: CallRequest, reason: str, detail: str) -> RefusalRequest:
     return RefusalRequest(req.identity, reason, detail, req.policy_version, req.summary)
 
 
-def _check_run_tenant(run_id: str, run_tenant: str | None, tenant: str) -> None:
+def _check_run_tenant(run_id: str | None, run_tenant: str | None, tenant: str) -> None:
     if run_tenant is not None and run_tenant != tenant:
         raise StoreError(f"run {run_id} belongs to another tenant")
 
@@ -467,8 +576,11 @@ def _base(who: CallIdentity, policy_version: str, producer: str) -> dict[str, An
 
 
 def _add_run_started(log: Append, who: CallIdentity, base: dict[str, Any]) -> None:
+    """Start the call's run, unless it is in none (a client with neither a runId nor a session)."""
+    if who.run_id is None:
+        return
     payload = ev.RunStarted(
-        tenant=who.tenant, subject=who.subject, implicit=who.run_is_new_hint, client_run_id=who.client_run_id
+        tenant=who.tenant, subject=who.subject, client_run_id=who.client_run_id, origin=who.run_origin
     )
     log.add(ev.RunStartedEvent(**base, payload=payload))
 
@@ -488,6 +600,8 @@ def _requested(
         decision=decision.to_json(),
         contract_hash=who.contract_hash,
         trace_context=dict(who.trace_context) if who.trace_context else None,
+        retry_of=who.retry.of if who.retry else None,
+        retry_number=who.retry.number if who.retry else None,
         **{"effect_class": "", "summary": "", "external_request_id": "", "dedupe_window_s": 0, **extra},
     )
 
@@ -505,12 +619,12 @@ def _call_requested(
         external_request_id=req.external_request_id,
         dedupe_window_s=req.dedupe_window_s,
         # Only the call that claims the key is charged: a conflict is refused and counts nothing.
-        charges=([_charged(c) for c in req.charges] or None) if claims_key else None,
+        charges=([charged(c) for c in req.charges] or None) if claims_key else None,
         loops=([_marked(k) for k in req.loops] or None) if claims_key else None,
     )
 
 
-def _charged(charge: Charge) -> ev.BudgetCharged:
+def charged(charge: Charge) -> ev.BudgetCharged:
     return ev.BudgetCharged(
         budget=charge.budget_id,
         key=charge.counter_key,

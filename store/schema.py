@@ -99,13 +99,23 @@ runs = Table(
     Column("subject", String(256), nullable=False),
     Column("started_at", UTCDateTime, nullable=False),
     Column("call_count", Integer, nullable=False),
+    # What groups its calls: `client` (writ/runId), `session` (the MCP session); None for runs made
+    # per call before Writ owned its runs.
+    Column("origin", String(16)),
+    # `active` or `stopped` (run.stopped, run.resumed): admission refuses a stopped run's calls.
+    Column("status", String(16), nullable=False, server_default="active"),
+    Column("stopped_at", UTCDateTime),
+    Column("stopped_by", String(256)),
+    Column("stop_reason", Text),
+    Index("ix_runs_tenant_started_at", "tenant", "started_at"),
 )
 
 tool_calls = Table(
     "tool_calls",
     metadata,
     Column("tool_call_id", String(128), primary_key=True),
-    Column("run_id", String(128), nullable=False),
+    # None: a call in no run (a stateless client that named none).
+    Column("run_id", String(128)),
     Column("tenant", String(128), nullable=False),
     Column("subject", String(256), nullable=False),
     Column("principal", Text, nullable=False),

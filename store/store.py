@@ -39,6 +39,7 @@ from store.projector import apply
 from store.queues import Queues
 from store.rate_limits import RateLimits
 from store.reads import Reads
+from store.running import Runs
 from store.schema import PROJECTION_TABLES
 from store.settling import Settlement
 
@@ -75,7 +76,7 @@ def _aware(moment: datetime) -> None:
         raise ValueError("the store records timezone-aware datetimes only")
 
 
-class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords):
+class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(
@@ -426,3 +427,4 @@ _Revocations: type[ports.Revocations] = Store
 _Oversight: type[ports.Oversight] = Store
 _CallStatus: type[ports.CallStatus] = Store
 _OAuthGrants: type[ports.OAuthGrants] = Store
+_RunControls: type[ports.RunControls] = Store

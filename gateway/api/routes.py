@@ -21,6 +21,7 @@ from gateway.api.guard import Guard, PrincipalOf, error, refused
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
+from gateway.calls.retries import retry_links
 from gateway.calls.run_ids import scoped_run_id
 from gateway.clock import Clock
 from gateway.errors import Refused
@@ -109,7 +110,8 @@ class Api:
         call = await anyio.to_thread.run_sync(lambda: self.store.get_call(tool_call_id, tenant=who.tenant))
         if call is None or not may_read(who, call.subject):
             return error(ReasonCode.NOT_FOUND, "No such tool call")
-        body = status_document(call, include_result=True)
+        events = await anyio.to_thread.run_sync(lambda: self.store.events(tool_call_id=tool_call_id))
+        body = status_document(call, include_result=True) | retry_links(events)
         body.update(
             runId=call.run_id,
             subject=call.subject,

@@ -1,13 +1,14 @@
 """Writ's events as OCSF events, for SIEMs that ingest the Open Cybersecurity Schema Framework.
 
 Each event type maps to one OCSF class (the table is the README's "Feeding a SIEM"): the lifecycle of
-runs, calls, approvals, confirmations and reconciliations is API Activity; a principal revoked or
-restored, or an OAuth client's sign-ins revoked, is Account Change; a budget exceeded or a loop detected
-is a Detection Finding; a failed authentication (`security.auth_failed`) and a refusal at Writ's own
-authorization server (`security.oauth_refused`) are Authentication (Logon, Failure); a call to an
-unknown tool is API Activity (Failure); a request refused at the edge is HTTP Activity (Failure); a type
-this table does not know yet is a Base Event, never dropped. The Writ envelope, hashes included, rides
-along whole in `unmapped.writ`, so the OCSF line still proves what the log holds.
+runs (started, stopped and resumed by a person), calls, approvals, confirmations and reconciliations
+is API Activity; a principal revoked or restored, or an OAuth client's sign-ins revoked, is Account
+Change; a budget exceeded or a loop detected is a Detection Finding; a failed authentication
+(`security.auth_failed`) and a refusal at Writ's own authorization server (`security.oauth_refused`)
+are Authentication (Logon, Failure); a call to an unknown tool is API Activity (Failure); a request
+refused at the edge is HTTP Activity (Failure); a type this table does not know yet is a Base Event,
+never dropped. The Writ envelope, hashes included, rides along whole in `unmapped.writ`, so the OCSF
+line still proves what the log holds.
 """
 
 from __future__ import annotations
@@ -52,8 +53,18 @@ _EXACT: dict[str, tuple[OcsfClass, int, str]] = {
 _API_FAMILIES = ("run.", "tool_call.", "approval.", "confirmation.", "reconciliation.")
 _SUCCESS = frozenset({"completed", "resolved", "granted", "given"})
 _FAILURE = frozenset({"failed", "denied", "rejected", "declined", "expired"})
-# Who did it: the decider, revoker or resolver where there is one, else the subject who asked.
-_ACTORS = ("decided_by", "revoked_by", "restored_by", "resolved_by", "subject")
+# Who did it: the decider, revoker, resolver or person asking for a retry where there is one, else
+# the subject who asked.
+_ACTORS = (
+    "decided_by",
+    "revoked_by",
+    "restored_by",
+    "resolved_by",
+    "stopped_by",
+    "resumed_by",
+    "requested_by",
+    "subject",
+)
 
 
 def ocsf_class(event_type: str) -> tuple[OcsfClass, int, str]:

@@ -15,7 +15,9 @@ from typing import Any, Protocol
 from capabilities.contract import Capability
 from gateway.calls.actions import is_action_hash
 from gateway.reasons import ReasonCode
+from policy import POLICY_ERROR
 from policy.budgets import BudgetCharge
+from policy.cel import ExpressionError
 from policy.loops import LoopMark
 from policy.model import CallContext, Decision, PolicyInput, Principal
 from store.model import ApprovalNeed, ApprovalView, CallView, DecisionRecord, PrincipalRecord
@@ -27,7 +29,7 @@ class PolicyLike(Protocol):
 
     def evaluate(self, inp: PolicyInput) -> Decision: ...
 
-    def charges(self, inp: PolicyInput, run_id: str) -> tuple[BudgetCharge, ...]: ...
+    def charges(self, inp: PolicyInput, run_id: str | None) -> tuple[BudgetCharge, ...]: ...
 
     def loop_marks(self, inp: PolicyInput) -> tuple[LoopMark, ...]: ...
 
@@ -61,6 +63,10 @@ class Clearance:
     capability: Capability
     arguments: Mapping[str, Any]
     policy_version: str
+    charges: tuple[BudgetCharge, ...] = ()
+    """The budget counters the current policy says the call draws on now (checked again at dispatch)."""
+    loops: tuple[LoopMark, ...] = ()
+    """The loop patterns the call belongs to now (a pattern found looping since refuses it at dispatch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +101,11 @@ def reauthorize(
     if approver and standing.is_revoked(principal.tenant, approver):
         return Refusal(ReasonCode.APPROVER_REVOKED, f"{approver} was revoked after approving")
     # The call itself is already counted in its run; policy sees the calls before it, as at first.
-    earlier = max(standing.run_call_count(call.run_id, call.tenant) - 1, 0)
+    counted = standing.run_call_count(call.run_id, call.tenant) if call.run_id is not None else 1
+    earlier = max(counted - 1, 0)
     context = CallContext(now=now, run_call_count=earlier)
-    decision = policy.evaluate(PolicyInput(principal, capability, req.arguments, context))
+    inp = PolicyInput(principal, capability, req.arguments, context)
+    decision = policy.evaluate(inp)
     # From here on the current policy decides: its refusal names its version and rule.
     version, rule = decision.policy_version, decision.rule_id
     if decision.effect == "deny":
@@ -117,7 +125,12 @@ def reauthorize(
             return Refusal(
                 ReasonCode.SELF_APPROVAL_FORBIDDEN, "the requester approved their own call", version, rule
             )
-    return Clearance(capability, req.arguments, version)
+    try:
+        charges = policy.charges(inp, call.run_id)
+    except ExpressionError as exc:
+        # As at admission: an amount that cannot be counted refuses the call; a budget is never skipped.
+        return Refusal(POLICY_ERROR, str(exc), version, exc.rule_id)
+    return Clearance(capability, req.arguments, version, charges, policy.loop_marks(inp))
 
 
 def decision_record(decision: Decision) -> DecisionRecord:

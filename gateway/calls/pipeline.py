@@ -49,7 +49,7 @@ from gateway.calls.budgets import store_charges, store_loops
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.flights import Flights
 from gateway.calls.rate_limits import RateLimiter
-from gateway.calls.run_ids import scoped_run_id
+from gateway.calls.run_ids import run_of
 from gateway.calls.tracing import current_trace_context, tracer
 from gateway.calls.validation import MAX_ARGUMENT_BYTES, InputSchemas, oversized, unrecordable
 from gateway.clock import Clock, system_clock
@@ -73,6 +73,7 @@ from store.model import (
     LoopKey,
     NotFound,
     RefusalRequest,
+    RetryLink,
     StaleLease,
 )
 from store.ports import CallLedger
@@ -113,10 +114,24 @@ class CallInput:
     arguments: Mapping[str, Any]
     idempotency_key: str | None = None
     run_id: str | None = None
+    session_id: str | None = None
+    """The MCP session the call came in (2025-11-25 streamable HTTP, or a stdio process): it groups
+    the calls of a client that names no run; None where the protocol has no session (2026-07-28)."""
     correlation_id: str | None = None
     can_confirm: bool = False
     """The client can ask its user to confirm in an input-required round (needed by `confirm` tools)."""
     kind: CapabilityKind = "tool"
+    retry: Retrying | None = None
+    """Set when a person re-runs a failed call (`gateway.calls.retries`), not by any client."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """A retry's link to the failed call, and what it keeps of it: its run and where its key came from."""
+
+    link: RetryLink
+    run_id: str | None
+    key_source: KeySource
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +267,7 @@ class CallPipeline:
         request = self._intent(call, decision, charges, loops)
         if isinstance(request, RefusalRequest):
             return CallReport("new", await self._run(self._store.refuse, request), call.capability)
-        if _one_commit(request):
+        if _one_commit(request) and inp.retry is None:
             return await self._read(call, request)
         admission = await self._store.admit_async(request)
         return await self._dispatch_or_join(call, request, admission)
@@ -300,17 +315,18 @@ class CallPipeline:
             if inp.idempotency_key
             else (derived_key(principal, action, inp.run_id), "derived")
         )
-        # Never the client's string itself: that would let another principal name (and so read and
-        # count into) a run it did not start, or fail on one of the same name in another tenant.
-        run_id = scoped_run_id(principal, inp.run_id) if inp.run_id else new_id("run")
+        run_id, origin = run_of(principal, inp.run_id, inp.session_id)
+        if inp.retry is not None:
+            # In the failed call's run (a stopped run refuses it), under the key the retry service chose.
+            key_source, run_id, origin = inp.retry.key_source, inp.retry.run_id, None
         tool_call_id = new_id("tc")
         stored_arguments = self._redactor.redact(capability, arguments)
         # What a refusal and an admission record alike: who asked for which action, under which key.
         identity = CallIdentity(
             tool_call_id=tool_call_id,
             run_id=run_id,
-            run_is_new_hint=inp.run_id is None,
-            client_run_id=inp.run_id,
+            run_origin=origin,
+            client_run_id=inp.run_id or None,
             tenant=principal.tenant,
             subject=principal.subject,
             principal=record_of(principal),
@@ -325,6 +341,7 @@ class CallPipeline:
             correlation_id=inp.correlation_id or tool_call_id,
             now=now,
             trace_context=current_trace_context(),
+            retry=inp.retry.link if inp.retry is not None else None,
         )
         return _Prepared(inp, capability, arguments, identity, self._policy(), tuple(unfit))
 
@@ -352,7 +369,7 @@ class CallPipeline:
         who = call.identity
         with tracer.start_as_current_span(f"authorize {who.tool_name}") as span:
             run_count = (
-                await self._run(self._store.run_call_count, who.run_id, who.tenant) if call.inp.run_id else 0
+                await self._run(self._store.run_call_count, who.run_id, who.tenant) if who.run_id else 0
             )
             context = CallContext(now=who.now, run_call_count=run_count)
             inp = PolicyInput(call.inp.principal, call.capability, call.arguments, context)

@@ -27,6 +27,7 @@ from gateway.calls.authorize import (
     principal_of_record,
     reauthorize,
 )
+from gateway.calls.budgets import store_charges, store_loops
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.tracing import ROOT, FirstTrace, links_to, no_first_trace, tracer
 from gateway.reasons import ReasonCode
@@ -145,11 +146,17 @@ class Resumer:
                         policy_version=outcome.policy_version,
                         lease_owner=self._owner,
                         lease_s=self._dispatcher.lease_s(outcome.capability),
+                        charges=store_charges(outcome.charges),
+                        loops=store_loops(outcome.loops),
                     )
                 )
             )
         except (StaleLease, NotFound):
             return None  # another replica claimed or refused it first: the approval is used once
+        if claimed.status != "dispatching":
+            # Refused in the store at execution: a budget with no room left, or a loop found since.
+            logger.warning("approved call %s refused at execution: %s", call.tool_call_id, claimed.reason)
+            return claimed
         dispatched = await self._dispatcher.dispatch(outcome.capability, claimed, dict(outcome.arguments))
         settled = dispatched.call
         if settled.status in TERMINAL_STATUSES and approval_id:

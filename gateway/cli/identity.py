@@ -55,6 +55,9 @@ def policy_check(
     run_call_count: Annotated[
         int, typer.Option("--run-call-count", min=0, help="context.run_call_count: earlier calls in the run.")
     ] = 0,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Writ's id of the run, for the use of budgets over a run.")
+    ] = None,
     at: Annotated[
         str | None,
         typer.Option(
@@ -65,7 +68,7 @@ def policy_check(
     config: _ConfigOption = None,
 ) -> None:
     """Print the decision for one concrete call, its reason, the policy version and the deciding rule."""
-    from gateway.cli.policy_check import check_policy
+    from gateway.cli.policy_check import budget_use, check_policy
 
     if (tool is None) == (resource is None):
         _fail("name what to check: --tool NAME, or --resource URI (a relayed resource read)")
@@ -88,8 +91,9 @@ def policy_check(
         if now.tzinfo is None:
             _fail("--at needs an offset (Z or +HH:MM): rules compare it with UTC times")
             return
+    loaded = load_config(find_config_file(config))
     result = check_policy(
-        load_config(find_config_file(config)),
+        loaded,
         subject=sub.strip(),
         # As `writ token` mints them: `--roles "agent, approver"` is the role `approver`, not ` approver`.
         roles=[r.strip() for r in roles.split(",") if r.strip()],
@@ -99,8 +103,10 @@ def policy_check(
         resource=resource,
         arguments=arguments,
         run_call_count=run_call_count,
+        run_id=run,
         now=now if now is not None else CLOCK(),
     )
+    result = budget_use(loaded, result)
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else result.to_text())
 
 

@@ -29,6 +29,8 @@ from gateway.cli.clients import oauth_app
 from gateway.cli.clock import CLOCK
 from gateway.cli.identity import policy_app, principals_app
 from gateway.cli.refusals import exit_refused
+from gateway.cli.retries import calls_retry
+from gateway.cli.runs import runs_app
 from gateway.config import WritConfig, find_config_file, load_config
 from gateway.display import visible
 from gateway.errors import GatewayError, Refused
@@ -54,6 +56,7 @@ app.add_typer(approvals_app, name="approvals")
 app.add_typer(policy_app, name="policy")
 app.add_typer(principals_app, name="principals")
 app.add_typer(oauth_app, name="oauth")
+app.add_typer(runs_app, name="runs")
 
 ConfigOption = Annotated[
     str | None,
@@ -362,6 +365,7 @@ def audit_export(
 @calls_app.command("show")
 def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
     """Show one call's state and its events."""
+    from gateway.calls.retries import retry_links
     from gateway.mcp.results import status_document
 
     with _store(config) as store:
@@ -377,6 +381,7 @@ def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
         "idempotencyKey": call.idempotency_key,
         "arguments": dict(call.arguments),
         "events": [{"seq": e.seq, "type": e.type, "at": e.occurred_at} for e in events],
+        **retry_links(events),
     }
     typer.echo(json.dumps(body, indent=2, default=str))
 
@@ -406,6 +411,9 @@ def calls_list(
             f"{c.tool_call_id}  {c.status:<16} verification={c.verification_status:<17} "
             f"tenant={c.tenant} {visible(c.summary)}{waiting}"
         )
+
+
+calls_app.command("retry")(calls_retry)
 
 
 @calls_app.command("resolve")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from capabilities.contract import Capability, CapabilityError
 from capabilities.mcp_relays import resource_capability, upstream_uri
 from capabilities.registry import Registry
 from gateway.calls.authorize import decision_record
+from gateway.calls.budgets import MICROS, counter_key
 from gateway.calls.policy_source import policy_provider
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError, UnknownTool
@@ -35,6 +37,10 @@ class PolicyCheck:
     capability_ref: str
     charges: tuple[BudgetCharge, ...] = ()
     """The budgets the call would count against (none when policy denies it anyway)."""
+    used: tuple[Decimal, ...] | None = None
+    """What each of `charges`' counters holds now, in the store; None where it could not be read."""
+    use_note: str | None = None
+    """Why `used` is None, or where it was read."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,9 +64,12 @@ class PolicyCheck:
                     "limit": str(c.limit),
                     "window_start": c.window_start.isoformat() if c.window_start else None,
                     "resets_at": c.resets_at.isoformat() if c.resets_at else None,
+                    "used": None if self.used is None else str(self.used[n]),
+                    "would_exceed": None if self.used is None else self.used[n] + c.amount > c.limit,
                 }
-                for c in self.charges
+                for n, c in enumerate(self.charges)
             ],
+            "budget_use": self.use_note,
         }
 
     def to_text(self) -> str:
@@ -85,11 +94,24 @@ class PolicyCheck:
             problem = f"  ({t.problem})" if t.problem else ""
             lines.append(f"  {t.rule_id:<{width}}  {t.outcome:<15}  {t.decision}{problem}")
         lines.append("budgets:" if self.charges else "budgets: (none apply)")
-        for c in self.charges:
+        for n, c in enumerate(self.charges):
             resets = f"resets {c.resets_at.isoformat()}" if c.resets_at else "per run"
             counter = "/".join(c.scope_parts)
-            lines.append(f"  {c.budget_id}  {c.scope} {counter}  +{c.amount} of {c.limit}  {resets}")
+            use = ""
+            if self.used is not None:
+                over = "  WOULD EXCEED: refused budget_exceeded" if self.used[n] + c.amount > c.limit else ""
+                use = f"  used {self.used[n]:f}{over}"
+            lines.append(f"  {c.budget_id}  {c.scope} {counter}  +{c.amount} of {c.limit}  {resets}{use}")
+        if self.charges and self.use_note:
+            lines.append(f"budget use: {self.use_note}")
         return "\n".join(lines)
+
+    def with_use(self, used: Mapping[str, int] | None, note: str) -> PolicyCheck:
+        """This check with what each counter holds (`used`: micro-units by counter key, from the store)."""
+        if used is None:
+            return replace(self, used=None, use_note=note)
+        micros = [used.get(counter_key(c), 0) for c in self.charges]
+        return replace(self, used=tuple(Decimal(m) / MICROS for m in micros), use_note=note)
 
 
 def check_policy(
@@ -103,6 +125,7 @@ def check_policy(
     tenant: str = "default",
     scopes: Sequence[str] = (),
     run_call_count: int = 0,
+    run_id: str | None = None,
     now: datetime,
 ) -> PolicyCheck:
     """Evaluate the policy in force for one call: of `tool`, or a read of the relayed `resource`
@@ -137,8 +160,8 @@ def check_policy(
     charges: tuple[BudgetCharge, ...] = ()
     if decision.effect != "deny":
         try:
-            # The run is unnamed here: a run budget's counter shows as "(run)".
-            charges = policy.charges(inp, "(run)")
+            # Unless a run is named (Writ's id), a run budget's counter shows as "(run)".
+            charges = policy.charges(inp, run_id or "(run)")
         except ExpressionError as exc:
             # As the pipeline does: an amount that cannot be counted denies the call.
             decision = Decision("deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc))
@@ -179,3 +202,32 @@ def _resource_capability(config: WritConfig, uri: str) -> Capability:
         if upstream_uri(backend.resources.uri_prefix, uri) is not None:
             return resource_capability(name, backend)
     raise ConfigurationError(f"no backend relays resources under {uri!r} (see resources.uri_prefix)")
+
+
+def budget_use(config: WritConfig, check: PolicyCheck) -> PolicyCheck:
+    """`check` with what its budgets' counters hold in the configured store, read without writing.
+
+    A SQLite file that does not exist yet holds nothing (and is not created); a store that cannot be
+    read leaves the use unknown, saying why: the dry run never fails for want of a database.
+    """
+    from sqlalchemy.engine import make_url
+
+    from gateway.opening import open_store
+    from store.model import StoreError
+
+    if not check.charges:
+        return check
+    url = make_url(config.store.url)
+    if url.drivername.startswith("sqlite") and url.database and not Path(url.database).exists():
+        return check.with_use({}, f"nothing recorded yet ({url.database} does not exist)")
+    try:
+        store = open_store(config, migrate_empty=False)
+    except (ConfigurationError, StoreError) as exc:
+        return check.with_use(None, f"unknown: {exc}")
+    try:
+        used = store.budget_use(counter_key(c) for c in check.charges)
+    except StoreError as exc:
+        return check.with_use(None, f"unknown: {exc}")
+    finally:
+        store.close()
+    return check.with_use(used, "read from the store just now")

@@ -1,4 +1,5 @@
-"""The console's routes: login, inbox, one approval, its decision, a call's timeline, unresolved calls."""
+"""The console's routes: login, inbox, one approval, its decision, a call's timeline, unresolved calls;
+the runs pages are `gateway.console.runs`."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.auth.standing import is_revoked, revoked_text
 from gateway.auth.tokens import Claimed, TokenRejected
 from gateway.calls.approvals import DecisionInput, Decisions
+from gateway.calls.pipeline import CallReport
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
+from gateway.calls.retries import RETRY_ROLES, RetryRequest, retry_links
 from gateway.clock import Clock
 from gateway.console.clients import ClientPages
+from gateway.console.runs import RunPages
 from gateway.console.views import InForce, approval_card, timeline, unresolved_card
 from gateway.display import visible
 from gateway.errors import Refused
@@ -32,7 +36,7 @@ from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.oauth_clients import Liveness
-from store.ports import OAuthClients, Oversight
+from store.ports import OAuthClients, Oversight, RunControls
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
@@ -63,6 +67,8 @@ def refused_text(exc: Refused, said: Mapping[str, str] | None = None) -> str:
 STALE_FORM = "This form is stale or did not come from this console; reload the page and try again."
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
+Retries = Callable[[RetryRequest], Awaitable[CallReport]]
+"""Re-runs a failed call through the gateway's pipeline (`gateway.calls.retries.retry_call`)."""
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
@@ -80,8 +86,12 @@ class Console:
         in_force: InForce | None = None,
         clients: ClientPages | None = None,
         security: SecuritySink | None = None,
+        runs: RunControls | None = None,
+        retries: Retries | None = None,
     ) -> None:
         self.security = security or NoSecurityEvents()
+        self.runs = runs
+        self.retries = retries
         self.store = store
         self.clients = clients
         self.clock = clock
@@ -107,7 +117,9 @@ class Console:
             Route("/console/calls/{tool_call_id}", signed_in(self.call), methods=["GET"]),
             Route("/console/unresolved", signed_in(self.show_unresolved), methods=["GET"]),
             Route("/console/calls/{tool_call_id}/resolution", signed_in(self.resolve), methods=["POST"]),
+            Route("/console/calls/{tool_call_id}/retry", signed_in(self.retry), methods=["POST"]),
             *(self.clients.routes() if self.clients is not None else []),
+            *(RunPages(self, self.runs, self.clock).routes() if self.runs is not None else []),
             Mount("/console/static", app=StaticFiles(directory=str(HERE / "static")), name="console-static"),
         ]
 
@@ -330,21 +342,67 @@ class Console:
 
     async def call(self, request: Request, who: Principal) -> Response:
         """GET /console/calls/{id}: a call's timeline and what Writ knows of its effect."""
-        tool_call_id = request.path_params["tool_call_id"]
+        return await self.show_call(request, who, request.path_params["tool_call_id"])
+
+    async def show_call(
+        self,
+        request: Request,
+        who: Principal,
+        tool_call_id: str,
+        *,
+        error: str | None = None,
+        status_code: int = 200,
+    ) -> Response:
         found = await anyio.to_thread.run_sync(lambda: self.store.get_call(tool_call_id, tenant=who.tenant))
         if found is None or not may_read(who, found.subject):
             return self.render(request, "message.html", 404, who=who, message="No such call.")
         events = await anyio.to_thread.run_sync(lambda: self.store.events(tool_call_id=tool_call_id))
         settled = found.status in TERMINAL_STATUSES or found.escalated
+        links = retry_links(events)
+        # The button only where a retry could be admitted; the service decides again when it is pressed.
+        may_retry = (
+            self.retries is not None
+            and found.status == "failed"
+            and not found.contradicted
+            and "retriedAs" not in links
+            and bool(who.roles & RETRY_ROLES)
+        )
         return self.render(
             request,
             "call.html",
+            status_code,
             who=who,
             call=found,
             events=timeline(events),
             settled=settled,
             outcome=outcome_text(found),
+            links=links,
+            may_retry=may_retry,
+            error=error,
         )
+
+    async def retry(self, request: Request, who: Principal) -> Response:
+        """POST /console/calls/{id}/retry: re-run a failed call as a new call, then the retry's timeline."""
+        tool_call_id = request.path_params["tool_call_id"]
+        form = await request.form()
+        if not csrf_ok(request, form):
+            return await self.show_call(request, who, tool_call_id, status_code=403, error=STALE_FORM)
+        if self.retries is None:
+            return await self.show_call(request, who, tool_call_id, status_code=404, error="No retries here.")
+        req = RetryRequest(
+            tool_call_id=tool_call_id,
+            by=who.subject,
+            reason=str(form.get("reason", "")).strip(),
+            roles=who.roles,
+            tenant=who.tenant,
+        )
+        try:
+            report = await self.retries(req)
+        except Refused as exc:
+            return await self.show_call(
+                request, who, tool_call_id, status_code=exc.http_status, error=refused_text(exc)
+            )
+        return RedirectResponse(f"/console/calls/{report.call.tool_call_id}", status_code=303)
 
 
 def console_routes(
@@ -357,8 +415,11 @@ def console_routes(
     in_force: InForce | None = None,
     clients: tuple[OAuthClients, Liveness] | None = None,
     security: SecuritySink | None = None,
+    runs: RunControls | None = None,
+    retries: Retries | None = None,
 ) -> list[BaseRoute]:
-    """The console's routes (see `Console`); with `clients`, the clients page (`ClientPages`)."""
+    """The console's routes (see `Console`); with `clients`, the clients page (`ClientPages`); with
+    `runs`, the runs pages (`gateway.console.runs`)."""
     console = Console(
         store=store,
         decisions=decisions,
@@ -367,6 +428,8 @@ def console_routes(
         secure_cookies=secure_cookies,
         in_force=in_force,
         security=security,
+        runs=runs,
+        retries=retries,
     )
     if clients is not None:
         console.clients = ClientPages(console, clients[0], clients[1], clock)
@@ -378,6 +441,7 @@ def _to_login() -> Response:
 
 
 def csrf_ok(request: Request, form: Any) -> bool:
+    """Whether a form carries the session's CSRF token."""
     expected = request.cookies.get(CSRF_COOKIE, "")
     given = str(form.get("csrf", ""))
     return bool(expected) and hmac.compare_digest(expected.encode(), given.encode())

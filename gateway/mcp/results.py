@@ -71,12 +71,15 @@ def outcome_text(call: CallView) -> str:
 
 
 def _meta(call: CallView) -> dict[str, Any]:
-    return {
+    meta = {
         "writ/toolCallId": call.tool_call_id,
         "writ/status": call.status,
         "writ/runId": call.run_id,
         "writ/idempotencyKey": call.idempotency_key,
     }
+    if call.run_id is None:  # a call in no run (no runId, no session): nothing to name
+        del meta["writ/runId"]
+    return meta
 
 
 def _effect(call: CallView) -> Effect:
@@ -125,7 +128,27 @@ def shape_report(report: CallReport) -> dict[str, Any]:
         return budget_exceeded(call, report.breach)
     if report.loop is not None:
         return loop_detected(call, report.loop)
+    if call.status == "denied" and call.reason == ReasonCode.RUN_STOPPED:
+        return run_stopped(call)
     return shape_call(call, report.capability)
+
+
+RUN_STOPPED_NEXT = (
+    "A person stopped this run: none of its calls runs until they resume it. Stop: do not retry this "
+    "call or another. Report to your user what you were doing, and wait for them."
+)
+
+
+def run_stopped(call: CallView) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for a call refused because a person stopped its run."""
+    body = StatusDocument(
+        status="denied",
+        reason=ReasonCode.RUN_STOPPED,
+        tool_call_id=call.tool_call_id,
+        policy_version=call.policy_version,
+        next=RUN_STOPPED_NEXT,
+    ).dump()
+    return _status_result(call, body, f"Denied: a person stopped this run ({call.summary}).")
 
 
 def budget_exceeded(call: CallView, breach: Breach) -> dict[str, Any]:

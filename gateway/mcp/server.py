@@ -15,6 +15,7 @@ from mcp.server import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateSecurity
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY
 
@@ -122,9 +123,12 @@ class McpFace:
         clock: Clock,
         security: SecuritySink | None = None,
         registry: Registry | None = None,
+        process_session: str | None = None,
     ) -> None:
         self.security = security or NoSecurityEvents()
         self.registry = registry
+        self.process_session = process_session
+        """The session of a `writ stdio` process: one client, one session, for as long as it runs."""
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.clock = clock
@@ -201,6 +205,7 @@ class McpFace:
             arguments=params.arguments or {},
             idempotency_key=key,
             run_id=run,
+            session_id=self.session_of(ctx),
             can_confirm=rounds.can_confirm(ctx),
         )
         relay = self._relay(ctx, params.name)
@@ -272,6 +277,19 @@ class McpFace:
         if isinstance(done[0], Exception):
             raise done[0]
         return done[0]
+
+    def session_of(self, ctx: Any) -> str | None:
+        """The MCP session a request came in: the stdio process's, or a 2025-11-25 HTTP session's
+        `mcp-session-id` (the SDK answered 404 to one it does not hold for this caller); None for
+        2026-07-28, which has no sessions."""
+        if self.process_session is not None:
+            return self.process_session
+        if rounds.is_modern(ctx):
+            return None
+        request = getattr(ctx, "request", None)
+        headers = getattr(request, "headers", None)
+        session = headers.get(MCP_SESSION_ID_HEADER) if headers is not None else None
+        return session if isinstance(session, str) and 0 < len(session) <= MAX_ID else None
 
     async def _confirmation_answer(self, who: Any, params: types.CallToolRequestParams) -> Any:
         """The client's retry of a confirmation round: the user's answer, consumed at most once."""
@@ -448,6 +466,7 @@ def build_mcp_server(
     registry: Registry | None = None,
     security: SecuritySink | None = None,
     transport: str | None = None,
+    process_session: str | None = None,
 ) -> Server[Any]:
     """The low-level MCP server for this gateway: `pipeline` decides and runs calls, `catalogue` says
     what a caller is shown; `sealing` protects confirmation rounds' state (by default this process's
@@ -457,7 +476,17 @@ def build_mcp_server(
     and completions too; else a client hears that they are not there, as from a server without them.
     `transport` is `network.transport` in spans of requests that do not come over HTTP (`pipe`).
     """
-    face = McpFace(pipeline, catalogue, store, principal, telemetry or Telemetry(), clock, security, registry)
+    face = McpFace(
+        pipeline,
+        catalogue,
+        store,
+        principal,
+        telemetry or Telemetry(),
+        clock,
+        security,
+        registry,
+        process_session=process_session,
+    )
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     if relays is not None:
         relays.unknown = face.unknown  # unknown resources and prompts, noted as security events

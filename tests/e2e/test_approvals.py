@@ -199,6 +199,7 @@ async def test_a_break_glass_operator_decides_under_their_own_marked_name(inproc
         "reason": "idp down, ticket 42",
         "break_glass": True,
         "decided_by_roles": None,  # an operator at the store holds no token, so no roles
+        "withdrawn": None,  # decided on its merits, not withdrawn by a run's stop
     }
     bob = gateway.token("bob", roles="approver")
     assert (await settled(gateway, pending["toolCallId"], bob))["status"] == "completed"

@@ -42,7 +42,9 @@ def make_some_calls(gateway: Gateway) -> list[str]:
                     "refund_order", {"order_id": "1001", "amount": 5, "currency": "EUR", "reason": "test"}
                 ),
                 await client.call_tool(
-                    "refund_order", {"order_id": "1002", "amount": 500, "currency": "EUR", "reason": "test"}
+                    "refund_order",
+                    {"order_id": "1002", "amount": 500, "currency": "EUR", "reason": "test"},
+                    meta={"writ/runId": "cli"},  # the others are in no run (2026-07-28 has no session)
                 ),
             ]
             return [r.meta["writ/toolCallId"] for r in results]
@@ -106,7 +108,7 @@ def test_writ_stdio_serves_the_same_tools_to_a_local_client(
         cwd=str(sqlite_gateway.workdir),
     )
 
-    async def session() -> None:
+    async def session() -> list[str]:
         async with Client(params, mode="legacy") as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert {"lookup_order", "refund_order", "writ_call_status"} <= names
@@ -116,9 +118,17 @@ def test_writ_stdio_serves_the_same_tools_to_a_local_client(
                 meta={"writ/idempotencyKey": "via-stdio"},
             )
             assert result.meta["writ/status"] == "completed"
+            looked = await client.call_tool("lookup_order", {"order_id": "1001"})
+            return [result.meta["writ/runId"], looked.meta["writ/runId"]]
 
-    anyio.run(session)
+    first, second = anyio.run(session), anyio.run(session)
     assert len(backend.refunds("via-stdio")) == 1
+    # One run per `writ stdio` process: the client named none, the process is its session. (The second
+    # process's refund joins the first's under the same key, and answers with that call's run.)
+    assert first[0] == first[1] == second[0] != second[1]
+    with sqlite_gateway.store() as store:
+        run = store.get_run(first[0])
+    assert run is not None and (run.origin, run.call_count) == ("session", 2)
 
 
 def test_writ_stdio_without_a_token_says_what_is_missing(tmp_path: Path) -> None:

@@ -110,7 +110,13 @@ async def test_another_agent_naming_my_run_first_neither_reads_it_nor_counts_int
         assert {e["tool_call_id"] for e in events if e["type"] == "tool_call.requested"} == my_calls
         started = [e["payload"] for e in events if e["type"] == "run.started"]
         assert started == [
-            {"tenant": "acme", "subject": "alice", "implicit": False, "client_run_id": "daily"}
+            {
+                "tenant": "acme",
+                "subject": "alice",
+                "implicit": False,
+                "client_run_id": "daily",
+                "origin": "client",
+            }
         ]
 
 

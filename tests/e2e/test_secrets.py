@@ -213,7 +213,9 @@ async def test_no_configured_secret_reaches_results_events_api_cli_or_logs_and_n
         )
         missing = await calls.call(gateway, opaque_token, "lookup_order", {"order_id": "no-such-order"})
         assert missing.is_error
-        pending = await calls.call(gateway, dev_token, "refund_order", {**refund, "amount": 250})
+        pending = await calls.call(
+            gateway, dev_token, "refund_order", {**refund, "amount": 250}, **{"writ/runId": "secrets"}
+        )
         assert status(pending) == "approval_pending"
         denied = await calls.call(gateway, jwt_token, "refund_order", {**refund, "amount": 20000})
         assert status(denied) == "denied"

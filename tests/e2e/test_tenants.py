@@ -65,7 +65,7 @@ async def test_identical_calls_without_a_key_in_two_tenants_do_not_join(
 
 async def test_no_read_path_shows_a_call_run_or_approval_to_another_tenant(gateway: Gateway) -> None:
     async with gateway.client(gateway.token("alice", tenant="acme")) as client:
-        pending = await client.call_tool("refund_order", refund(250))
+        pending = await client.call_tool("refund_order", refund(250), meta={"writ/runId": "tenants"})
     call_id = pending.structured_content["toolCallId"]
     approval_id = pending.structured_content["approvalId"]
     run_id = pending.meta["writ/runId"] if pending.meta else None

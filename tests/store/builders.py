@@ -36,7 +36,7 @@ def identity(**changes: Any) -> CallIdentity:
     who = CallIdentity(
         tool_call_id=new_id("tc"),
         run_id="run-1",
-        run_is_new_hint=False,
+        run_origin="client",
         tenant=tenant,
         subject="alice",
         principal=PrincipalRecord("alice", tenant, roles=("agent",), client_id="c"),

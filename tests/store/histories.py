@@ -42,7 +42,7 @@ def record_every_path(store: Store) -> None:
     store.admit(call_request(tool_call_id="over-budget", idempotency_key="k-over", charges=budget))
     # Denied by policy; refused at the edge in a run of its own; a conflicting action under a held key.
     store.admit(call_request(tool_call_id="denied", idempotency_key="k-denied", decision=DENY))
-    store.refuse(refusal_request(tool_call_id="refused", run_id="run-2", run_is_new_hint=True))
+    store.refuse(refusal_request(tool_call_id="refused", run_id="run-2", run_origin="client"))
     store.admit(call_request(tool_call_id="conflict", idempotency_key="k-ok", action_hash="other"))
     # Approvals: granted and run, rejected, expired, and granted but refused at execution.
     for name in ("granted", "rejected", "expired", "reauth-denied"):

@@ -165,3 +165,92 @@ def test_a_confirm_capability_never_dispatches_unconfirmed() -> None:
     violation = follow(requested("c", 1, effect_class="confirm"), dispatching("c", 2))
 
     assert violation is not None and (violation.seq, violation.rule) == (2, "dispatch_without_confirmation")
+
+
+def stopped(seq: int) -> ev.Event:
+    return ev.RunStoppedEvent(
+        **envelope("", seq) | {"tool_call_id": None}, payload=ev.RunStopped(stopped_by="carol", reason="r")
+    )
+
+
+def resumed(seq: int) -> ev.Event:
+    return ev.RunResumedEvent(
+        **envelope("", seq) | {"tool_call_id": None}, payload=ev.RunResumed(resumed_by="carol", reason="r")
+    )
+
+
+def test_no_call_of_a_stopped_run_claims_a_key_is_approved_or_runs_until_it_is_resumed() -> None:
+    claim = follow(stopped(1), requested("c", 2))
+    approval = follow(*pending("c", 1), stopped(3), granted("c", 4, "carol"))
+    dispatch = follow(*pending("c", 1), granted("c", 3, "carol"), stopped(4), dispatching("c", 5))
+
+    assert claim is not None and (claim.seq, claim.rule) == (2, "claim_in_stopped_run")
+    assert approval is not None and (approval.seq, approval.rule) == (4, "approval_in_stopped_run")
+    assert dispatch is not None and (dispatch.seq, dispatch.rule) == (5, "dispatch_in_stopped_run")
+    assert follow(stopped(1), resumed(2), requested("c", 3)) is None
+
+
+def test_a_run_is_stopped_or_resumed_only_from_the_other_state() -> None:
+    twice = follow(stopped(1), stopped(2))
+    unstopped = follow(resumed(1))
+
+    assert twice is not None and (twice.seq, twice.rule) == (2, "run_control_out_of_order")
+    assert unstopped is not None and unstopped.rule == "run_control_out_of_order"
+
+
+def test_a_call_in_no_run_needs_no_run_started() -> None:
+    runless = ev.ToolCallRequestedEvent(
+        **{**requested("c", 1).model_dump(), "run_id": None, "type": "tool_call.requested"}
+    )
+
+    assert follow(runless, dispatching("c", 2)) is None
+
+
+def retry_requested(call: str, seq: int, retry: str, *, by: str = "carol", **payload: Any) -> ev.Event:
+    fields: dict[str, Any] = {
+        "requested_by": by,
+        "reason": "fixed",
+        "retry_tool_call_id": retry,
+        "retry_number": 1,
+        "idempotency_key": "k",
+        "same_key": True,
+        **payload,
+    }
+    return ev.ToolCallRetryRequestedEvent(**envelope(call, seq), payload=ev.ToolCallRetryRequested(**fields))
+
+
+def test_only_a_failed_call_is_retried_once_and_its_retry_is_the_call_it_named() -> None:
+    failed = ev.ToolCallFailedEvent(**envelope("c", 3), payload=ev.ToolCallFailed(error="no"))
+    done = ev.ToolCallCompletedEvent(**envelope("c", 3), payload=ev.ToolCallCompleted())
+    base = (requested("c", 1), dispatching("c", 2))
+    same_key = requested("r", 5, supersedes="c", retry_of="c", retry_number=1)
+
+    assert follow(*base, failed, retry_requested("c", 4, "r"), same_key, dispatching("r", 6)) is None
+    of_completed = follow(*base, done, retry_requested("c", 4, "r"))
+    twice = follow(*base, failed, retry_requested("c", 4, "r"), retry_requested("c", 5, "r2"))
+    unasked = follow(*base, failed, requested("r", 4, key="k2", retry_of="c"))
+    other = follow(*base, failed, retry_requested("c", 4, "r"), requested("x", 5, key="k2", retry_of="c"))
+    takeover = follow(*base, failed, requested("r", 4, supersedes="c"))
+    new_key_asked = follow(*base, failed, retry_requested("c", 4, "r", same_key=False), same_key)
+
+    assert of_completed is not None and (of_completed.seq, of_completed.rule) == (4, "illegal_transition")
+    assert twice is not None and twice.rule == "retried_twice"
+    assert unasked is not None and unasked.rule == "retry_unrequested"
+    assert other is not None and other.rule == "retry_unrequested"
+    assert takeover is not None and takeover.rule == "key_taken_over_too_soon"
+    assert new_key_asked is not None and "under a new key" in new_key_asked.detail
+
+
+def test_a_revoked_person_may_not_ask_for_a_retry_unless_by_break_glass() -> None:
+    failed = ev.ToolCallFailedEvent(**envelope("c", 3), payload=ev.ToolCallFailed(error="no"))
+    revoked = ev.PrincipalRevokedEvent(
+        **envelope("", 4) | {"tool_call_id": None},
+        payload=ev.PrincipalRevoked(subject="eve", revoked_by="root"),
+    )
+    base = (requested("c", 1), dispatching("c", 2), failed, revoked)
+
+    by_eve = follow(*base, retry_requested("c", 5, "r", by="eve"))
+    by_glass = follow(*base, retry_requested("c", 5, "r", by="eve", break_glass=True))
+
+    assert by_eve is not None and by_eve.rule == "retry_by_revoked"
+    assert by_glass is None

@@ -34,7 +34,7 @@ def read_request(n: int = 1, **changes: object) -> CallRequest:
         "idempotency_key": "derived-lookup",
         "key_source": "derived",
         "run_id": f"run-read-{n}",
-        "run_is_new_hint": True,
+        "run_origin": "client",
         "effect_class": "read",
         "dedupe_window_s": 0,
         "summary": "look up order 1001",

@@ -42,7 +42,7 @@ def record_a_varied_history(store: Store) -> None:
     later = NOW + timedelta(minutes=1)
     store.admit(call_request(tool_call_id="d2", idempotency_key="kd", key_source="derived", now=later))
     store.record_outcome(outcome("d2", "unknown", error="timeout", now=later))
-    store.refuse(refusal_request(tool_call_id="refused", run_id="run-3", run_is_new_hint=True))
+    store.refuse(refusal_request(tool_call_id="refused", run_id="run-3", run_origin="client"))
 
 
 def test_rebuild_reproduces_the_projections_and_ledger_exactly(store: Store) -> None:
@@ -59,7 +59,7 @@ def test_rebuild_reproduces_the_projections_and_ledger_exactly(store: Store) -> 
 
 def test_each_write_returns_the_call_exactly_as_a_later_read_finds_it(store: Store) -> None:
     # A write's view is built from the row the write itself returned, not from a second read.
-    new_run = call_request(tool_call_id="a", idempotency_key="k1", run_id="run-new", run_is_new_hint=True)
+    new_run = call_request(tool_call_id="a", idempotency_key="k1", run_id="run-new", run_origin="client")
     writes = [
         lambda: store.admit(new_run).call,
         lambda: store.record_outcome(outcome("a", "completed", result={"ok": 1}, now=NOW)),
@@ -68,7 +68,7 @@ def test_each_write_returns_the_call_exactly_as_a_later_read_finds_it(store: Sto
             store.admit(call_request(tool_call_id="c", idempotency_key="k3", decision=REQUIRE_APPROVAL)).call
         ),
         lambda: store.admit(call_request(tool_call_id="d", idempotency_key="k1", action_hash="other")).call,
-        lambda: store.refuse(refusal_request(tool_call_id="e", run_id="run-3", run_is_new_hint=True)),
+        lambda: store.refuse(refusal_request(tool_call_id="e", run_id="run-3", run_origin="client")),
     ]
     for write in writes:
         call = write()

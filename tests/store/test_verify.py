@@ -30,7 +30,7 @@ def history(store: Store) -> Store:
     store.admit(call_request(tool_call_id="ok", idempotency_key="k-ok"))
     store.record_outcome(outcome("ok", "completed", result={"ok": 1}, now=NOW))
     store.admit(call_request(tool_call_id="denied", idempotency_key="k-denied", decision=DENY))
-    store.refuse(refusal_request(tool_call_id="refused", run_id="run-2", run_is_new_hint=True))
+    store.refuse(refusal_request(tool_call_id="refused", run_id="run-2", run_origin="client"))
     store.admit(call_request(tool_call_id="granted", idempotency_key="k-granted", decision=REQUIRE_APPROVAL))
     approval_id = approval_of(store, "granted")
     store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="carol", now=SOON))

@@ -139,3 +139,21 @@ def test_an_edge_refusal_is_failed_http_activity_and_an_unknown_tool_failed_api_
         "Failure",
         "tools/call rm",
     )
+
+
+def test_a_run_stopped_is_an_api_activity_by_the_person_who_stopped_it() -> None:
+    out = ocsf_event(envelope("run.stopped", stopped_by="carol", reason="runaway"))
+    resumed = ocsf_event(envelope("run.resumed", resumed_by="dave", reason="fixed"))
+
+    assert (out["class_uid"], out["api"]["operation"]) == (API_ACTIVITY.uid, "run.stopped")
+    assert out["actor"] == {"user": {"uid": "carol"}}
+    assert resumed["actor"] == {"user": {"uid": "dave"}}
+
+
+def test_a_retry_requested_is_an_api_activity_by_the_person_who_asked_not_the_caller() -> None:
+    out = ocsf_event(
+        envelope("tool_call.retry_requested", requested_by="carol", subject="alice", retry_tool_call_id="r")
+    )
+
+    assert (out["class_uid"], out["api"]["operation"]) == (API_ACTIVITY.uid, "tool_call.retry_requested")
+    assert out["actor"] == {"user": {"uid": "carol"}}

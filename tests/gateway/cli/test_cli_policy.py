@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
 
+from gateway.calls.budgets import store_charges
 from gateway.cli.main import app
+from gateway.cli.policy_check import check_policy
+from gateway.config import load_config
 from gateway.errors import ConfigurationError
+from store import Store
+from tests.store.builders import call_request
 
 RULES = [
     {"id": "agents-refund", "tools": ["refund"], "roles": ["approver"], "decision": "allow"},
@@ -150,3 +156,36 @@ def test_a_resource_read_is_checked_by_its_uri_against_resource_rules(tmp_path: 
         app, ["policy", "check", "--sub", "b", "--tool", "t", "--resource", "f+x", "-c", str(path)]
     )
     assert both.exit_code == 2 and "--tool NAME, or --resource URI" in both.output
+
+
+def test_the_current_use_of_each_budget_is_read_from_the_store_without_creating_it(tmp_path: Path) -> None:
+    budgets: list[dict[str, object]] = [
+        {"id": "two-an-hour", "tools": ["refund"], "window": "1h", "limit": 2}
+    ]
+    path = config(tmp_path, budgets)
+    args = ["policy", "check", "--sub", "bob", "--roles", "approver", "--tool", "refund"]
+    args += ["--args", '{"a": 7, "b": 2}', "--at", "2026-12-01T12:30Z", "-c", path]
+
+    before = CliRunner().invoke(app, args)
+    assert before.exit_code == 0, before.output
+    assert "+1 of 2  resets 2026-12-01T13:00:00+00:00  used 0" in before.stdout
+    assert "nothing recorded yet" in before.stdout and not (tmp_path / "writ.db").exists()
+
+    at = datetime.fromisoformat("2026-12-01T12:30:00+00:00")
+    checked = check_policy(
+        load_config(Path(path)), subject="bob", roles=["approver"], tool="refund", arguments={"a": 7}, now=at
+    )
+    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
+        store.migrate()
+        for n in range(2):
+            request = call_request(
+                tenant="default",
+                subject="bob",
+                idempotency_key=f"k{n}",
+                charges=store_charges(checked.charges),
+            )
+            assert store.admit(request).owns_dispatch
+
+    after = CliRunner().invoke(app, args)
+    assert after.exit_code == 0, after.output
+    assert "used 2  WOULD EXCEED: refused budget_exceeded" in after.stdout

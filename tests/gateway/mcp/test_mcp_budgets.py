@@ -12,8 +12,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
+from tests.eventually import eventually
 from tests.gateway.mcp.inproc import Backend, Writ, acme, writ
 
 pytestmark = pytest.mark.anyio
@@ -80,3 +82,36 @@ async def test_a_principal_budget_stops_calls_that_name_no_run(gateway: Writ) ->
 async def test_a_principal_budget_stops_calls_that_name_a_fresh_run_each_time(gateway: Writ) -> None:
     runs: list[str | None] = [f"run-{uuid.uuid4().hex[:8]}" for _ in range(6)]
     _assert_three_then_refused(gateway, await _six_refunds(gateway, runs))
+
+
+async def test_an_approved_call_runs_on_the_charge_it_took_when_admitted_and_counts_once(
+    gateway: Writ,
+) -> None:
+    store = gateway.runtime.store
+    subject = f"approving-agent-{uuid.uuid4().hex[:8]}"
+    async with gateway.client(gateway.token(subject)) as client:
+        for n in range(2):
+            assert (await client.call_tool("refund_order", _refund(n))).meta["writ/status"] == "completed"  # type: ignore[index]
+        pending = (await client.call_tool("refund_order", _refund(250))).structured_content or {}
+        assert pending["status"] == "approval_pending"
+        decided = httpx2.post(
+            f"{gateway.url}/api/approvals/{pending['approvalId']}/decision",
+            json={"decision": "approve", "reason": "checked"},
+            headers={"Authorization": f"Bearer {gateway.token('bob', roles='approver')}"},
+            timeout=10,
+        )
+        assert decided.status_code == 200, decided.text
+        settled = await eventually(
+            lambda: store.get_call(pending["toolCallId"]),
+            lambda call: call is not None and call.status not in ("approved", "dispatching"),
+        )
+        fourth = (await client.call_tool("refund_order", _refund(4))).structured_content or {}
+
+    assert settled is not None and settled.status == "completed"
+    events = {e.type: e for e in store.events(tool_call_id=pending["toolCallId"])}
+    hours = {events[t].occurred_at[:13] for t in ("tool_call.requested", "tool_call.dispatching")}
+    if len(hours) == 1:  # admitted and run in one window of the hourly budget (all but at an hour's turn)
+        assert events["tool_call.dispatching"].payload["charges"] is None  # charged when admitted only
+        assert (fourth["reason"], fourth["budget"]["used"]) == ("budget_exceeded", 3)
+    else:  # the window turned while it waited: it is charged in the new one too
+        assert events["tool_call.dispatching"].payload["charges"] is not None
