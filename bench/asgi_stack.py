@@ -6,14 +6,17 @@ The demo's config (dev issuer, SQLite in a temporary directory) is built by the 
 `writ serve` builds it (`build_runtime`, `build_app`, its lifespan), then each request is a direct call
 `app(scope, receive, send)` on the event loop: `GET /healthz`, and an authenticated `POST /mcp`
 `tools/list` of a 2026-07-28 client (a real ES256 JWT from the dev issuer). The figure is the thread
-CPU time (`time.thread_time`) per request, the median of `--rounds` rounds, each after a warm-up.
+CPU time (`time.thread_time`) per request, the median of `--rounds` rounds, each after a warm-up, and
+the number of Python frames one request enters (`sys.setprofile` "call" events: a function called, or a
+coroutine resumed), which load does not move.
 
-`none` is the routes without any middleware of Writ's (only /healthz answers there), so a /healthz
-row less that one is what the stack itself costs. `--stack middlewares` rebuilds the app with the stack of middlewares it had before the one edge layer
-(`gateway.http.edge.Edge`): TraceContext, StartupErrors, EdgeRefusals, BodyDeadline, BodyLimit,
+`--stack middlewares` rebuilds the app with the stack of middlewares it had before the one edge
+layer (`gateway.http.edge.Edge`): TraceContext, StartupErrors, EdgeRefusals, BodyDeadline, BodyLimit,
 TrimHeaderValues, Starlette's AuthenticationMiddleware with Writ's bearer backend, the SDK's
-AuthContextMiddleware. Both stacks are measured in the same process, one round of each in turn, so
-load on the machine falls on both alike; the load average is printed with the result.
+AuthContextMiddleware. `none` is the routes with no middleware of Writ's (only /healthz answers
+there), so a /healthz row less that one is what a stack itself costs. The stacks are measured in one
+process, a round of each in turn, so the load of a shared machine falls on all of them alike; the
+load average is printed with the result.
 """
 
 from __future__ import annotations
@@ -163,6 +166,27 @@ async def _round(app: ASGIApp, call: _Call, n: int) -> float:
     return (time.thread_time() - start) / n * 1e6
 
 
+async def _python_calls(app: ASGIApp, call: _Call) -> int:
+    """How many Python frames one request enters, a coroutine's each time it resumes (a count load does
+    not move; the fewest of five, since the event loop's scheduling varies it a little on /mcp)."""
+    counts = []
+    for _ in range(5):
+        count = 0
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            nonlocal count
+            if event == "call":
+                count += 1
+
+        sys.setprofile(profile)
+        try:
+            await call(app)
+        finally:
+            sys.setprofile(None)
+        counts.append(count)
+    return min(counts)
+
+
 async def _main(args: argparse.Namespace) -> None:
     from gateway.app import build_app, build_runtime
     from gateway.config import load_config
@@ -189,18 +213,23 @@ async def _main(args: argparse.Namespace) -> None:
                     status, answer = await call(app)
                     if status != 200:
                         raise SystemExit(f"{name}: {label} answered {status}: {answer[:300]!r}")
+            calls = {
+                (name, label): await _python_calls(app, call)
+                for name, app in stacks.items()
+                for label, call in _applicable(name, requests).items()
+            }
             results: dict[tuple[str, str], list[float]] = {}
             for _ in range(args.rounds):
                 for name, app in stacks.items():
                     for label, call in _applicable(name, requests).items():
                         results.setdefault((name, label), []).append(await _round(app, call, args.requests))
     load = os.getloadavg()
-    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.requests} requests x {args.rounds} rounds")
-    print(f"{'request':<24}{'stack':<14}{'CPU us/request (median)':>24}{'min':>10}{'max':>10}")
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; ", end="")
+    print(f"{args.requests} requests x {args.rounds} rounds")
+    print(f"{'request':<22}{'stack':<13}{'CPU us/req median':>18}{'min':>8}{'max':>8}{'frames':>8}")
     for (name, label), values in sorted(results.items(), key=lambda item: item[0][1]):
-        print(
-            f"{label:<24}{name:<14}{statistics.median(values):>24.1f}{min(values):>10.1f}{max(values):>10.1f}"
-        )
+        median, low, high = statistics.median(values), min(values), max(values)
+        print(f"{label:<22}{name:<13}{median:>18.1f}{low:>8.1f}{high:>8.1f}{calls[name, label]:>8}")
 
 
 def main() -> None:

@@ -81,6 +81,7 @@ from gateway.oauth.server import WritAuthorizationServer
 from gateway.oauth.signin import SigninCookies
 from gateway.oauth.upstream import UpstreamProvider, upstream_providers
 from gateway.opening import dev_issuer_for, open_store
+from gateway.startup_errors import known_cause
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
@@ -616,6 +617,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 backend=bearer_backend(runtime.verifier, runtime.telemetry, runtime.security),
                 on_error=refused_token(metadata_url),
                 body_timeout_s=server_config.body_timeout_s,
+                known_cause=known_cause,
             ),
         ],
         lifespan=lifespan,

@@ -3,7 +3,8 @@
 Each middleware of the old stack wrapped `receive` and `send` and added its frames to every request;
 this layer does the same steps with one wrapper of each, in the order the stack ran them:
 
-1. a lifespan startup failure caused by Writ's own error says only that error (`startup_errors`);
+1. a lifespan startup failure caused by Writ's own error says only that error (`startup_errors`, whose
+   `known_cause` the composition root passes in: it knows the errors of the layers above this one);
 2. the request's W3C trace context is current while it is served (`tracing`);
 3. each answer of an edge-refusal status is noted as `security.edge_refused` (`refusals`);
 4. the body must be complete within `timeout_s` of the headers, else 408 (`body_deadline`);
@@ -31,6 +32,7 @@ from starlette.authentication import (
     AuthCredentials,
     AuthenticationBackend,
     AuthenticationError,
+    BaseUser,
     UnauthenticatedUser,
 )
 from starlette.requests import HTTPConnection
@@ -42,7 +44,6 @@ from gateway.http.bodies import MAX_BODY_BYTES, refuse_too_large
 from gateway.http.body_deadline import timeout_response
 from gateway.http.refusals import refusal_kind
 from gateway.http.tracing import TRACE_HEADERS
-from gateway.startup_errors import known_cause
 from gateway.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ class Edge:
         backend: AuthenticationBackend,
         on_error: Callable[[HTTPConnection, AuthenticationError], Response],
         body_timeout_s: float,
+        known_cause: Callable[[BaseException | None], BaseException | None] = lambda error: None,
         body_limit: int = MAX_BODY_BYTES,
         unlimited: str = "/mcp",
     ) -> None:
@@ -74,46 +76,22 @@ class Edge:
         self.security = security
         self.backend = backend
         self.on_error = on_error
+        self.known_cause = known_cause
         self.body_timeout_s = body_timeout_s
         self.body_limit = body_limit
         self.unlimited = unlimited
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(scope, receive, send)
-        elif kind == "websocket":
-            await self._authenticated(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def reporting_send(message: Message) -> None:
-            if message["type"] == "lifespan.startup.failed":
-                cause = known_cause(sys.exc_info()[1])
-                if cause is not None:
-                    message = {**message, "message": f"writ cannot start: {cause}"}
-            await send(message)
-
-        await self.app(scope, receive, reporting_send)
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        carrier = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in scope["headers"]
-            if name.lower() in TRACE_HEADERS
-        }
+        # One coroutine frame for an HTTP request, the steps inline: each frame between the server and
+        # the application is entered again every time the request's task resumes.
+        if scope["type"] != "http":
+            await self._not_http(scope, receive, send)
+            return
+        carrier: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            if name.lower() in TRACE_HEADERS:
+                carrier[name.decode("latin-1")] = value.decode("latin-1")
         token = context.attach(propagate.extract(carrier)) if carrier else None
-        try:
-            with self.telemetry.activated():
-                await self._bounded(scope, receive, send)
-        finally:
-            if token is not None:
-                context.detach(token)
-
-    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
         limited = not (path == self.unlimited or path.startswith(self.unlimited + "/"))
         deadline = anyio.current_time() + self.body_timeout_s
@@ -125,24 +103,20 @@ class Edge:
             if body_complete:
                 message = await receive()
             else:
-                message = await _in_time()
+                with anyio.CancelScope(deadline=deadline) as waiting:
+                    message = await receive()
+                    if message["type"] != "http.request" or not message.get("more_body", False):
+                        body_complete = True
+                if waiting.cancelled_caught:
+                    timed_out = True
+                    application.cancel()
+                    await anyio.lowlevel.checkpoint()  # delivers the cancellation
+                    raise AssertionError("unreachable: the application is cancelled")  # pragma: no cover
             if limited and message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.body_limit:  # a chunked body, or one longer than it declared
                     raise _TooLarge
             return message
-
-        async def _in_time() -> Message:
-            nonlocal body_complete, timed_out
-            with anyio.CancelScope(deadline=deadline):
-                message = await receive()
-                if message["type"] != "http.request" or not message.get("more_body", False):
-                    body_complete = True
-                return message
-            timed_out = True
-            application.cancel()
-            await anyio.lowlevel.checkpoint()  # delivers the cancellation
-            raise AssertionError("unreachable: the application's scope is cancelled")  # pragma: no cover
 
         async def edge_send(message: Message) -> None:
             nonlocal started
@@ -151,21 +125,60 @@ class Edge:
                 self._note(scope, message)
             await send(message)
 
-        with anyio.CancelScope() as application:
-            declared = dict(scope["headers"]).get(b"content-length", b"") if limited else b""
-            if declared.isdigit() and int(declared) > self.body_limit:
-                await refuse_too_large(self.body_limit, edge_send)
-            else:
-                try:
-                    await self._authenticated(_trimmed(scope), edge_receive, edge_send)
-                except _TooLarge:
-                    if not started:
+        try:
+            with self.telemetry.activated():
+                with anyio.CancelScope() as application:
+                    declared = dict(scope["headers"]).get(b"content-length", b"") if limited else b""
+                    if declared.isdigit() and int(declared) > self.body_limit:
                         await refuse_too_large(self.body_limit, edge_send)
-        if not timed_out:
-            return
-        logger.info("request body from %s not received within %g s", scope.get("client"), self.body_timeout_s)
-        if not started:  # else the server closes the connection of an unfinished response
-            await timeout_response(scope, self.body_timeout_s)(scope, receive, edge_send)
+                    else:
+                        try:
+                            inner = _trimmed(scope)
+                            user = await self._authenticate(inner, edge_receive, edge_send)
+                            if isinstance(user, AuthenticatedUser):
+                                reset = auth_context_var.set(user)
+                                try:
+                                    await self.app(inner, edge_receive, edge_send)
+                                finally:
+                                    auth_context_var.reset(reset)
+                            elif user is not None:
+                                await self.app(inner, edge_receive, edge_send)
+                        except _TooLarge:
+                            if not started:
+                                await refuse_too_large(self.body_limit, edge_send)
+                if timed_out:
+                    client = scope.get("client")
+                    logger.info("request body from %s not received within %g s", client, self.body_timeout_s)
+                    if not started:  # else the server closes the connection of an unfinished response
+                        await timeout_response(scope, self.body_timeout_s)(scope, receive, edge_send)
+        finally:
+            if token is not None:
+                context.detach(token)
+
+    async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+
+            async def reporting_send(message: Message) -> None:
+                if message["type"] == "lifespan.startup.failed":
+                    cause = self.known_cause(sys.exc_info()[1])
+                    if cause is not None:
+                        message = {**message, "message": f"writ cannot start: {cause}"}
+                await send(message)
+
+            await self.app(scope, receive, reporting_send)
+        elif kind == "websocket":
+            user = await self._authenticate(scope, receive, send)
+            if isinstance(user, AuthenticatedUser):
+                reset = auth_context_var.set(user)
+                try:
+                    await self.app(scope, receive, send)
+                finally:
+                    auth_context_var.reset(reset)
+            elif user is not None:
+                await self.app(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
     def _note(self, scope: Scope, start: Message) -> None:
         path = scope.get("path", "")
@@ -176,7 +189,9 @@ class Edge:
                 Refusal("security.edge_refused", kind, source=client[0] if client else None, path=shown(path))
             )
 
-    async def _authenticated(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _authenticate(self, scope: Scope, receive: Receive, send: Send) -> BaseUser | None:
+        """Sets `scope["auth"]` and `scope["user"]` as Starlette's AuthenticationMiddleware does and
+        returns the user, or answers a refused token and returns None."""
         conn = HTTPConnection(scope)
         try:
             found = await self.backend.authenticate(conn)
@@ -185,22 +200,16 @@ class Edge:
                 await send({"type": "websocket.close", "code": 1000})
             else:
                 await self.on_error(conn, exc)(scope, receive, send)
-            return
+            return None
         credentials, user = found if found is not None else (AuthCredentials(), UnauthenticatedUser())
         scope["auth"], scope["user"] = credentials, user
-        if not isinstance(user, AuthenticatedUser):
-            await self.app(scope, receive, send)
-            return
-        reset = auth_context_var.set(user)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            auth_context_var.reset(reset)
+        return user
 
 
 def _trimmed(scope: Scope) -> Scope:
     """`scope` with SP and HTAB stripped around header values (RFC 9110 §5.5), when any has them."""
     headers = scope["headers"]
-    if any(value[-1:] in (b" ", b"\t") or value[:1] in (b" ", b"\t") for _, value in headers):
-        return {**scope, "headers": [(name, value.strip(_OWS)) for name, value in headers]}
+    for _, value in headers:
+        if value[-1:] in (b" ", b"\t") or value[:1] in (b" ", b"\t"):
+            return {**scope, "headers": [(name, value.strip(_OWS)) for name, value in headers]}
     return scope
