@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
-from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, get_access_token
+from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, RequireAuthMiddleware
 from mcp.server.auth.routes import (
     build_resource_metadata_url,
@@ -31,7 +31,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -72,11 +71,7 @@ from gateway.console import console_routes
 from gateway.console.views import InForce
 from gateway.errors import ConfigurationError
 from gateway.http.bearer import bearer_backend, refused_token
-from gateway.http.bodies import BodyLimit
-from gateway.http.body_deadline import BodyDeadline
-from gateway.http.headers import TrimHeaderValues
-from gateway.http.refusals import EdgeRefusals
-from gateway.http.tracing import TraceContext
+from gateway.http.edge import Edge
 from gateway.mcp import rounds as mcp_rounds
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
@@ -90,7 +85,7 @@ from gateway.oauth.server import WritAuthorizationServer
 from gateway.oauth.signin import SigninCookies
 from gateway.oauth.upstream import UpstreamProvider, upstream_providers
 from gateway.opening import dev_issuer_for, open_store
-from gateway.startup_errors import StartupErrors
+from gateway.startup_errors import known_cause
 from gateway.telemetry import Telemetry, build_telemetry
 from policy.engine import Policy
 from policy.model import PolicyError, Principal
@@ -627,18 +622,16 @@ def build_app(runtime: Runtime) -> Starlette:
     return Starlette(
         routes=routes,
         middleware=[
-            Middleware(TraceContext, telemetry=runtime.telemetry),
-            Middleware(StartupErrors),
-            Middleware(EdgeRefusals, security=runtime.security),
-            Middleware(BodyDeadline, timeout_s=server_config.body_timeout_s),
-            Middleware(BodyLimit),
-            Middleware(TrimHeaderValues),
+            # One layer for every step of the HTTP edge (gateway/http/edge.py says which, in order).
             Middleware(
-                AuthenticationMiddleware,
+                Edge,
+                telemetry=runtime.telemetry,
+                security=runtime.security,
                 backend=bearer_backend(runtime.verifier, runtime.telemetry, runtime.security),
                 on_error=refused_token(metadata_url),
+                body_timeout_s=server_config.body_timeout_s,
+                known_cause=known_cause,
             ),
-            Middleware(AuthContextMiddleware),
         ],
         lifespan=lifespan,
     )

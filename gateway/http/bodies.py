@@ -62,12 +62,15 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send: Send) -> None:
-        code = ReasonCode.REQUEST_TOO_LARGE
-        body = json.dumps(
-            {"error": code, "error_description": f"the body is over {self.limit} bytes"}
-        ).encode()
-        # What is left of the body is discarded by uvicorn as it arrives (never buffered), so the
-        # connection stays usable and the client reads this answer instead of a reset.
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": http_status(code), "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await refuse_too_large(self.limit, send)
+
+
+async def refuse_too_large(limit: int, send: Send) -> None:
+    """Answer 413: the body is over `limit` bytes."""
+    code = ReasonCode.REQUEST_TOO_LARGE
+    body = json.dumps({"error": code, "error_description": f"the body is over {limit} bytes"}).encode()
+    # What is left of the body is discarded by uvicorn as it arrives (never buffered), so the
+    # connection stays usable and the client reads this answer instead of a reset.
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": http_status(code), "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -71,12 +71,15 @@ class BodyDeadline:
             await self._timeout_response(scope)(scope, receive, send)
 
     def _timeout_response(self, scope: Scope) -> JSONResponse:
-        message = f"request body not received within {self.timeout_s:g} s"
-        headers = {"connection": "close"}
-        status = http_status(ReasonCode.REQUEST_TIMEOUT)
-        if scope["path"] == "/mcp" or scope["path"].startswith("/mcp/"):
-            error = {"code": INVALID_REQUEST, "message": message}
-            return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status, headers)
-        return JSONResponse(
-            {"error": ReasonCode.REQUEST_TIMEOUT, "error_description": message}, status, headers
-        )
+        return timeout_response(scope, self.timeout_s)
+
+
+def timeout_response(scope: Scope, timeout_s: float) -> JSONResponse:
+    """408 with `connection: close`: on /mcp a JSON-RPC error, elsewhere Writ's API error shape."""
+    message = f"request body not received within {timeout_s:g} s"
+    headers = {"connection": "close"}
+    status = http_status(ReasonCode.REQUEST_TIMEOUT)
+    if scope["path"] == "/mcp" or scope["path"].startswith("/mcp/"):
+        error = {"code": INVALID_REQUEST, "message": message}
+        return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status, headers)
+    return JSONResponse({"error": ReasonCode.REQUEST_TIMEOUT, "error_description": message}, status, headers)

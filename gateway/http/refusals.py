@@ -17,7 +17,8 @@ from gateway.audit.security import SecurityRefusal, SecuritySink, shown
 _KINDS = {413: "request_too_large", 408: "request_timeout", 421: "bad_host", 429: "rate_limited"}
 
 
-def _kind(path: str, status: int, headers: list[tuple[bytes, bytes]]) -> str | None:
+def refusal_kind(path: str, status: int, headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The kind of edge refusal an answer of `status` on `path` is, or None when it is not one."""
     if status in _KINDS:
         return _KINDS[status]
     on_mcp = path == "/mcp" or path.startswith("/mcp/")
@@ -40,7 +41,7 @@ class EdgeRefusals:
         async def watched(message: Message) -> None:
             if message["type"] == "http.response.start":
                 path = scope.get("path", "")
-                kind = _kind(path, message["status"], list(message.get("headers", [])))
+                kind = refusal_kind(path, message["status"], list(message.get("headers", [])))
                 if kind is not None:
                     client = scope.get("client")
                     self.security.note(
