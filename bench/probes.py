@@ -164,6 +164,9 @@ def policy_counts(url: str) -> tuple[int, int] | None:
             except sqlite3.OperationalError:  # no such table
                 return None
             return int(used) // 1_000_000, int(count)
+    schema = _schema(url).replace('"', '""')  # the connection's search_path is the server's default
+    budget = budget.replace("FROM budget_counters", f'FROM "{schema}".budget_counters')
+    marks = marks.replace("FROM loop_marks", f'FROM "{schema}".loop_marks')
     with _postgres(url) as conn:
         try:
             used = conn.execute(sa.text(budget), {"budget": BUDGET_COUNTING_CALLS}).scalar_one()
