@@ -10,7 +10,9 @@ the clock starts.
 
 The MCP scenario (issue 16) puts an upstream MCP server in front of acme-payments and measures the
 official client against it directly (MCP-direct), through the bare MCP proxy and through Writ, and
-each Writ row's calls/s and gateway CPU against the bare proxy's of the same run.
+each Writ row's calls/s and gateway CPU against the bare proxy's of the same run. With
+`--policy-checks off,on` (issue 13), each of its Writ rows runs without and then with the demo's loop
+rules and budgets, and the on/off ratios of calls/s and gateway CPU per call are printed per pair.
 
 Prints a markdown table and writes JSON. Nothing here asserts a speed: it reports what it measures.
 """
