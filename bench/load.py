@@ -147,9 +147,10 @@ async def measure(
     return Measurement(calls, concurrency, wall, tuple(latencies), clock["cpu"] - cpu0, server, store)
 
 
-def _refund(index: int) -> dict[str, Any]:
+def _refund(index: int, *, distinct: bool = False) -> dict[str, Any]:
     order, currency = ORDERS[index % len(ORDERS)]
-    return {"order_id": order, "amount": 0.01, "currency": currency, "reason": "benchmark"}
+    reason = f"benchmark {index}-{uuid.uuid4().hex[:8]}" if distinct else "benchmark"
+    return {"order_id": order, "amount": 0.01, "currency": currency, "reason": reason}
 
 
 def _key(tag: str, index: int) -> str:
@@ -189,6 +190,7 @@ def through_writ(
     repeat_reads: bool = False,
     writ: bool = True,
     agent_reads: bool = False,
+    agent_writes: bool = False,
 ) -> Session:
     """Writ with the official MCP client, one client session per worker, reused for every call.
 
@@ -200,6 +202,8 @@ def through_writ(
 
     `agent_reads` sends reads as an agent does: without a key (so Writ records each in one commit),
     each with arguments of its own (`request`: its index), so that no two are joined in flight.
+    `agent_writes` gives each refund a `reason` of its own, so that no two are one action (nor differ
+    only in `amount`) to the demo's loop rules.
     """
     check = _check if writ else _check_bare
 
@@ -224,7 +228,7 @@ def through_writ(
             async def write(index: int) -> None:
                 result = await client.call_tool(
                     "refund_order",
-                    _refund(index),
+                    _refund(index, distinct=agent_writes),
                     meta=cast(RequestParamsMeta, {"writ/idempotencyKey": _key("writ", index)}),
                 )
                 check(result)

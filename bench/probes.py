@@ -8,6 +8,9 @@
   inflates them (the benchmark prints them as an upper bound).
 - bytes: SQLite's pages in use (`page_count - freelist_count`, WAL included, as any reader sees them),
   PostgreSQL's `pg_total_relation_size` of every table in the store's schema (heap, indexes, TOAST).
+- policy checks: the calls the budget `agent-calls-per-hour` counted and the loop marks written (the
+  demo's loop rules and the benchmark's budgets, when `--policy-checks on`): evidence that the checks
+  ran on every call of a row measured with them, and on none of a row measured without.
 """
 
 from __future__ import annotations
@@ -96,16 +99,21 @@ class StoreProbe:
     _start: float = 0.0
     _bytes: int = 0
     _wal_syncs: int = 0
+    _checks: tuple[int, int] | None = None
 
     def start(self) -> None:
         self._bytes, self._wal_syncs = store_bytes(self.url), _wal_syncs(self.url)
+        self._checks = policy_counts(self.url)
         self._start = time.time()
 
     def stop(self) -> dict[str, int | None]:
         end = time.time()
         grown = store_bytes(self.url) - self._bytes
         wal = _wal_syncs(self.url)
+        checks, before = policy_counts(self.url), self._checks
         return {
+            "budget_calls": None if checks is None or before is None else checks[0] - before[0],
+            "loop_marks": None if checks is None or before is None else checks[1] - before[1],
             "store_bytes": grown,
             "gateway_fsyncs": None if self.trace is None else _settled(self.trace, self._start, end),
             "server_wal_syncs": None if self.url.startswith("sqlite") else wal - self._wal_syncs,
@@ -136,6 +144,36 @@ def store_bytes(url: str) -> int:
             {"schema": _schema(url)},
         ).scalar_one()
         return int(found)
+
+
+BUDGET_COUNTING_CALLS = "agent-calls-per-hour"
+"""The budget of `processes.POLICY_CHECK_BUDGETS` that counts every call of the benchmark's agent."""
+
+
+def policy_counts(url: str) -> tuple[int, int] | None:
+    """The calls counted so far against `BUDGET_COUNTING_CALLS` (every window) and the loop marks
+    written, or None for a store from before budgets and loop rules."""
+    budget = "SELECT coalesce(sum(used_micros), 0) FROM budget_counters WHERE budget_id = :budget"
+    marks = "SELECT count(*) FROM loop_marks"
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            try:
+                (used,) = db.execute(budget.replace(":budget", "?"), (BUDGET_COUNTING_CALLS,)).fetchone()
+                (count,) = db.execute(marks).fetchone()
+            except sqlite3.OperationalError:  # no such table
+                return None
+            return int(used) // 1_000_000, int(count)
+    schema = _schema(url).replace('"', '""')  # the connection's search_path is the server's default
+    budget = budget.replace("FROM budget_counters", f'FROM "{schema}".budget_counters')
+    marks = marks.replace("FROM loop_marks", f'FROM "{schema}".loop_marks')
+    with _postgres(url) as conn:
+        try:
+            used = conn.execute(sa.text(budget), {"budget": BUDGET_COUNTING_CALLS}).scalar_one()
+            count = conn.execute(sa.text(marks)).scalar_one()
+        except sa.exc.ProgrammingError:  # no such table
+            return None
+        return int(used) // 1_000_000, int(count)
 
 
 def _wal_syncs(url: str) -> int:

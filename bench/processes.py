@@ -194,6 +194,23 @@ class Gateway:
         return out.stdout.strip().splitlines()[-1]
 
 
+POLICY_CHECK_BUDGETS: list[dict[str, Any]] = [
+    # deploy/writ.example.yaml's two budgets, with limits far above any run's calls and spend.
+    {"id": "agent-calls-per-hour", "roles": ["agent"], "scope": "principal", "window": "1h", "limit": 10**9},
+    {
+        "id": "refunds-per-day",
+        "tools": ["refund_order"],
+        "scope": "principal",
+        "window": "1d",
+        "measure": "spend",
+        "amount": "double(args.amount)",
+        "currency": "args.currency",
+        "convert": {"to": "EUR", "rates": {"USD": 0.92, "GBP": 1.17}},
+        "limit": 10**9,
+    },
+]
+"""The budgets `policy_checks` turns on beside the demo's loop rules (the demo has no budgets)."""
+
 UPSTREAM_MODE = "2026-07-28"
 """The protocol Writ speaks to the upstream MCP server: the bare proxy's (`bench.bare_proxy`)."""
 
@@ -207,6 +224,7 @@ def _config(
     durable: bool,
     json_response: bool | None,
     upstream_mcp: str | None = None,
+    policy_checks: bool = False,
 ) -> Path:
     demo = _tree / "demo" if (_tree / "demo").is_dir() else _tree / "gateway" / "demo"
     template = Template((demo / "demo.yaml").read_text())
@@ -224,8 +242,17 @@ def _config(
         config["capabilities"] = []
     config["store"]["url"] = store
     config["store"]["durable"] = durable
-    # One principal makes the same refund hundreds of times by design: the demo's loop rules would stop it.
-    config["policy"].pop("loops", None)
+    if policy_checks:
+        if not config["policy"].get("loops"):
+            raise ValueError(f"{demo / 'demo.yaml'} has no loop rules: policy checks need a tree with them")
+        # The demo's loop rules as they are, and budgets no run reaches: every call pays the checks,
+        # none is refused (a refusal would be cheaper than the call it stands for).
+        config["policy"]["budgets"] = POLICY_CHECK_BUDGETS
+    else:
+        # One principal makes the same refund hundreds of times by design (outside the MCP scenario,
+        # with its distinct arguments): the demo's loop rules would stop it.
+        config["policy"].pop("loops", None)
+        config["policy"].pop("budgets", None)
     if json_response is not None:
         config["server"]["json_response"] = json_response
     config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
@@ -249,10 +276,12 @@ def gateway(
     json_response: bool | None = None,
     upstream_mcp: str | None = None,
     trace_fsyncs: bool = False,
+    policy_checks: bool = False,
 ) -> Iterator[Gateway]:
     """`writ serve` on the demo config against this backend (or, with `upstream_mcp`, the demo's tools
     served by that upstream MCP server) and store; its log goes to workdir/writ.log. With
-    `trace_fsyncs`, it runs under strace counting its fsyncs (where strace is installed)."""
+    `trace_fsyncs`, it runs under strace counting its fsyncs (where strace is installed). With
+    `policy_checks`, the demo's loop rules and `POLICY_CHECK_BUDGETS` are on; without, neither is."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     path = _config(
@@ -263,6 +292,7 @@ def gateway(
         durable=durable,
         json_response=json_response,
         upstream_mcp=upstream_mcp,
+        policy_checks=policy_checks,
     )
     trace = workdir / "fsyncs.strace"
     prefix = probes.strace_prefix(trace) if trace_fsyncs else []

@@ -10,7 +10,9 @@ the clock starts.
 
 The MCP scenario (issue 16) puts an upstream MCP server in front of acme-payments and measures the
 official client against it directly (MCP-direct), through the bare MCP proxy and through Writ, and
-each Writ row's calls/s and gateway CPU against the bare proxy's of the same run.
+each Writ row's calls/s and gateway CPU against the bare proxy's of the same run. With
+`--policy-checks off,on` (issue 13), each of its Writ rows runs without and then with the demo's loop
+rules and budgets, and the on/off ratios of calls/s and gateway CPU per call are printed per pair.
 
 Prints a markdown table and writes JSON. Nothing here asserts a speed: it reports what it measures.
 """
@@ -38,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import load, probes, processes  # noqa: E402
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
+POLICY_CHECKS = "policy_checks"
+"""The variant naming whether a Writ row ran with the demo's loop rules and budgets (`on`) or not."""
 CLIENT_MODE = {MODERN: MODERN, LEGACY: "legacy"}
 
 
@@ -57,6 +61,10 @@ class Row:
     """calls/s over the bare proxy's, same operation, mode, concurrency and upstream."""
     cpu_vs_bare: float | None = None
     """Server CPU per call over the bare proxy's."""
+    on_vs_off: float | None = None
+    """For a row with policy checks on: its calls/s over the same row's with them off."""
+    cpu_on_vs_off: float | None = None
+    """For a row with policy checks on: its gateway CPU per call over the same row's with them off."""
     loadavg: float = field(default_factory=lambda: os.getloadavg()[0])
     """The machine's 1-minute load average as the row was measured: each figure is read beside it."""
 
@@ -98,6 +106,11 @@ class Row:
             "fsyncs_per_call": _round(self.m.per_call("gateway_fsyncs")),
             "pg_wal_syncs_per_call": _round(self.m.per_call("server_wal_syncs")),
             "store_bytes_per_call": _round(self.m.per_call("store_bytes")),
+            # Evidence that the policy checks ran: calls a budget counted, loop marks written.
+            "budget_counted_per_call": _round(self.m.per_call("budget_calls")),
+            "loop_marks_per_call": _round(self.m.per_call("loop_marks")),
+            "on_vs_off_calls_per_s": _round(self.on_vs_off),
+            "on_vs_off_cpu": _round(self.cpu_on_vs_off),
         }
 
 
@@ -213,15 +226,19 @@ class Bench:
         """MCP client -> (nothing, the bare proxy, Writ on each store) -> an upstream MCP server.
 
         The upstream is `bench.bare_proxy` over acme-payments, one per operation, shared by its rows;
-        each row gets a fresh proxy or gateway (and store). Reads are sent as an agent sends them: no
-        idempotency key, arguments of their own.
+        each row gets a fresh proxy or gateway (and store), unless --reuse-processes (then one gateway
+        per store and policy-checks setting serves all the operation's rows). Reads are sent as an
+        agent sends them: no idempotency key, arguments of their own; so are writes (a key each, a
+        `reason` of their own). Each Writ row is run once per `--policy-checks` setting, off then on.
         """
         for op in self.args.ops:
             workdir = self._dir(f"mcp-{op}")
             with (
                 processes.backend(workdir / "backend") as backend,
                 processes.bare_proxy(workdir / "upstream", backend.url) as upstream,
+                contextlib.ExitStack() as shared,
             ):
+                reused: dict[tuple[str, bool], tuple[processes.Gateway, str]] = {}
                 for concurrency in self._concurrencies():
                     session = load.through_writ(
                         upstream.mcp_url, "none", op, MODERN, writ=False, agent_reads=True
@@ -237,16 +254,42 @@ class Bench:
                         m = self._measure(session, concurrency, [proxy.pid])
                     self._record(Row(op, "bare", "-", MODERN, concurrency, m, upstream="mcp"))
                     for store in self.args.stores:
-                        here = workdir / f"writ-{store}-{concurrency}"
-                        with (
-                            processes.store_url(store, here) as url,
-                            processes.gateway(
-                                here, backend.url, url, upstream_mcp=upstream.mcp_url, trace_fsyncs=True
-                            ) as gw,
-                        ):
-                            session = load.through_writ(gw.mcp_url, gw.token(), op, MODERN, agent_reads=True)
-                            m = self._measure(session, concurrency, [gw.pid], gw)
-                        self._record(Row(op, "writ", store, MODERN, concurrency, m, upstream="mcp"))
+                        for checks in self.args.policy_checks:
+                            with contextlib.ExitStack() as own:
+                                started = reused.get((store, checks))
+                                if started is None:
+                                    stack = shared if self.args.reuse_processes else own
+                                    suffix = "-checks" if checks else ""
+                                    here = workdir / f"writ-{store}-{concurrency}{suffix}"
+                                    url = stack.enter_context(processes.store_url(store, here))
+                                    gw = stack.enter_context(
+                                        processes.gateway(
+                                            here,
+                                            backend.url,
+                                            url,
+                                            upstream_mcp=upstream.mcp_url,
+                                            trace_fsyncs=True,
+                                            policy_checks=checks,
+                                        )
+                                    )
+                                    started = gw, gw.token()
+                                    if self.args.reuse_processes:
+                                        reused[store, checks] = started
+                                gw, token = started
+                                session = load.through_writ(
+                                    gw.mcp_url, token, op, MODERN, agent_reads=True, agent_writes=True
+                                )
+                                m = self._measure(session, concurrency, [gw.pid], gw)
+                            variant = self._checks_variant(checks)
+                            self._record(
+                                Row(op, "writ", store, MODERN, concurrency, m, variant, upstream="mcp")
+                            )
+
+    def _checks_variant(self, checks: bool) -> dict[str, Any]:
+        """Labels a row with its policy-checks setting once both are measured or it is on."""
+        if self.args.policy_checks == [False]:
+            return {}
+        return {POLICY_CHECKS: "on" if checks else "off"}
 
     def _concurrencies(self) -> list[int]:
         return [1, *(n for n in self.args.concurrency if n > 1)]
@@ -306,6 +349,49 @@ class Bench:
             cpu, proxy_cpu = row.m.server_cpu_ms_per_call(), proxy.m.server_cpu_ms_per_call()
             if cpu is not None and proxy_cpu:
                 row.cpu_vs_bare = cpu / proxy_cpu
+        for on, off in checks_pairs(self.rows):
+            on.on_vs_off = on.m.calls_per_s / off.m.calls_per_s
+            cpu, off_cpu = on.m.server_cpu_ms_per_call(), off.m.server_cpu_ms_per_call()
+            if cpu is not None and off_cpu:
+                on.cpu_on_vs_off = cpu / off_cpu
+
+
+def _checks_on(row: Row) -> bool:
+    return row.variant.get(POLICY_CHECKS) == "on"
+
+
+def checks_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
+    """Each Writ row with policy checks on, with the same row's (operation, store, mode, clients,
+    upstream) with them off in the same run."""
+
+    def key(r: Row) -> tuple[Any, ...]:
+        return (r.op, r.store, r.mode, r.concurrency, r.upstream)
+
+    off = {key(r): r for r in rows if r.variant.get(POLICY_CHECKS) == "off"}
+    return [(r, off[key(r)]) for r in rows if _checks_on(r) and key(r) in off]
+
+
+def checks_table(rows: list[Row]) -> str:
+    """The cost of the demo's loop rules and budgets: each pair of rows, off and on, side by side."""
+    lines = [
+        "| scenario | store | clients | calls/s off -> on | on/off calls/s | gateway CPU ms/call off -> on "
+        "| on/off CPU | fsyncs/call off -> on | store bytes/call off -> on "
+        "| counted/call: budget, loop marks | load off, on |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for on, off in checks_pairs(rows):
+        cpu_off, cpu_on = off.m.server_cpu_ms_per_call(), on.m.server_cpu_ms_per_call()
+        bytes_off, bytes_on = off.m.per_call("store_bytes"), on.m.per_call("store_bytes")
+        lines.append(
+            f"| {on.scenario} | {on.store} | {on.concurrency} "
+            f"| {off.m.calls_per_s:.1f} -> {on.m.calls_per_s:.1f} | {_x(on.on_vs_off)} "
+            f"| {_num(cpu_off, '.2f')} -> {_num(cpu_on, '.2f')} | {_x(on.cpu_on_vs_off)} "
+            f"| {_fsyncs(off.m)} -> {_fsyncs(on.m)} "
+            f"| {_num(bytes_off, '.0f')} -> {_num(bytes_on, '.0f')} "
+            f"| {_num(on.m.per_call('budget_calls'), '.2f')}, {_num(on.m.per_call('loop_marks'), '.2f')} "
+            f"| {off.loadavg:.1f}, {on.loadavg:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def table(rows: list[Row]) -> str:
@@ -379,7 +465,11 @@ def _verdict(met: bool) -> str:
 def mcp_aims(rows: list[Row]) -> list[str]:
     """Issue 16's aims, relative to the bare MCP proxy in front of the same upstream MCP server."""
     out = []
-    writ = {(r.op, r.store, r.concurrency): r for r in rows if r.upstream == "mcp" and r.target == "writ"}
+    writ = {
+        (r.op, r.store, r.concurrency): r
+        for r in rows
+        if r.upstream == "mcp" and r.target == "writ" and not _checks_on(r)
+    }
     for (op, store, concurrency), r in writ.items():
         if concurrency != 1 or r.vs_bare is None:
             continue
@@ -445,6 +535,12 @@ def main(argv: list[str] | None = None) -> None:
         "--only-mcp", action="store_true", help="run only the scenario with an upstream MCP server"
     )
     parser.add_argument("--ops", default="read,write", help="the MCP scenario's operations: read,write")
+    parser.add_argument(
+        "--policy-checks",
+        default="off",
+        help="the MCP scenario's Writ rows with the demo's loop rules and budgets off, on, or both "
+        "(off,on: each row twice, side by side, with the on/off ratios printed; default off)",
+    )
     parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
     parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
     parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")
@@ -452,6 +548,10 @@ def main(argv: list[str] | None = None) -> None:
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     args.concurrency = [int(n) for n in str(args.concurrency).split(",") if n.strip()]
+    settings = [c.strip() for c in args.policy_checks.split(",") if c.strip()]
+    if not settings or not set(settings) <= {"off", "on"}:
+        parser.error(f"--policy-checks: {args.policy_checks!r}: use off, on or off,on")
+    args.policy_checks = [c == "on" for c in dict.fromkeys(settings)]
 
     if args.tree:
         processes.use_tree(Path(args.tree))
@@ -465,6 +565,10 @@ def main(argv: list[str] | None = None) -> None:
 
     print(table(bench.rows))
     print()
+    if checks_pairs(bench.rows):
+        print("Policy checks (the demo's loop rules and budgets), off and on:\n")
+        print(checks_table(bench.rows))
+        print()
     for line in aims(bench.rows):
         print(f"- {line}")
     out = Path(args.out)
@@ -486,6 +590,16 @@ def main(argv: list[str] | None = None) -> None:
                 # Other work on the machine skews every number; a load average near the core count says so.
                 "loadavg_1m": {"start": round(load_before[0], 2), "end": round(os.getloadavg()[0], 2)},
                 "rows": [r.to_json() for r in bench.rows],
+                "policy_checks": [
+                    {
+                        "op": on.op,
+                        "store": on.store,
+                        "concurrency": on.concurrency,
+                        "on_vs_off_calls_per_s": _round(on.on_vs_off),
+                        "on_vs_off_cpu": _round(on.cpu_on_vs_off),
+                    }
+                    for on, _ in checks_pairs(bench.rows)
+                ],
                 "aims": aims(bench.rows),
             },
             indent=2,

@@ -23,7 +23,8 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
     command = [sys.executable, "bench/run.py", "--calls", "5", "--warmup", "2", "--concurrency", "2"]
     completed = subprocess.run(
         # One gateway per store serves all its rows: this checks the benchmark runs, not its figures.
-        [*command, "--no-extras", "--reuse-processes", "--out", str(out)],
+        # The MCP scenario's Writ rows run with the demo's loop rules and budgets off, then on.
+        [*command, "--no-extras", "--reuse-processes", "--policy-checks", "off,on", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -59,3 +60,26 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
             assert {(op, "writ", "sqlite", concurrency), (op, "writ", "postgres", concurrency)} <= reached
     assert all(r["ratio_vs_bare"] is not None for r in mcp if r["target"] == "writ")
     assert any(line.startswith("MCP read on postgres: ") for line in report["aims"])
+
+    # Each Writ row of it ran twice, without and with the policy checks, which counted every call of
+    # the rows with them (one budget count each, a loop mark per rule covering it) and none without.
+    checked = {
+        (r["op"], r["store"], r["concurrency"], r["variant"]["policy_checks"]): r
+        for r in mcp
+        if r["target"] == "writ"
+    }
+    assert len(checked) == 16
+    for (op, _, _, checks), row in checked.items():
+        if checks == "off":
+            assert row["budget_counted_per_call"] == 0 and row["loop_marks_per_call"] == 0
+            assert row["on_vs_off_calls_per_s"] is None
+        else:
+            assert row["budget_counted_per_call"] == 1
+            # same-call-repeated and same-failure-repeated cover both; refunds-differing-in-amount refunds
+            assert row["loop_marks_per_call"] == (3 if op == "write" else 2)
+            assert row["on_vs_off_calls_per_s"] is not None and row["on_vs_off_cpu"] is not None
+    pairs = {(p["op"], p["store"], p["concurrency"]) for p in report["policy_checks"]}
+    assert pairs == {
+        (op, store, c) for op in ("read", "write") for store in ("sqlite", "postgres") for c in (1, 2)
+    }
+    assert "| read via Writ -> MCP | sqlite | 1 | " in completed.stdout.split("Policy checks")[1]
