@@ -325,7 +325,11 @@ def _attach_security_events(runtime: Runtime) -> None:
     if not settings.enabled:
         return
     security = SecurityEvents(
-        runtime.store, runtime.clock, window_s=settings.window_s, max_keys=settings.max_keys
+        runtime.store,
+        runtime.clock,
+        window_s=settings.window_s,
+        max_keys=settings.max_keys,
+        counted=runtime.telemetry.security_refused,
     )
     runtime.security = security
     runtime.background.append(

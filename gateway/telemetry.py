@@ -157,6 +157,11 @@ class Telemetry:
             unit="{request}",
             description="Requests refused at the edge for their bearer token, by kind of failure",
         )
+        self._security_refusals = meter.create_counter(
+            "writ.security.refusals",
+            unit="{refusal}",
+            description="Refusals recorded as security.* events (each one, before the rate bound)",
+        )
         self._reconciliations = meter.create_counter(
             "writ.reconciliations",
             unit="{attempt}",
@@ -211,6 +216,10 @@ class Telemetry:
     def authentication_failed(self, kind: str) -> None:
         """A bearer token refused (`kind`: expired, wrong_audience, bad_signature, untrusted_issuer...)."""
         self._auth_failures.add(1, {"error.type": kind})
+
+    def security_refused(self, event_type: str, kind: str) -> None:
+        """One refusal a `security.*` event will count (failed authentication, unknown tool, edge)."""
+        self._security_refusals.add(1, {"writ.security.type": event_type, "writ.security.kind": kind})
 
     def checkpoint_age(self, age_s: Callable[[], float | None]) -> None:
         """Observe `writ.audit.checkpoint.age`: how long the newest events have waited unanchored."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -67,9 +67,17 @@ class SecurityEvents:
     """Counts refusals as they happen and writes them to the log, at most one event per key and window."""
 
     def __init__(
-        self, log: SecurityLog, clock: Clock, *, window_s: float = 60.0, max_keys: int = 1000
+        self,
+        log: SecurityLog,
+        clock: Clock,
+        *,
+        window_s: float = 60.0,
+        max_keys: int = 1000,
+        counted: Callable[[str, str], None] | None = None,
     ) -> None:
         self._log = log
+        self._counted = counted
+        """Told of every refusal as it happens (a metric), before the rate bound the log keeps."""
         self._clock = clock
         self._window = timedelta(seconds=window_s)
         self._max_keys = max_keys
@@ -88,6 +96,8 @@ class SecurityEvents:
 
     def note(self, refusal: SecurityRefusal) -> None:
         """Count one refusal; nothing is written here."""
+        if self._counted is not None:
+            self._counted(refusal.type, refusal.kind)
         now = self._clock()
         with self._lock:
             if refusal not in self._keys and len(self._keys) >= self._max_keys:

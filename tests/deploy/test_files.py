@@ -346,6 +346,7 @@ def _exported_metrics() -> dict[str, set[str]]:
     telemetry.reconciled("confirmed_success")
     telemetry.observe_waiting(lambda: {"approval_pending": 1, "result_unknown": 2})
     telemetry.checkpoint_age(lambda: 5.0)
+    telemetry.security_refused("security.edge_refused", "request_too_large")
     found: dict[str, set[str]] = {}
     data = reader.get_metrics_data()
     assert data is not None

@@ -143,3 +143,33 @@ def test_client_text_is_cut_and_made_printable() -> None:
     assert shown("rm\x00-rf\n") == "rm?-rf?"
     assert shown("x" * 500) == "x" * 128 + "..."
     assert shown("") is None and shown(None) is None
+
+
+def test_every_refusal_is_counted_in_the_metric_before_the_rate_bound() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from gateway.telemetry import Telemetry
+
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(None, MeterProvider(metric_readers=[reader]))
+    events = SecurityEvents(Log(), lambda: NOW, window_s=60, counted=telemetry.security_refused)
+    for _ in range(5):
+        events.note(SecurityRefusal("security.edge_refused", "request_too_large", "10.0.0.9"))
+    events.note(SecurityRefusal("security.auth_failed", "expired", "10.0.0.9"))
+    assert len(events.due()) == 2  # the log keeps two events with counts; the metric counts six refusals
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        (p.attributes["writ.security.type"], p.attributes["writ.security.kind"]): p.value
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "writ.security.refusals"
+        for p in m.data.data_points
+        if p.attributes is not None
+    }
+    assert points == {
+        ("security.edge_refused", "request_too_large"): 5,
+        ("security.auth_failed", "expired"): 1,
+    }
