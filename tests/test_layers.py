@@ -169,7 +169,6 @@ CLOCK_READERS = {
     "gateway.auth.dev_issuer": {"time.time"},
     # Likewise the sign-in cookies' `exp`; and a signing key's birth, only to know when it may go.
     "gateway.oauth.signin": {"time.time"},
-    "gateway.oauth.oidc_login": {"time.time"},
     "gateway.oauth.keys": {"time.time"},
     "gateway.stdio": {"time.time"},
     # Ids start with the time so that they sort by creation: not a fact anything decides on.

@@ -116,7 +116,7 @@ class JwtVerifier:
         self._issuers = {i.issuer: i for i in issuers}
         self._claims = claims or ClaimMapping()
         self._audience = audience
-        self._algorithms = _allowed(algorithms)
+        self._algorithms = allowed_algorithms(algorithms)
         self._leeway = leeway_s
         self._verified: OrderedDict[bytes, tuple[float, AccessToken]] = OrderedDict()
 
@@ -186,7 +186,9 @@ class JwtVerifier:
         issuer = self._issuers.get(str(unverified.get("iss", "")))
         if issuer is None or issuer.keys is None:
             raise TokenRejected("untrusted issuer", UNTRUSTED_ISSUER)
-        algorithms = _allowed(issuer.algorithms) if issuer.algorithms is not None else self._algorithms
+        algorithms = (
+            allowed_algorithms(issuer.algorithms) if issuer.algorithms is not None else self._algorithms
+        )
         if header.get("alg") not in algorithms:
             raise TokenRejected(
                 f"algorithm {str(header.get('alg'))[:20]!r} is not allowed",
@@ -279,7 +281,8 @@ def _failure_of(exc: Exception) -> Failure:
     return MALFORMED
 
 
-def _allowed(algorithms: Sequence[str]) -> list[str]:
+def allowed_algorithms(algorithms: Sequence[str]) -> list[str]:
+    """`algorithms` without those never accepted (`none`, HS*: FORBIDDEN_ALGORITHMS)."""
     return [a for a in algorithms if a not in FORBIDDEN_ALGORITHMS]
 
 

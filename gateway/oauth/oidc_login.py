@@ -19,89 +19,55 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from collections.abc import Sequence
-from typing import Any
 
-from joserfc import jwt
-from joserfc.errors import JoseError
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from gateway.audit.security import NoSecurityEvents, SecurityRefusal, SecuritySink
 from gateway.auth.issuers import IssuerUnavailable
-from gateway.oauth.keys import ALGORITHM, SigningKeys
+from gateway.oauth.keys import SigningKeys
 from gateway.oauth.login import Refused, SignedIn
 from gateway.oauth.models import Client
 from gateway.oauth.pages import Pages
-from gateway.oauth.signin import PATH, Pending, SigninCookies
+from gateway.oauth.signin import Pending, SignedCookie, SigninCookies, csrf_ok
 from gateway.oauth.upstream import Attempt, UpstreamProvider, UpstreamRefused
 
 logger = logging.getLogger(__name__)
 
 COOKIE = "writ_upstream"
-TYP = "writ-upstream+jwt"
 
 
 class AttemptCookies:
     """The redirect to a provider in progress, bound to the sign-in (its CSRF token) it belongs to."""
 
     def __init__(self, keys: SigningKeys, issuer: str, *, ttl_s: int, secure: bool) -> None:
-        self._keys = keys
-        self._issuer = issuer
-        self._audience = f"{issuer}#upstream"
-        self._ttl_s = ttl_s
-        self._secure = secure
+        self._cookie = SignedCookie(keys, issuer, name=COOKIE, purpose="upstream", ttl_s=ttl_s, secure=secure)
 
     def put(self, response: Response, pending: Pending, attempt: Attempt) -> None:
-        now = int(time.time())
         claims = {
-            "iss": self._issuer,
-            "aud": self._audience,
-            "iat": now,
-            "exp": now + self._ttl_s,
             "csrf": pending.csrf,
             "provider": attempt.provider,
             "state": attempt.state,
             "nonce": attempt.nonce,
             "verifier": attempt.verifier,
         }
-        response.set_cookie(
-            COOKIE,
-            self._keys.sign(claims, typ=TYP),
-            max_age=self._ttl_s,
-            path=PATH,
-            httponly=True,
-            samesite="lax",  # the provider's redirect back is a top-level GET: Lax cookies come along
-            secure=self._secure,
-        )
+        self._cookie.put(response, claims)
 
     def read(self, request: Request, pending: Pending) -> Attempt | None:
         """The attempt of this browser's sign-in; None if none, expired, forged or another sign-in's."""
-        token = request.cookies.get(COOKIE)
-        if not token:
+        claims = self._cookie.read(request)
+        if claims is None:
             return None
-        try:
-            decoded = jwt.decode(token, self._keys.public_keys, algorithms=[ALGORITHM])
-            if decoded.header.get("typ") != TYP:
-                return None
-            jwt.JWTClaimsRegistry(
-                iss={"essential": True, "value": self._issuer},
-                aud={"essential": True, "value": self._audience},
-                exp={"essential": True},
-            ).validate(decoded.claims)
-        except (JoseError, ValueError):
-            return None
-        claims: dict[str, Any] = decoded.claims
-        if not secrets.compare_digest(str(claims.get("csrf", "")).encode(), pending.csrf.encode()):
+        if not csrf_ok(pending, claims.get("csrf")):
             return None
         return Attempt(
             str(claims["provider"]), str(claims["state"]), str(claims["nonce"]), str(claims["verifier"])
         )
 
     def clear(self, response: Response) -> None:
-        response.delete_cookie(COOKIE, path=PATH, httponly=True, samesite="lax", secure=self._secure)
+        self._cookie.clear(response)
 
 
 class OidcLogin:
@@ -136,7 +102,7 @@ class OidcLogin:
             if provider is None:
                 return self._unknown(request)
             given = request.query_params.get("csrf", "")
-            if pending is None or not secrets.compare_digest(given.encode(), pending.csrf.encode()):
+            if pending is None or not csrf_ok(pending, given):
                 return self._pages.expired(request)
             return await self._redirect(request, pending, provider)
 

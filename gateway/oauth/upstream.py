@@ -27,7 +27,7 @@ from joserfc.errors import JoseError, MissingClaimError
 from capabilities.contract import ConfigError
 from capabilities.credentials import read_secret
 from gateway.auth.issuers import HttpFactory, IssuerMetadata, IssuerUnavailable, RemoteKeys
-from gateway.auth.tokens import FORBIDDEN_ALGORITHMS, ClaimsRejected, principal_from_claims
+from gateway.auth.tokens import ClaimsRejected, allowed_algorithms, principal_from_claims
 from gateway.config import ClaimMapping, OidcLoginConfig, UpstreamClaims, WritConfig
 from gateway.errors import AuthenticationError, ConfigurationError
 from store.oauth import Grantee
@@ -265,10 +265,6 @@ def _claim(claims: Mapping[str, Any], name: str) -> Any:
             return None
         value = value[part]
     return value
-
-
-def allowed_algorithms(algorithms: Sequence[str]) -> list[str]:
-    return [a for a in algorithms if a not in FORBIDDEN_ALGORITHMS]
 
 
 def upstream_providers(
