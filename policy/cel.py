@@ -34,6 +34,8 @@ _T = cel.Type
 _ARGUMENTS_KEYS = ("args", "principal", "capability")
 VARIABLES = frozenset({*_ARGUMENTS_KEYS, "context"})
 
+RUN_CALL_COUNT = "context.run_call_count"
+
 # CEL's integers are 64-bit: a larger JSON number has no CEL equivalent (the call fails closed).
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
@@ -44,7 +46,7 @@ def _environment() -> cel.Env:
     # `context` is two typed variables under one qualified name: `context.now` is a timestamp (CEL's
     # runtime takes datetimes only as top-level values), and an unknown `context.x` fails at load.
     variables["context.now"] = _T.TIMESTAMP
-    variables["context.run_call_count"] = _T.INT
+    variables[RUN_CALL_COUNT] = _T.INT
     return cel.NewEnv(variables=variables)
 
 

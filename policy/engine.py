@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from capabilities.contract import Capability, config_problems
 
 from .budgets import BudgetCharge, Budgets
-from .cel import Activation, Condition, ExpressionError, activation_for
+from .cel import RUN_CALL_COUNT, Activation, Condition, ExpressionError, activation_for
 from .loops import LoopMark, Loops
 from .model import ApprovalRequirement, Decision, Effect, PolicyError, PolicyInput, Principal
 from .rules import PolicyConfig, Rule
@@ -72,6 +72,12 @@ class Policy:
         )
         self._budgets = Budgets(config.budgets)
         self._loops = Loops(config.loops)
+        # `context.run_call_count` is a declared variable of its own (policy.cel), so an expression that
+        # reads it spells it out; a policy none of whose expressions does never needs it counted.
+        expressions = [r.when for r in config.rules] + [
+            e for b in config.budgets for e in (b.amount, b.currency)
+        ]
+        self._reads_run_call_count = any(e and RUN_CALL_COUNT in e for e in expressions)
         # RFC 8785, as every other hash (store.canonical, which policy may not import): the rules hold
         # strings, small integers and booleans, which it spells as the earlier json.dumps did, so a
         # policy keeps its version across the change.
@@ -99,6 +105,11 @@ class Policy:
         except ValidationError as exc:
             raise PolicyError("invalid policy:\n" + "\n".join(config_problems(exc.errors(), data))) from exc
         return cls(config)
+
+    @property
+    def reads_run_call_count(self) -> bool:
+        """Whether any expression reads `context.run_call_count` (else the caller need not count)."""
+        return self._reads_run_call_count
 
     @property
     def version(self) -> str:

@@ -368,9 +368,8 @@ class CallPipeline:
         the budget counters and loop patterns the call counts in unless it is denied anyway."""
         who = call.identity
         with tracer.start_as_current_span(f"authorize {who.tool_name}") as span:
-            run_count = (
-                await self._run(self._store.run_call_count, who.run_id, who.tenant) if who.run_id else 0
-            )
+            counted = who.run_id and call.policy.reads_run_call_count
+            run_count = await self._run(self._store.run_call_count, who.run_id, who.tenant) if counted else 0
             context = CallContext(now=who.now, run_call_count=run_count)
             inp = PolicyInput(call.inp.principal, call.capability, call.arguments, context)
             decision = call.policy.evaluate(inp)

@@ -277,3 +277,12 @@ def test_the_version_is_the_one_hashed_before_rfc8785_so_a_policy_keeps_it_acros
         policy.version
         == "p-" + hashlib.sha256(legacy_json(policy.config.canonical()).encode()).hexdigest()[:16]
     )
+
+
+def test_a_policy_says_whether_any_expression_reads_the_run_call_count() -> None:
+    counting = Policy.from_mapping(
+        {"rules": [{"id": "third", "decision": "deny", "when": "context.run_call_count >= 3"}]}
+    )
+    assert counting.reads_run_call_count
+    plain = Policy.from_mapping({"rules": [{"id": "big", "decision": "deny", "when": "args.amount > 3"}]})
+    assert not plain.reads_run_call_count
