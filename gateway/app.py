@@ -63,7 +63,7 @@ from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
 from gateway.calls.retries import retry_call
-from gateway.calls.tracing import first_trace_of
+from gateway.calls.tracing import FirstTrace, first_trace_of, no_first_trace
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
 from gateway.config import ClientMetadataDocumentsConfig, OidcLoginConfig, WritConfig
@@ -319,6 +319,12 @@ def _document_fetch_limit(
     return limit
 
 
+def _first_trace(runtime: Runtime) -> FirstTrace:
+    """Where resumed and reconciled calls find the trace to link to: the log, only when spans go
+    somewhere (the lookup reads the call's events, for a link a no-op tracer would drop)."""
+    return first_trace_of(runtime.store) if runtime.telemetry.exports_spans else no_first_trace
+
+
 def _attach_security_events(runtime: Runtime) -> None:
     """Refusals counted on the request path, written as `security.*` events by a background pass."""
     settings = runtime.config.audit.security_events
@@ -435,7 +441,7 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
         policy=runtime.policy_source,
         clock=clock,
         owner=owner,
-        first_trace=first_trace_of(runtime.store),
+        first_trace=_first_trace(runtime),
     )
     wake = Wake()
     runtime.decisions = Decisions(runtime.store, clock, on_granted=wake)
@@ -504,7 +510,7 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
         policy=ReconcilePolicy(
             timing.reconcile_max_attempts, timing.reconcile_backoff_s, timing.reconcile_backoff_max_s
         ),
-        first_trace=first_trace_of(runtime.store),
+        first_trace=_first_trace(runtime),
         on_outcome=runtime.telemetry.reconciled,
     )
     return Workers(store=runtime.store, reconciler=reconciler, clock=clock)

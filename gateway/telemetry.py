@@ -172,6 +172,11 @@ class Telemetry:
         self._open = True
         """False after `shutdown`: a reader may still collect, and the store is closed by then."""
 
+    @property
+    def exports_spans(self) -> bool:
+        """Whether spans go anywhere (an exporter is configured), not to a no-op provider."""
+        return not isinstance(self.tracer_provider, trace.NoOpTracerProvider)
+
     @contextlib.contextmanager
     def activated(self) -> Iterator[None]:
         """Within this block (and the tasks and threads it starts), spans made through the global
