@@ -217,15 +217,7 @@ class McpFace:
                     report = await self._relayed(relay, call)
             except UnknownTool as exc:
                 traced.unknown_tool()
-                self.security.note(
-                    SecurityRefusal(
-                        "security.unknown_tool",
-                        "unknown_tool",
-                        tenant=who.tenant,
-                        subject=who.subject,
-                        tool_name=shown(params.name),
-                    )
-                )
+                self.unknown(who, "unknown_tool", params.name)
                 raise MCPError(INVALID_PARAMS, str(exc)) from exc
             except RateLimited as exc:
                 traced.rate_limited()
