@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
+from sqlalchemy import Column, Connection, Engine, Row, Table, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store.canonical import canonical_json
@@ -208,31 +208,11 @@ class OAuthRecords:
             GrantRefused: unknown, expired, issued to another client, used before (`reused`: its family
                 is revoked, committed before this is raised), or its family was revoked.
         """
-        refused: GrantRefused | None = None
         with self._errors_translated(), self.engine.begin() as conn:
-            claimed = conn.execute(
-                update(oauth_codes)
-                .where(
-                    oauth_codes.c.code_hash == digest(code),
-                    oauth_codes.c.client_id == client_id,
-                    oauth_codes.c.used_at.is_(None),
-                    oauth_codes.c.expires_at > now,
-                )
-                .values(used_at=now)
-                .returning(*oauth_codes.c)
-            ).first()
-            if claimed is not None:
-                grant = _code(claimed)
-                if _family_revoked(conn, grant.family_id):
-                    refused = GrantRefused("revoked", "the grant this code belongs to was revoked")
-            else:
-                row = conn.execute(select(oauth_codes).where(oauth_codes.c.code_hash == digest(code))).first()
-                refused = _why_not(row, client_id, now, what="code")
-                if refused.problem == "reused" and row is not None:
-                    _revoke(conn, row.family_id, reason="code_reused", now=now)
-        if refused is not None:
-            raise refused
-        return grant
+            claimed = _use_once(conn, _CODE, code, client_id, now)
+        if isinstance(claimed, GrantRefused):
+            raise claimed  # after the commit: a reuse's revocation stands
+        return _code(claimed)
 
     # -- refresh tokens -----------------------------------------------------------------------
 
@@ -272,33 +252,11 @@ class OAuthRecords:
             GrantRefused: unknown, expired, issued to another client, used before (`reused`: the whole
                 family, the newest token included, is revoked and committed first), or revoked.
         """
-        refused: GrantRefused | None = None
         with self._errors_translated(), self.engine.begin() as conn:
-            claimed = conn.execute(
-                update(oauth_refresh_tokens)
-                .where(
-                    oauth_refresh_tokens.c.token_hash == digest(token),
-                    oauth_refresh_tokens.c.client_id == client_id,
-                    oauth_refresh_tokens.c.used_at.is_(None),
-                    oauth_refresh_tokens.c.expires_at > now,
-                )
-                .values(used_at=now)
-                .returning(*oauth_refresh_tokens.c)
-            ).first()
-            if claimed is not None:
-                grant = _refresh(claimed)
-                if _family_revoked(conn, grant.family_id):
-                    refused = GrantRefused("revoked", "the grant this refresh token belongs to was revoked")
-            else:
-                row = conn.execute(
-                    select(oauth_refresh_tokens).where(oauth_refresh_tokens.c.token_hash == digest(token))
-                ).first()
-                refused = _why_not(row, client_id, now, what="refresh token")
-                if refused.problem == "reused" and row is not None:
-                    _revoke(conn, row.family_id, reason="refresh_token_reused", now=now)
-        if refused is not None:
-            raise refused
-        return grant
+            claimed = _use_once(conn, _REFRESH, token, client_id, now)
+        if isinstance(claimed, GrantRefused):
+            raise claimed  # after the commit: a reuse's revocation stands
+        return _refresh(claimed)
 
     # -- families -----------------------------------------------------------------------------
 
@@ -343,6 +301,53 @@ def _family_revoked(conn: Connection, family_id: str) -> bool:
         select(oauth_families.c.revoked_at).where(oauth_families.c.family_id == family_id)
     ).first()
     return row is None or row.revoked_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Secret:
+    """One kind of once-only secret: where it is kept, how refusals name it and its reuse."""
+
+    table: Table
+    hashed: Column[Any]
+    what: str
+    reused_reason: str
+
+
+_CODE = _Secret(oauth_codes, oauth_codes.c.code_hash, "code", "code_reused")
+_REFRESH = _Secret(
+    oauth_refresh_tokens, oauth_refresh_tokens.c.token_hash, "refresh token", "refresh_token_reused"
+)
+
+
+def _use_once(
+    conn: Connection, kind: _Secret, secret: str, client_id: str, now: datetime
+) -> Row[Any] | GrantRefused:
+    """Claim `secret` for `client_id`: its row, or why it grants nothing.
+
+    The claim is one conditional UPDATE. A secret used before revokes its family here, in the caller's
+    transaction, which the caller commits before it raises the refusal: hence returned, not raised.
+    """
+    table, hashed = kind.table, kind.hashed
+    claimed = conn.execute(
+        update(table)
+        .where(
+            hashed == digest(secret),
+            table.c.client_id == client_id,
+            table.c.used_at.is_(None),
+            table.c.expires_at > now,
+        )
+        .values(used_at=now)
+        .returning(*table.c)
+    ).first()
+    if claimed is not None:
+        if _family_revoked(conn, claimed.family_id):
+            return GrantRefused("revoked", f"the grant this {kind.what} belongs to was revoked")
+        return claimed
+    row = conn.execute(select(table).where(hashed == digest(secret))).first()
+    refused = _why_not(row, client_id, now, what=kind.what)
+    if refused.problem == "reused" and row is not None:
+        _revoke(conn, row.family_id, reason=kind.reused_reason, now=now)
+    return refused
 
 
 def _why_not(row: Row[Any] | None, client_id: str, now: datetime, *, what: str) -> GrantRefused:
