@@ -282,6 +282,10 @@ class OAuthClients(Standing, Protocol):
         self, *, tenant: str | None, now: datetime, live_after: datetime
     ) -> list[ClientSummary]: ...
 
+    def oauth_client_details(
+        self, *, tenant: str | None, now: datetime, live_after: datetime
+    ) -> list[ClientDetail]: ...
+
     def oauth_client(
         self, client_id: str, *, tenant: str | None, now: datetime, live_after: datetime
     ) -> ClientDetail: ...

@@ -325,6 +325,13 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         with self._read() as conn:
             return client_records.list_clients(conn, tenant=tenant, now=now, live_after=live_after)
 
+    def oauth_client_details(
+        self, *, tenant: str | None, now: datetime, live_after: datetime
+    ) -> list[client_records.ClientDetail]:
+        """`oauth_clients`, each with its live sign-ins and redirect URIs (the console's page)."""
+        with self._read() as conn:
+            return client_records.describe_clients(conn, tenant=tenant, now=now, live_after=live_after)
+
     def oauth_client(
         self, client_id: str, *, tenant: str | None, now: datetime, live_after: datetime
     ) -> client_records.ClientDetail:

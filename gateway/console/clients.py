@@ -17,7 +17,7 @@ from gateway.display import visible
 from policy.model import Principal
 from store.limits import text_unfit
 from store.model import NotFound
-from store.oauth_clients import ClientDetail, Liveness, RevokeClient
+from store.oauth_clients import Liveness, RevokeClient
 from store.ports import OAuthClients
 
 if TYPE_CHECKING:
@@ -58,14 +58,9 @@ class ClientPages:
         now = self.clock()
         live_after = self.liveness.live_after(now)
 
-        def load() -> list[ClientDetail]:
-            listed = self.store.oauth_clients(tenant=who.tenant, now=now, live_after=live_after)
-            return [
-                self.store.oauth_client(c.client_id, tenant=who.tenant, now=now, live_after=live_after)
-                for c in listed
-            ]
-
-        clients = await anyio.to_thread.run_sync(load)
+        clients = await anyio.to_thread.run_sync(
+            lambda: self.store.oauth_client_details(tenant=who.tenant, now=now, live_after=live_after)
+        )
         return self.console.render(
             request, "clients.html", status_code, who=who, clients=clients, error=error, done=done
         )

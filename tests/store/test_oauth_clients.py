@@ -50,6 +50,12 @@ def test_clients_are_listed_with_their_live_sign_ins_in_the_tenant(store: Store)
     ]
     everywhere = store.oauth_clients(tenant=None, now=NOW, live_after=LIVE_AFTER)
     assert {c.client_id: c.live_sign_ins for c in everywhere} == {"client-1": 2, "client-2": 1}
+    # The console's page reads every client's detail at once: the same as one client at a time.
+    details = store.oauth_client_details(tenant="acme", now=NOW, live_after=LIVE_AFTER)
+    assert details == [
+        store.oauth_client(c.client_id, tenant="acme", now=NOW, live_after=LIVE_AFTER) for c in listed
+    ]
+    assert {s.subject for s in details[0].sign_ins} == {"alice", "bob"} and details[1].sign_ins == ()
 
 
 def test_a_client_is_shown_with_each_live_sign_in_its_subject_and_times(store: Store) -> None:
