@@ -28,6 +28,7 @@ from mcp.shared.subscriptions import (
 
 from capabilities.mcp_changes import Listing
 from gateway.mcp.rounds import is_modern
+from gateway.mcp.sdk import connection_of
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +37,6 @@ _EVENTS: dict[Listing, ServerEvent] = {
     "resources": ResourcesListChanged(),
     "prompts": PromptsListChanged(),
 }
-
-
-def connection_of(ctx: Any) -> Any:
-    """The request's connection (the SDK keeps it private to the session); None if there is none."""
-    return getattr(getattr(ctx, "session", None), "_connection", None)
 
 
 class Notices:

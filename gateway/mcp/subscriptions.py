@@ -26,8 +26,9 @@ from capabilities.registry import Registry
 from gateway.auth.standing import is_revoked
 from gateway.calls.catalogue import Catalogue
 from gateway.clock import Clock
-from gateway.mcp.changes import Notices, connection_of
+from gateway.mcp.changes import Notices
 from gateway.mcp.relays import REFUSED, RESOURCE_NOT_FOUND
+from gateway.mcp.sdk import connection_of
 from policy.model import Principal
 from store.ports import CallStatus
 

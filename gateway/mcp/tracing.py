@@ -1,10 +1,11 @@
 """The MCP server span of each request, by the MCP semantic conventions, and its duration metric.
 
-The MCP SDK makes the SERVER span `{mcp.method.name} {target}` itself (`mcp.server._otel`: method,
-protocol version, JSON-RPC request id, tool name, `error.type`), parented by the trace context in the
-request's `params._meta` (`traceparent`, `tracestate`) or else by the HTTP request's. Writ keeps it:
-`Activate` runs outside it, so it reaches Writ's exporter, and `Describe` runs inside it, adding what
-the SDK leaves out (session, transport, network peer) and recording `mcp.server.operation.duration`.
+The MCP SDK makes the SERVER span `{mcp.method.name} {target}` itself (`mcp.server._otel`, which
+`sdk.py` finds: method, protocol version, JSON-RPC request id, tool name, `error.type`), parented by the
+trace context in the request's `params._meta` (`traceparent`, `tracestate`) or else by the HTTP
+request's. Writ keeps it: `Activate` runs outside it, so it reaches Writ's exporter, and `Describe` runs
+inside it, adding what the SDK leaves out (session, transport, network peer) and recording
+`mcp.server.operation.duration`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import Server
-from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from pydantic import ValidationError
 
+from gateway.mcp.sdk import sdk_span_index
 from gateway.telemetry import Telemetry, session_label
 
 SESSION_HEADER = "mcp-session-id"
@@ -120,7 +121,7 @@ def instrument(server: Server[Any], telemetry: Telemetry, transport: str | None 
 
     `transport` is `network.transport` for requests that do not come over HTTP (`pipe` for stdio).
     """
-    sdk = next((i for i, m in enumerate(server.middleware) if isinstance(m, OpenTelemetryMiddleware)), None)
+    sdk = sdk_span_index(server.middleware)
     if sdk is None:  # an SDK without its span: Writ's attributes go on whatever span is current
         server.middleware.insert(0, Describe(telemetry, transport))
     else:
