@@ -61,10 +61,15 @@ class CallRelay(Protocol):
     async def passed_on(self) -> None:
         """Return once what the upstream said so far reached the client (bounded)."""
 
-    async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
-        """Ask the client (its user) what the upstream asks, or refuse it to the upstream."""
+    async def elicit(
+        self, params: types.ElicitRequestParams, key: str | None = None
+    ) -> types.ElicitResult | types.ErrorData:
+        """Ask the client (its user) what the upstream asks, or refuse it to the upstream. `key` is the
+        upstream's name for the request when it asked in an input-required round of its own."""
 
-    async def sample(self, params: types.CreateMessageRequestParams) -> SamplingAnswer:
+    async def sample(
+        self, params: types.CreateMessageRequestParams, key: str | None = None
+    ) -> SamplingAnswer:
         """Ask the client's model what the upstream asks, or refuse it to the upstream."""
 
     def evidence(self) -> Mapping[str, Any]:
@@ -90,15 +95,15 @@ def current_relay() -> CallRelay | None:
 
 def refusal(text: str) -> types.ErrorData:
     """Writ's answer to an upstream's request it does not pass on."""
-    return types.ErrorData(code=NO_CLIENT, message=f"{_REFUSED}{text}")
+    return types.ErrorData(code=NO_CLIENT, message=f"{REFUSED}{text}")
 
 
 def is_refusal(exc: MCPError) -> bool:
     """Whether a call failed on Writ's own refusal (a 2026-07-28 round's request raises it back)."""
-    return exc.code == NO_CLIENT and exc.message.startswith(_REFUSED)
+    return exc.code == NO_CLIENT and exc.message.startswith(REFUSED)
 
 
-_REFUSED = "Writ: "
+REFUSED = "Writ: "
 _T = TypeVar("_T")
 
 
@@ -182,7 +187,7 @@ class MidCall:
         if isinstance(relay, str):
             logger.warning("mcp backend %r: elicitation refused: %s", self._name, relay)
             return refusal(relay)
-        return await relay.elicit(params)
+        return await relay.elicit(params, _round_key(context))
 
     async def on_sample(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
@@ -191,4 +196,11 @@ class MidCall:
         if isinstance(relay, str):
             logger.warning("mcp backend %r: sampling request refused: %s", self._name, relay)
             return refusal(relay)
-        return await relay.sample(params)
+        return await relay.sample(params, _round_key(context))
+
+
+def _round_key(context: ClientRequestContext) -> str | None:
+    """The upstream's key for its request in a 2026-07-28 input-required round (the SDK's client puts
+    it where a mid-call request has its JSON-RPC id, a number), None for a mid-call request."""
+    request_id = getattr(context, "request_id", None)
+    return request_id if isinstance(request_id, str) else None

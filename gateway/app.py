@@ -73,6 +73,7 @@ from gateway.errors import ConfigurationError
 from gateway.http.bearer import bearer_backend, refused_token
 from gateway.http.edge import Edge
 from gateway.mcp import rounds as mcp_rounds
+from gateway.mcp.parked import Parked
 from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
 from gateway.oauth.documents import ClientDocuments, HttpsFetcher
@@ -516,6 +517,16 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
     return Workers(store=runtime.store, reconciler=reconciler, clock=clock)
 
 
+def parked_calls(runtime: Runtime) -> Parked | None:
+    """Where upstream calls wait on a 2026-07-28 client's input-required rounds (run by the runtime's
+    workers), when an upstream MCP server is configured."""
+    if not runtime.registry.upstreams():
+        return None
+    parked = Parked(runtime.config.confirmations.ttl_s)
+    runtime.background.append(parked.serve)
+    return parked
+
+
 def build_app(runtime: Runtime) -> Starlette:
     """The HTTP application: /mcp, OAuth metadata, health, API; one lifespan for all of it."""
     config = runtime.config
@@ -535,6 +546,7 @@ def build_app(runtime: Runtime) -> Starlette:
         sealing=runtime.sealing,
         registry=runtime.registry,
         security=runtime.security,
+        parked=parked_calls(runtime),
     )
     session_manager = StreamableHTTPSessionManager(
         app=mcp_server,

@@ -14,7 +14,7 @@ import uuid
 import anyio
 from mcp.server.stdio import stdio_server
 
-from gateway.app import build_runtime
+from gateway.app import build_runtime, parked_calls
 from gateway.auth.tokens import ClaimsRejected, TokenRejected
 from gateway.calls.catalogue import Catalogue
 from gateway.config import WritConfig
@@ -56,6 +56,7 @@ def serve_stdio(config: WritConfig) -> None:
         transport="pipe",
         # One client for the life of this process: its calls without a runId are one run.
         process_session=uuid.uuid4().hex,
+        parked=parked_calls(runtime),
     )
 
     async def main() -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar
@@ -123,6 +123,9 @@ class CallInput:
     kind: CapabilityKind = "tool"
     retry: Retrying | None = None
     """Set when a person re-runs a failed call (`gateway.calls.retries`), not by any client."""
+    asks_in_rounds: bool = False
+    """Its client answers what the upstream asks in input-required rounds of this very call, so an
+    identical read in flight is not joined to it, nor it to one (that one's client could not answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +290,8 @@ class CallPipeline:
             )
 
         who = request.identity
-        report, joined = await self._reads.run((who.tenant, who.subject, who.idempotency_key), run)
+        key: Hashable = (who.tenant, who.subject, who.idempotency_key)
+        report, joined = await self._reads.run(object() if call.inp.asks_in_rounds else key, run)
         if not joined or report.kind != "new":
             return report
         return CallReport("joined", report.call, call.capability, breach=report.breach, loop=report.loop)

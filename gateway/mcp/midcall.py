@@ -1,6 +1,7 @@
 """The client side of a call to an upstream MCP tool: what the upstream says during it reaches the
 client that made it (progress, log messages at the client's level, elicitation and sampling where the
-client declared them), and a client's cancel reaches the upstream.
+client declared them: mid-call to a 2025-11-25 client, in input-required rounds to a 2026-07-28 one,
+`parked.py`), and a client's cancel reaches the upstream.
 
 What the call records of it (`ClientRelay.evidence`, in the outcome's evidence as `relayed`): each
 elicitation (its message, the requested schema, the action and the content, each field the capability
@@ -14,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 
 import anyio
 import mcp_types as types
@@ -25,8 +26,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from capabilities.contract import Capability
-from capabilities.mcp_midcall import SamplingAnswer, refusal
+from capabilities.mcp_midcall import REFUSED, SamplingAnswer, refusal
 from gateway.calls.actions import Redactor
+from gateway.mcp.sdk import connection_of
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +43,19 @@ PASS_ON_WAIT_S = 5.0
 NOT_DECLARED = "the client did not declare the {0} capability, so Writ cannot ask it"
 NO_BACK_CHANNEL = (
     "Writ cannot ask its client mid-call on this connection (a 2026-07-28 client is asked only in "
-    "input-required rounds, which Writ does not relay from an upstream)"
+    "input-required rounds, and this call cannot wait for one)"
 )
+
+
+class Rounds(Protocol):
+    """Where a 2026-07-28 client is asked: input-required rounds of its call (`parked.Exchange`)."""
+
+    async def ask(self, key: str | None, request: Any, shape: Any, ttl_s: float) -> Any: ...
 
 
 def _connection_state(ctx: Any) -> dict[str, Any] | None:
     """The connection's scratch state (persists across a 2025-11-25 session's requests)."""
-    connection = getattr(ctx.session, "_connection", None)  # the SDK keeps it private to the session
+    connection = connection_of(ctx)
     state = getattr(connection, "state", None)
     return state if isinstance(state, dict) else None
 
@@ -73,7 +81,11 @@ class ClientRelay:
     """One call's client (`ctx`, the tools/call request) as an upstream executor's `CallRelay`."""
 
     def __init__(self, ctx: Any, capability: Capability, redactor: Redactor) -> None:
-        self._ctx = ctx
+        self._ctx: Any | None = ctx
+        self._first = ctx
+        self.rounds: Rounds | None = None
+        """Set when the client is asked in input-required rounds (a 2026-07-28 client)."""
+        self.rounds_ttl_s = 600.0
         self._capability = capability
         self._redactor = redactor
         self._level = _wanted(ctx)
@@ -87,18 +99,27 @@ class ClientRelay:
     def log_level(self) -> types.LoggingLevel | None:
         return self._level
 
+    def rebind(self, ctx: Any | None) -> None:
+        """Pass what the upstream says on to this request of the client's (None: to no request, between
+        input-required rounds: it is dropped then)."""
+        self._ctx = ctx
+
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        ctx = self._ctx
+        if ctx is None:
+            return
         self._progress += 1
         with self._passing_on():
-            await self._ctx.session.report_progress(progress, total, message)
+            await ctx.session.report_progress(progress, total, message)
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        if self._level is None or LEVELS.index(params.level) < LEVELS.index(self._level):
+        ctx = self._ctx
+        if ctx is None or self._level is None or LEVELS.index(params.level) < LEVELS.index(self._level):
             return
         self._logs += 1
         notification = types.LoggingMessageNotification(params=params)
         with self._passing_on():
-            await self._ctx.session.send_notification(notification, related_request_id=self._ctx.request_id)
+            await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
 
     @contextlib.contextmanager
     def _passing_on(self) -> Iterator[None]:
@@ -118,7 +139,9 @@ class ClientRelay:
             while self._passing:
                 await self._passed.wait()
 
-    async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+    async def elicit(
+        self, params: types.ElicitRequestParams, key: str | None = None
+    ) -> types.ElicitResult | types.ErrorData:
         asked: dict[str, Any] = {"kind": "elicitation", "message": params.message}
         if isinstance(params, types.ElicitRequestURLParams):
             asked.update(mode="url", url=params.url)
@@ -126,7 +149,7 @@ class ClientRelay:
             asked.update(mode="form", requestedSchema=params.requested_schema)
         declared = types.ClientCapabilities(elicitation=types.ElicitationCapability())
         answer: types.ElicitResult | types.ErrorData = await self._ask(
-            asked, declared, types.ElicitRequest(params=params), types.ElicitResult
+            asked, declared, types.ElicitRequest(params=params), types.ElicitResult, key
         )
         if isinstance(answer, types.ElicitResult):
             asked["action"] = answer.action
@@ -134,7 +157,9 @@ class ClientRelay:
                 asked["content"] = self._redactor.redact(self._capability, answer.content)
         return answer
 
-    async def sample(self, params: types.CreateMessageRequestParams) -> SamplingAnswer:
+    async def sample(
+        self, params: types.CreateMessageRequestParams, key: str | None = None
+    ) -> SamplingAnswer:
         asked: dict[str, Any] = {
             "kind": "sampling",
             "messages": [
@@ -149,7 +174,7 @@ class ClientRelay:
             types.CreateMessageResultWithTools if params.tools else types.CreateMessageResult
         )
         answer: SamplingAnswer = await self._ask(
-            asked, declared, types.CreateMessageRequest(params=params), shape
+            asked, declared, types.CreateMessageRequest(params=params), shape, key
         )
         if isinstance(answer, types.CreateMessageResult | types.CreateMessageResultWithTools):
             asked.update(model=answer.model, stopReason=answer.stop_reason)
@@ -161,16 +186,25 @@ class ClientRelay:
         declared: types.ClientCapabilities,
         request: types.ElicitRequest | types.CreateMessageRequest,
         shape: Any,
+        key: str | None = None,
     ) -> Any:
-        """Send the upstream's request to the client; a refusal or the client's error for the upstream."""
+        """Send the upstream's request to the client (mid-call, or in an input-required round); a
+        refusal or the client's error for the upstream."""
         self._asked.append(asked)
-        session = self._ctx.session
+        ctx = self._first if self._ctx is None else self._ctx
+        session = ctx.session
         kind = "elicitation" if isinstance(request, types.ElicitRequest) else "sampling"
         if not session.check_client_capability(declared):
             return self._refused(asked, NOT_DECLARED.format(kind))
-        if self._ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not session.can_send_request:
-            return self._refused(asked, NO_BACK_CHANNEL)
-        metadata = ServerMessageMetadata(related_request_id=self._ctx.request_id)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not session.can_send_request:
+            if self.rounds is None:
+                return self._refused(asked, NO_BACK_CHANNEL)
+            asked["via"] = "input_required"
+            answer = await self.rounds.ask(key, request, shape, self.rounds_ttl_s)
+            if isinstance(answer, types.ErrorData):
+                asked["refused"] = answer.message.removeprefix(REFUSED)
+            return answer
+        metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
         try:
             return await session.send_request(request, shape, metadata=metadata)
         except MCPError as exc:

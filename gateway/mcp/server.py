@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeGuard
 
 import anyio.to_thread
@@ -34,6 +35,7 @@ from gateway.mcp import rounds, tracing
 from gateway.mcp.changes import Notices
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.midcall import ClientRelay, set_level
+from gateway.mcp.parked import Exchange, Parked
 from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import (
     missing_capability,
@@ -124,7 +126,10 @@ class McpFace:
         security: SecuritySink | None = None,
         registry: Registry | None = None,
         process_session: str | None = None,
+        parked: Parked | None = None,
     ) -> None:
+        self.parked = parked
+        """Where calls that ask a 2026-07-28 client in input-required rounds run (None: it is refused)."""
         self.security = security or NoSecurityEvents()
         self.registry = registry
         self.process_session = process_session
@@ -196,6 +201,11 @@ class McpFace:
         if params.name == STATUS_TOOL:
             return await self._call_status(who, params.arguments or {})
         if params.request_state is not None:
+            exchange = self._exchange(who, params)
+            if exchange is not None:
+                exchange.relay.rebind(ctx)
+                exchange.answer(params.input_responses or {})
+                return await self._rounds(exchange)
             return await self._confirmation_answer(who, params)
         meta = params.meta or {}
         key, run = _meta_identifier(meta, META_KEY), _meta_identifier(meta, META_RUN)
@@ -209,10 +219,33 @@ class McpFace:
             can_confirm=rounds.can_confirm(ctx),
         )
         relay = self._relay(ctx, params.name)
+        if relay is not None and rounds.is_modern(ctx) and self.parked is not None:
+            call = replace(call, asks_in_rounds=True)
+            # A 2026-07-28 client is asked what the upstream asks in input-required rounds: the call
+            # runs on in this process's task group while the client answers (`parked`).
+            parked = relay
+            exchange = self.parked.open(
+                who, params.name, relay, lambda: self._answer(ctx, params, call, parked)
+            )
+            if exchange is not None:
+                exchange.offer(params.input_responses or {})
+                relay.rounds = exchange
+                relay.rounds_ttl_s = self.parked.ttl_s
+                return await self._rounds(exchange)
+        return await self._answer(ctx, params, call, relay)
+
+    async def _answer(
+        self, ctx: Any, params: types.CallToolRequestParams, call: CallInput, relay: ClientRelay | None
+    ) -> Any:
+        """The call decided, run and recorded, and what its client is answered."""
+        who = call.principal
         with self.telemetry.tool_call(params.name, params.arguments or {}) as traced:
             try:
                 if relay is None:
                     report = await self.pipeline.call(call)
+                elif relay.rounds is not None:  # already in a task of its own, which a client never cancels
+                    with relaying(relay):
+                        report = await self.pipeline.call(call)
                 else:
                     report = await self._relayed(relay, call)
             except UnknownTool as exc:
@@ -235,6 +268,31 @@ class McpFace:
         if (missing := missing_capability(report)) is not None:
             raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, *missing)
         return types.CallToolResult.model_validate(shape_report(report))
+
+    def _exchange(self, who: Any, params: types.CallToolRequestParams) -> Exchange | None:
+        """The open call a retry's `requestState` names, if it is a relayed round's.
+
+        Raises:
+            MCPError: it is one, but no longer open here for this caller and tool.
+        """
+        if self.parked is None:
+            return None
+        try:
+            return self.parked.find(params.request_state or "", who, params.name)
+        except LookupError as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from exc
+
+    async def _rounds(self, exchange: Exchange) -> Any:
+        """The next round of what the upstream asks, or the call's answer once it ended. A client that
+        gives up on this request (cancels it) cancels the call, as it would a call without rounds."""
+        try:
+            return await exchange.next()
+        except anyio.get_cancelled_exc_class():
+            if not exchange.ended:
+                exchange.relay.client_cancelled()
+            raise
+        finally:
+            exchange.relay.rebind(None)
 
     def _relay(self, ctx: Any, tool_name: str) -> ClientRelay | None:
         """The client side of a call to an upstream MCP tool (None for any other tool)."""
@@ -459,6 +517,7 @@ def build_mcp_server(
     security: SecuritySink | None = None,
     transport: str | None = None,
     process_session: str | None = None,
+    parked: Parked | None = None,
 ) -> Server[Any]:
     """The low-level MCP server for this gateway: `pipeline` decides and runs calls, `catalogue` says
     what a caller is shown; `sealing` protects confirmation rounds' state (by default this process's
@@ -467,6 +526,8 @@ def build_mcp_server(
     With a `registry` whose upstreams relay resources or prompts, it serves (and advertises) those
     and completions too; else a client hears that they are not there, as from a server without them.
     `transport` is `network.transport` in spans of requests that do not come over HTTP (`pipe`).
+    With `parked` (served by the runtime's workers), an upstream's elicitation and sampling reach a
+    2026-07-28 client in input-required rounds; without it they are refused to the upstream.
     """
     face = McpFace(
         pipeline,
@@ -478,6 +539,7 @@ def build_mcp_server(
         security,
         registry,
         process_session=process_session,
+        parked=parked,
     )
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     if relays is not None:

@@ -47,11 +47,13 @@ class FakeRelay:
     async def passed_on(self) -> None:
         pass
 
-    async def elicit(self, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+    async def elicit(
+        self, params: types.ElicitRequestParams, key: str | None = None
+    ) -> types.ElicitResult | types.ErrorData:
         self.heard.append(params)
         return types.ElicitResult(action="decline")
 
-    async def sample(self, params: types.CreateMessageRequestParams) -> Any:
+    async def sample(self, params: types.CreateMessageRequestParams, key: str | None = None) -> Any:
         self.heard.append(params)
         return types.ErrorData(code=1, message="no model")
 

@@ -27,7 +27,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from capabilities.mcp_midcall import DETACHED, UNATTRIBUTED
 from capabilities.mcp_upstream import required_capabilities
 from gateway.calls.actions import DIGEST_PREFIX
-from gateway.mcp.midcall import NO_BACK_CHANNEL, NOT_DECLARED
+from gateway.mcp.midcall import NOT_DECLARED
+from gateway.mcp.parked import GONE
 from tests.e2e.harness import free_port
 from tests.eventually import eventually
 from tests.gateway.mcp import chatty_upstream
@@ -250,12 +251,97 @@ async def test_an_elicitation_a_client_did_not_declare_fails_a_2026_call_without
         assert ASKED["http:ask"] == before + 1  # asked once, never retried with an answer
 
 
-async def test_a_2026_client_is_not_asked_mid_call_and_the_upstream_hears_why(gateway: Writ) -> None:
+@pytest.mark.parametrize("upstream", list(UPSTREAMS))
+async def test_a_2026_client_answers_an_upstream_elicitation_in_an_input_required_round(
+    recording: Writ, upstream: str
+) -> None:
+    """The upstream call stays open while the client's SDK answers Writ's round and calls again."""
+    gateway = recording
     token = gateway.token("ann", roles="agent")
-    async with gateway.client(token, mode="2026-07-28", elicitation_callback=_answer("Ann", "1")) as client:
-        result = await client.call_tool("hl_ask", {"question": "Who signs?"}, meta=_key())
-    assert result.is_error
-    assert _text(result) == f"not asked: Writ: {NO_BACK_CHANNEL}"
+    async with gateway.client(token, mode="2026-07-28", elicitation_callback=_answer("Ann", PIN)) as client:
+        result = await client.call_tool(f"{upstream}_ask", {"question": "Who signs?"}, meta=_key())
+    assert _text(result) == f"accept: Ann with a PIN of {len(PIN)}"
+    [asked] = _relayed(gateway, result)["exchanges"]
+    assert (asked["kind"], asked["via"], asked["action"]) == ("elicitation", "input_required", "accept")
+    assert asked["requestedSchema"] == chatty_upstream.PIN_SCHEMA
+    assert asked["content"]["name"] == "Ann"
+    assert asked["content"]["pin"].startswith(DIGEST_PREFIX)
+    assert PIN not in gateway.exported()
+
+
+@pytest.mark.parametrize("upstream", list(UPSTREAMS))
+async def test_a_2026_client_answers_an_upstream_sampling_request_in_an_input_required_round(
+    gateway: Writ, upstream: str
+) -> None:
+    async def sample(
+        context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        [message] = params.messages
+        assert isinstance(message.content, types.TextContent)
+        text = message.content.text[::-1]
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=text),
+            model="m2",
+            stop_reason="endTurn",
+        )
+
+    token = gateway.token("ann", roles="agent")
+    async with gateway.client(token, mode="2026-07-28", sampling_callback=sample) as client:
+        result = await client.call_tool(f"{upstream}_think", {"prompt": "hello"}, meta=_key())
+    assert _text(result) == "m2 says: olleh"
+    [asked] = _relayed(gateway, result)["exchanges"]
+    assert (asked["kind"], asked["via"], asked["model"]) == ("sampling", "input_required", "m2")
+    assert asked["messages"] == [{"role": "user", "content": {"type": "text", "text": "hello"}}]
+
+
+@pytest.mark.parametrize(("upstream", "key"), [("hl", "writ/1"), ("sm", "it")])
+async def test_a_round_names_the_upstreams_request_by_its_key_asks_again_until_answered_and_ends_once(
+    gateway: Writ, upstream: str, key: str
+) -> None:
+    """Driven by hand: a 2026-07-28 upstream's own key is kept (a 2025-11-25 upstream's request gets
+    Writ's); an answer that is missing or under another key is asked for again; a round's state is
+    good for the one call it belongs to, and not once the call has ended."""
+    token = gateway.token("ann", roles="agent")
+    tool = f"{upstream}_ask"
+    arguments = {"question": "Who signs?"}
+    accept = types.ElicitResult(action="accept", content={"name": "Bo", "pin": "1234"})
+    async with gateway.client(token, mode="2026-07-28", elicitation_callback=_answer("-", "-")) as client:
+        first = await client.session.call_tool(tool, arguments, meta=_key(), allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        [(asked_key, request)] = (first.input_requests or {}).items()
+        assert asked_key == key
+        assert isinstance(request, types.ElicitRequest)
+        assert request.params.message == "Who signs?"
+        again = await client.session.call_tool(
+            tool,
+            arguments,
+            input_responses={"other": accept},
+            request_state=first.request_state,
+            allow_input_required=True,
+        )
+        assert isinstance(again, types.InputRequiredResult)
+        assert list(again.input_requests or {}) == [key]
+        assert again.request_state != first.request_state
+        done = await client.session.call_tool(
+            tool,
+            arguments,
+            input_responses={key: accept},
+            request_state=again.request_state,
+            allow_input_required=True,
+        )
+        assert isinstance(done, types.CallToolResult)
+        assert _text(done) == "accept: Bo with a PIN of 4"
+        with pytest.raises(MCPError) as gone:
+            await client.session.call_tool(
+                tool,
+                arguments,
+                input_responses={key: accept},
+                request_state=again.request_state,
+                allow_input_required=True,
+            )
+    assert gone.value.code == types.INVALID_PARAMS
+    assert gone.value.message == GONE
 
 
 @pytest.mark.parametrize("upstream", list(UPSTREAMS))
