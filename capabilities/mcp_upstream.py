@@ -126,7 +126,7 @@ class McpExecutor:
         self._upstream: dict[str, str] = {}
         """capability id -> upstream tool name, filled by discover()."""
         self._midcall = MidCall(name)
-        self._watched = Watched(name)
+        self._watched = Watched(name, self.announcements)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 

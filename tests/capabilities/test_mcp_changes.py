@@ -8,7 +8,7 @@ import mcp_types as types
 import pytest
 
 from capabilities.contract import BackendUnavailable
-from capabilities.mcp_changes import Watched
+from capabilities.mcp_changes import Announcements, Watched
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,7 @@ async def test_a_new_session_is_subscribed_to_every_uri_still_watched() -> None:
     ("session", "said"),
     [
         (FakeSession(subscribe=False), "offers no resource subscriptions"),
-        (FakeSession(protocol_version="2026-07-28"), "for list changes only"),
+        (FakeSession(protocol_version="2026-07-28"), "no listen stream to ask on"),
     ],
 )
 async def test_an_upstream_that_takes_no_subscription_is_refused_and_nothing_is_counted(
@@ -64,3 +64,19 @@ async def test_an_upstream_that_takes_no_subscription_is_refused_and_nothing_is_
         await watched.watch(session, "note://a", 5)  # type: ignore[arg-type]
     await watched.renew(later, 5)  # type: ignore[arg-type]
     assert (session.asked, later.asked) == ([], [])
+
+
+async def test_a_2026_upstream_is_asked_on_its_listen_stream_for_exactly_the_uris_watched() -> None:
+    """It has no resources/subscribe: the listen stream's filter is what is watched (opened again)."""
+    announcements = Announcements("up")
+    watched, session = Watched("up", announcements), FakeSession(protocol_version="2026-07-28")
+    await watched.watch(session, "note://b", 5)  # type: ignore[arg-type]
+    await watched.watch(session, "note://a", 5)  # type: ignore[arg-type]
+    await watched.watch(session, "note://a", 5)  # type: ignore[arg-type]
+    assert announcements.watching == ("note://a", "note://b")
+    await watched.unwatch(session, "note://a", 5)  # type: ignore[arg-type]
+    assert announcements.watching == ("note://a", "note://b")  # one watcher of it is left
+    await watched.unwatch(session, "note://a", 5)  # type: ignore[arg-type]
+    await watched.unwatch(session, "note://b", 5)  # type: ignore[arg-type]
+    assert announcements.watching == ()
+    assert session.asked == []  # never resources/subscribe

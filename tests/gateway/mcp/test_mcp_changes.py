@@ -55,8 +55,13 @@ def shifting_url() -> Iterator[str]:
 def _upstreams(url: str, modern_url: str) -> dict[str, Any]:
     modern = {"mode": "2026-07-28", "timeout_s": 10}
     return {
-        "mh": {"type": "mcp", "url": modern_url, **modern},
-        "ms": {"type": "mcp", "command": [sys.executable, shifting_upstream.__file__, "ms"], **modern},
+        "mh": {"type": "mcp", "url": modern_url, **modern, "resources": {"uri_prefix": "mh+"}},
+        "ms": {
+            "type": "mcp",
+            "command": [sys.executable, shifting_upstream.__file__, "ms"],
+            **modern,
+            "resources": {"uri_prefix": "ms+"},
+        },
         "ch": {
             "type": "mcp",
             "url": url,
@@ -90,7 +95,7 @@ RULES: list[dict[str, Any]] = [
     },
     {
         "id": "agents-read-notes",
-        "resources": ["ch+note://*", "cs+note://*"],
+        "resources": [f"{name}+note://*" for name in EVERY],
         "roles": ["agent"],
         "decision": "allow",
     },
@@ -260,3 +265,60 @@ async def test_a_2026_listen_stream_hears_of_updates_of_the_uris_it_may_read(
                 assert getattr(event, "uri", None) == uri
                 break
     assert _texts(touched) == [f"touched note://{upstream} for 1"]
+
+
+@pytest.mark.parametrize("upstream", ["mh", "ms"])
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_updates_from_a_2026_upstream_reach_the_clients_watching_in_either_era(
+    gateway: Writ, upstream: str, mode: str
+) -> None:
+    """A 2026-07-28 upstream has no resources/subscribe: Writ opens its listen stream again with the
+    URIs its clients watch, and passes each update on as it does a 2025-11-25 upstream's."""
+    uri = f"{upstream}+note://{upstream}"
+    token = gateway.token("ann", roles="agent")
+    if mode == "2026-07-28":
+        async with (
+            gateway.client(token, mode=mode) as client,
+            client.listen(resource_subscriptions=[uri]) as subscription,
+        ):
+            assert list(subscription.honored.resource_subscriptions or []) == [uri]
+
+            async def touch_until_heard() -> Any:
+                # The upstream's stream is opened again with the new filter just after the ack.
+                async with anyio.create_task_group() as group:
+
+                    async def touching() -> None:
+                        while True:
+                            await client.call_tool(f"{upstream}_touch", {}, meta=_key())
+                            await anyio.sleep(0.2)
+
+                    group.start_soon(touching)
+                    async for event in subscription:
+                        group.cancel_scope.cancel()
+                        return event
+
+            with anyio.fail_after(10):
+                event = await touch_until_heard()
+        assert getattr(event, "uri", None) == uri
+        return
+    heard: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(str(message.params.uri))
+
+    async with gateway.client(token, mode=mode, message_handler=on_message) as client:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.subscribe_resource(uri)
+
+            async def touched() -> list[str]:
+                await client.call_tool(f"{upstream}_touch", {}, meta=_key())
+                return heard
+
+            def got_it(seen: list[str]) -> bool:
+                return uri in seen
+
+            await eventually(touched, got_it)
+            await client.unsubscribe_resource(uri)
+    assert set(heard) == {uri}
