@@ -1,7 +1,8 @@
 """The official MCP conformance suite against a real `writ serve`, for both protocol versions.
 
 The gateway has the demo config plus an upstream MCP server with the suite's content fixtures
-(tests/e2e/conformance_upstream.py), so the suite sees both Writ's own tools and relayed ones. Every
+(tests/e2e/conformance_upstream.py) and one with its input-required fixtures, spoken to in 2026-07-28
+(tests/e2e/conformance_rounds_upstream.py), so the suite sees both Writ's own tools and relayed ones. Every
 check either passes or is listed, with its reason, in conformance/expected-failures.yaml. The suite
 comes from npm: `npm ci --prefix conformance` (which scripts/test does).
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import conformance_rounds_upstream
 from tests.e2e.conformance_suite import (
     EXPECTED_FAILURES,
     Check,
@@ -30,7 +32,7 @@ from tests.e2e.harness import Backend, Gateway, writ_gateway
 VERSIONS = ("2025-11-25", "2026-07-28")
 # The checks that pass today, so a run that silently checks less (a scenario that crashed before its
 # checks, a suite that ran nothing) fails even though nothing in it failed. Raise it as checks are fixed.
-MIN_PASSED = {"2025-11-25": 81, "2026-07-28": 150}
+MIN_PASSED = {"2025-11-25": 81, "2026-07-28": 163}
 UPSTREAM = Path(__file__).with_name("conformance_upstream.py")
 
 
@@ -54,10 +56,16 @@ def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
         "resources": True,
         "prompts": True,
     }
+    # 2026-07-28: its input-required rounds become Writ's rounds for a 2026-07-28 client.
+    rounds = {
+        "type": "mcp",
+        "command": [sys.executable, conformance_rounds_upstream.__file__],
+        "mode": "2026-07-28",
+    }
     rules = [
         {
             "id": "agents-call-fixtures",
-            "tools": [t.name for t in TOOLS],
+            "tools": [t.name for t in [*TOOLS, *conformance_rounds_upstream.TOOLS]],
             "roles": ["agent"],
             "decision": "allow",
         },
@@ -66,7 +74,7 @@ def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
     ]
     store = f"sqlite:///{tmp_path / 'writ.db'}"
     with writ_gateway(
-        tmp_path, backend, store, extra_backends={"fixtures": fixtures}, extra_rules=rules
+        tmp_path, backend, store, extra_backends={"fixtures": fixtures, "rounds": rounds}, extra_rules=rules
     ) as g:
         yield g
 
