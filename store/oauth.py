@@ -310,12 +310,12 @@ class _Secret:
     table: Table
     hashed: Column[Any]
     what: str
-    reused_reason: str
+    reason: str
 
 
-_CODE = _Secret(oauth_codes, oauth_codes.c.code_hash, "code", "code_reused")
+_CODE = _Secret(oauth_codes, oauth_codes.c.code_hash, "code", reason="code_reused")
 _REFRESH = _Secret(
-    oauth_refresh_tokens, oauth_refresh_tokens.c.token_hash, "refresh token", "refresh_token_reused"
+    oauth_refresh_tokens, oauth_refresh_tokens.c.token_hash, "refresh token", reason="refresh_token_reused"
 )
 
 
@@ -346,7 +346,7 @@ def _use_once(
     row = conn.execute(select(table).where(hashed == digest(secret))).first()
     refused = _why_not(row, client_id, now, what=kind.what)
     if refused.problem == "reused" and row is not None:
-        _revoke(conn, row.family_id, reason=kind.reused_reason, now=now)
+        _revoke(conn, row.family_id, reason=kind.reason, now=now)
     return refused
 
 
