@@ -58,8 +58,10 @@ events = Table(
     "events",
     metadata,
     # Assigned from log_head under its lock, never by a sequence: a sequence can leave gaps.
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
-    Column("event_id", String(64), nullable=False, unique=True),
+    # On SQLite INTEGER PRIMARY KEY: the rowid itself, so the table needs no index of seq beside it.
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
+    # Not indexed: nothing looks an event up by its id (UUIDv7s, minted by the writer).
+    Column("event_id", String(64), nullable=False),
     Column("type", String(64), nullable=False),
     Column("schema_version", Integer, nullable=False),
     Column("occurred_at", String(32), nullable=False),
@@ -195,6 +197,8 @@ effect_ledger = Table(
     Column("action_hash", String(128), nullable=False),
     Column("key_source", String(16), nullable=False),
     Column("claimed_at", UTCDateTime, nullable=False),
+    # On SQLite the key is the table (WITHOUT ROWID): most of the row, stored once instead of twice.
+    sqlite_with_rowid=False,
 )
 
 # The full arguments of a call awaiting approval, which redaction keeps out of the log: the approved call
