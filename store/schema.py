@@ -14,6 +14,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -52,6 +53,21 @@ class UTCDateTime(TypeDecorator[datetime]):
         return moment.astimezone(UTC)
 
 
+class HexDigest(TypeDecorator[str]):
+    """A sha256 digest: 32 bytes in the database, its 64 lowercase hex characters in Python."""
+
+    impl = LargeBinary(32)
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
+        return None if value is None else bytes.fromhex(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):  # text a hand edit left: read as it is
+            return value
+        return bytes(value).hex()
+
+
 metadata = MetaData()
 
 events = Table(
@@ -77,8 +93,9 @@ events = Table(
     Column("tenant", String(128)),
     # Canonical JSON text, not a JSON type, so the bytes that were hashed are the bytes read back.
     Column("payload", Text, nullable=False),
-    Column("prev_hash", String(64), nullable=False),
-    Column("hash", String(64), nullable=False),
+    # Bytes, not hex text: half the size; the hash is still computed over the hex spelling.
+    Column("prev_hash", HexDigest, nullable=False),
+    Column("hash", HexDigest, nullable=False),
     Index("ix_events_run_id", "run_id"),
     Index("ix_events_tool_call_id", "tool_call_id"),
     # (tenant, seq): one tenant's events in log order, as the audit export pages them.
@@ -90,7 +107,7 @@ log_head = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("last_seq", BigInteger, nullable=False),
-    Column("last_hash", String(64), nullable=False),
+    Column("last_hash", HexDigest, nullable=False),
 )
 
 runs = Table(

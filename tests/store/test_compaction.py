@@ -19,21 +19,28 @@ def settled_calls(store: Store, count: int, first: int = 1) -> None:
 def test_the_compacting_migration_keeps_every_event_and_hash_and_its_downgrade_too(own_store: Store) -> None:
     store = own_store  # the downgrade changes the schema: never the suite's shared one
     config = store._alembic_config()
+    settled_calls(store, 3)
+    before = tamper.rows(store)
+    assert isinstance(before[0]["hash"], str) and len(before[0]["hash"]) == 64  # hex in Python, as ever
+
     with store.engine.begin() as conn:
         config.attributes["connection"] = conn
         command.downgrade(config, "0011_runs")
-    settled_calls(store, 3)
-    before = tamper.rows(store)
-
+    with store.engine.connect() as conn:
+        stored = conn.exec_driver_sql("SELECT prev_hash, hash FROM events ORDER BY seq").all()
+        (head,) = conn.exec_driver_sql("SELECT last_hash FROM log_head").one()
+    assert [tuple(r) for r in stored] == [(row["prev_hash"], row["hash"]) for row in before]  # hex text
+    assert head == before[-1]["hash"]
     with store.engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
 
     assert tamper.rows(store) == before
+    with store.engine.connect() as conn:
+        (raw,) = conn.exec_driver_sql("SELECT hash FROM events WHERE seq = 1").one()
+    assert bytes(raw) == bytes.fromhex(before[0]["hash"])  # 32 bytes on disk
     assert store.verify().ok
-    settled_calls(store, 1, first=4)  # the ledger still refuses a second claim of a key
+    settled_calls(store, 1, first=4)
+    # The ledger still refuses a second claim of a key: the call holding it answers.
     assert store.admit(call_request(tool_call_id="again", idempotency_key="k1")).call.tool_call_id == "tc-1"
-    with store.engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0011_runs")
-    assert tamper.rows(store)[: len(before)] == before
+    assert store.verify().ok

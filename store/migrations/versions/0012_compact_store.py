@@ -7,6 +7,9 @@ effect ledger clustered on its key.
 - SQLite: `seq BIGINT PRIMARY KEY` is not an alias of the rowid (only `INTEGER PRIMARY KEY` is), so
   every event had a rowid and, beside it, an index of its seq. Rebuilt with `seq INTEGER PRIMARY KEY`:
   the table is its own seq index. Nothing of an event's content changes, so every hash stays as it was.
+- `prev_hash`, `hash` and the head's `last_hash` as 32 bytes instead of 64 hex characters. What an
+  event hashes to is computed over the hex spelling as before (the store reads the bytes back as hex),
+  so no hash changes.
 - SQLite: `effect_ledger` WITHOUT ROWID, so its primary key (tenant, subject, idempotency key: most of
   the row) is stored once, in the table, instead of again in an index beside it.
 
@@ -16,6 +19,8 @@ Create Date: 2026-12-02
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -40,26 +45,75 @@ _EVENT_INDEXES = (
 )
 
 
+_HASHES = (("events", "prev_hash"), ("events", "hash"), ("log_head", "last_hash"))
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
         op.drop_constraint("events_event_id_key", "events", type_="unique")
+        for table, column in _HASHES:
+            op.alter_column(
+                table,
+                column,
+                type_=sa.LargeBinary(32),
+                existing_type=sa.String(64),
+                existing_nullable=False,
+                postgresql_using=f"decode({column}, 'hex')",
+            )
         return
-    _events("events_next", seq_type=sa.Integer, unique_event_id=False)
+    _sqlite_function("writ_unhex", _unhex)
+    _events("events_next", seq_type=sa.Integer, unique_event_id=False, hash_type=sa.LargeBinary(32))
     _ledger("effect_ledger_next", with_rowid=False)
-    _move_tables()
+    _move_tables("writ_unhex")
+    _sqlite_head(sa.LargeBinary(32), "writ_unhex")
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
+        for table, column in _HASHES:
+            op.alter_column(
+                table,
+                column,
+                type_=sa.String(64),
+                existing_type=sa.LargeBinary(32),
+                existing_nullable=False,
+                postgresql_using=f"encode({column}, 'hex')",
+            )
         op.create_unique_constraint("events_event_id_key", "events", ["event_id"])
         return
-    _events("events_next", seq_type=sa.BigInteger, unique_event_id=True)
+    _sqlite_function("writ_hex", _hex)
+    _events("events_next", seq_type=sa.BigInteger, unique_event_id=True, hash_type=sa.String(64))
     _ledger("effect_ledger_next", with_rowid=True)
-    _move_tables()
+    _move_tables("writ_hex")
+    _sqlite_head(sa.String(64), "writ_hex")
 
 
-def _move_tables() -> None:
-    op.execute(f"INSERT INTO events_next ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM events")
+def _unhex(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else bytes.fromhex(value)
+
+
+def _hex(value: bytes | str) -> str:
+    return value if isinstance(value, str) else value.hex()
+
+
+def _sqlite_function(name: str, function: Any) -> None:
+    # SQLite before 3.41 has no unhex(), and its hex() is upper case: the conversion is done in Python.
+    driver = op.get_bind().connection.driver_connection
+    assert driver is not None
+    driver.create_function(name, 1, function, deterministic=True)
+
+
+def _sqlite_head(hash_type: sa.types.TypeEngine[Any], convert: str) -> None:
+    # Converted before the column's type changes: the table's copy CASTs the value to the new type,
+    # which would read bytes as text.
+    op.execute(f"UPDATE log_head SET last_hash = {convert}(last_hash)")
+    with op.batch_alter_table("log_head") as batch:
+        batch.alter_column("last_hash", type_=hash_type, existing_nullable=False)
+
+
+def _move_tables(convert: str) -> None:
+    converted = _EVENT_COLUMNS.replace("prev_hash, hash", f"{convert}(prev_hash), {convert}(hash)")
+    op.execute(f"INSERT INTO events_next ({_EVENT_COLUMNS}) SELECT {converted} FROM events")
     op.execute(
         f"INSERT INTO effect_ledger_next ({_LEDGER_COLUMNS}) SELECT {_LEDGER_COLUMNS} FROM effect_ledger"
     )
@@ -73,7 +127,13 @@ def _move_tables() -> None:
         op.create_index(name, "events", columns)
 
 
-def _events(name: str, *, seq_type: type[sa.Integer] | type[sa.BigInteger], unique_event_id: bool) -> None:
+def _events(
+    name: str,
+    *,
+    seq_type: type[sa.Integer] | type[sa.BigInteger],
+    unique_event_id: bool,
+    hash_type: sa.types.TypeEngine[Any],
+) -> None:
     op.create_table(
         name,
         sa.Column("seq", seq_type, primary_key=True, autoincrement=False),
@@ -92,8 +152,8 @@ def _events(name: str, *, seq_type: type[sa.Integer] | type[sa.BigInteger], uniq
         sa.Column("causation_id", sa.String(64)),
         sa.Column("tenant", sa.String(128)),
         sa.Column("payload", sa.Text, nullable=False),
-        sa.Column("prev_hash", sa.String(64), nullable=False),
-        sa.Column("hash", sa.String(64), nullable=False),
+        sa.Column("prev_hash", hash_type, nullable=False),
+        sa.Column("hash", hash_type, nullable=False),
     )
 
 
