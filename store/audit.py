@@ -10,8 +10,10 @@ with the live ones at the end, in the same snapshot: what the runtime acts on mu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from itertools import chain
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +21,7 @@ from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from store import events as ev
+from store.archive import ArchiveError, archived_seq, read_archive
 from store.grammar import Grammar
 from store.log import envelope_of, read_pages
 from store.model import (
@@ -36,8 +39,12 @@ Finding = tuple[str, int, str]
 """(problem, first bad seq, detail)."""
 
 
-def verify(conn: Connection, anchors: Iterable[Anchor] = ()) -> AuditReport:
+def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | None = None) -> AuditReport:
     """Walk the whole log in seq order, streaming, and report the first inconsistency.
+
+    `archive` holds the events moved out to files (store.archive): the walk reads them first, then
+    the database's events after them, as one chain. An archive file that cannot be
+    read as the manifest names it is a `deleted` (missing) or `edited` finding at its first seq.
 
     Each anchor must match the log: the same first event, the hashes it vouches for, and a log at
     least as long as the seq it was made at. Once the chain is intact, the report also carries the
@@ -46,7 +53,7 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = ()) -> AuditReport:
     vouched = _Vouched(anchors)
     with Replay() as replay:
         follower = _Follower(replay)
-        report = _verify_chain(conn, vouched, follower)
+        report = _verify_chain(conn, vouched, follower, archive)
         if report.chain_ok:
             report = vouched.finish(report)
         if not report.chain_ok:
@@ -102,7 +109,22 @@ class _Follower:
         )
 
 
-def _verify_chain(conn: Connection, vouched: _Vouched, follower: _Follower) -> AuditReport:
+def _verify_chain(
+    conn: Connection, vouched: _Vouched, follower: _Follower, archive: Path | None
+) -> AuditReport:
+    try:
+        if archive is None:
+            return _walk_chain(conn, vouched, follower, iter(()), 0)
+        done = archived_seq(archive)
+        return _walk_chain(conn, vouched, follower, read_archive(archive), done)
+    except ArchiveError as exc:
+        seq = exc.first_bad_seq
+        return AuditReport(False, seq - 1, first_bad_seq=seq, problem=exc.problem, detail=str(exc))
+
+
+def _walk_chain(
+    conn: Connection, vouched: _Vouched, follower: _Follower, archived: Iterator[Any], after_seq: int
+) -> AuditReport:
     head = conn.execute(
         select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1)
     ).one_or_none()
@@ -114,7 +136,9 @@ def _verify_chain(conn: Connection, vouched: _Vouched, follower: _Follower) -> A
     if isinstance(lowest, int) and lowest < 1:
         detail = f"an event at seq {lowest} lies before the log's first event (seq 1)"
         return AuditReport(False, 0, first_bad_seq=lowest, problem="inserted", detail=detail)
-    rows = read_pages(conn)
+    # Events still in the database at or below the archive's end are a run of `writ store archive` that
+    # died after writing its file: the file holds them, and the next run deletes them.
+    rows: Iterator[Any] = chain(archived, read_pages(conn, after_seq=after_seq))
     expected, prev_hash, checked = 1, ev.GENESIS_HASH, 0
     current = next(rows, None)
     while current is not None:

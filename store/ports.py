@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from store.commands import (
@@ -222,7 +223,7 @@ class AuditLog(Protocol):
 
     def event_hashes(self, after_seq: int, upto_seq: int) -> list[str]: ...
 
-    def verify(self, anchors: Iterable[Anchor] = ()) -> AuditReport: ...
+    def verify(self, anchors: Iterable[Anchor] = (), archive: Path | None = None) -> AuditReport: ...
 
 
 class SecurityLog(Protocol):

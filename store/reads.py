@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, or_, select
@@ -200,10 +201,11 @@ class Reads:
         with self._read() as conn:
             return [approval_view(row) for row in conn.execute(query)]
 
-    def verify(self, anchors: Iterable[Anchor] = ()) -> AuditReport:
-        """Check the chain against the head and `anchors`, the grammar, and the projections (a replay)."""
+    def verify(self, anchors: Iterable[Anchor] = (), archive: Path | None = None) -> AuditReport:
+        """Check the chain (from the files in `archive`, then the database) against the head and
+        `anchors`, the grammar, and the projections (a replay)."""
         with self._read() as conn:
-            return audit.verify(conn, anchors)
+            return audit.verify(conn, anchors, archive)
 
     def log_head(self) -> tuple[int, str]:
         """The seq and hash of the newest event, as the head records them ((0, genesis) when empty)."""

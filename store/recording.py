@@ -424,6 +424,8 @@ _RETRIED = Statement(
     .limit(1)
 )
 
+_LOGGED = Statement(select(events.c.seq).where(events.c.tool_call_id == bindparam("b_call")).limit(1))
+
 
 def _note_retry(conn: Connection, log: Append, who: CallIdentity, policy_version: str, producer: str) -> None:
     """Record `tool_call.retry_requested` on the call `who` re-runs, if it is a retry (under the head lock).
@@ -443,6 +445,9 @@ def _note_retry(conn: Connection, log: Append, who: CallIdentity, policy_version
         raise RetryRefused("retry_not_failed", f"call {link.of} is {state}; only a failed call is retried")
     if _RETRIED.one_or_none(conn, {"b_call": link.of}) is not None:
         raise RetryRefused("already_retried", f"call {link.of} was retried before; retry its retry instead")
+    if _LOGGED.one_or_none(conn, {"b_call": link.of}) is None:
+        # `writ store archive` moved its events to files: whether it was retried is no longer known here.
+        raise RetryRefused("not_found", f"call {link.of}'s events are archived: it can no longer be retried")
     if not link.break_glass:
         revoked = conn.execute(
             select(revocations.c.subject).where(

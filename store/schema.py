@@ -14,6 +14,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -52,14 +53,31 @@ class UTCDateTime(TypeDecorator[datetime]):
         return moment.astimezone(UTC)
 
 
+class HexDigest(TypeDecorator[str]):
+    """A sha256 digest: 32 bytes in the database, its 64 lowercase hex characters in Python."""
+
+    impl = LargeBinary(32)
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
+        return None if value is None else bytes.fromhex(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):  # text a hand edit left: read as it is
+            return value
+        return bytes(value).hex()
+
+
 metadata = MetaData()
 
 events = Table(
     "events",
     metadata,
     # Assigned from log_head under its lock, never by a sequence: a sequence can leave gaps.
-    Column("seq", BigInteger, primary_key=True, autoincrement=False),
-    Column("event_id", String(64), nullable=False, unique=True),
+    # On SQLite INTEGER PRIMARY KEY: the rowid itself, so the table needs no index of seq beside it.
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
+    # Not indexed: nothing looks an event up by its id (UUIDv7s, minted by the writer).
+    Column("event_id", String(64), nullable=False),
     Column("type", String(64), nullable=False),
     Column("schema_version", Integer, nullable=False),
     Column("occurred_at", String(32), nullable=False),
@@ -75,8 +93,9 @@ events = Table(
     Column("tenant", String(128)),
     # Canonical JSON text, not a JSON type, so the bytes that were hashed are the bytes read back.
     Column("payload", Text, nullable=False),
-    Column("prev_hash", String(64), nullable=False),
-    Column("hash", String(64), nullable=False),
+    # Bytes, not hex text: half the size; the hash is still computed over the hex spelling.
+    Column("prev_hash", HexDigest, nullable=False),
+    Column("hash", HexDigest, nullable=False),
     Index("ix_events_run_id", "run_id"),
     Index("ix_events_tool_call_id", "tool_call_id"),
     # (tenant, seq): one tenant's events in log order, as the audit export pages them.
@@ -88,7 +107,7 @@ log_head = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("last_seq", BigInteger, nullable=False),
-    Column("last_hash", String(64), nullable=False),
+    Column("last_hash", HexDigest, nullable=False),
 )
 
 runs = Table(
@@ -195,6 +214,8 @@ effect_ledger = Table(
     Column("action_hash", String(128), nullable=False),
     Column("key_source", String(16), nullable=False),
     Column("claimed_at", UTCDateTime, nullable=False),
+    # On SQLite the key is the table (WITHOUT ROWID): most of the row, stored once instead of twice.
+    sqlite_with_rowid=False,
 )
 
 # The full arguments of a call awaiting approval, which redaction keeps out of the log: the approved call

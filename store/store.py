@@ -6,13 +6,15 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, Engine, delete, exc, inspect, text
+from sqlalchemy import Connection, Engine, delete, exc, func, inspect, select, text
 
 from store import approving, confirming, ports, recording, revoking, security
+from store import archive as archiving
 from store import events as ev
 from store import oauth_clients as client_records
 from store.batching import GroupWriter
@@ -40,7 +42,7 @@ from store.queues import Queues
 from store.rate_limits import RateLimits
 from store.reads import Reads
 from store.running import Runs
-from store.schema import PROJECTION_TABLES
+from store.schema import PROJECTION_TABLES, events
 from store.settling import Settlement
 
 if TYPE_CHECKING:  # the schema methods load Alembic: `writ --help` and `writ token` need none of it
@@ -368,14 +370,31 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         with self._read() as conn:
             return revoking.tenants_of(conn, subject)
 
-    def rebuild(self) -> int:
-        """Wipe the projections and effect ledger and replay the whole log; returns events replayed."""
+    def rebuild(self, archive: Path | None = None) -> int:
+        """Wipe the projections and effect ledger and replay the whole log (the events archived in
+        `archive` first, then the database's); returns events replayed.
+
+        Raises:
+            ArchiveError: the log's beginning was archived and `archive` does not hold it.
+        """
         with _translated(), self._engine.begin() as conn:
             Append(conn)  # holds the head lock so no write lands halfway through the replay
+            done = archiving.archived_seq(archive)
+            first = conn.execute(select(func.min(events.c.seq))).scalar()
+            if first is not None and first > done + 1:
+                where = f"{archive} holds events up to seq {done}" if archive else "no archive was given"
+                raise archiving.ArchiveError(
+                    f"the log in the database starts at seq {first} and {where}: rebuild needs the "
+                    "archive of the events before it (`--archive DIR`)",
+                    done + 1,
+                    "deleted",
+                )
             for table in PROJECTION_TABLES:
                 conn.execute(delete(table))
             replayed = 0
-            for row in read_pages(conn):
+            archived = archiving.read_archive(archive) if archive is not None else iter(())
+            rows: Iterator[Any] = chain(archived, read_pages(conn, after_seq=done))
+            for row in rows:
                 try:
                     event = parse_event(envelope_of(row))
                 except ValidationError as exc:
@@ -383,6 +402,20 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
                 apply(conn, event)
                 replayed += 1
             return replayed
+
+    def archive(
+        self, directory: Path, *, upto_seq: int, before: datetime, limit: int = archiving.SEGMENT_EVENTS
+    ) -> archiving.Segment | None:
+        """Move the oldest sealed events (up to `upto_seq`, older than `before`, their calls settled;
+        at most `limit`) to a file in `directory`; None when none may go yet (see store.archive).
+
+        Raises:
+            ArchiveError: `directory` does not hold the archive of this log's beginning.
+        """
+        _aware(before)
+        with _translated(), self._engine.begin() as conn:
+            Append(conn)  # one archiver at a time, and the manifest written in log order
+            return archiving.archive(conn, directory, upto_seq=upto_seq, before=before, limit=limit)
 
     def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
         """Run `work` in a write transaction, committed with whatever else the process is writing.

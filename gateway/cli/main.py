@@ -187,14 +187,6 @@ def store_migrate(config: ConfigOption = None) -> None:
     typer.echo("store migrated")
 
 
-@store_app.command("rebuild")
-def store_rebuild(config: ConfigOption = None) -> None:
-    """Rebuild every projection (calls, approvals, runs, effect ledger) from the event log alone."""
-    with _store(config) as store:
-        count = store.rebuild()
-    typer.echo(f"rebuilt projections from {count} events")
-
-
 CheckpointsOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -204,8 +196,73 @@ CheckpointsOption = Annotated[
 ]
 
 
+ArchiveOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--archive",
+        help="The directory `writ store archive` moved the log's oldest events to: read first.",
+    ),
+]
+
+
+@store_app.command("rebuild")
+def store_rebuild(config: ConfigOption = None, archive: ArchiveOption = None) -> None:
+    """Rebuild every projection (calls, approvals, runs, effect ledger) from the event log alone."""
+    try:
+        with _store(config) as store:
+            count = store.rebuild(archive)
+    except StoreError as exc:
+        _fail(str(exc))
+        return
+    typer.echo(f"rebuilt projections from {count} events")
+
+
+@store_app.command("archive")
+def store_archive(
+    to: Annotated[Path, typer.Option("--to", help="Directory of the archive files and their manifest.")],
+    older_than_days: Annotated[
+        float, typer.Option("--older-than-days", min=0, help="Only events older than this many days.")
+    ] = 30,
+    config: ConfigOption = None,
+    checkpoints: CheckpointsOption = None,
+) -> None:
+    """Move the log's oldest events, up to the newest signed checkpoint, older than the given age and
+    with every call they name settled, out of the database into gzip JSON-lines files under --to."""
+    from datetime import timedelta
+
+    from gateway.audit.checkpoints import CheckpointUnverifiable, read_all, trusted_keys
+
+    cfg = _config(config)
+    settings = cfg.audit.checkpoints
+    paths = checkpoints or ([settings.directory] if Path(settings.directory).is_dir() else [])
+    try:
+        found = read_all(paths, trusted_keys(settings.trusted_keys)) if paths else []
+    except CheckpointUnverifiable as exc:
+        _fail(f"cannot archive: {exc}")
+        return
+    if not found:
+        _fail("no signed checkpoint: only events one vouches for are archived (`writ audit checkpoint`)")
+        return
+    upto = max(c.anchor.seq for c in found)
+    before = CLOCK() - timedelta(days=older_than_days)
+    moved = []
+    try:
+        with _store(config) as store:
+            while (segment := store.archive(to, upto_seq=upto, before=before)) is not None:
+                moved.append(segment)
+                typer.echo(f"archived seqs {segment.first_seq}-{segment.last_seq} to {to / segment.file}")
+    except StoreError as exc:
+        _fail(f"cannot archive: {exc}")
+        return
+    if not moved:
+        when = f"{before:%Y-%m-%dT%H:%M:%SZ}"
+        typer.echo(f"nothing to archive (up to seq {upto}, older than {when}, calls settled)")
+
+
 @audit_app.command("verify")
-def audit_verify(config: ConfigOption = None, checkpoints: CheckpointsOption = None) -> None:
+def audit_verify(
+    config: ConfigOption = None, checkpoints: CheckpointsOption = None, archive: ArchiveOption = None
+) -> None:
     """Check the hash chain and the signed checkpoints, replay the log against the projections the
     gateway acts on, and check the event grammar; exit 1 naming the first bad seq or row on any finding."""
     from gateway.audit.checkpoints import CheckpointUnverifiable, read_all, trusted_keys
@@ -222,7 +279,7 @@ def audit_verify(config: ConfigOption = None, checkpoints: CheckpointsOption = N
 
     try:
         with _store(config) as store:
-            report = store.verify([c.anchor for c in found])
+            report = store.verify([c.anchor for c in found], archive)
     except ScratchUnavailable as exc:
         _fail(f"cannot verify: {exc}")
         return
