@@ -642,6 +642,8 @@ class AuditReport:
     differing_tables: tuple[str, ...] = ()
     """Every projection with at least one differing row, the first difference's table first."""
     grammar_violation: GrammarViolation | None = None
+    partition: str | None = None
+    """The partition of the log whose chain `problem` is in ("": the whole log unless partitioned)."""
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,7 @@ from store.batching import GroupWriter
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
-from store.log import Append, envelope_of, read_pages
+from store.log import envelope_of, lock_all_heads, read_pages
 from store.model import (
     Admission,
     ApprovalView,
@@ -35,6 +35,7 @@ from store.model import (
     Unavailable,
 )
 from store.oauth import OAuthRecords
+from store.partitions import SINGLE, Partitioning, configure
 from store.projector import apply
 from store.queues import Queues
 from store.rate_limits import RateLimits
@@ -88,7 +89,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         self._writer = writer or GroupWriter(engine)
 
     @classmethod
-    def open(cls, url: str, *, producer: str = PRODUCER, **engine: Unpack[EngineOptions]) -> Store:
+    def open(
+        cls,
+        url: str,
+        *,
+        producer: str = PRODUCER,
+        partitioning: Partitioning = SINGLE,
+        **engine: Unpack[EngineOptions],
+    ) -> Store:
         """Connect lazily to `sqlite:///path` or `postgresql://...`.
 
         `durable=False` relaxes SQLite's fsyncs. On PostgreSQL, a session idle inside a transaction for
@@ -96,9 +104,11 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         log head at most that long (0 leaves the server's setting); a pooled connection unused for longer
         than `ping_after_idle_s` is checked before it is used again; a process keeps `pool_size`
         connections and opens at most `max_overflow` more (defaults: `store.db`). Every event it records
-        names `producer`.
+        names `producer`. `partitioning` chooses the log's partitions (store.partitions; one by default).
         """
-        return cls(create_store_engine(url, **engine), producer=producer)
+        opened = create_store_engine(url, **engine)
+        configure(opened, partitioning)
+        return cls(opened, producer=producer)
 
     @property
     def engine(self) -> Engine:
@@ -364,7 +374,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
     def rebuild(self) -> int:
         """Wipe the projections and effect ledger and replay the whole log; returns events replayed."""
         with _translated(), self._engine.begin() as conn:
-            Append(conn)  # holds the head lock so no write lands halfway through the replay
+            lock_all_heads(conn)  # so no write lands halfway through the replay
             for table in PROJECTION_TABLES:
                 conn.execute(delete(table))
             replayed = 0
