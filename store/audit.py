@@ -64,6 +64,8 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = ()) -> AuditReport:
             if not report.chain_ok:
                 return report  # the log itself is altered: a replay of it would prove nothing
         report = vouched.finish(report, anchored_last)
+        if report.chain_ok:
+            report = vouched.check_heads(conn, report)
         if not report.chain_ok:
             return report
         if not single:  # each chain holds: replay the log in its global order
@@ -232,6 +234,42 @@ class _Vouched:
                 )
                 return ("rewritten", first, detail)
         return None
+
+    def check_heads(self, conn: Connection, report: AuditReport) -> AuditReport:
+        """`report` (intact chains) failed at the first partition whose chain no longer holds the head
+        a checkpoint signed for it: cut off (or deleted whole) or rewritten and re-sealed."""
+        for anchor in self.anchors:
+            for partition, seq, hash_ in anchor.heads:
+                found = conn.execute(
+                    select(events.c.hash).where(events.c.partition == partition, events.c.pseq == seq)
+                ).scalar()
+                if found == hash_:
+                    continue
+                where = f"partition {partition!r}: "
+                if found is None:
+                    last = conn.execute(
+                        select(func.max(events.c.pseq)).where(events.c.partition == partition)
+                    ).scalar()
+                    detail = (
+                        f"the checkpoint at {anchor.source} vouches for {seq} events, the partition "
+                        f"ends at seq {last or 0}: events were cut off and its head moved back"
+                    )
+                    problem, bad = "truncated", (last or 0) + 1
+                else:
+                    detail = (
+                        f"the partition up to seq {seq} is not the one the checkpoint at {anchor.source} "
+                        f"vouches for: an event at or before seq {seq} was rewritten"
+                    )
+                    problem, bad = "rewritten", seq
+                return replace(
+                    report,
+                    chain_ok=False,
+                    first_bad_seq=bad,
+                    problem=problem,
+                    detail=where + detail,
+                    partition=partition,
+                )
+        return report
 
     def finish(self, report: AuditReport, last_seq: int) -> AuditReport:
         """`report` (intact chains) with what the anchors add: truncation of partition "" (which ends at

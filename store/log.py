@@ -32,6 +32,12 @@ _LOCK_HEAD = Statement(
     .where(log_head.c.partition == bindparam("p"))
     .with_for_update()
 )
+# Out of order: taken only if no one holds it (a lock not waited for cannot close a deadlock's cycle).
+_TAKE_HEAD_IF_FREE = Statement(
+    select(log_head.c.last_seq, log_head.c.last_hash)
+    .where(log_head.c.partition == bindparam("p"))
+    .with_for_update(skip_locked=True)
+)
 _MOVE_HEAD = Statement(update(log_head).where(log_head.c.partition == bindparam("p")))
 _INSERT_EVENTS = Statement(events.insert())
 _NEXT_SEQ = Statement(select(events_seq.next_value()))
@@ -159,14 +165,21 @@ def _check_scheme(conn: Connection, scheme: Partitioning) -> None:
 def lock_head(conn: Connection, partition: str) -> _Chain:
     """Lock `partition`'s head for the rest of the transaction (made at genesis if it is new).
 
+    A head that sorts before one the transaction holds is taken only if it is free, since waiting
+    for it could deadlock with a transaction taking the two in order.
+
     Raises:
-        PartitionOrder: on PostgreSQL, the transaction holds a head that sorts after it.
+        PartitionOrder: on PostgreSQL, the transaction holds a head that sorts after it, and this one
+            is held by another transaction (or does not exist yet).
         StoreError: the store is not migrated.
     """
     held = _held(conn)
     if held and partition not in held and partition < max(held) and conn.dialect.name == "postgresql":
-        raise PartitionOrder(frozenset(held) | {partition})
-    head = _LOCK_HEAD.one_or_none(conn, {"p": partition})
+        head = _TAKE_HEAD_IF_FREE.one_or_none(conn, {"p": partition})
+        if head is None:
+            raise PartitionOrder(frozenset(held) | {partition})
+    else:
+        head = _LOCK_HEAD.one_or_none(conn, {"p": partition})
     if head is None:
         if partition == UNPARTITIONED:
             raise StoreError("the store is not migrated: run `writ store migrate`")

@@ -580,6 +580,9 @@ class Anchor:
     digests: tuple[str, ...]
     source: str
     """Where the checkpoint came from (file and line, key id), for messages."""
+    heads: tuple[tuple[str, int, str], ...] = ()
+    """(partition, its seq, its hash) of every other partition of the log at the checkpoint: the
+    fields above vouch for partition "" (the whole log unless it is partitioned)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,12 @@ class Reads:
             raise StoreError("the log head row is missing: run `writ audit verify`")
         return head.last_seq, head.last_hash
 
+    def partition_heads(self) -> dict[str, tuple[int, str]]:
+        """Every partition's head: its seq and hash (one, "", unless the log is partitioned)."""
+        with self._read() as conn:
+            rows = conn.execute(select(head_row.c.partition, head_row.c.last_seq, head_row.c.last_hash))
+            return {row.partition: (row.last_seq, row.last_hash) for row in rows}
+
     def event_hashes(self, after_seq: int, upto_seq: int) -> list[str]:
         """The hashes of partition ""'s events after `after_seq` up to `upto_seq`, in its seq order."""
         hashes: list[str] = []

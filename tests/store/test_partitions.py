@@ -260,13 +260,28 @@ def test_a_transaction_needing_a_lower_head_starts_again_taking_both_in_order(pg
             lock_head(conn, "t:acme")
     assert told.value.partitions == {"t:acme", "t:zeta"}
 
+    runs = iter(range(100))
+
     def zeta_then_acme(conn: Connection) -> int:
-        _append(conn, "zeta", "run-z")
-        _append(conn, "acme", "run-a")
+        n = next(runs)
+        _append(conn, "zeta", f"run-z{n}")
+        _append(conn, "acme", f"run-a{n}")
         return 2
 
     assert store.writer.run(zeta_then_acme) == 2  # the writer starts it again, heads in sorted order
+    assert store.writer.reorders == 1
     assert {r["partition"]: r["pseq"] for r in _rows(store)} == {"t:zeta": 1, "t:acme": 1}
+
+    assert store.writer.run(zeta_then_acme) == 2  # both heads exist and are free: taken as they come
+    assert store.writer.reorders == 1
+    with store.engine.connect() as other, other.begin():  # acme's head held elsewhere: in order again
+        lock_head(other, "t:acme")
+        late = threading.Thread(target=store.writer.run, args=(zeta_then_acme,), daemon=True)
+        late.start()
+        late.join(timeout=1)  # it cannot finish while acme's head is held; it is not deadlocked either
+        assert late.is_alive()
+    late.join(timeout=20)
+    assert not late.is_alive() and store.writer.reorders == 2
     assert store.verify().ok
 
 
