@@ -299,16 +299,22 @@ class GroupWriter:
         assert unordered is not None
         job.future.set_exception(unordered)
 
-    @staticmethod
-    def _savepointed(conn: Connection, job: _Job[T]) -> T:
-        for attempt in range(2):
+    def _savepointed(self, conn: Connection, job: _Job[T]) -> T:
+        retried = False
+        for _ in range(ORDER_ATTEMPTS + 2):
             try:
                 with conn.begin_nested():
                     return job.work(conn)
+            except PartitionOrder as order:
+                # Its statements are rolled back: take the heads it needs (if that can be done without
+                # waiting out of order) and run it again under them; else the transaction starts again.
+                lock_heads(conn, order.partitions)
+                self.reorders += 1
             except RETRYABLE:
-                if not job.retry or attempt == 1 or conn.invalidated:
+                if not job.retry or retried or conn.invalidated:
                     raise
-        raise AssertionError("unreachable")
+                retried = True
+        raise PartitionOrder(frozenset())
 
     @contextmanager
     def _in_batch(self, conn: Connection) -> Iterator[None]:

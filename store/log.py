@@ -48,8 +48,9 @@ _HELD = "writ.log_heads"
 
 
 class PartitionOrder(StoreError):
-    """A transaction needs a partition's head below one it holds: it must start again, taking
-    `partitions` first in sorted order (two replicas taking heads in two orders could deadlock)."""
+    """A write needs a partition's head it did not hold when it began (PostgreSQL, several
+    partitions), or one below a head its transaction holds: it must run again once `partitions` are
+    held, taken in sorted order (two replicas taking heads in two orders could deadlock)."""
 
     def __init__(self, partitions: frozenset[str]) -> None:
         super().__init__(f"the log heads {sorted(partitions)} must be locked in order")
@@ -80,12 +81,19 @@ class Append:
         self._pending = Pending()
         if _CHECKED.get(conn.engine) != self._scheme:
             _check_scheme(conn, self._scheme)
+        # PostgreSQL, several partitions: what the transaction reads before appending must be read
+        # under the heads it appends to, as with one partition, so a head must be held before the
+        # work began; SQLite's write lock, taken at BEGIN, already covers every read.
+        self._late = None if conn.dialect.name != "postgresql" else frozenset(_held(conn))
         if self._scheme.single:
             self._chain(UNPARTITIONED)
 
     def _chain(self, partition: str) -> _Chain:
         chain = self._chains.get(partition)
         if chain is None:
+            if self._late is not None and not self._scheme.single and partition not in self._late:
+                # Locked only now, it would not cover what the work read: start again holding it.
+                raise PartitionOrder(self._late | {partition})
             chain = self._chains[partition] = lock_head(self._conn, partition)
         return chain
 
@@ -193,7 +201,11 @@ def lock_head(conn: Connection, partition: str) -> _Chain:
 
 
 def lock_heads(conn: Connection, partitions: Iterable[str]) -> None:
-    """Lock the heads of `partitions` in sorted order: what a transaction told `PartitionOrder` does."""
+    """Lock the heads of `partitions` in sorted order: what a transaction told `PartitionOrder` does.
+
+    Raises:
+        PartitionOrder: one sorts below a head already held and another transaction holds it.
+    """
     for partition in sorted(set(partitions)):
         lock_head(conn, partition)
 

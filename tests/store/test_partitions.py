@@ -218,7 +218,9 @@ def _run_started(tenant: str, run_id: str) -> ev.Event:
     )
 
 
-def _append(conn: Connection, tenant: str, run_id: str) -> None:
+def _append(conn: Connection, tenant: str, run_id: str, *, take_head: bool = True) -> None:
+    if take_head:  # as a write does: its head first, then what it reads
+        lock_head(conn, f"t:{tenant}")
     log = Append(conn)
     log.add(_run_started(tenant, run_id))
     log.flush()
@@ -264,16 +266,15 @@ def test_a_transaction_needing_a_lower_head_starts_again_taking_both_in_order(pg
 
     def zeta_then_acme(conn: Connection) -> int:
         n = next(runs)
-        _append(conn, "zeta", f"run-z{n}")
-        _append(conn, "acme", f"run-a{n}")
+        _append(conn, "zeta", f"run-z{n}", take_head=False)
+        _append(conn, "acme", f"run-a{n}", take_head=False)
         return 2
 
-    assert store.writer.run(zeta_then_acme) == 2  # the writer starts it again, heads in sorted order
-    assert store.writer.reorders == 1
+    # It appends to heads it did not hold when it began: the writer runs it again holding them, in order.
+    assert store.writer.run(zeta_then_acme) == 2
+    assert store.writer.reorders == 2
     assert {r["partition"]: r["pseq"] for r in _rows(store)} == {"t:zeta": 1, "t:acme": 1}
 
-    assert store.writer.run(zeta_then_acme) == 2  # both heads exist and are free: taken as they come
-    assert store.writer.reorders == 1
     with store.engine.connect() as other, other.begin():  # acme's head held elsewhere: in order again
         lock_head(other, "t:acme")
         late = threading.Thread(target=store.writer.run, args=(zeta_then_acme,), daemon=True)
@@ -281,8 +282,29 @@ def test_a_transaction_needing_a_lower_head_starts_again_taking_both_in_order(pg
         late.join(timeout=1)  # it cannot finish while acme's head is held; it is not deadlocked either
         assert late.is_alive()
     late.join(timeout=20)
-    assert not late.is_alive() and store.writer.reorders == 2
+    assert not late.is_alive()
+    assert {r["partition"]: r["pseq"] for r in _rows(store)} == {"t:zeta": 2, "t:acme": 2}
     assert store.verify().ok
+
+
+@pytest.mark.postgres
+def test_a_write_reads_under_the_head_it_appends_to(pg_tenants: Store) -> None:
+    # Deciding one approval twice from two replicas: each reads it pending, then appends. The head
+    # must cover the read, or both decisions would be recorded.
+    from store.log import head_locked_at
+
+    def reads_then_appends(conn: Connection) -> float | None:
+        log = Append(conn)
+        locked_at = head_locked_at(conn)  # the head is held before the work's first read
+        log.add(_run_started("acme", f"run-{len(_rows_in(conn))}"))
+        log.flush()
+        return locked_at
+
+    assert pg_tenants.writer.run(reads_then_appends) is not None
+
+
+def _rows_in(conn: Connection) -> list[Any]:
+    return list(conn.execute(select(events.c.seq)))
 
 
 @pytest.mark.postgres
