@@ -37,6 +37,8 @@ from store.model import KeyClaimLost
 
 T = TypeVar("T")
 
+KNOWN_CALLS = 65536
+
 MAX_BATCH = 64
 """Writes committed together at most: bounds how long the head lock is held by one transaction."""
 
@@ -73,6 +75,7 @@ class HeadHolds:
 class _Job(Generic[T]):
     work: Callable[[Connection], T]
     retry: bool
+    heads: frozenset[str] = frozenset()
     future: Future[T] = field(default_factory=Future)
 
 
@@ -98,12 +101,19 @@ class GroupWriter:
         """Transactions started again to take the log heads in order (several partitions only)."""
         self.head_holds = HeadHolds()
         """The head-lock hold time of each transaction this writer committed."""
+        self.call_heads: dict[str, str] = {}
+        """The partition of calls this process admitted (the newest `KNOWN_CALLS`): a hint for their
+        later writes, so they take their head before they run (store.Store)."""
         self._locked_at: float | None = None
 
-    def run(self, work: Callable[[Connection], T], *, retry: bool = False) -> T:
+    def run(
+        self, work: Callable[[Connection], T], *, retry: bool = False, heads: frozenset[str] = frozenset()
+    ) -> T:
         """Run `work` in the next group transaction; return its result once that has committed.
 
-        `retry`: run it once more (in the same transaction) if it lost a unique-key race.
+        `retry`: run it once more (in the same transaction) if it lost a unique-key race. `heads`: the
+        log partitions it will append to, if known: their heads are taken, in order, before it runs
+        (otherwise a write to a partition whose head it did not hold runs again, see store.log).
 
         Raises:
             whatever `work` raised (its own statements rolled back), or what the COMMIT raised.
@@ -111,9 +121,11 @@ class GroupWriter:
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is not None:  # a write inside a write, on the writer's own thread
             return self._savepointed(conn, _Job(work, retry))
-        return self._submit(work, retry).result()
+        return self._submit(work, retry, heads).result()
 
-    async def run_async(self, work: Callable[[Connection], T], *, retry: bool = False) -> T:
+    async def run_async(
+        self, work: Callable[[Connection], T], *, retry: bool = False, heads: frozenset[str] = frozenset()
+    ) -> T:
         """`run` for a caller on an event loop: it waits for the commit without holding a thread.
 
         Cancelling the caller waits for the write to finish first, as a write run in a worker thread
@@ -124,14 +136,14 @@ class GroupWriter:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # another event loop (trio): wait in a worker thread
-            return await anyio.to_thread.run_sync(functools.partial(self.run, work, retry=retry))
-        future = self._submit(work, retry)
+            return await anyio.to_thread.run_sync(functools.partial(self.run, work, retry=retry, heads=heads))
+        future = self._submit(work, retry, heads)
         with anyio.CancelScope(shield=True):
             result = await asyncio.wrap_future(future)
         return result
 
-    def _submit(self, work: Callable[[Connection], T], retry: bool) -> Future[T]:
-        job: _Job[T] = _Job(work, retry)
+    def _submit(self, work: Callable[[Connection], T], retry: bool, heads: frozenset[str]) -> Future[T]:
+        job: _Job[T] = _Job(work, retry, heads)
         self._ensure_started()
         self._queue.put(job)
         return job.future
@@ -223,7 +235,7 @@ class GroupWriter:
             return
         self.batches += 1
         self.writes += len(batch)
-        prelock: frozenset[str] = frozenset()
+        prelock: frozenset[str] = frozenset().union(*(job.heads for job in batch))
         unordered: PartitionOrder | None = None
         for _ in range(ORDER_ATTEMPTS):
             done: list[tuple[_Job[Any], Any]] = []
@@ -269,7 +281,7 @@ class GroupWriter:
         # One write, one transaction, exactly as without group commit: its error rolls it all back.
         self.batches += 1
         self.writes += 1
-        prelock: frozenset[str] = frozenset()
+        prelock: frozenset[str] = job.heads
         unordered: PartitionOrder | None = None
         retried = False
         for _ in range(ORDER_ATTEMPTS + 1):

@@ -44,12 +44,16 @@ class Partitioning:
 
     def partition_of(self, event: ev.Envelope) -> str:
         """The partition `event` is sealed on."""
-        if self.by == "none" or not event.tenant:
+        return self.partition_for(event.tenant, event.run_id, event.tool_call_id)
+
+    def partition_for(self, tenant: str | None, run_id: str | None, tool_call_id: str | None) -> str:
+        """The partition of the events of a call or run with these ids."""
+        if self.by == "none" or not tenant:
             return UNPARTITIONED
-        name = f"t:{event.tenant}"
+        name = f"t:{tenant}"
         if self.buckets == 1:
             return name
-        key = event.run_id or event.tool_call_id or ""
+        key = run_id or tool_call_id or ""
         return f"{name}/{zlib.crc32(key.encode('utf-8')) % self.buckets}"
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, delete, exc, inspect, text
 from store import approving, confirming, ports, recording, revoking, security
 from store import events as ev
 from store import oauth_clients as client_records
-from store.batching import GroupWriter
+from store.batching import KNOWN_CALLS, GroupWriter
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
@@ -25,6 +25,7 @@ from store.model import (
     ApprovalView,
     ApprovedDenial,
     ApprovedDispatch,
+    CallIdentity,
     CallRequest,
     CallView,
     ConfirmationAnswer,
@@ -35,7 +36,7 @@ from store.model import (
     Unavailable,
 )
 from store.oauth import OAuthRecords
-from store.partitions import SINGLE, Partitioning, configure
+from store.partitions import SINGLE, Partitioning, configure, scheme_of
 from store.projector import apply
 from store.queues import Queues
 from store.rate_limits import RateLimits
@@ -187,14 +188,21 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
     def admit(self, req: CallRequest) -> Admission:
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
         _aware(req.identity.now)
-        return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
+        with _translated():
+            return self._writer.run(
+                lambda conn: recording.admit(conn, req, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(req.identity),
+            )
 
     async def admit_async(self, req: CallRequest) -> Admission:
         """`admit` for a caller on an event loop, which waits for the group commit without a thread."""
         _aware(req.identity.now)
         with _translated():
             return await self._writer.run_async(
-                lambda conn: recording.admit(conn, req, producer=self._producer), retry=True
+                lambda conn: recording.admit(conn, req, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(req.identity),
             )
 
     def admissible_read(self, req: CallRequest) -> bool:
@@ -210,14 +218,21 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         ran out since `admissible_read`.
         """
         _aware(rec.observed_at)
-        return self._write_retrying(lambda conn: recording.record_read(conn, rec, producer=self._producer))
+        with _translated():
+            return self._writer.run(
+                lambda conn: recording.record_read(conn, rec, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(rec.request.identity),
+            )
 
     async def record_read_async(self, rec: ReadRecord) -> Admission:
         """`record_read` for a caller on an event loop (see `admit_async`)."""
         _aware(rec.observed_at)
         with _translated():
             return await self._writer.run_async(
-                lambda conn: recording.record_read(conn, rec, producer=self._producer), retry=True
+                lambda conn: recording.record_read(conn, rec, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(rec.request.identity),
             )
 
     def refuse(self, req: RefusalRequest) -> CallView:
@@ -233,14 +248,20 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
             StaleLease: the call is not `dispatching` (settled, recovered, or never dispatched), or a
                 newer lease fenced this token.
         """
-        return self._write(cmd.now, lambda conn: recording.record_outcome(conn, cmd, producer=self._producer))
+        _aware(cmd.now)
+        with _translated():
+            return self._writer.run(
+                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer),
+                heads=self._heads_known(cmd.tool_call_id),
+            )
 
     async def record_outcome_async(self, cmd: RecordOutcome) -> CallView:
         """`record_outcome` for a caller on an event loop (see `admit_async`)."""
         _aware(cmd.now)
         with _translated():
             return await self._writer.run_async(
-                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer)
+                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer),
+                heads=self._heads_known(cmd.tool_call_id),
             )
 
     def decide_approval(self, cmd: DecideApproval) -> ApprovalView:
@@ -386,6 +407,23 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
                 apply(conn, event)
                 replayed += 1
             return replayed
+
+    def _heads_of(self, identity: CallIdentity) -> frozenset[str]:
+        """The partition a call's events go to, remembered for its later writes (a hint: see
+        `GroupWriter.run`); none with one partition, whose head every write takes first anyway."""
+        scheme = scheme_of(self._engine)
+        if scheme.single:
+            return frozenset()
+        partition = scheme.partition_for(identity.tenant, identity.run_id, identity.tool_call_id)
+        known = self._writer.call_heads
+        if len(known) >= KNOWN_CALLS:
+            del known[next(iter(known))]
+        known[identity.tool_call_id] = partition
+        return frozenset((partition,))
+
+    def _heads_known(self, tool_call_id: str) -> frozenset[str]:
+        partition = self._writer.call_heads.get(tool_call_id)
+        return frozenset() if partition is None else frozenset((partition,))
 
     def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
         """Run `work` in a write transaction, committed with whatever else the process is writing.
