@@ -105,3 +105,27 @@ def test_a_partition_rewritten_and_resealed_is_caught_by_the_checkpoint(store: S
 
     report = store.verify(anchors)
     assert (report.chain_ok, report.partition, report.problem) == (False, "t:acme", "rewritten")
+
+
+def test_the_periodic_checkpointer_counts_the_events_of_every_partition(store: Store, tmp_path: Path) -> None:
+    from gateway.audit.checkpointer import Checkpointer
+
+    worker = Checkpointer(
+        log=store,
+        signer=CheckpointSigner.load_or_create(tmp_path / "key.jwk", tmp_path / "trusted.jwks"),
+        directory=tmp_path / "cp",
+        trusted=tmp_path / "trusted.jwks",
+        clock=lambda: AT,
+        every_events=3,
+        every_s=3600,
+    )
+    first = worker.pass_once()
+    assert first is not None and worker.pass_once() is None  # idle
+    store.admit(call_request(tool_call_id="tc-a2", idempotency_key="a2"))  # 2 events, all in t:acme
+    assert worker.pass_once() is None and worker.age_s() is not None
+    store.admit(call_request(tool_call_id="tc-a3", idempotency_key="a3"))  # partition "" has not moved
+    made = worker.pass_once()
+
+    assert made is not None and made.anchor.seq == first.anchor.seq == 1
+    assert dict((name, seq) for name, seq, _ in made.anchor.heads)["t:acme"] == 7
+    assert store.verify([made.anchor]).ok
