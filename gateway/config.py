@@ -107,6 +107,23 @@ class ServerConfig(_Section):
         return f"{self.base_url}/mcp"
 
 
+class LogConfig(_Section):
+    """Partitions of the log (README, "Partitions of the log"): each has its own head, seq and chain."""
+
+    partition_by: Literal["none", "tenant"] = "none"
+    """`none`: one partition, one total order (every log written before partitions). `tenant`: one
+    partition per tenant (events of no tenant in one of their own), so writes of different tenants
+    do not wait on one head. A log once partitioned stays so; every replica must say the same."""
+    buckets: int = Field(default=1, ge=1, le=1024)
+    """With `tenant`: partitions per tenant, by a hash of the run (or call) id."""
+
+    @model_validator(mode="after")
+    def _buckets_need_tenants(self) -> LogConfig:
+        if self.buckets > 1 and self.partition_by != "tenant":
+            raise ValueError("store.log.buckets partitions a tenant's log: set partition_by to tenant")
+        return self
+
+
 class StoreConfig(_Section):
     url: str = f"sqlite:///{DEFAULT_STATE_DIR}/writ.db"
     durable: bool = True
@@ -120,6 +137,7 @@ class StoreConfig(_Section):
     """PostgreSQL only: connections each process keeps open to the database."""
     max_overflow: int = Field(default=MAX_OVERFLOW, ge=0)
     """PostgreSQL only: connections opened beyond `pool_size` under load, closed when returned."""
+    log: LogConfig = Field(default_factory=LogConfig)
 
 
 class WorkersConfig(_Section):

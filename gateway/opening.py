@@ -14,6 +14,7 @@ from sqlalchemy.exc import ArgumentError
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError
+from store.partitions import Partitioning
 from store.store import PRODUCER, Store
 
 logger = logging.getLogger("gateway.app")  # the name operators' log filters know these messages by
@@ -33,6 +34,7 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True, producer: str 
         pool_size=config.store.pool_size,
         max_overflow=config.store.max_overflow,
         producer=producer,
+        partitioning=Partitioning(config.store.log.partition_by, config.store.log.buckets),
     )
     if not store.is_migrated():
         empty = store.is_empty()

@@ -9,8 +9,9 @@ the database, in one transaction. Nothing of an event changes, so the chain over
 together verifies as it did over the database alone; a file that is missing or edited breaks it, and
 the manifest says which file that was.
 
-The log is one chain today; `partition` names it in the manifest so that a log of several chains
-can keep one manifest per partition.
+Only a log of one partition is archived (`Store.archive` refuses a partitioned one): its chain is
+the global seq order. `partition` names it in the manifest so that a log of several chains can keep
+one manifest per partition when archiving learns to walk them.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class ArchivedRow:
     __slots__ = ("_mapping",)
 
     def __init__(self, mapping: Mapping[str, Any]) -> None:
-        self._mapping = dict(mapping)
+        # Archived from a log of one partition, whose place in its chain is the global seq.
+        self._mapping = {"partition": "", "pseq": mapping["seq"], **mapping}
 
     def __getattr__(self, name: str) -> Any:
         try:

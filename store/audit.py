@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from store import events as ev
 from store.archive import ArchiveError, archived_seq, read_archive
 from store.grammar import Grammar
-from store.log import envelope_of, read_pages
+from store.log import PAGE_SIZE, envelope_of, read_pages
 from store.model import (
     Anchor,
     AuditReport,
@@ -32,6 +32,7 @@ from store.model import (
     ScratchUnavailable,
     StoreError,
 )
+from store.partitions import UNPARTITIONED
 from store.replay import Replay
 from store.schema import events, log_head
 
@@ -40,25 +41,54 @@ Finding = tuple[str, int, str]
 
 
 def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | None = None) -> AuditReport:
-    """Walk the whole log in seq order, streaming, and report the first inconsistency.
+    """Walk every partition's chain, streaming, and report the first inconsistency.
 
-    `archive` holds the events moved out to files (store.archive): the walk reads them first, then
-    the database's events after them, as one chain. An archive file that cannot be
-    read as the manifest names it is a `deleted` (missing) or `edited` finding at its first seq.
+    `archive` holds the events moved out to files (store.archive; only a log of one partition is
+    archived): the walk of partition "" reads them first, then the database's events after them, as
+    one chain. An archive file that cannot be read as the manifest names it is a `deleted` (missing)
+    or `edited` finding at its first seq.
 
-    Each anchor must match the log: the same first event, the hashes it vouches for, and a log at
-    least as long as the seq it was made at. Once the chain is intact, the report also carries the
-    first grammar violation and the first projection row that differs from the replay, if any.
+    Each anchor must match partition "" (the whole log unless it is partitioned): the same first
+    event, the hashes it vouches for, and a chain at least as long as the seq it was made at. Once
+    every chain is intact, the report also carries the first grammar violation and the first
+    projection row that differs from a replay of the log in seq order, if any.
     """
     vouched = _Vouched(anchors)
     with Replay() as replay:
         follower = _Follower(replay)
-        report = _verify_chain(conn, vouched, follower, archive)
+        partitions = _partitions(conn)
+        single = partitions == [UNPARTITIONED]
+        report, anchored_last = AuditReport(True, 0), 0
+        for partition in partitions:
+            found = _verify_chain(
+                conn,
+                partition,
+                vouched if partition == UNPARTITIONED else _Vouched(()),
+                follower if single else None,
+                archive if partition == UNPARTITIONED else None,
+            )
+            if partition == UNPARTITIONED:
+                anchored_last = found.events_checked
+            report = replace(found, events_checked=report.events_checked + found.events_checked)
+            if not report.chain_ok:
+                return report  # the log itself is altered: a replay of it would prove nothing
+        report = vouched.finish(report, anchored_last)
         if report.chain_ok:
-            report = vouched.finish(report)
+            report = vouched.check_heads(conn, report)
         if not report.chain_ok:
-            return report  # the log itself is altered: a replay of it would prove nothing
+            return report
+        if not single:  # each chain holds: replay the log in its global order
+            for row in read_pages(conn):
+                follower.take(row.seq, envelope_of(row))
         return follower.finish(conn, report)
+
+
+def _partitions(conn: Connection) -> list[str]:
+    """Every partition a head row or an event names, in order ("" first, even when both are gone)."""
+    named = set(conn.execute(select(log_head.c.partition)).scalars())
+    named.update(conn.execute(select(events.c.partition).distinct()).scalars())
+    named.add(UNPARTITIONED)
+    return sorted(named)
 
 
 class _Follower:
@@ -110,59 +140,87 @@ class _Follower:
 
 
 def _verify_chain(
-    conn: Connection, vouched: _Vouched, follower: _Follower, archive: Path | None
+    conn: Connection, partition: str, vouched: _Vouched, follower: _Follower | None, archive: Path | None
 ) -> AuditReport:
     try:
-        if archive is None:
-            return _walk_chain(conn, vouched, follower, iter(()), 0)
         done = archived_seq(archive)
-        return _walk_chain(conn, vouched, follower, read_archive(archive), done)
+        archived: Iterator[Any] = read_archive(archive) if archive is not None else iter(())
+        return _walk_chain(conn, partition, vouched, follower, archived, done)
     except ArchiveError as exc:
         seq = exc.first_bad_seq
         return AuditReport(False, seq - 1, first_bad_seq=seq, problem=exc.problem, detail=str(exc))
 
 
 def _walk_chain(
-    conn: Connection, vouched: _Vouched, follower: _Follower, archived: Iterator[Any], after_seq: int
+    conn: Connection,
+    partition: str,
+    vouched: _Vouched,
+    follower: _Follower | None,
+    archived: Iterator[Any],
+    after: int,
 ) -> AuditReport:
+    def bad(problem: str, seq: int, detail: str, checked: int) -> AuditReport:
+        where = f"partition {partition!r}: " if partition else ""
+        return AuditReport(
+            False, checked, first_bad_seq=seq, problem=problem, detail=where + detail, partition=partition
+        )
+
     head = conn.execute(
-        select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1)
+        select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.partition == partition)
     ).one_or_none()
     if head is None:
-        detail = "the log head row (id 1) is missing: the log's length and last hash cannot be checked"
-        return AuditReport(False, 0, first_bad_seq=1, problem="head_missing", detail=detail)
+        what = "the log head row" if not partition else "the partition's head row"
+        return bad("head_missing", 1, f"{what} is missing: its length and last hash cannot be checked", 0)
     # Every reader pages from seq 1 up (seq > 0), so a row at seq 0 or below would never be walked.
-    lowest = conn.execute(select(func.min(events.c.seq))).scalar()
+    lowest = conn.execute(select(func.min(events.c.pseq)).where(events.c.partition == partition)).scalar()
     if isinstance(lowest, int) and lowest < 1:
-        detail = f"an event at seq {lowest} lies before the log's first event (seq 1)"
-        return AuditReport(False, 0, first_bad_seq=lowest, problem="inserted", detail=detail)
+        return bad(
+            "inserted", lowest, f"an event at seq {lowest} lies before the log's first event (seq 1)", 0
+        )
     # Events still in the database at or below the archive's end are a run of `writ store archive` that
     # died after writing its file: the file holds them, and the next run deletes them.
-    rows: Iterator[Any] = chain(archived, read_pages(conn, after_seq=after_seq))
+    rows: Iterator[Any] = chain(archived, _chain_rows(conn, partition, after))
     expected, prev_hash, checked = 1, ev.GENESIS_HASH, 0
     current = next(rows, None)
     while current is not None:
         following = next(rows, None)
         checked_row = _check(current, following, expected, prev_hash)
-        finding = checked_row if isinstance(checked_row, tuple) else vouched.check(current.seq, current.hash)
+        finding = checked_row if isinstance(checked_row, tuple) else vouched.check(current.pseq, current.hash)
         if finding is not None:
             problem, seq, detail = finding
-            return AuditReport(False, checked, first_bad_seq=seq, problem=problem, detail=detail)
+            return bad(problem, seq, detail, checked)
         assert isinstance(checked_row, dict)
-        follower.take(current.seq, checked_row)
+        if follower is not None:
+            follower.take(current.seq, checked_row)
         checked += 1
         expected, prev_hash, current = expected + 1, current.hash, following
     last_seq = expected - 1
     if head.last_seq > last_seq:
         detail = f"the head records {head.last_seq} events, the log ends at seq {last_seq}"
-        return AuditReport(False, checked, first_bad_seq=last_seq + 1, problem="truncated", detail=detail)
+        return bad("truncated", last_seq + 1, detail, checked)
     if head.last_seq < last_seq:
-        detail = f"the log continues past the head's seq {head.last_seq}"
-        return AuditReport(False, checked, first_bad_seq=head.last_seq + 1, problem="inserted", detail=detail)
+        return bad(
+            "inserted", head.last_seq + 1, f"the log continues past the head's seq {head.last_seq}", checked
+        )
     if head.last_hash != prev_hash:
         detail = "the last event's hash differs from the one the head recorded when it was appended"
-        return AuditReport(False, checked, first_bad_seq=last_seq, problem="edited", detail=detail)
+        return bad("edited", last_seq, detail, checked)
     return AuditReport(True, checked)
+
+
+def _chain_rows(conn: Connection, partition: str, after: int = 0) -> Iterator[Row[Any]]:
+    """One partition's rows in its seq order after `after`, in keyset pages."""
+    while True:
+        page = conn.execute(
+            select(events)
+            .where(events.c.partition == partition, events.c.pseq > after)
+            .order_by(events.c.pseq)
+            .limit(PAGE_SIZE)
+        ).all()
+        yield from page
+        if len(page) < PAGE_SIZE:
+            return
+        after = page[-1].pseq
 
 
 class _Vouched:
@@ -204,9 +262,45 @@ class _Vouched:
                 return ("rewritten", first, detail)
         return None
 
-    def finish(self, report: AuditReport) -> AuditReport:
-        """`report` (an intact chain) with what the anchors add: truncation, and how much is anchored."""
-        last_seq = report.events_checked
+    def check_heads(self, conn: Connection, report: AuditReport) -> AuditReport:
+        """`report` (intact chains) failed at the first partition whose chain no longer holds the head
+        a checkpoint signed for it: cut off (or deleted whole) or rewritten and re-sealed."""
+        for anchor in self.anchors:
+            for partition, seq, hash_ in anchor.heads:
+                found = conn.execute(
+                    select(events.c.hash).where(events.c.partition == partition, events.c.pseq == seq)
+                ).scalar()
+                if found == hash_:
+                    continue
+                where = f"partition {partition!r}: "
+                if found is None:
+                    last = conn.execute(
+                        select(func.max(events.c.pseq)).where(events.c.partition == partition)
+                    ).scalar()
+                    detail = (
+                        f"the checkpoint at {anchor.source} vouches for {seq} events, the partition "
+                        f"ends at seq {last or 0}: events were cut off and its head moved back"
+                    )
+                    problem, bad = "truncated", (last or 0) + 1
+                else:
+                    detail = (
+                        f"the partition up to seq {seq} is not the one the checkpoint at {anchor.source} "
+                        f"vouches for: an event at or before seq {seq} was rewritten"
+                    )
+                    problem, bad = "rewritten", seq
+                return replace(
+                    report,
+                    chain_ok=False,
+                    first_bad_seq=bad,
+                    problem=problem,
+                    detail=where + detail,
+                    partition=partition,
+                )
+        return report
+
+    def finish(self, report: AuditReport, last_seq: int) -> AuditReport:
+        """`report` (intact chains) with what the anchors add: truncation of partition "" (which ends at
+        `last_seq`), and how much of it is anchored."""
         beyond = [a for a in self.anchors if a.seq > last_seq]
         if beyond:
             anchor = max(beyond, key=lambda a: a.seq)
@@ -227,7 +321,7 @@ class _Vouched:
             report,
             anchors_checked=len(self.anchors),
             anchored_seq=anchored,
-            unanchored_events=last_seq - anchored,
+            unanchored_events=report.events_checked - anchored,
         )
 
 
@@ -235,31 +329,34 @@ def _check(
     row: Row[Any], following: Row[Any] | None, expected: int, prev_hash: str
 ) -> Finding | dict[str, Any]:
     """The finding about `row`, or its envelope when it hashes and links as it should."""
-    if row.seq != expected:
-        return ("deleted", expected, f"seq {expected} is missing; the next event has seq {row.seq}")
+    place = row.pseq  # the seq in its partition: the global seq itself with one partition
+    if place != expected:
+        return ("deleted", expected, f"seq {expected} is missing; the next event has seq {place}")
     try:
         envelope = envelope_of(row)
     except CorruptEvent:
-        return ("edited", row.seq, f"event {row.seq}'s payload is not JSON")
+        return ("edited", place, f"event {place}'s payload is not JSON")
     try:
         computed = ev.compute_hash(envelope)
     except ValueError:  # NaN, a lone surrogate: nothing Writ appends, so it was put there afterwards
-        return ("edited", row.seq, f"event {row.seq}'s content is not JSON that can be hashed")
+        return ("edited", place, f"event {place}'s content is not JSON that can be hashed")
     if computed != row.hash:
         return _explain_mismatch(row, following, envelope)
     if row.prev_hash != prev_hash:
         # Both events hash correctly on their own, so one was rewritten with a recomputed hash;
         # the earlier one is the first that can no longer be trusted.
-        bad = max(row.seq - 1, 1)
-        detail = f"event {row.seq} does not link to event {row.seq - 1}: one of them was rewritten"
+        bad = max(place - 1, 1)
+        detail = f"event {place} does not link to event {place - 1}: one of them was rewritten"
         return ("broken_chain", bad, detail)
     return envelope
 
 
 def _explain_mismatch(row: Row[Any], following: Row[Any] | None, envelope: dict[str, Any]) -> Finding:
     # An event hashes with the seq it was appended at, so a valid hash at a neighbouring seq
-    # tells how the event moved rather than merely that it changed.
+    # tells how the event moved rather than merely that it changed (one partition: seq is pseq).
     seq = row.seq
+    if seq != row.pseq:
+        return ("edited", row.pseq, f"event {row.pseq}'s content does not match its hash")
     if ev.compute_hash({**envelope, "seq": seq - 1}) == row.hash:
         return (
             "inserted",

@@ -11,6 +11,8 @@ fails, every write of the batch hears that failure, as each would have alone.
 A write alone in its batch (the usual case with one client) runs without a savepoint, exactly as it
 ran before group commit. On SQLite the writer keeps one connection (a warm page cache). A write that
 runs another write inside it (the writer's own thread) joins the batch it is in, in a nested savepoint.
+With several log partitions (store.partitions), a transaction that finds it needs a head below one it
+holds starts again taking all it needs in sorted order, so replicas never deadlock on heads.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import functools
 import os
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -28,21 +32,50 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, exc
 
+from store.log import PartitionOrder, head_locked_at, lock_heads
 from store.model import KeyClaimLost
 
 T = TypeVar("T")
 
+KNOWN_CALLS = 65536
+
 MAX_BATCH = 64
 """Writes committed together at most: bounds how long the head lock is held by one transaction."""
 
+ORDER_ATTEMPTS = 8
+"""Times a transaction starts again to take the log heads it needs in order (store.log.PartitionOrder):
+each start takes every head the last one found it needs, so this bounds the partitions one batch of
+writes can touch in an unlucky order, not the writes."""
+
 RETRYABLE = (exc.IntegrityError, KeyClaimLost)
 """A unique-key conflict means a concurrent claim won; run again, the write sees it and joins."""
+
+
+class HeadHolds:
+    """How long committed transactions held the log heads: from the first head lock to the end of COMMIT.
+
+    The probe behind the partitions' arithmetic (bench/partitions.py): one partition's writers commit
+    at most 1 / (mean hold) transactions a second, whatever the number of replicas.
+    """
+
+    KEPT = 8192
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total_s = 0.0
+        self.recent: deque[float] = deque(maxlen=self.KEPT)
+
+    def add(self, held_s: float) -> None:
+        self.count += 1
+        self.total_s += held_s
+        self.recent.append(held_s)
 
 
 @dataclass(eq=False)
 class _Job(Generic[T]):
     work: Callable[[Connection], T]
     retry: bool
+    heads: frozenset[str] = frozenset()
     future: Future[T] = field(default_factory=Future)
 
 
@@ -64,11 +97,23 @@ class GroupWriter:
         self.batches = 0
         """Transactions committed (or tried) so far: with `writes`, how much was grouped."""
         self.writes = 0
+        self.reorders = 0
+        """Transactions started again to take the log heads in order (several partitions only)."""
+        self.head_holds = HeadHolds()
+        """The head-lock hold time of each transaction this writer committed."""
+        self.call_heads: dict[str, str] = {}
+        """The partition of calls this process admitted (the newest `KNOWN_CALLS`): a hint for their
+        later writes, so they take their head before they run (store.Store)."""
+        self._locked_at: float | None = None
 
-    def run(self, work: Callable[[Connection], T], *, retry: bool = False) -> T:
+    def run(
+        self, work: Callable[[Connection], T], *, retry: bool = False, heads: frozenset[str] = frozenset()
+    ) -> T:
         """Run `work` in the next group transaction; return its result once that has committed.
 
-        `retry`: run it once more (in the same transaction) if it lost a unique-key race.
+        `retry`: run it once more (in the same transaction) if it lost a unique-key race. `heads`: the
+        log partitions it will append to, if known: their heads are taken, in order, before it runs
+        (otherwise a write to a partition whose head it did not hold runs again, see store.log).
 
         Raises:
             whatever `work` raised (its own statements rolled back), or what the COMMIT raised.
@@ -76,9 +121,11 @@ class GroupWriter:
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is not None:  # a write inside a write, on the writer's own thread
             return self._savepointed(conn, _Job(work, retry))
-        return self._submit(work, retry).result()
+        return self._submit(work, retry, heads).result()
 
-    async def run_async(self, work: Callable[[Connection], T], *, retry: bool = False) -> T:
+    async def run_async(
+        self, work: Callable[[Connection], T], *, retry: bool = False, heads: frozenset[str] = frozenset()
+    ) -> T:
         """`run` for a caller on an event loop: it waits for the commit without holding a thread.
 
         Cancelling the caller waits for the write to finish first, as a write run in a worker thread
@@ -89,14 +136,14 @@ class GroupWriter:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # another event loop (trio): wait in a worker thread
-            return await anyio.to_thread.run_sync(functools.partial(self.run, work, retry=retry))
-        future = self._submit(work, retry)
+            return await anyio.to_thread.run_sync(functools.partial(self.run, work, retry=retry, heads=heads))
+        future = self._submit(work, retry, heads)
         with anyio.CancelScope(shield=True):
             result = await asyncio.wrap_future(future)
         return result
 
-    def _submit(self, work: Callable[[Connection], T], retry: bool) -> Future[T]:
-        job: _Job[T] = _Job(work, retry)
+    def _submit(self, work: Callable[[Connection], T], retry: bool, heads: frozenset[str]) -> Future[T]:
+        job: _Job[T] = _Job(work, retry, heads)
         self._ensure_started()
         self._queue.put(job)
         return job.future
@@ -188,39 +235,68 @@ class GroupWriter:
             return
         self.batches += 1
         self.writes += len(batch)
-        done: list[tuple[_Job[Any], Any]] = []
-        failed: list[tuple[_Job[Any], BaseException]] = []
-        try:
-            with self._begin() as conn, self._in_batch(conn):
-                for job in batch:
-                    try:
-                        done.append((job, self._savepointed(conn, job)))
-                    except Exception as error:  # noqa: BLE001 (delivered to its caller, after the commit)
-                        if conn.invalidated:
+        prelock: frozenset[str] = frozenset().union(*(job.heads for job in batch))
+        unordered: PartitionOrder | None = None
+        for _ in range(ORDER_ATTEMPTS):
+            done: list[tuple[_Job[Any], Any]] = []
+            failed: list[tuple[_Job[Any], BaseException]] = []
+            try:
+                with self._begin() as conn, self._in_batch(conn):
+                    lock_heads(conn, prelock)
+                    for job in batch:
+                        try:
+                            done.append((job, self._savepointed(conn, job)))
+                        except PartitionOrder:
                             raise
-                        failed.append((job, error))
-        except BaseException as error:  # the COMMIT (or the connection) failed: nothing is durable
-            for job in batch:
-                if not job.future.done():
-                    job.future.set_exception(error)
-            if not isinstance(error, Exception):
-                raise
+                        except Exception as error:  # noqa: BLE001 (delivered to its caller, after the commit)
+                            if conn.invalidated:
+                                raise
+                            failed.append((job, error))
+            except PartitionOrder as order:  # nothing committed: again, taking every head in order
+                prelock |= order.partitions
+                unordered = order
+                self.reorders += 1
+                continue
+            except BaseException as error:  # the COMMIT (or the connection) failed: nothing is durable
+                self._fail(batch, error)
+                if not isinstance(error, Exception):
+                    raise
+                return
+            self._committed()
+            for job, result in done:
+                job.future.set_result(result)
+            for job, refused in failed:
+                job.future.set_exception(refused)
             return
-        for job, result in done:
-            job.future.set_result(result)
-        for job, refused in failed:
-            job.future.set_exception(refused)
+        assert unordered is not None
+        self._fail(batch, unordered)
+
+    @staticmethod
+    def _fail(batch: list[_Job[Any]], error: BaseException) -> None:
+        for job in batch:
+            if not job.future.done():
+                job.future.set_exception(error)
 
     def _alone(self, job: _Job[Any]) -> None:
         # One write, one transaction, exactly as without group commit: its error rolls it all back.
         self.batches += 1
         self.writes += 1
-        for attempt in range(2):
+        prelock: frozenset[str] = job.heads
+        unordered: PartitionOrder | None = None
+        retried = False
+        for _ in range(ORDER_ATTEMPTS + 1):
             try:
                 with self._begin() as conn, self._in_batch(conn):
+                    lock_heads(conn, prelock)
                     result = job.work(conn)
+            except PartitionOrder as order:
+                prelock |= order.partitions
+                unordered = order
+                self.reorders += 1
+                continue
             except RETRYABLE as lost:
-                if job.retry and attempt == 0:
+                if job.retry and not retried:
+                    retried = True
                     continue
                 job.future.set_exception(lost)
                 return
@@ -229,24 +305,39 @@ class GroupWriter:
                 if not isinstance(error, Exception):
                     raise
                 return
+            self._committed()
             job.future.set_result(result)
             return
+        assert unordered is not None
+        job.future.set_exception(unordered)
 
-    @staticmethod
-    def _savepointed(conn: Connection, job: _Job[T]) -> T:
-        for attempt in range(2):
+    def _savepointed(self, conn: Connection, job: _Job[T]) -> T:
+        retried = False
+        for _ in range(ORDER_ATTEMPTS + 2):
             try:
                 with conn.begin_nested():
                     return job.work(conn)
+            except PartitionOrder as order:
+                # Its statements are rolled back: take the heads it needs (if that can be done without
+                # waiting out of order) and run it again under them; else the transaction starts again.
+                lock_heads(conn, order.partitions)
+                self.reorders += 1
             except RETRYABLE:
-                if not job.retry or attempt == 1 or conn.invalidated:
+                if not job.retry or retried or conn.invalidated:
                     raise
-        raise AssertionError("unreachable")
+                retried = True
+        raise PartitionOrder(frozenset())
 
     @contextmanager
     def _in_batch(self, conn: Connection) -> Iterator[None]:
         self._local.conn = conn
+        self._locked_at = None
         try:
             yield
+            self._locked_at = head_locked_at(conn)  # the COMMIT follows, as this context ends
         finally:
             self._local.conn = None
+
+    def _committed(self) -> None:
+        if self._locked_at is not None:
+            self.head_holds.add(time.perf_counter() - self._locked_at)

@@ -3,57 +3,123 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import ColumnElement, Connection, Row, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Row, bindparam, func, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from store import events as ev
 from store import queues
 from store.model import TERMINAL_STATUSES, CallView, CorruptEvent, StoredEvent, StoreError
+from store.partitions import UNPARTITIONED, Partitioning, scheme_of
 from store.projector import Pending, apply
 from store.raw import Statement
-from store.schema import events, log_head
+from store.schema import events, events_seq, log_head
 from store.views import call_view, load_call
 
 PAGE_SIZE = 1000
 
-# Run on the raw cursor (store.raw), compiled once per dialect. PostgreSQL: a row lock all writers
-# queue on. SQLite: the IMMEDIATE transaction already holds the database's write lock and FOR UPDATE is
-# not rendered.
+# Run on the raw cursor (store.raw), compiled once per dialect. PostgreSQL: a row lock the writers of
+# one partition queue on. SQLite: the IMMEDIATE transaction already holds the database's write lock and
+# FOR UPDATE is not rendered.
 _LOCK_HEAD = Statement(
-    select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.id == 1).with_for_update()
+    select(log_head.c.last_seq, log_head.c.last_hash)
+    .where(log_head.c.partition == bindparam("p"))
+    .with_for_update()
 )
-_MOVE_HEAD = Statement(update(log_head).where(log_head.c.id == 1))  # sets last_seq and last_hash
+# Out of order: taken only if no one holds it (a lock not waited for cannot close a deadlock's cycle).
+_TAKE_HEAD_IF_FREE = Statement(
+    select(log_head.c.last_seq, log_head.c.last_hash)
+    .where(log_head.c.partition == bindparam("p"))
+    .with_for_update(skip_locked=True)
+)
+_MOVE_HEAD = Statement(update(log_head).where(log_head.c.partition == bindparam("p")))
 _INSERT_EVENTS = Statement(events.insert())
+_NEXT_SEQ = Statement(select(events_seq.next_value()))
+_LAST_SEQ = Statement(select(func.max(events.c.seq)))
+
+_HELD = "writ.log_heads"
+"""conn.info key: (the transaction, the partitions whose heads it locked in order, when it took the first)."""
+
+
+class PartitionOrder(StoreError):
+    """A write needs a partition's head it did not hold when it began (PostgreSQL, several
+    partitions), or one below a head its transaction holds: it must run again once `partitions` are
+    held, taken in sorted order (two replicas taking heads in two orders could deadlock)."""
+
+    def __init__(self, partitions: frozenset[str]) -> None:
+        super().__init__(f"the log heads {sorted(partitions)} must be locked in order")
+        self.partitions = partitions
+
+
+@dataclass(slots=True)
+class _Chain:
+    seq: int
+    hash: str
 
 
 class Append:
-    """The events of one transaction: each is sealed onto the chain and projected as it is added.
+    """The events of one transaction: each is sealed onto its partition's chain and projected as it is
+    added (store.partitions).
 
-    Opening one takes the head lock, so every writer of every replica appends in one total order.
+    With one partition (the default), opening one takes the head lock, so every writer of every replica
+    appends in one total order. With several, each partition's head is locked when the first event for
+    it is added, and held to COMMIT: writers to other partitions do not wait.
     """
 
     def __init__(self, conn: Connection) -> None:
-        head = _LOCK_HEAD.one_or_none(conn, {})
-        if head is None:
-            raise StoreError("the store is not migrated: run `writ store migrate`")
         self._conn = conn
-        self._seq: int = head.last_seq
-        self._hash: str = head.last_hash
+        self._scheme = scheme_of(conn.engine)
+        self._chains: dict[str, _Chain] = {}
+        self._next_global: int | None = None
         self._rows: list[dict[str, Any]] = []
         self._pending = Pending()
+        if _CHECKED.get(conn.engine) != self._scheme:
+            _check_scheme(conn, self._scheme)
+        # PostgreSQL, several partitions: what the transaction reads before appending must be read
+        # under the heads it appends to, as with one partition, so a head must be held before the
+        # work began; SQLite's write lock, taken at BEGIN, already covers every read.
+        self._late = None if conn.dialect.name != "postgresql" else frozenset(_held(conn))
+        if self._scheme.single:
+            self._chain(UNPARTITIONED)
+
+    def _chain(self, partition: str) -> _Chain:
+        chain = self._chains.get(partition)
+        if chain is None:
+            if self._late is not None and not self._scheme.single and partition not in self._late:
+                # Locked only now, it would not cover what the work read: start again holding it.
+                raise PartitionOrder(self._late | {partition})
+            chain = self._chains[partition] = lock_head(self._conn, partition)
+        return chain
+
+    def _seq(self, chain: _Chain) -> int:
+        if self._scheme.single:
+            return chain.seq + 1
+        if self._conn.dialect.name == "postgresql":
+            return int(_NEXT_SEQ.one(self._conn, {})[0])
+        if self._next_global is None:  # SQLite: the transaction holds the only write lock
+            self._next_global = int(_LAST_SEQ.one(self._conn, {})[0] or 0)
+        self._next_global += 1
+        return self._next_global
 
     def add(self, event: ev.Event) -> ev.Event:
-        """Seal `event` at the next seq, project it, and return the sealed copy."""
-        sealed, envelope = event.sealed_with_envelope(self._seq + 1, self._hash)
+        """Seal `event` at its partition's next seq, project it, and return the sealed copy."""
+        partition = self._scheme.partition_of(event)
+        chain = self._chain(partition)
+        sealed, envelope = event.sealed_with_envelope(self._seq(chain), chain.hash)
         apply(self._conn, sealed, self._pending)
-        self._rows.append(_row(envelope))
-        self._seq, self._hash = sealed.seq, sealed.hash
+        chain.seq += 1
+        chain.hash = sealed.hash
+        self._rows.append(_row(envelope) | {"partition": partition, "pseq": chain.seq})
         return sealed
 
     def flush(self) -> None:
-        """Write the held projection rows and the sealed events and move the head; the caller commits."""
+        """Write the held projection rows and the sealed events and move the heads; the caller commits."""
         self._pending.write(self._conn)
         # Held full arguments (redacted fields in clear) outlive no call: whichever path settles it
         # (dispatch, reconciliation, a person resolving it, a refusal), they go in the same transaction.
@@ -63,7 +129,10 @@ class Append:
         if not self._rows:
             return
         _INSERT_EVENTS.execute_many(self._conn, self._rows)
-        _MOVE_HEAD.execute(self._conn, {"last_seq": self._seq, "last_hash": self._hash})
+        moved = {row["partition"] for row in self._rows}
+        for partition in sorted(moved):
+            chain = self._chains[partition]
+            _MOVE_HEAD.execute(self._conn, {"p": partition, "last_seq": chain.seq, "last_hash": chain.hash})
         self._rows = []
 
     def call(self, tool_call_id: str) -> CallView:
@@ -79,9 +148,97 @@ class Append:
         return call
 
 
-def row_of(event: ev.Envelope) -> dict[str, Any]:
-    """The events-table row of a sealed event; the payload is the canonical JSON that was hashed."""
-    return _row(event.envelope())
+_CHECKED: WeakKeyDictionary[Engine, Partitioning] = WeakKeyDictionary()
+
+
+def _check_scheme(conn: Connection, scheme: Partitioning) -> None:
+    """Once per engine: a log written with partitions cannot go back to one, and the first append
+    with partitions on PostgreSQL moves `events_seq` past the seqs one partition gave."""
+    if scheme.single:
+        if conn.execute(select(log_head.c.partition).where(log_head.c.partition != "").limit(1)).first():
+            raise StoreError(
+                "the log has several partitions: keep store.log.partition_by as it was set "
+                "(a log cannot go back to one partition)"
+            )
+    elif conn.dialect.name == "postgresql":
+        conn.execute(
+            text(
+                "SELECT setval('events_seq', m) FROM (SELECT max(seq) AS m FROM events) AS x "
+                "WHERE m >= (SELECT last_value FROM events_seq)"
+            )
+        )
+    _CHECKED[conn.engine] = scheme
+
+
+def lock_head(conn: Connection, partition: str) -> _Chain:
+    """Lock `partition`'s head for the rest of the transaction (made at genesis if it is new).
+
+    A head that sorts before one the transaction holds is taken only if it is free, since waiting
+    for it could deadlock with a transaction taking the two in order.
+
+    Raises:
+        PartitionOrder: on PostgreSQL, the transaction holds a head that sorts after it, and this one
+            is held by another transaction (or does not exist yet).
+        StoreError: the store is not migrated.
+    """
+    held = _held(conn)
+    if held and partition not in held and partition < max(held) and conn.dialect.name == "postgresql":
+        head = _TAKE_HEAD_IF_FREE.one_or_none(conn, {"p": partition})
+        if head is None:
+            raise PartitionOrder(frozenset(held) | {partition})
+    else:
+        head = _LOCK_HEAD.one_or_none(conn, {"p": partition})
+    if head is None:
+        if partition == UNPARTITIONED:
+            raise StoreError("the store is not migrated: run `writ store migrate`")
+        _create_head(conn, partition)
+        head = _LOCK_HEAD.one(conn, {"p": partition})
+    if not held:
+        conn.info[_HELD] = (conn.get_transaction(), held, time.perf_counter())
+    if partition not in held:
+        held.append(partition)
+    return _Chain(head.last_seq, head.last_hash)
+
+
+def lock_heads(conn: Connection, partitions: Iterable[str]) -> None:
+    """Lock the heads of `partitions` in sorted order: what a transaction told `PartitionOrder` does.
+
+    Raises:
+        PartitionOrder: one sorts below a head already held and another transaction holds it.
+    """
+    for partition in sorted(set(partitions)):
+        lock_head(conn, partition)
+
+
+def lock_all_heads(conn: Connection) -> None:
+    """Lock every partition's head (in order): no append lands until the transaction ends."""
+    lock_heads(conn, conn.execute(select(log_head.c.partition)).scalars())
+
+
+def _held(conn: Connection) -> list[str]:
+    transaction = conn.get_transaction()
+    kept = conn.info.get(_HELD)
+    if kept is None or kept[0] is not transaction:
+        kept = conn.info[_HELD] = (transaction, [], None)
+    held: list[str] = kept[1]
+    return held
+
+
+def head_locked_at(conn: Connection) -> float | None:
+    """When (`time.perf_counter`) the open transaction took its first log head (None: it took none)."""
+    kept = conn.info.get(_HELD)
+    if kept is None or kept[0] is not conn.get_transaction():
+        return None
+    locked_at: float | None = kept[2]
+    return locked_at
+
+
+def _create_head(conn: Connection, partition: str) -> None:
+    values = {"partition": partition, "last_seq": 0, "last_hash": ev.GENESIS_HASH}
+    if conn.dialect.name == "postgresql":
+        conn.execute(pg_insert(log_head).values(values).on_conflict_do_nothing())
+    else:
+        conn.execute(sqlite_insert(log_head).values(values).on_conflict_do_nothing())
 
 
 def _row(envelope: dict[str, Any]) -> dict[str, Any]:

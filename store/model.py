@@ -580,6 +580,9 @@ class Anchor:
     digests: tuple[str, ...]
     source: str
     """Where the checkpoint came from (file and line, key id), for messages."""
+    heads: tuple[tuple[str, int, str], ...] = ()
+    """(partition, its seq, its hash) of every other partition of the log at the checkpoint: the
+    fields above vouch for partition "" (the whole log unless it is partitioned)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,6 +645,8 @@ class AuditReport:
     differing_tables: tuple[str, ...] = ()
     """Every projection with at least one differing row, the first difference's table first."""
     grammar_violation: GrammarViolation | None = None
+    partition: str | None = None
+    """The partition of the log whose chain `problem` is in ("": the whole log unless partitioned)."""
 
     @property
     def ok(self) -> bool:

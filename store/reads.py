@@ -19,6 +19,7 @@ from store.events import parse_ts
 from store.exporting import EventFilter, conditions
 from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
 from store.model import Anchor, ApprovalView, AuditReport, CallView, StoredEvent, StoreError
+from store.partitions import UNPARTITIONED
 from store.schema import approvals, budget_counters, effect_ledger, events, runs, tool_calls
 from store.schema import log_head as head_row
 from store.views import approval_view, call_view, load_approval, load_call
@@ -208,21 +209,31 @@ class Reads:
             return audit.verify(conn, anchors, archive)
 
     def log_head(self) -> tuple[int, str]:
-        """The seq and hash of the newest event, as the head records them ((0, genesis) when empty)."""
+        """The seq and hash of the newest event of partition "" (the whole log unless partitioned), as
+        the head records them ((0, genesis) when empty)."""
         with self._read() as conn:
-            head = conn.execute(select(head_row.c.last_seq, head_row.c.last_hash)).one_or_none()
+            head = conn.execute(
+                select(head_row.c.last_seq, head_row.c.last_hash).where(head_row.c.partition == UNPARTITIONED)
+            ).one_or_none()
         if head is None:
             raise StoreError("the log head row is missing: run `writ audit verify`")
         return head.last_seq, head.last_hash
 
+    def partition_heads(self) -> dict[str, tuple[int, str]]:
+        """Every partition's head: its seq and hash (one, "", unless the log is partitioned)."""
+        with self._read() as conn:
+            rows = conn.execute(select(head_row.c.partition, head_row.c.last_seq, head_row.c.last_hash))
+            return {row.partition: (row.last_seq, row.last_hash) for row in rows}
+
     def event_hashes(self, after_seq: int, upto_seq: int) -> list[str]:
-        """The hashes of the events after `after_seq` up to `upto_seq`, in seq order."""
+        """The hashes of partition ""'s events after `after_seq` up to `upto_seq`, in its seq order."""
         hashes: list[str] = []
+        pseq, unpartitioned = events.c.pseq, events.c.partition == UNPARTITIONED
         while after_seq < upto_seq:
             query = (
-                select(events.c.seq, events.c.hash)
-                .where(events.c.seq > after_seq, events.c.seq <= upto_seq)
-                .order_by(events.c.seq)
+                select(pseq.label("seq"), events.c.hash)
+                .where(unpartitioned, pseq > after_seq, pseq <= upto_seq)
+                .order_by(pseq)
                 .limit(PAGE_SIZE)
             )
             with self._read() as conn:

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Sequence,
     String,
     Table,
     Text,
@@ -73,7 +74,10 @@ metadata = MetaData()
 events = Table(
     "events",
     metadata,
-    # Assigned from log_head under its lock, never by a sequence: a sequence can leave gaps.
+    # The log's global order. One partition: assigned from its head under its lock, never by a
+    # sequence (a sequence can leave gaps), so it equals `pseq`. Several: from `events_seq` on
+    # PostgreSQL (taken under the partition's head lock, so it grows along each chain) and the next
+    # after the largest on SQLite (one writer at a time).
     # On SQLite INTEGER PRIMARY KEY: the rowid itself, so the table needs no index of seq beside it.
     Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
     # Not indexed: nothing looks an event up by its id (UUIDv7s, minted by the writer).
@@ -96,16 +100,26 @@ events = Table(
     # Bytes, not hex text: half the size; the hash is still computed over the hex spelling.
     Column("prev_hash", HexDigest, nullable=False),
     Column("hash", HexDigest, nullable=False),
+    # The chain the event is sealed on (store.partitions) and its place in it: each partition has its
+    # own head row, seq from 1 without gaps and hash chain. "" is the one partition of an unpartitioned
+    # log (every log written before partitions) and the partition of events of no tenant.
+    Column("partition", String(160), nullable=False, server_default=""),
+    Column("pseq", BigInteger, nullable=False),
+    Index("ux_events_partition_pseq", "partition", "pseq", unique=True),
     Index("ix_events_run_id", "run_id"),
     Index("ix_events_tool_call_id", "tool_call_id"),
     # (tenant, seq): one tenant's events in log order, as the audit export pages them.
     Index("ix_events_tenant_seq", "tenant", "seq"),
 )
 
+# PostgreSQL: the global seq of a partitioned log (no lock, so partitions do not queue on one row).
+events_seq = Sequence("events_seq", metadata=metadata)
+
 log_head = Table(
     "log_head",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
+    # One row per partition of the log: its last pseq and hash. Writers lock the rows they append to.
+    Column("partition", String(160), primary_key=True),
     Column("last_seq", BigInteger, nullable=False),
     Column("last_hash", HexDigest, nullable=False),
 )

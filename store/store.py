@@ -17,16 +17,17 @@ from store import approving, confirming, ports, recording, revoking, security
 from store import archive as archiving
 from store import events as ev
 from store import oauth_clients as client_records
-from store.batching import GroupWriter
+from store.batching import KNOWN_CALLS, GroupWriter
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
-from store.log import Append, envelope_of, read_pages
+from store.log import envelope_of, lock_all_heads, read_pages
 from store.model import (
     Admission,
     ApprovalView,
     ApprovedDenial,
     ApprovedDispatch,
+    CallIdentity,
     CallRequest,
     CallView,
     ConfirmationAnswer,
@@ -37,12 +38,13 @@ from store.model import (
     Unavailable,
 )
 from store.oauth import OAuthRecords
+from store.partitions import SINGLE, UNPARTITIONED, Partitioning, configure, scheme_of
 from store.projector import apply
 from store.queues import Queues
 from store.rate_limits import RateLimits
 from store.reads import Reads
 from store.running import Runs
-from store.schema import PROJECTION_TABLES, events
+from store.schema import PROJECTION_TABLES, events, log_head
 from store.settling import Settlement
 
 if TYPE_CHECKING:  # the schema methods load Alembic: `writ --help` and `writ token` need none of it
@@ -90,7 +92,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         self._writer = writer or GroupWriter(engine)
 
     @classmethod
-    def open(cls, url: str, *, producer: str = PRODUCER, **engine: Unpack[EngineOptions]) -> Store:
+    def open(
+        cls,
+        url: str,
+        *,
+        producer: str = PRODUCER,
+        partitioning: Partitioning = SINGLE,
+        **engine: Unpack[EngineOptions],
+    ) -> Store:
         """Connect lazily to `sqlite:///path` or `postgresql://...`.
 
         `durable=False` relaxes SQLite's fsyncs. On PostgreSQL, a session idle inside a transaction for
@@ -98,9 +107,11 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         log head at most that long (0 leaves the server's setting); a pooled connection unused for longer
         than `ping_after_idle_s` is checked before it is used again; a process keeps `pool_size`
         connections and opens at most `max_overflow` more (defaults: `store.db`). Every event it records
-        names `producer`.
+        names `producer`. `partitioning` chooses the log's partitions (store.partitions; one by default).
         """
-        return cls(create_store_engine(url, **engine), producer=producer)
+        opened = create_store_engine(url, **engine)
+        configure(opened, partitioning)
+        return cls(opened, producer=producer)
 
     @property
     def engine(self) -> Engine:
@@ -179,14 +190,21 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
     def admit(self, req: CallRequest) -> Admission:
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""
         _aware(req.identity.now)
-        return self._write_retrying(lambda conn: recording.admit(conn, req, producer=self._producer))
+        with _translated():
+            return self._writer.run(
+                lambda conn: recording.admit(conn, req, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(req.identity),
+            )
 
     async def admit_async(self, req: CallRequest) -> Admission:
         """`admit` for a caller on an event loop, which waits for the group commit without a thread."""
         _aware(req.identity.now)
         with _translated():
             return await self._writer.run_async(
-                lambda conn: recording.admit(conn, req, producer=self._producer), retry=True
+                lambda conn: recording.admit(conn, req, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(req.identity),
             )
 
     def admissible_read(self, req: CallRequest) -> bool:
@@ -202,14 +220,21 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
         ran out since `admissible_read`.
         """
         _aware(rec.observed_at)
-        return self._write_retrying(lambda conn: recording.record_read(conn, rec, producer=self._producer))
+        with _translated():
+            return self._writer.run(
+                lambda conn: recording.record_read(conn, rec, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(rec.request.identity),
+            )
 
     async def record_read_async(self, rec: ReadRecord) -> Admission:
         """`record_read` for a caller on an event loop (see `admit_async`)."""
         _aware(rec.observed_at)
         with _translated():
             return await self._writer.run_async(
-                lambda conn: recording.record_read(conn, rec, producer=self._producer), retry=True
+                lambda conn: recording.record_read(conn, rec, producer=self._producer),
+                retry=True,
+                heads=self._heads_of(rec.request.identity),
             )
 
     def refuse(self, req: RefusalRequest) -> CallView:
@@ -225,14 +250,20 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
             StaleLease: the call is not `dispatching` (settled, recovered, or never dispatched), or a
                 newer lease fenced this token.
         """
-        return self._write(cmd.now, lambda conn: recording.record_outcome(conn, cmd, producer=self._producer))
+        _aware(cmd.now)
+        with _translated():
+            return self._writer.run(
+                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer),
+                heads=self._heads_known(cmd.tool_call_id),
+            )
 
     async def record_outcome_async(self, cmd: RecordOutcome) -> CallView:
         """`record_outcome` for a caller on an event loop (see `admit_async`)."""
         _aware(cmd.now)
         with _translated():
             return await self._writer.run_async(
-                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer)
+                lambda conn: recording.record_outcome(conn, cmd, producer=self._producer),
+                heads=self._heads_known(cmd.tool_call_id),
             )
 
     def decide_approval(self, cmd: DecideApproval) -> ApprovalView:
@@ -378,7 +409,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
             ArchiveError: the log's beginning was archived and `archive` does not hold it.
         """
         with _translated(), self._engine.begin() as conn:
-            Append(conn)  # holds the head lock so no write lands halfway through the replay
+            lock_all_heads(conn)  # so no write lands halfway through the replay
             done = archiving.archived_seq(archive)
             first = conn.execute(select(func.min(events.c.seq))).scalar()
             if first is not None and first > done + 1:
@@ -411,11 +442,36 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
 
         Raises:
             ArchiveError: `directory` does not hold the archive of this log's beginning.
+            StoreError: the log is partitioned (`store.log.partition_by`), which archiving does not
+                walk yet.
         """
         _aware(before)
         with _translated(), self._engine.begin() as conn:
-            Append(conn)  # one archiver at a time, and the manifest written in log order
+            lock_all_heads(conn)  # one archiver at a time, and the manifest written in log order
+            partitions = set(conn.execute(select(log_head.c.partition)).scalars())
+            if partitions - {UNPARTITIONED} or not scheme_of(self._engine).single:
+                raise StoreError(
+                    "writ store archive moves segments of a log of one chain; this log is partitioned "
+                    "(store.log.partition_by), and archiving its chains one by one is not built yet"
+                )
             return archiving.archive(conn, directory, upto_seq=upto_seq, before=before, limit=limit)
+
+    def _heads_of(self, identity: CallIdentity) -> frozenset[str]:
+        """The partition a call's events go to, remembered for its later writes (a hint: see
+        `GroupWriter.run`); none with one partition, whose head every write takes first anyway."""
+        scheme = scheme_of(self._engine)
+        if scheme.single:
+            return frozenset()
+        partition = scheme.partition_for(identity.tenant, identity.run_id, identity.tool_call_id)
+        known = self._writer.call_heads
+        if len(known) >= KNOWN_CALLS:
+            del known[next(iter(known))]
+        known[identity.tool_call_id] = partition
+        return frozenset((partition,))
+
+    def _heads_known(self, tool_call_id: str) -> frozenset[str]:
+        partition = self._writer.call_heads.get(tool_call_id)
+        return frozenset() if partition is None else frozenset((partition,))
 
     def _write(self, now: datetime, work: Callable[[Connection], T]) -> T:
         """Run `work` in a write transaction, committed with whatever else the process is writing.

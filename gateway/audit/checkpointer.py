@@ -80,6 +80,8 @@ class Checkpointer:
         self._log, self._signer, self._directory, self._trusted = log, signer, directory, trusted
         self._clock, self._every_events, self._every_s = clock, every_events, every_s
         self._last_seq: int | None = None  # unknown until the first pass reads the directory
+        self._last_total = 0
+        """Events of every partition the newest checkpoint vouches for (its seq alone with one)."""
         self._last_at: datetime | None = None
 
     async def tick(self) -> Checkpoint | None:
@@ -88,23 +90,29 @@ class Checkpointer:
 
     def pass_once(self) -> Checkpoint | None:
         """`tick`, on the calling thread (the store and the files are blocking)."""
-        seq, _ = self._log.log_head()
-        self._head_seq = seq
+        heads = self._log.partition_heads()
+        seq = heads.get("", (0, ""))[0]
+        # Progress counts every partition's events: a partitioned log grows mostly outside "".
+        total = sum(at for at, _ in heads.values())
+        self._head_seq = total
         keys = trusted_keys(self._trusted)
         if self._last_seq is None:
             found = read_all([self._directory], keys) if Path(self._directory).is_dir() else []
-            self._last_seq = newest_seq(found, self._log.event_hashes(0, 1)[0]) if seq else 0
+            log_id = self._log.event_hashes(0, 1)[0] if seq else ""
+            self._last_seq = newest_seq(found, log_id) if seq else 0
             self._anchored_at = _newest_time(found, self._last_seq)
+            ours = [c for c in found if c.anchor.log_id == log_id and c.anchor.seq == self._last_seq]
+            self._last_total = max((_total(c) for c in ours), default=0)
         now = self._clock()
-        if seq == 0 or seq == self._last_seq:
+        if seq == 0 or total == self._last_total:
             return None  # idle: nothing new to vouch for
         waited = self._last_at is None or (now - self._last_at).total_seconds() >= self._every_s
-        if seq - self._last_seq < self._every_events and not waited:
+        if total - self._last_total < self._every_events and not waited:
             return None
         made, path = write_checkpoint(
             self._log, self._signer, self._directory, keys, now, previous=self._last_seq
         )
-        self._last_seq, self._last_at = made.anchor.seq, now
+        self._last_seq, self._last_total, self._last_at = made.anchor.seq, _total(made), now
         self._anchored_at = now
         logger.info("checkpoint at seq %d (kid %s) appended to %s", made.anchor.seq, made.kid, path)
         if self._outbox is not None:
@@ -117,11 +125,15 @@ class Checkpointer:
         """
         if self._last_seq is None:
             return None
-        if self._head_seq <= self._last_seq:
+        if self._head_seq <= self._last_total:
             return 0.0
         if self._anchored_at is None:
             return None
         return max((self._clock() - self._anchored_at).total_seconds(), 0.0)
+
+
+def _total(checkpoint: Checkpoint) -> int:
+    return checkpoint.anchor.seq + sum(at for _, at, _ in checkpoint.anchor.heads)
 
 
 def _newest_time(found: list[Checkpoint], seq: int) -> datetime | None:

@@ -19,7 +19,7 @@ import binascii
 import json
 import os
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -107,9 +107,19 @@ class CheckpointSigner:
         return CheckpointSigner(key, self._key_file, self._trusted_keys)
 
     def sign(
-        self, *, log_id: str, seq: int, hash_: str, from_seq: int, hashes: Sequence[str], now: datetime
+        self,
+        *,
+        log_id: str,
+        seq: int,
+        hash_: str,
+        from_seq: int,
+        hashes: Sequence[str],
+        now: datetime,
+        heads: Mapping[str, tuple[int, str]] | None = None,
     ) -> str:
         """A checkpoint of the log at `seq`; `hashes` are the event hashes of seqs `from_seq`+1 to `seq`.
+
+        `heads`: the seq and hash of every other partition's head (a partitioned log), signed with it.
 
         Raises:
             CheckpointError: the log is empty, the range is wider than `MAX_COVER`, or `hashes` does not
@@ -133,6 +143,8 @@ class CheckpointSigner:
             "digests": base64.urlsafe_b64encode(digests).rstrip(b"=").decode("ascii"),
             "writer": f"{socket.gethostname()}:{os.getpid()}",
         }
+        if heads:  # absent for a log of one partition: such a checkpoint reads as before partitions
+            payload["heads"] = {name: [at, digest] for name, (at, digest) in sorted(heads.items())}
         header = {"alg": ALGORITHM, "kid": self.kid, "typ": TYPE}
         return jws.serialize_compact(
             header, canonical_json(payload).encode("utf-8"), self._key, algorithms=[ALGORITHM]
@@ -266,8 +278,25 @@ def _checkpoint(payload: dict[str, Any], kid: str, source: str) -> Checkpoint:
         raise ValueError(f"digests must cover seqs {from_seq + 1} to {seq}")
     digests = tuple(raw[i : i + DIGEST_BYTES].hex() for i in range(0, len(raw), DIGEST_BYTES))
     at = str(payload["at"])
-    anchor = Anchor(log_id, seq, hash_, from_seq, digests, source=f"{source} (kid {kid}, made {at})")
+    signed_heads = payload.get("heads", {})
+    if not isinstance(signed_heads, dict):
+        raise ValueError("heads must map each partition to its [seq, hash]")
+    heads = tuple((str(name), *_head(given)) for name, given in sorted(signed_heads.items()))
+    source = f"{source} (kid {kid}, made {at})"
+    anchor = Anchor(log_id, seq, hash_, from_seq, digests, source=source, heads=heads)
     return Checkpoint(anchor, kid, at, str(payload["writer"]))
+
+
+def _head(given: Any) -> tuple[int, str]:
+    if not (
+        isinstance(given, list)
+        and len(given) == 2
+        and isinstance(given[0], int)
+        and given[0] >= 1
+        and isinstance(given[1], str)
+    ):
+        raise ValueError("each partition's head must be [seq, hash] with seq >= 1")
+    return given[0], given[1]
 
 
 def _b64decode(text: str) -> bytes:
@@ -336,7 +365,10 @@ def write_checkpoint(
         previous = newest_seq(read_all([directory], keys) if Path(directory).is_dir() else [], log_id)
     from_seq = max(min(previous, seq - 1), seq - MAX_COVER, 0)
     hashes = log.event_hashes(from_seq, seq)
-    line = signer.sign(log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now)
+    heads = {name: head for name, head in log.partition_heads().items() if name and head[0] > 0}
+    line = signer.sign(
+        log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now, heads=heads
+    )
     path = append(directory, line, now)
     return parse(line, keys, f"{path}"), path
 

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import Connection, Table, delete, insert, select, update
 
 from store import Store
 from store.canonical import canonical_json
 from store.events import Envelope, ToolCallDenied, ToolCallDeniedEvent
 from store.schema import events, log_head
+
+
+def _insert(conn: Connection, placed: list[dict[str, Any]] | Iterable[dict[str, Any]]) -> None:
+    """Insert event rows at their seq in the one partition "", as an attacker of a log of one would."""
+    conn.execute(insert(events), [{**row, "partition": "", "pseq": row["seq"]} for row in placed])
 
 
 def rows(store: Store) -> list[dict[str, Any]]:
@@ -47,7 +53,7 @@ def insert_forged_event(store: Store, seq: int) -> None:
     forged_row["payload"] = canonical_json(forged_row["payload"])
     with store.engine.begin() as conn:
         conn.execute(delete(events).where(events.c.seq >= seq))
-        conn.execute(insert(events), [forged_row, *({**r, "seq": r["seq"] + 1} for r in moved)])
+        _insert(conn, [forged_row, *({**r, "seq": r["seq"] + 1} for r in moved)])
 
 
 def append_forged_event(store: Store) -> None:
@@ -59,7 +65,7 @@ def append_forged_event(store: Store) -> None:
     forged_row = forged.envelope()
     forged_row["payload"] = canonical_json(forged_row["payload"])
     with store.engine.begin() as conn:
-        conn.execute(insert(events), [forged_row])
+        _insert(conn, [forged_row])
 
 
 def insert_before_the_first(store: Store, seq: int = 0) -> None:
@@ -71,7 +77,7 @@ def insert_before_the_first(store: Store, seq: int = 0) -> None:
     forged_row = forged.envelope()
     forged_row["payload"] = canonical_json(forged_row["payload"])
     with store.engine.begin() as conn:
-        conn.execute(insert(events), [forged_row])
+        _insert(conn, [forged_row])
 
 
 def set_payload_text(store: Store, seq: int, text: str) -> None:
@@ -91,7 +97,7 @@ def swap_events(store: Store, seq: int) -> None:
     first, second = everything[seq], everything[seq + 1]
     with store.engine.begin() as conn:
         conn.execute(delete(events).where(events.c.seq.in_([seq, seq + 1])))
-        conn.execute(insert(events), [{**second, "seq": seq}, {**first, "seq": seq + 1}])
+        _insert(conn, [{**second, "seq": seq}, {**first, "seq": seq + 1}])
 
 
 def delete_and_renumber(store: Store, seq: int) -> None:
@@ -99,7 +105,7 @@ def delete_and_renumber(store: Store, seq: int) -> None:
     moved = [r for r in rows(store) if r["seq"] > seq]
     with store.engine.begin() as conn:
         conn.execute(delete(events).where(events.c.seq >= seq))
-        conn.execute(insert(events), [{**r, "seq": r["seq"] - 1} for r in moved])
+        _insert(conn, [{**r, "seq": r["seq"] - 1} for r in moved])
 
 
 def rewrite_with_recomputed_hash(store: Store, seq: int) -> None:
@@ -134,7 +140,7 @@ def as_written_before_rfc8785(store: Store, upto: int | None = None) -> None:
         prev_hash = envelope["hash"]
     with store.engine.begin() as conn:
         conn.execute(delete(events))
-        conn.execute(insert(events), resealed)
+        _insert(conn, resealed)
         conn.execute(update(log_head).values(last_hash=prev_hash))
 
 
@@ -155,7 +161,7 @@ def rewrite_from(store: Store, seq: int) -> None:
         prev_hash = envelope["hash"]
     with store.engine.begin() as conn:
         conn.execute(delete(events).where(events.c.seq >= seq))
-        conn.execute(insert(events), resealed)
+        _insert(conn, resealed)
         conn.execute(update(log_head).values(last_hash=prev_hash))
 
 
@@ -224,6 +230,6 @@ def inject_resealed(store: Store, seq: int, forged: Envelope) -> None:
         prev_hash = envelope["hash"]
     with store.engine.begin() as conn:
         conn.execute(delete(events).where(events.c.seq >= seq))
-        conn.execute(insert(events), resealed)
+        _insert(conn, resealed)
         conn.execute(update(log_head).values(last_seq=resealed[-1]["seq"], last_hash=prev_hash))
     store.rebuild()

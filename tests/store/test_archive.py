@@ -149,7 +149,8 @@ def test_a_run_that_died_after_writing_its_file_is_completed_by_the_next(
     segment = store.archive(tmp_path, upto_seq=7, before=LATER)
     assert segment is not None
     with store.engine.begin() as conn:  # as if the deletion had not committed
-        conn.execute(events.insert(), [dict(r) for r in _archived_rows(tmp_path / segment.file)])
+        rows = _archived_rows(tmp_path / segment.file)
+        conn.execute(events.insert(), [r | {"partition": "", "pseq": r["seq"]} for r in rows])
     assert in_database(store) == (1, 10)
     assert store.verify(archive=tmp_path).ok  # the leftovers are the file's events: not read twice
 
