@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,14 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--tree", help="run the gateway from this source tree")
     parser.add_argument("--sse", action="store_true", help="json_response: false (SSE answers)")
+    parser.add_argument(
+        "--gil", action="store_true", help="sample only the thread holding the GIL (Python CPU, no waits)"
+    )
+    parser.add_argument(
+        "--upstream-mcp",
+        action="store_true",
+        help="tools from an upstream MCP server (issue 16)",
+    )
     parser.add_argument("--out", default=None, help="directory for the raw profile (default: a temp dir)")
     args = parser.parse_args()
     if args.tree:
@@ -66,10 +75,21 @@ def main() -> None:
     json_response = False if args.sse else None
     with (
         processes.backend(out / "backend") as backend,
+        contextlib.ExitStack() as stack,
         processes.store_url(args.store, out) as url,
-        processes.gateway(out / "gateway", backend.url, url, json_response=json_response) as gateway,
     ):
-        session = load.through_writ(gateway.mcp_url, gateway.token(), args.op, "2026-07-28")
+        upstream = None
+        if args.upstream_mcp:
+            upstream = stack.enter_context(processes.bare_proxy(out / "upstream", backend.url)).mcp_url
+        gateway = stack.enter_context(
+            processes.gateway(
+                out / "gateway", backend.url, url, json_response=json_response, upstream_mcp=upstream
+            )
+        )
+        agent = upstream is not None
+        session = load.through_writ(
+            gateway.mcp_url, gateway.token(), args.op, "2026-07-28", agent_reads=agent, agent_writes=agent
+        )
 
         async def drive() -> int:
             async with session() as call:
@@ -91,6 +111,7 @@ def main() -> None:
                         "--output",
                         str(raw),
                         "--nonblocking",
+                        *(["--gil"] if args.gil else []),
                     ],
                     stdout=subprocess.DEVNULL,
                 )

@@ -73,6 +73,8 @@ def bounded_responses(limit: int) -> Callable[[httpx2.Response], Awaitable[None]
         content_type = response.headers.get("content-type", "")
         if content_type.partition(";")[0].strip().lower() == "text/event-stream":
             return
+        if _declared_within(response, limit):
+            return
         # The body is decoded here, through a response built on the same headers and raw stream, so
         # the limit counts decoded bytes; the outer response then must not decode it again.
         source = httpx2.Response(
@@ -84,3 +86,14 @@ def bounded_responses(limit: int) -> Callable[[httpx2.Response], Awaitable[None]
                 del response.headers[name]
 
     return bound
+
+
+def _declared_within(response: httpx2.Response, limit: int) -> bool:
+    """Whether the body is bounded already: not encoded, with a `Content-Length` within `limit`.
+
+    HTTP/1.1 framing (h11) and HTTP/2 (h2) hand on no more than the declared length, so such a body
+    needs no counter; this spares every ordinary answer a second response object and stream.
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    length = response.headers.get("content-length", "")
+    return encoding == "identity" and length.isascii() and length.isdigit() and int(length) <= limit

@@ -393,23 +393,23 @@ class McpExecutor:
         """The outcome of an upstream tool's answer."""
         read_only = invocation.capability.effect == "read"
         # An upstream that echoes its credential (plain, JSON-escaped, URL- or base64-encoded) must
-        # not put it into the result, which is recorded and returned to the client.
-        tool_result = ToolResult.from_json(
-            self._credentials.scrub_json(
-                ToolResult(
-                    content=tuple(
-                        block.model_dump(by_alias=True, exclude_none=True) for block in result.content
-                    ),
-                    structured=(
-                        result.structured_content if isinstance(result.structured_content, dict) else None
-                    ),
-                    is_error=result.is_error,
-                ).to_json()
-            )
+        # not put it into the result, which is recorded and returned to the client. The result is
+        # dumped once, as the JSON the rest of Writ keeps, and checked once.
+        body: dict[str, Any] = self._credentials.scrub_json(
+            {
+                "content": [block.model_dump(by_alias=True, exclude_none=True) for block in result.content],
+                "structuredContent": (
+                    result.structured_content if isinstance(result.structured_content, dict) else None
+                ),
+                "isError": result.is_error,
+            }
         )
-        if not is_json(tool_result.to_json()):  # the SDK parses NaN and Infinity
+        if not is_json(body):  # the SDK parses NaN and Infinity
             detail = f"{self.name}: the result holds NaN or Infinity, which JSON cannot carry"
             return unanswered_outcome(invocation, read_only, "invalid_response", detail)
+        tool_result = ToolResult(
+            content=tuple(body["content"]), structured=body["structuredContent"], is_error=result.is_error
+        )
         if result.is_error:
             return Outcome(
                 "failed",

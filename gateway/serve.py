@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 
 import uvicorn
@@ -34,6 +35,11 @@ def uvicorn_config(app: ASGIApp, server: ServerConfig) -> uvicorn.Config:
 def serve_http(config: WritConfig) -> None:
     runtime = build_runtime(config)
     server = uvicorn.Server(uvicorn_config(build_app(runtime), config.server))
+    # What startup built (modules, config, policy, models) lives as long as the process: frozen, the
+    # collector no longer walks it in every full collection, which under load cost about 0.5 ms of
+    # CPU per call (bench/README.md, "Gateway CPU per read").
+    gc.collect()
+    gc.freeze()
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     if not server.started:  # as `uvicorn.run` does: the port was taken, or the lifespan failed

@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from capabilities.contract import Capability
 from gateway.errors import ConfigurationError
@@ -27,9 +27,18 @@ MIN_ECHO_CHARS = 4
 """A shorter redacted string is withheld only where a whole string equals it: inside longer text it
 would match by chance (and withholding it would garble the rest)."""
 
-__all__ = ["Redactor", "action_hash", "canonical_json", "contract_hash", "derived_key", "new_id"]
+__all__ = [
+    "PerCapability",
+    "Redactor",
+    "action_hash",
+    "canonical_json",
+    "contract_hash",
+    "derived_key",
+    "new_id",
+]
 
 Spelling = Callable[[Any], str]
+_V = TypeVar("_V")
 SPELLINGS: tuple[Spelling, ...] = (canonical_json, legacy_json)
 """Every JSON spelling a stored hash may have been computed over: RFC 8785 now, `legacy_json` before.
 
@@ -39,8 +48,38 @@ contract hash, and every action hash with it, differs between the two).
 """
 
 
+class PerCapability(Generic[_V]):
+    """Values computed once per capability object (a `Capability` is immutable, but not hashable: its
+    schema is a mapping), so that a call does not redo the canonical JSON of its capability's schema.
+
+    Keyed by identity and holding the capability, so an id is never reused while its entry lives;
+    a rediscovered capability is a new object and gets a new entry. Bounded: cleared when full.
+    """
+
+    def __init__(self, compute: Callable[[Capability], _V], *, limit: int = 4096) -> None:
+        self._compute = compute
+        self._limit = limit
+        self._values: dict[int, tuple[Capability, _V]] = {}
+
+    def __call__(self, capability: Capability) -> _V:
+        entry = self._values.get(id(capability))
+        if entry is not None and entry[0] is capability:
+            return entry[1]
+        value = self._compute(capability)
+        if len(self._values) >= self._limit:
+            self._values.clear()
+        self._values[id(capability)] = (capability, value)
+        return value
+
+
 def contract_hash(capability: Capability, *, spelling: Spelling = canonical_json) -> str:
     """sha256 over what the capability does with a call: everything but its labels."""
+    if spelling is canonical_json:
+        return _contract_hashes(capability)
+    return _contract_hash(capability, spelling)
+
+
+def _contract_hash(capability: Capability, spelling: Spelling) -> str:
     body = spelling(
         {
             "id": capability.id,
@@ -59,6 +98,11 @@ def contract_hash(capability: Capability, *, spelling: Spelling = canonical_json
         }
     )
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+_contract_hashes: PerCapability[str] = PerCapability(
+    lambda capability: _contract_hash(capability, canonical_json)
+)
 
 
 def action_hash(

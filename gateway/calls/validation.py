@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from capabilities.contract import Capability
-from gateway.calls.actions import canonical_json
+from gateway.calls.actions import PerCapability, canonical_json
 from gateway.errors import ConfigurationError
 
 MAX_ERRORS = 10
@@ -25,13 +25,17 @@ class InputSchemas:
 
     def __init__(self) -> None:
         self._validators: dict[tuple[str, str], Draft202012Validator] = {}
+        self._of: PerCapability[Draft202012Validator] = PerCapability(self._validator)
 
     def check(self, capability: Capability) -> Draft202012Validator:
-        """The validator for `capability`.
+        """The validator for `capability`, found without spelling its schema again on every call.
 
         Raises:
             ConfigurationError: its input schema is not a valid JSON Schema.
         """
+        return self._of(capability)
+
+    def _validator(self, capability: Capability) -> Draft202012Validator:
         # An upstream MCP server may change a tool's schema under the same version (Writ discovers it
         # again), so the schema itself is part of the key.
         key = (capability.ref, canonical_json(capability.input_schema))

@@ -267,7 +267,10 @@ class McpFace:
             return {"resultType": "task", **(await self._task(report.call))}
         if (missing := missing_capability(report)) is not None:
             raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, *missing)
-        return types.CallToolResult.model_validate(shape_report(report))
+        # Handed on as JSON: the SDK validates a handler's result against the protocol's surface and
+        # dumps it once itself, so a model built here would be validated and dumped twice. The
+        # `resultType` is what the model would add (a legacy surface drops it).
+        return {"resultType": "complete", **shape_report(report)}
 
     def _exchange(self, who: Any, params: types.CallToolRequestParams) -> Exchange | None:
         """The open call a retry's `requestState` names, if it is a relayed round's.

@@ -1,0 +1,118 @@
+"""Gateway CPU per read from two source trees and the bare proxy, interleaved under the same load.
+
+    python bench/interleaved.py --before DIR --after DIR [--store sqlite|postgres] [--rounds 6] [--block 50]
+
+One backend and one upstream MCP server (the issue 16 scenario); in front of it the bare proxy and one
+`writ serve` per tree (each with its own store), all started at once. Sequential agent-style reads go
+to each in turn, a block at a time (the order reversed every round), so that all of them see the same
+load: on a shared machine the load moves each run's figures by more than most changes do. CPU per call
+is the server process's user+system time (`/proc/PID/stat`) over its blocks; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import load, processes  # noqa: E402
+
+MODERN = "2026-07-28"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+@dataclass
+class Target:
+    url: str
+    token: str
+    pid: int
+    writ: bool
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    calls: int = 0
+    blocks: list[float] = field(default_factory=list)
+
+    def cpu_ms(self) -> float:
+        return 1000 * self.cpu_s / self.calls
+
+    def calls_per_s(self) -> float:
+        return self.calls / self.wall_s
+
+
+async def drive(targets: dict[str, Target], rounds: int, block: int) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        calls = {}
+        for name, t in targets.items():
+            session = load.through_writ(t.url, t.token, "read", MODERN, writ=t.writ, agent_reads=True)
+            calls[name] = await stack.enter_async_context(session())
+            for i in range(40):  # warm-up
+                await calls[name](-1 - i)
+        index = 0
+        for r in range(rounds):
+            for name in list(targets) if r % 2 == 0 else list(reversed(targets)):
+                t = targets[name]
+                cpu0, wall0 = cpu_s(t.pid), time.perf_counter()
+                for _ in range(block):
+                    index += 1
+                    await calls[name](index)
+                spent = cpu_s(t.pid) - cpu0
+                t.cpu_s += spent
+                t.wall_s += time.perf_counter() - wall0
+                t.calls += block
+                t.blocks.append(1000 * spent / block)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", required=True, help="a source tree (e.g. git archive main | tar -x)")
+    parser.add_argument("--after", required=True, help="another source tree")
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--block", type=int, default=50, help="calls per block")
+    args = parser.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="writ-interleaved-"))
+    with contextlib.ExitStack() as stack:
+        backend = stack.enter_context(processes.backend(out / "backend"))
+        upstream = stack.enter_context(processes.bare_proxy(out / "upstream", backend.url))
+        proxy = stack.enter_context(processes.bare_proxy(out / "bare", upstream_mcp=upstream.mcp_url))
+        targets = {"bare proxy": Target(proxy.mcp_url, "none", proxy.pid, writ=False)}
+        for name, tree in (("before", args.before), ("after", args.after)):
+            processes.use_tree(Path(tree))
+            url = stack.enter_context(processes.store_url(args.store, out / name))
+            gw = stack.enter_context(
+                processes.gateway(out / name, backend.url, url, upstream_mcp=upstream.mcp_url)
+            )
+            targets[name] = Target(gw.mcp_url, gw.token(), gw.pid, writ=True)
+        start = os.getloadavg()[0]
+        anyio.run(drive, targets, args.rounds, args.block)
+        end = os.getloadavg()[0]
+    bare = targets["bare proxy"]
+    print(
+        f"{args.store}: {args.rounds} rounds of {args.block} sequential reads each, "
+        f"load {start:.1f} -> {end:.1f}"
+    )
+    for name, t in targets.items():
+        print(
+            f"  {name:10s} CPU {t.cpu_ms():6.2f} ms/call (median block {statistics.median(t.blocks):.2f}), "
+            f"{t.calls_per_s():6.1f} calls/s; vs bare proxy: CPU {t.cpu_ms() / bare.cpu_ms():.2f}x, "
+            f"calls/s {t.calls_per_s() / bare.calls_per_s():.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
