@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -134,10 +135,10 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
 def admissible_read(conn: Connection, req: CallRequest) -> bool:
     """Whether a read allowed by policy may run before anything is recorded (`record_read` after it).
 
-    False when its principal is revoked, it belongs to a loop or a budget it draws on would pass its
-    limit: then the call
-    is admitted as any other (`admit`), which records the refusal. Read without the head lock: the
-    answer is checked again in `record_read`'s transaction.
+    False when its principal is revoked, its run stopped, it belongs to a loop or a budget it draws on
+    would pass its limit: then the call is admitted as any other (`admit`), which records the refusal
+    and asks no backend. A plain read, without the head lock and with no commit: `record_read` checks
+    it all again, and charges, in its one transaction.
     """
     who = req.identity
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
@@ -153,11 +154,13 @@ def admissible_read(conn: Connection, req: CallRequest) -> bool:
 def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admission:
     """Record a read that already ran in one transaction: requested, dispatching and its outcome.
 
-    Standing, loops and budgets are checked again under the head lock, as `admit` checks them: a read
-    whose principal was revoked, whose pattern reached its threshold or whose budget ran out meanwhile
-    is recorded refused (`principal_revoked`, `loop_detected`, `budget_exceeded`) and what the backend
-    answered is not recorded, so nobody is told it. Its key is taken over from any call holding it: a
-    derived key only joins identical calls, and a read has no effect for a second holder to duplicate.
+    Its budgets are charged and its loop patterns marked here, under the head lock, where standing,
+    the run, loops and budgets are checked again as `admit` checks them: a read whose principal was
+    revoked, whose run was stopped, whose pattern reached its threshold or whose budget ran out since
+    `admissible_read` is recorded refused (`principal_revoked`, `run_stopped`, `loop_detected`,
+    `budget_exceeded`, its detail saying the backend was asked) and what the backend answered is not
+    recorded, so nobody is told it. Its key is taken over from any call holding it: a derived key only
+    joins identical calls, and a read has no effect for a second holder to duplicate.
     """
     req = rec.request
     log = Append(conn)
@@ -165,17 +168,19 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
     if lookup.revoked:
-        refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
+        why = f"{who.subject} is revoked in tenant {who.tenant}{_WITHHELD}"
+        refusal = _refusal_of(req, "principal_revoked", why)
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
     if (stopped := _stopped(req, lookup)) is not None:
+        stopped = replace(stopped, detail=f"{stopped.detail}{_WITHHELD}")
         return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     loop = _loop(conn, req.loops)
     if loop is not None:
-        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
+        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer, ran=True)
         return Admission("new", call=call, loop=loop)
     breach = breach_of(conn, req.charges)
     if breach is not None:
-        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
+        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer, ran=True)
         return Admission("new", call=call, breach=breach)
     last = _record_new(
         log, req, supersedes=lookup.holder, run_is_new=lookup.run_tenant is None, producer=producer
@@ -189,6 +194,13 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     log.add(outcome_event(envelope, rec.outcome))
     log.flush()
     return Admission("new", call=log.call(who.tool_call_id))
+
+
+_WITHHELD = (
+    " (found when its answer was recorded: the read had reached the backend, which it changes nothing "
+    "in, and its answer is withheld)"
+)
+"""What the refusal of a read that lost a race at its commit adds: the log says the backend was asked."""
 
 
 def _lookup_params(who: CallIdentity) -> dict[str, Any]:
@@ -256,7 +268,14 @@ def _loop(conn: Connection, loops: tuple[LoopKey, ...]) -> LoopHit | None:
 
 
 def _record_loop(
-    conn: Connection, log: Append, req: CallRequest, loop: LoopHit, run_tenant: str | None, producer: str
+    conn: Connection,
+    log: Append,
+    req: CallRequest,
+    loop: LoopHit,
+    run_tenant: str | None,
+    producer: str,
+    *,
+    ran: bool = False,
 ) -> CallView:
     """Record a call refused `loop_detected`: requested (counted nowhere), loop.detected the first
     time its pattern is refused in the window, denied."""
@@ -279,7 +298,8 @@ def _record_loop(
         )
         return ev.LoopDetectedEvent(**call, payload=found)
 
-    return _record_guarded(log, req, "loop_detected", _loop_detail(loop), detected, run_tenant, producer)
+    detail = _loop_detail(loop) + (_WITHHELD if ran else "")
+    return _record_guarded(log, req, "loop_detected", detail, detected, run_tenant, producer)
 
 
 def _loop_detail(loop: LoopHit) -> str:
@@ -323,14 +343,22 @@ def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
 
 
 def _record_breach(
-    conn: Connection, log: Append, req: CallRequest, breach: Breach, run_tenant: str | None, producer: str
+    conn: Connection,
+    log: Append,
+    req: CallRequest,
+    breach: Breach,
+    run_tenant: str | None,
+    producer: str,
+    *,
+    ran: bool = False,
 ) -> CallView:
     """Record a call refused `budget_exceeded`: requested (charging nothing), budget.exceeded, denied."""
 
     def finding(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
         return ev.BudgetExceededEvent(**call, payload=exceeded(breach, refusal.detail))
 
-    return _record_guarded(log, req, "budget_exceeded", breach_detail(breach), finding, run_tenant, producer)
+    detail = breach_detail(breach) + (_WITHHELD if ran else "")
+    return _record_guarded(log, req, "budget_exceeded", detail, finding, run_tenant, producer)
 
 
 def exceeded(breach: Breach, detail: str | None) -> ev.BudgetExceeded:

@@ -571,14 +571,13 @@ def _approval_notice(
 
 
 def _one_commit(request: CallRequest) -> bool:
-    """Whether a call is recorded once, after it ran: a read allowed outright, under a derived key,
-    that no budget or loop rule counts.
+    """Whether a call is recorded once, after it ran: a read allowed outright, under a derived key.
 
     Writes, reads awaiting approval and reads under a client's idempotency key (whose recorded state
-    the key promises to every later call that names it) are admitted before they run; so are reads a
-    budget or a loop rule counts, whose limit must hold before the backend is asked: checked only at
-    the commit after the run, concurrent reads would all reach the backend and those over the limit
-    be recorded refused though they ran.
+    the key promises to every later call that names it) are admitted before they run. A read that a
+    budget or a loop rule counts is recorded once too: its limit is looked at before the backend is
+    asked and checked again, and charged, in that one commit under the head lock; a read that lost the
+    race there is recorded refused and its answer withheld (it had no effect, so nothing is lost).
     """
     return (
         request.effect_class == "read"
@@ -586,8 +585,6 @@ def _one_commit(request: CallRequest) -> bool:
         and request.approval_id is None
         and request.confirmation_id is None
         and request.identity.key_source == "derived"
-        and not request.charges
-        and not request.loops
     )
 
 
