@@ -295,7 +295,8 @@ class LoopRule(_CallScope):
     their arguments are equal once the top-level fields in `ignore` are removed (none: the same
     action). Once `threshold` such calls were admitted in a fixed UTC window of `window` seconds (with
     `count: failures`: once `threshold` calls of the capability failed with one error), the next is
-    refused `loop_detected`, and so is every later one until the window ends.
+    refused `loop_detected`, and so is every later one until the window ends. With `on_detect:
+    pause_run` the refusal also stops the call's run, as a person's stop does, until a person resumes it.
     """
 
     ignore: list[str] = Field(default_factory=list)
@@ -306,7 +307,8 @@ class LoopRule(_CallScope):
     """How many such calls are admitted in a window; the next one is refused."""
     window: int = 600
     """Seconds (or "1m", "1h", ...), aligned to the epoch in UTC."""
-    on_detect: Literal["deny"] = "deny"
+    on_detect: Literal["deny", "pause_run"] = "deny"
+    """`deny`: refuse the call; `pause_run`: refuse it and stop its run (a call in no run is only refused)."""
 
     @model_validator(mode="wrap")
     @classmethod

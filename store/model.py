@@ -286,6 +286,8 @@ class LoopKey:
     window_s: int
     window_start: datetime
     resets_at: datetime
+    action: str = "deny"
+    """`deny`, or `pause_run`: the call that finds the loop also stops its run (if it is in one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +306,10 @@ class LoopHit:
     """Whether this refusal detected the loop (records `loop.detected`); later ones only refuse."""
     error: str | None = None
     """For `repeated_failure`: the error the calls failed with."""
+    action: str = "deny"
+    """The rule's `on_detect`: `deny`, or `pause_run`."""
+    paused_run: str | None = None
+    """The run Writ stopped for this loop (`on_detect: pause_run`), if the call was in one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, bindparam, or_, select
 
 from store import events as ev
 from store import queues
-from store.commands import RecordOutcome
+from store.commands import RecordOutcome, StopRun
 from store.leasing import ENVELOPE_BY_ID, call_envelope, fenced, grant
 from store.log import Append
 from store.model import (
@@ -33,7 +33,7 @@ from store.model import (
 )
 from store.raw import Statement
 from store.refusals import bounded
-from store.running import RUN_STOPPED
+from store.running import RUN_STOPPED, WRIT, halt
 from store.schema import budget_counters, effect_ledger, events, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
@@ -120,7 +120,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     # no later one can land between this read and the charge: no extra lock and no extra commit.
     loop = _loop(conn, req.loops)
     if loop is not None:
-        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
+        call, loop = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
     breach = breach_of(conn, req.charges)
     if breach is not None:
@@ -176,7 +176,7 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
         return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     loop = _loop(conn, req.loops)
     if loop is not None:
-        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer, ran=True)
+        call, loop = _record_loop(conn, log, req, loop, lookup.run_tenant, producer, ran=True)
         return Admission("new", call=call, loop=loop)
     breach = breach_of(conn, req.charges)
     if breach is not None:
@@ -263,6 +263,7 @@ def _loop(conn: Connection, loops: tuple[LoopKey, ...]) -> LoopHit | None:
                 evidence,
                 first=not detected,
                 error=error,
+                action=key.action,
             )
     return None
 
@@ -276,9 +277,10 @@ def _record_loop(
     producer: str,
     *,
     ran: bool = False,
-) -> CallView:
+) -> tuple[CallView, LoopHit]:
     """Record a call refused `loop_detected`: requested (counted nowhere), loop.detected the first
-    time its pattern is refused in the window, denied."""
+    time its pattern is refused in the window, denied; and, for a rule that pauses runs, its run
+    stopped by Writ (`run.stopped`, caused by the refusal). Returns the call and the loop as found."""
 
     def detected(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event | None:
         if not loop.first:
@@ -298,8 +300,39 @@ def _record_loop(
         )
         return ev.LoopDetectedEvent(**call, payload=found)
 
-    detail = _loop_detail(loop) + (_WITHHELD if ran else "")
-    return _record_guarded(log, req, "loop_detected", detail, detected, run_tenant, producer)
+    who = req.identity
+    pausing = loop.action == "pause_run" and who.run_id is not None
+    detail = _loop_detail(loop) + (_paused_detail(who.run_id) if pausing else "") + (_WITHHELD if ran else "")
+    call, denied = _record_guarded(log, req, "loop_detected", detail, detected, run_tenant, producer)
+    if not pausing or who.run_id is None:
+        return call, loop
+    stop = StopRun(who.run_id, stopped_by=WRIT, reason=_pause_reason(who.tool_call_id, loop), now=who.now)
+    halt(conn, log, stop, who.tenant, producer=producer, caused_by=denied.event_id)
+    return call, replace(loop, paused_run=who.run_id)
+
+
+def _paused_detail(run_id: str | None) -> str:
+    return f"; Writ stopped run {run_id}: its calls are refused until a person resumes it"
+
+
+PAUSE_EVIDENCE = 20
+"""How many of the loop's calls a pause's reason names (`loop.detected` and the refusal hold them all)."""
+
+
+def _pause_reason(tool_call_id: str, loop: LoopHit) -> str:
+    ids = loop.tool_call_ids
+    named = ", ".join(ids[:PAUSE_EVIDENCE]) + (
+        f" and {len(ids) - PAUSE_EVIDENCE} more" if len(ids) > PAUSE_EVIDENCE else ""
+    )
+    what = (
+        f"failed the same way ({loop.error})"
+        if loop.kind == "repeated_failure"
+        else f"repeated ({loop.kind})"
+    )
+    return (
+        f"loop rule {loop.rule_id!r} (on_detect: pause_run): call {tool_call_id} was refused loop_detected, "
+        f"its pattern {loop.pattern} {what} {len(ids)} times within {loop.window_s} s: calls {named}"
+    )
 
 
 def _loop_detail(loop: LoopHit) -> str:
@@ -358,7 +391,7 @@ def _record_breach(
         return ev.BudgetExceededEvent(**call, payload=exceeded(breach, refusal.detail))
 
     detail = breach_detail(breach) + (_WITHHELD if ran else "")
-    return _record_guarded(log, req, "budget_exceeded", detail, finding, run_tenant, producer)
+    return _record_guarded(log, req, "budget_exceeded", detail, finding, run_tenant, producer)[0]
 
 
 def exceeded(breach: Breach, detail: str | None) -> ev.BudgetExceeded:
@@ -399,9 +432,10 @@ def _record_guarded(
     finding: Callable[[dict[str, Any], RefusalRequest], ev.Event | None],
     run_tenant: str | None,
     producer: str,
-) -> CallView:
+) -> tuple[CallView, ev.Event]:
     """Record a call one of the store's guards (a budget, a loop rule) refused: requested (claiming,
-    charging and counting nothing), the guard's finding if it has one, then denied with `reason`."""
+    charging and counting nothing), the guard's finding if it has one, then denied with `reason`.
+    Returns the call and its `tool_call.denied` as sealed."""
     refusal = bounded(_refusal_of(req, reason, detail))
     who = refusal.identity
     base = _base(who, req.policy_version, producer)
@@ -418,9 +452,11 @@ def _record_guarded(
     call = {**base, "tool_call_id": who.tool_call_id, "causation_id": requested.event_id}
     if (found := finding(call, refusal)) is not None:
         log.add(found)
-    log.add(ev.ToolCallDeniedEvent(**call, payload=ev.ToolCallDenied(reason=reason, message=refusal.detail)))
+    denied = log.add(
+        ev.ToolCallDeniedEvent(**call, payload=ev.ToolCallDenied(reason=reason, message=refusal.detail))
+    )
     log.flush()
-    return log.call(who.tool_call_id)
+    return log.call(who.tool_call_id), denied
 
 
 MICROS = 1_000_000

@@ -58,6 +58,7 @@ def store_loops(marks: Iterable[LoopMark]) -> tuple[LoopKey, ...]:
             window_s=m.window_s,
             window_start=m.window_start,
             resets_at=m.resets_at,
+            action=m.action,
         )
         for m in marks
     )
