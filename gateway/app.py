@@ -513,7 +513,7 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
         first_trace=_first_trace(runtime),
         on_outcome=runtime.telemetry.reconciled,
     )
-    return Workers(store=runtime.store, reconciler=reconciler, clock=clock)
+    return Workers(store=runtime.store, reconciler=reconciler, clock=clock, pruning=runtime.store)
 
 
 def build_app(runtime: Runtime) -> Starlette:

@@ -699,7 +699,12 @@ def charged(charge: Charge) -> ev.BudgetCharged:
 
 
 def _marked(key: LoopKey) -> ev.LoopMarked:
-    return ev.LoopMarked(rule=key.rule_id, key=key.pattern, window_start=ev.format_ts(key.window_start))
+    return ev.LoopMarked(
+        rule=key.rule_id,
+        key=key.pattern,
+        window_start=ev.format_ts(key.window_start),
+        resets_at=ev.format_ts(key.resets_at),
+    )
 
 
 def _record_new(
