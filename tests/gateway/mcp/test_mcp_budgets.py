@@ -115,3 +115,19 @@ async def test_an_approved_call_runs_on_the_charge_it_took_when_admitted_and_cou
         assert (fourth["reason"], fourth["budget"]["used"]) == ("budget_exceeded", 3)
     else:  # the window turned while it waited: it is charged in the new one too
         assert events["tool_call.dispatching"].payload["charges"] is not None
+
+
+async def test_a_budget_holds_across_a_restart_of_the_gateway(tmp_path: Path, backend: Backend) -> None:
+    url = f"sqlite:///{tmp_path / 'writ.db'}"
+    subject = f"restarted-agent-{uuid.uuid4().hex[:8]}"
+    heard: list[tuple[str, dict[str, Any]]] = []
+    for amounts in ([1, 2], [3, 4, 5, 6]):  # a gateway, then another on the same store
+        with writ(tmp_path, backend, url, budgets=[BUDGET]) as g:
+            async with g.client(g.token(subject)) as client:
+                for amount in amounts:
+                    result = await client.call_tool("refund_order", _refund(amount))
+                    call = g.runtime.store.get_call(result.meta["writ/toolCallId"])  # type: ignore[index]
+                    assert call is not None
+                    heard.append((call.status, result.structured_content or {}))
+            if len(heard) == 6:
+                _assert_three_then_refused(g, heard)
