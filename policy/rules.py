@@ -257,7 +257,10 @@ class Budget(_CallScope):
     """For `spend`: a CEL expression giving a string; each currency is counted apart unless converted."""
     convert: Conversion | None = None
     """For `spend` with a `currency`: count every currency as `convert.to` at the rates given."""
-    on_exceed: Literal["deny"] = "deny"
+    on_exceed: Literal["deny", "require_approval"] = "deny"
+    """`deny`: refuse a call past the limit; `require_approval`: send it to a person (`approval`)."""
+    approval: ApprovalConfig | None = None
+    """With `on_exceed: require_approval`: who decides a call past the limit, and how long it waits."""
 
     @model_validator(mode="wrap")
     @classmethod
@@ -279,6 +282,10 @@ class Budget(_CallScope):
             raise ValueError(f"budget {self.id!r}: convert: needs a currency expression to convert from")
         if self.measure == "calls" and self.limit != self.limit.to_integral_value():
             raise ValueError(f"budget {self.id!r}: limit: a number of calls is a whole number")
+        if self.on_exceed == "require_approval" and self.approval is None:
+            raise ValueError(f"budget {self.id!r}: on_exceed require_approval needs approval.approver_role")
+        if self.on_exceed == "deny" and self.approval is not None:
+            raise ValueError(f"budget {self.id!r}: approval: only applies to on_exceed require_approval")
         return self
 
     @property

@@ -256,6 +256,8 @@ class Charge:
     """None for a counter over a run's lifetime."""
     resets_at: datetime | None = None
     scope: str = ""
+    approval: ApprovalNeed | None = None
+    """Who decides a call past this limit (`on_exceed: require_approval`); None: it is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,6 +343,9 @@ class CallRequest:
     """Budget counters the call draws on; if any would pass its limit, the call is refused instead."""
     loops: tuple[LoopKey, ...] = ()
     """Loop patterns the call belongs to; if one already reached its threshold, the call is refused."""
+    over_budget: DecisionRecord | None = None
+    """The decision recorded instead if only budgets saying `require_approval` would pass their limit:
+    the call then waits for a person under `approval_id` (set with it), charged past the limit."""
 
 
 @dataclass(frozen=True, slots=True)

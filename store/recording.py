@@ -122,11 +122,22 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     if loop is not None:
         call, loop = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = breach_of(conn, req.charges)
-    if breach is not None:
-        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
-        return Admission("new", call=call, breach=breach)
-    _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None, producer=producer)
+    over = _breaching(conn, req.charges)
+    passed: Breach | None = None
+    if over:
+        if req.over_budget is None or any(charge.approval is None for charge, _ in over):
+            call = _record_breach(conn, log, req, over[0][1], lookup.run_tenant, producer)
+            return Admission("new", call=call, breach=over[0][1])
+        # Every budget it passes says require_approval: a person decides; it is charged past the limit.
+        req, passed = replace(req, decision=req.over_budget), over[0][1]
+    _record_new(
+        log,
+        req,
+        supersedes=supersedes,
+        run_is_new=lookup.run_tenant is None,
+        producer=producer,
+        passed=passed,
+    )
     queues.on_admitted(conn, req)
     log.flush()
     return Admission("new", call=log.call(who.tool_call_id))
@@ -351,8 +362,14 @@ def _loop_detail(loop: LoopHit) -> str:
 
 def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
     """The first charge that would take its counter past its limit, or None."""
+    over = _breaching(conn, charges)
+    return over[0][1] if over else None
+
+
+def _breaching(conn: Connection, charges: tuple[Charge, ...]) -> list[tuple[Charge, Breach]]:
+    """Each charge that would take its counter past its limit, in order, with its breach."""
     if not charges:
-        return None
+        return []
     keys = [c.counter_key for c in charges]
     rows = conn.execute(
         select(budget_counters.c.counter_key, budget_counters.c.used_micros).where(
@@ -360,10 +377,11 @@ def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
         )
     ).all()
     used = {row.counter_key: int(row.used_micros) for row in rows}
+    over: list[tuple[Charge, Breach]] = []
     for charge in charges:
         so_far = used.get(charge.counter_key, 0)
         if so_far + charge.amount_micros > charge.limit_micros:
-            return Breach(
+            breach = Breach(
                 charge.budget_id,
                 charge.limit_micros,
                 so_far,
@@ -372,7 +390,8 @@ def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
                 charge.scope,
                 charge.counter_key,
             )
-    return None
+            over.append((charge, breach))
+    return over
 
 
 def _record_breach(
@@ -708,9 +727,17 @@ def _marked(key: LoopKey) -> ev.LoopMarked:
 
 
 def _record_new(
-    log: Append, req: CallRequest, *, supersedes: str | None, run_is_new: bool, producer: str
+    log: Append,
+    req: CallRequest,
+    *,
+    supersedes: str | None,
+    run_is_new: bool,
+    producer: str,
+    passed: Breach | None = None,
 ) -> ev.Event:
-    """Append the events of an admitted call; returns the last (what a later event of it is caused by)."""
+    """Append the events of an admitted call; returns the last (what a later event of it is caused by).
+
+    `passed`: the budget it passed, recorded (`budget.exceeded`) before the approval it was sent to."""
     who = req.identity
     base = _base(who, req.policy_version, producer)
     if run_is_new:
@@ -719,6 +746,9 @@ def _record_new(
     payload = _call_requested(req, claims_key=True, supersedes=supersedes)
     requested = log.add(ev.ToolCallRequestedEvent(**call, payload=payload))
     call["causation_id"] = requested.event_id
+    if passed is not None:
+        detail = f"{breach_detail(passed)}; a person decides whether it runs"
+        log.add(ev.BudgetExceededEvent(**call, payload=exceeded(passed, detail)))
     decision = req.decision
     effect = decision.effect
     if effect == "deny":
