@@ -225,3 +225,17 @@ async def test_a_pausing_rule_stops_the_looping_run_until_a_person_resumes_it(
         assert [(r.structured_content or {}).get("reason") for r in alone][3] == "loop_detected"
         assert "runStopped" not in (alone[3].structured_content or {})["loop"]
         assert len([e for e in store.events() if e.type == "run.stopped"]) == 1
+
+
+def test_the_demo_turns_a_budget_on() -> None:
+    template = Template((REPO / "demo" / "demo.yaml").read_text())
+    config = yaml.safe_load(template.safe_substitute(gateway_port=1, backend_port=2, state_dir="/tmp"))
+
+    (budget,) = PolicyConfig.model_validate(config["policy"]).budgets
+
+    assert (budget.id, budget.roles, budget.window_s, budget.on_exceed) == (
+        "agent-calls-per-hour",
+        ["agent"],
+        3600,
+        "deny",
+    )
