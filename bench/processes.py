@@ -209,7 +209,7 @@ POLICY_CHECK_BUDGETS: list[dict[str, Any]] = [
         "limit": 10**9,
     },
 ]
-"""The budgets `policy_checks` turns on beside the demo's loop rules (the demo has no budgets)."""
+"""The budgets `policy_checks` turns on beside the demo's loop rules (in place of the demo's own)."""
 
 UPSTREAM_MODE = "2026-07-28"
 """The protocol Writ speaks to the upstream MCP server: the bare proxy's (`bench.bare_proxy`)."""

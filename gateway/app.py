@@ -514,7 +514,7 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
         first_trace=_first_trace(runtime),
         on_outcome=runtime.telemetry.reconciled,
     )
-    return Workers(store=runtime.store, reconciler=reconciler, clock=clock)
+    return Workers(store=runtime.store, reconciler=reconciler, clock=clock, pruning=runtime.store)
 
 
 def parked_calls(runtime: Runtime) -> Parked | None:

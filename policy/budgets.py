@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
 from .cel import Activation, ValueExpression, activation_for, type_name
-from .model import PolicyInput
+from .model import ApprovalRequirement, PolicyInput
 from .rules import Budget, Conversion
 from .scope import in_scope
 
@@ -31,6 +31,8 @@ class BudgetCharge:
     resets_at: datetime | None
     amount: Decimal
     limit: Decimal
+    approval: ApprovalRequirement | None = None
+    """Who decides a call past the limit (`on_exceed: require_approval`); None: it is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,13 @@ class Budgets:
                     amount, currency = _converted(compiled.currency, budget.convert, amount, currency)
                 parts = (*parts, currency)
             start, resets = _window(budget.window_s, inp.context.now)
-            charges.append(BudgetCharge(budget.id, budget.scope, parts, start, resets, amount, budget.limit))
+            ask = budget.approval
+            approval = None
+            if ask is not None:
+                approval = ApprovalRequirement(ask.approver_role, ask.expires_in, ask.requester_may_approve)
+            charges.append(
+                BudgetCharge(budget.id, budget.scope, parts, start, resets, amount, budget.limit, approval)
+            )
         return tuple(charges)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -33,6 +33,8 @@ class LoopMark:
     """SHA-256 over the rule, the principal, the capability, the kept arguments and the window start."""
     window_start: datetime
     resets_at: datetime
+    action: Literal["deny", "pause_run"] = "deny"
+    """What a detection does besides refusing the call: `pause_run` stops the call's run too."""
 
 
 class Loops:
@@ -57,5 +59,6 @@ class Loops:
             who = inp.principal
             parts: list[Any] = [rule.id, who.tenant, who.subject, inp.capability.id, kept, start.isoformat()]
             pattern = hashlib.sha256(rfc8785.dumps(parts)).hexdigest()
-            marks.append(LoopMark(rule.id, rule.kind, rule.threshold, rule.window, pattern, start, resets))
+            mark = LoopMark(rule.id, rule.kind, rule.threshold, rule.window, pattern, start, resets)
+            marks.append(mark if rule.on_detect == "deny" else replace(mark, action=rule.on_detect))
         return tuple(marks)

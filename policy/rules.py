@@ -257,7 +257,10 @@ class Budget(_CallScope):
     """For `spend`: a CEL expression giving a string; each currency is counted apart unless converted."""
     convert: Conversion | None = None
     """For `spend` with a `currency`: count every currency as `convert.to` at the rates given."""
-    on_exceed: Literal["deny"] = "deny"
+    on_exceed: Literal["deny", "require_approval"] = "deny"
+    """`deny`: refuse a call past the limit; `require_approval`: send it to a person (`approval`)."""
+    approval: ApprovalConfig | None = None
+    """With `on_exceed: require_approval`: who decides a call past the limit, and how long it waits."""
 
     @model_validator(mode="wrap")
     @classmethod
@@ -279,6 +282,10 @@ class Budget(_CallScope):
             raise ValueError(f"budget {self.id!r}: convert: needs a currency expression to convert from")
         if self.measure == "calls" and self.limit != self.limit.to_integral_value():
             raise ValueError(f"budget {self.id!r}: limit: a number of calls is a whole number")
+        if self.on_exceed == "require_approval" and self.approval is None:
+            raise ValueError(f"budget {self.id!r}: on_exceed require_approval needs approval.approver_role")
+        if self.on_exceed == "deny" and self.approval is not None:
+            raise ValueError(f"budget {self.id!r}: approval: only applies to on_exceed require_approval")
         return self
 
     @property
@@ -295,7 +302,8 @@ class LoopRule(_CallScope):
     their arguments are equal once the top-level fields in `ignore` are removed (none: the same
     action). Once `threshold` such calls were admitted in a fixed UTC window of `window` seconds (with
     `count: failures`: once `threshold` calls of the capability failed with one error), the next is
-    refused `loop_detected`, and so is every later one until the window ends.
+    refused `loop_detected`, and so is every later one until the window ends. With `on_detect:
+    pause_run` the refusal also stops the call's run, as a person's stop does, until a person resumes it.
     """
 
     ignore: list[str] = Field(default_factory=list)
@@ -306,7 +314,8 @@ class LoopRule(_CallScope):
     """How many such calls are admitted in a window; the next one is refused."""
     window: int = 600
     """Seconds (or "1m", "1h", ...), aligned to the epoch in UTC."""
-    on_detect: Literal["deny"] = "deny"
+    on_detect: Literal["deny", "pause_run"] = "deny"
+    """`deny`: refuse the call; `pause_run`: refuse it and stop its run (a call in no run is only refused)."""
 
     @model_validator(mode="wrap")
     @classmethod

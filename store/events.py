@@ -152,6 +152,9 @@ class LoopMarked(Payload):
     key: str
     """The pattern (see `store.model.LoopKey.pattern`); the loop marks are a projection of these."""
     window_start: str
+    resets_at: str | None = None
+    """When the pattern's window ends, after which its mark may be pruned (None: recorded before
+    pruning existed, kept)."""
 
 
 class ToolCallRequested(Payload):

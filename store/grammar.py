@@ -28,6 +28,8 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("refused", "tool_call.denied"): "denied",
     ("decided:deny", "tool_call.denied"): "denied",
     ("decided:require_approval", "approval.required"): "approval_pending",
+    # a budget saying require_approval was passed: a person decides the call
+    ("decided:require_approval", "budget.exceeded"): "decided:require_approval",
     ("decided:allow", "confirmation.required"): "awaiting_confirmation",
     ("decided:allow", "tool_call.dispatching"): "dispatching",
     ("approval_pending", "approval.granted"): "approved",

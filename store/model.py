@@ -256,6 +256,8 @@ class Charge:
     """None for a counter over a run's lifetime."""
     resets_at: datetime | None = None
     scope: str = ""
+    approval: ApprovalNeed | None = None
+    """Who decides a call past this limit (`on_exceed: require_approval`); None: it is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +288,8 @@ class LoopKey:
     window_s: int
     window_start: datetime
     resets_at: datetime
+    action: str = "deny"
+    """`deny`, or `pause_run`: the call that finds the loop also stops its run (if it is in one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +308,10 @@ class LoopHit:
     """Whether this refusal detected the loop (records `loop.detected`); later ones only refuse."""
     error: str | None = None
     """For `repeated_failure`: the error the calls failed with."""
+    action: str = "deny"
+    """The rule's `on_detect`: `deny`, or `pause_run`."""
+    paused_run: str | None = None
+    """The run Writ stopped for this loop (`on_detect: pause_run`), if the call was in one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +343,9 @@ class CallRequest:
     """Budget counters the call draws on; if any would pass its limit, the call is refused instead."""
     loops: tuple[LoopKey, ...] = ()
     """Loop patterns the call belongs to; if one already reached its threshold, the call is refused."""
+    over_budget: DecisionRecord | None = None
+    """The decision recorded instead if only budgets saying `require_approval` would pass their limit:
+    the call then waits for a person under `approval_id` (set with it), charged past the limit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,6 +192,12 @@ class Recovery(Protocol):
     def recover_expired(self, *, now: datetime, limit: int = 100) -> list[CallView]: ...
 
 
+class Pruning(Protocol):
+    """Budget counters and loop marks of ended windows deleted, a bounded batch at a time."""
+
+    def prune_expired(self, *, now: datetime, limit: int = ...) -> int: ...
+
+
 class ManualResolutions(Protocol):
     """A human settling an unresolved call with evidence."""
 

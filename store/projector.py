@@ -209,7 +209,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
     for charge in p.charges or ():
         _charge(conn, event, charge)
     for mark in p.loops or ():
-        _mark_loop(conn, event, mark.key, "call")
+        _mark_loop(conn, event, mark.key, "call", mark.resets_at)
     if not p.claims_key:
         return
     claim = {
@@ -253,13 +253,14 @@ def _charge(conn: Connection, event: ev.Envelope, charge: ev.BudgetCharged) -> N
         _INSERT_COUNTER.execute(conn, counter)
 
 
-def _mark_loop(conn: Connection, event: ev.Envelope, key: str, kind: str) -> None:
+def _mark_loop(conn: Connection, event: ev.Envelope, key: str, kind: str, resets_at: str | None) -> None:
     row = {
         "pattern_key": key,
         "tool_call_id": event.tool_call_id or "",
         "kind": kind,
         "tenant": event.tenant or "",
         "seq": event.seq,
+        "resets_at": _ts(resets_at),
     }
     _INSERT_LOOP_MARK.execute(conn, row)
 
@@ -267,7 +268,7 @@ def _mark_loop(conn: Connection, event: ev.Envelope, key: str, kind: str) -> Non
 def _loop_detected(conn: Connection, event: ev.LoopDetectedEvent, pending: Pending | None) -> None:
     # Marks the pattern as found: its later calls in the window are refused without another event.
     if event.payload.key is not None:
-        _mark_loop(conn, event, event.payload.key, "detected")
+        _mark_loop(conn, event, event.payload.key, "detected", event.payload.resets_at)
 
 
 def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -10,7 +11,7 @@ from sqlalchemy import Connection, bindparam, or_, select
 
 from store import events as ev
 from store import queues
-from store.commands import RecordOutcome
+from store.commands import RecordOutcome, StopRun
 from store.leasing import ENVELOPE_BY_ID, call_envelope, fenced, grant
 from store.log import Append
 from store.model import (
@@ -32,7 +33,7 @@ from store.model import (
 )
 from store.raw import Statement
 from store.refusals import bounded
-from store.running import RUN_STOPPED
+from store.running import RUN_STOPPED, WRIT, halt
 from store.schema import budget_counters, effect_ledger, events, loop_marks, revocations, runs, tool_calls
 from store.views import load_call
 
@@ -119,13 +120,24 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     # no later one can land between this read and the charge: no extra lock and no extra commit.
     loop = _loop(conn, req.loops)
     if loop is not None:
-        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
+        call, loop = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
         return Admission("new", call=call, loop=loop)
-    breach = breach_of(conn, req.charges)
-    if breach is not None:
-        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
-        return Admission("new", call=call, breach=breach)
-    _record_new(log, req, supersedes=supersedes, run_is_new=lookup.run_tenant is None, producer=producer)
+    over = _breaching(conn, req.charges)
+    passed: Breach | None = None
+    if over:
+        if req.over_budget is None or any(charge.approval is None for charge, _ in over):
+            call = _record_breach(conn, log, req, over[0][1], lookup.run_tenant, producer)
+            return Admission("new", call=call, breach=over[0][1])
+        # Every budget it passes says require_approval: a person decides; it is charged past the limit.
+        req, passed = replace(req, decision=req.over_budget), over[0][1]
+    _record_new(
+        log,
+        req,
+        supersedes=supersedes,
+        run_is_new=lookup.run_tenant is None,
+        producer=producer,
+        passed=passed,
+    )
     queues.on_admitted(conn, req)
     log.flush()
     return Admission("new", call=log.call(who.tool_call_id))
@@ -134,10 +146,10 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
 def admissible_read(conn: Connection, req: CallRequest) -> bool:
     """Whether a read allowed by policy may run before anything is recorded (`record_read` after it).
 
-    False when its principal is revoked, it belongs to a loop or a budget it draws on would pass its
-    limit: then the call
-    is admitted as any other (`admit`), which records the refusal. Read without the head lock: the
-    answer is checked again in `record_read`'s transaction.
+    False when its principal is revoked, its run stopped, it belongs to a loop or a budget it draws on
+    would pass its limit: then the call is admitted as any other (`admit`), which records the refusal
+    and asks no backend. A plain read, without the head lock and with no commit: `record_read` checks
+    it all again, and charges, in its one transaction.
     """
     who = req.identity
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
@@ -153,11 +165,13 @@ def admissible_read(conn: Connection, req: CallRequest) -> bool:
 def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admission:
     """Record a read that already ran in one transaction: requested, dispatching and its outcome.
 
-    Standing, loops and budgets are checked again under the head lock, as `admit` checks them: a read
-    whose principal was revoked, whose pattern reached its threshold or whose budget ran out meanwhile
-    is recorded refused (`principal_revoked`, `loop_detected`, `budget_exceeded`) and what the backend
-    answered is not recorded, so nobody is told it. Its key is taken over from any call holding it: a
-    derived key only joins identical calls, and a read has no effect for a second holder to duplicate.
+    Its budgets are charged and its loop patterns marked here, under the head lock, where standing,
+    the run, loops and budgets are checked again as `admit` checks them: a read whose principal was
+    revoked, whose run was stopped, whose pattern reached its threshold or whose budget ran out since
+    `admissible_read` is recorded refused (`principal_revoked`, `run_stopped`, `loop_detected`,
+    `budget_exceeded`, its detail saying the backend was asked) and what the backend answered is not
+    recorded, so nobody is told it. Its key is taken over from any call holding it: a derived key only
+    joins identical calls, and a read has no effect for a second holder to duplicate.
     """
     req = rec.request
     log = Append(conn)
@@ -165,17 +179,19 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     lookup = _ADMIT_LOOKUP.one(conn, _lookup_params(who))
     _check_run_tenant(who.run_id, lookup.run_tenant, who.tenant)
     if lookup.revoked:
-        refusal = _refusal_of(req, "principal_revoked", f"{who.subject} is revoked in tenant {who.tenant}")
+        why = f"{who.subject} is revoked in tenant {who.tenant}{_WITHHELD}"
+        refusal = _refusal_of(req, "principal_revoked", why)
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
     if (stopped := _stopped(req, lookup)) is not None:
+        stopped = replace(stopped, detail=f"{stopped.detail}{_WITHHELD}")
         return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
     loop = _loop(conn, req.loops)
     if loop is not None:
-        call = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
+        call, loop = _record_loop(conn, log, req, loop, lookup.run_tenant, producer, ran=True)
         return Admission("new", call=call, loop=loop)
     breach = breach_of(conn, req.charges)
     if breach is not None:
-        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer)
+        call = _record_breach(conn, log, req, breach, lookup.run_tenant, producer, ran=True)
         return Admission("new", call=call, breach=breach)
     last = _record_new(
         log, req, supersedes=lookup.holder, run_is_new=lookup.run_tenant is None, producer=producer
@@ -189,6 +205,13 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     log.add(outcome_event(envelope, rec.outcome))
     log.flush()
     return Admission("new", call=log.call(who.tool_call_id))
+
+
+_WITHHELD = (
+    " (found when its answer was recorded: the read had reached the backend, which it changes nothing "
+    "in, and its answer is withheld)"
+)
+"""What the refusal of a read that lost a race at its commit adds: the log says the backend was asked."""
 
 
 def _lookup_params(who: CallIdentity) -> dict[str, Any]:
@@ -251,15 +274,24 @@ def _loop(conn: Connection, loops: tuple[LoopKey, ...]) -> LoopHit | None:
                 evidence,
                 first=not detected,
                 error=error,
+                action=key.action,
             )
     return None
 
 
 def _record_loop(
-    conn: Connection, log: Append, req: CallRequest, loop: LoopHit, run_tenant: str | None, producer: str
-) -> CallView:
+    conn: Connection,
+    log: Append,
+    req: CallRequest,
+    loop: LoopHit,
+    run_tenant: str | None,
+    producer: str,
+    *,
+    ran: bool = False,
+) -> tuple[CallView, LoopHit]:
     """Record a call refused `loop_detected`: requested (counted nowhere), loop.detected the first
-    time its pattern is refused in the window, denied."""
+    time its pattern is refused in the window, denied; and, for a rule that pauses runs, its run
+    stopped by Writ (`run.stopped`, caused by the refusal). Returns the call and the loop as found."""
 
     def detected(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event | None:
         if not loop.first:
@@ -279,7 +311,39 @@ def _record_loop(
         )
         return ev.LoopDetectedEvent(**call, payload=found)
 
-    return _record_guarded(log, req, "loop_detected", _loop_detail(loop), detected, run_tenant, producer)
+    who = req.identity
+    pausing = loop.action == "pause_run" and who.run_id is not None
+    detail = _loop_detail(loop) + (_paused_detail(who.run_id) if pausing else "") + (_WITHHELD if ran else "")
+    call, denied = _record_guarded(log, req, "loop_detected", detail, detected, run_tenant, producer)
+    if not pausing or who.run_id is None:
+        return call, loop
+    stop = StopRun(who.run_id, stopped_by=WRIT, reason=_pause_reason(who.tool_call_id, loop), now=who.now)
+    halt(conn, log, stop, who.tenant, producer=producer, caused_by=denied.event_id)
+    return call, replace(loop, paused_run=who.run_id)
+
+
+def _paused_detail(run_id: str | None) -> str:
+    return f"; Writ stopped run {run_id}: its calls are refused until a person resumes it"
+
+
+PAUSE_EVIDENCE = 20
+"""How many of the loop's calls a pause's reason names (`loop.detected` and the refusal hold them all)."""
+
+
+def _pause_reason(tool_call_id: str, loop: LoopHit) -> str:
+    ids = loop.tool_call_ids
+    named = ", ".join(ids[:PAUSE_EVIDENCE]) + (
+        f" and {len(ids) - PAUSE_EVIDENCE} more" if len(ids) > PAUSE_EVIDENCE else ""
+    )
+    what = (
+        f"failed the same way ({loop.error})"
+        if loop.kind == "repeated_failure"
+        else f"repeated ({loop.kind})"
+    )
+    return (
+        f"loop rule {loop.rule_id!r} (on_detect: pause_run): call {tool_call_id} was refused loop_detected, "
+        f"its pattern {loop.pattern} {what} {len(ids)} times within {loop.window_s} s: calls {named}"
+    )
 
 
 def _loop_detail(loop: LoopHit) -> str:
@@ -298,8 +362,14 @@ def _loop_detail(loop: LoopHit) -> str:
 
 def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
     """The first charge that would take its counter past its limit, or None."""
+    over = _breaching(conn, charges)
+    return over[0][1] if over else None
+
+
+def _breaching(conn: Connection, charges: tuple[Charge, ...]) -> list[tuple[Charge, Breach]]:
+    """Each charge that would take its counter past its limit, in order, with its breach."""
     if not charges:
-        return None
+        return []
     keys = [c.counter_key for c in charges]
     rows = conn.execute(
         select(budget_counters.c.counter_key, budget_counters.c.used_micros).where(
@@ -307,10 +377,11 @@ def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
         )
     ).all()
     used = {row.counter_key: int(row.used_micros) for row in rows}
+    over: list[tuple[Charge, Breach]] = []
     for charge in charges:
         so_far = used.get(charge.counter_key, 0)
         if so_far + charge.amount_micros > charge.limit_micros:
-            return Breach(
+            breach = Breach(
                 charge.budget_id,
                 charge.limit_micros,
                 so_far,
@@ -319,18 +390,27 @@ def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:
                 charge.scope,
                 charge.counter_key,
             )
-    return None
+            over.append((charge, breach))
+    return over
 
 
 def _record_breach(
-    conn: Connection, log: Append, req: CallRequest, breach: Breach, run_tenant: str | None, producer: str
+    conn: Connection,
+    log: Append,
+    req: CallRequest,
+    breach: Breach,
+    run_tenant: str | None,
+    producer: str,
+    *,
+    ran: bool = False,
 ) -> CallView:
     """Record a call refused `budget_exceeded`: requested (charging nothing), budget.exceeded, denied."""
 
     def finding(call: dict[str, Any], refusal: RefusalRequest) -> ev.Event:
         return ev.BudgetExceededEvent(**call, payload=exceeded(breach, refusal.detail))
 
-    return _record_guarded(log, req, "budget_exceeded", breach_detail(breach), finding, run_tenant, producer)
+    detail = breach_detail(breach) + (_WITHHELD if ran else "")
+    return _record_guarded(log, req, "budget_exceeded", detail, finding, run_tenant, producer)[0]
 
 
 def exceeded(breach: Breach, detail: str | None) -> ev.BudgetExceeded:
@@ -371,9 +451,10 @@ def _record_guarded(
     finding: Callable[[dict[str, Any], RefusalRequest], ev.Event | None],
     run_tenant: str | None,
     producer: str,
-) -> CallView:
+) -> tuple[CallView, ev.Event]:
     """Record a call one of the store's guards (a budget, a loop rule) refused: requested (claiming,
-    charging and counting nothing), the guard's finding if it has one, then denied with `reason`."""
+    charging and counting nothing), the guard's finding if it has one, then denied with `reason`.
+    Returns the call and its `tool_call.denied` as sealed."""
     refusal = bounded(_refusal_of(req, reason, detail))
     who = refusal.identity
     base = _base(who, req.policy_version, producer)
@@ -390,9 +471,11 @@ def _record_guarded(
     call = {**base, "tool_call_id": who.tool_call_id, "causation_id": requested.event_id}
     if (found := finding(call, refusal)) is not None:
         log.add(found)
-    log.add(ev.ToolCallDeniedEvent(**call, payload=ev.ToolCallDenied(reason=reason, message=refusal.detail)))
+    denied = log.add(
+        ev.ToolCallDeniedEvent(**call, payload=ev.ToolCallDenied(reason=reason, message=refusal.detail))
+    )
     log.flush()
-    return log.call(who.tool_call_id)
+    return log.call(who.tool_call_id), denied
 
 
 MICROS = 1_000_000
@@ -640,13 +723,26 @@ def charged(charge: Charge) -> ev.BudgetCharged:
 
 
 def _marked(key: LoopKey) -> ev.LoopMarked:
-    return ev.LoopMarked(rule=key.rule_id, key=key.pattern, window_start=ev.format_ts(key.window_start))
+    return ev.LoopMarked(
+        rule=key.rule_id,
+        key=key.pattern,
+        window_start=ev.format_ts(key.window_start),
+        resets_at=ev.format_ts(key.resets_at),
+    )
 
 
 def _record_new(
-    log: Append, req: CallRequest, *, supersedes: str | None, run_is_new: bool, producer: str
+    log: Append,
+    req: CallRequest,
+    *,
+    supersedes: str | None,
+    run_is_new: bool,
+    producer: str,
+    passed: Breach | None = None,
 ) -> ev.Event:
-    """Append the events of an admitted call; returns the last (what a later event of it is caused by)."""
+    """Append the events of an admitted call; returns the last (what a later event of it is caused by).
+
+    `passed`: the budget it passed, recorded (`budget.exceeded`) before the approval it was sent to."""
     who = req.identity
     base = _base(who, req.policy_version, producer)
     if run_is_new:
@@ -655,6 +751,9 @@ def _record_new(
     payload = _call_requested(req, claims_key=True, supersedes=supersedes)
     requested = log.add(ev.ToolCallRequestedEvent(**call, payload=payload))
     call["causation_id"] = requested.event_id
+    if passed is not None:
+        detail = f"{breach_detail(passed)}; a person decides whether it runs"
+        log.add(ev.BudgetExceededEvent(**call, payload=exceeded(passed, detail)))
     decision = req.decision
     effect = decision.effect
     if effect == "deny":

@@ -12,8 +12,8 @@ row that differs.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,10 @@ from sqlalchemy import Connection, Engine, String, Table, create_engine, event, 
 from store import events as ev
 from store.model import ProjectionDifference, ScratchUnavailable
 from store.projector import apply
-from store.schema import PROJECTION_TABLES, metadata
+from store.schema import PROJECTION_TABLES, budget_counters, loop_marks, metadata
 
+PRUNED_TABLES = (budget_counters, loop_marks)
+"""Projections whose rows of ended windows the periodic prune deletes (store.pruning)."""
 _PAGE = 1000
 _SHOWN = 120
 """Characters of a value a difference shows; the rest is elided."""
@@ -74,11 +76,18 @@ class Replay:
         except exc.OperationalError as error:  # the scratch file's own trouble (a full disk), not the log's
             raise ScratchUnavailable(_scratch_failed(self._path, error.orig)) from error
 
-    def compare(self, live: Connection) -> list[ProjectionDifference]:
-        """The first differing row of each projection table (in `PROJECTION_TABLES` order), or none."""
+    def compare(self, live: Connection, now: datetime | None = None) -> list[ProjectionDifference]:
+        """The first differing row of each projection table (in `PROJECTION_TABLES` order), or none.
+
+        A budget counter or loop mark whose window ended before `now` (default: the wall clock) may be
+        missing from the live table: the periodic prune deleted it (store.pruning), and admission
+        never reads it again. One that is there must still match.
+        """
+        ended = now or datetime.now(UTC)
         differences = []
         for table in PROJECTION_TABLES:
-            difference = _first_difference(table, _rows(live, table), _rows(self._conn, table))
+            pruned = _pruned(ended) if table in PRUNED_TABLES else None
+            difference = _first_difference(table, _rows(live, table), _rows(self._conn, table), pruned)
             if difference is not None:
                 differences.append(difference)
         return differences
@@ -123,10 +132,18 @@ def _rows(conn: Connection, table: Table) -> Iterator[tuple[tuple[Any, ...], Any
             yield tuple(row[i] for i in at), row
 
 
+def _pruned(ended: datetime) -> Callable[[Any], bool]:
+    def pruned(row: Any) -> bool:
+        return row.resets_at is not None and row.resets_at < ended
+
+    return pruned
+
+
 def _first_difference(
     table: Table,
     stored: Iterator[tuple[tuple[Any, ...], Any]],
     replayed: Iterator[tuple[tuple[Any, ...], Any]],
+    pruned: Callable[[Any], bool] | None = None,
 ) -> ProjectionDifference | None:
     names = [c.name for c in table.primary_key.columns]
     left, right = next(stored, None), next(replayed, None)
@@ -135,6 +152,9 @@ def _first_difference(
             assert left is not None
             return ProjectionDifference(table.name, _key(names, left[0]), None, "a row", "absent")
         if left is None or right[0] < left[0]:
+            if pruned is not None and pruned(right[1]):
+                right = next(replayed, None)
+                continue
             return ProjectionDifference(table.name, _key(names, right[0]), None, "absent", "a row")
         if tuple(left[1]) != tuple(right[1]):  # both select(table): the same columns in the same order
             for column, ours, theirs in zip(table.columns, left[1], right[1], strict=True):

@@ -28,6 +28,8 @@ from store.schema import approvals, runs, tool_calls
 from store.views import call_view
 
 RUN_STOPPED = "run_stopped"
+WRIT = "writ"
+"""Who stopped a run that Writ paused itself (a loop rule's `on_detect: pause_run`)."""
 T = TypeVar("T")
 
 
@@ -42,6 +44,22 @@ def stop(conn: Connection, cmd: StopRun, *, producer: str) -> RunView:
     run = _run(conn, cmd.run_id, cmd.tenant)
     if run.status == "stopped":
         raise StaleLease(f"run {cmd.run_id} is already stopped (by {run.stopped_by})")
+    halt(conn, log, cmd, run.tenant, producer=producer)
+    return _run(conn, cmd.run_id, None)
+
+
+def halt(
+    conn: Connection,
+    log: Append,
+    cmd: StopRun,
+    tenant: str,
+    *,
+    producer: str,
+    caused_by: str | None = None,
+) -> None:
+    """Append the stop of an active run to `log` (which holds the head lock) and flush it: the run's
+    waiting approvals withdrawn, its approved calls denied, its confirmations ended. `stop` for a
+    person; a loop rule's `pause_run` for Writ, with the event that found the loop as `caused_by`."""
     waiting = conn.execute(
         select(tool_calls)
         .join(approvals, approvals.c.approval_id == tool_calls.c.approval_id)
@@ -63,7 +81,8 @@ def stop(conn: Connection, cmd: StopRun, *, producer: str) -> RunView:
             occurred_at=ev.format_ts(cmd.now),
             producer=producer,
             run_id=cmd.run_id,
-            tenant=run.tenant,
+            tenant=tenant,
+            causation_id=caused_by,
             payload=ev.RunStopped(
                 stopped_by=cmd.stopped_by,
                 reason=cmd.reason,
@@ -88,7 +107,6 @@ def stop(conn: Connection, cmd: StopRun, *, producer: str) -> RunView:
         ended = ev.ConfirmationExpired(confirmation_id=row.confirmation_id, reason=RUN_STOPPED)
         log.add(ev.ConfirmationExpiredEvent(**_caused(row, cmd, producer, stopped), payload=ended))
     log.flush()
-    return _run(conn, cmd.run_id, None)
 
 
 def resume(conn: Connection, cmd: ResumeRun, *, producer: str) -> RunView:

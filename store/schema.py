@@ -299,6 +299,7 @@ budget_counters = Table(
     Column("used_micros", BigInteger, nullable=False),
     Column("window_start", UTCDateTime),
     Column("resets_at", UTCDateTime),
+    Index("ix_budget_counters_resets_at", "resets_at"),
 )
 
 # Loop marks (issue 13): one row per call counted in a loop pattern (`tool_call.requested` loops) and
@@ -311,6 +312,9 @@ loop_marks = Table(
     Column("kind", String(16), nullable=False),
     Column("tenant", String(128), nullable=False),
     Column("seq", BigInteger, nullable=False),
+    # When the pattern's window ends (None for marks recorded before it was kept): the prune's key.
+    Column("resets_at", UTCDateTime),
+    Index("ix_loop_marks_resets_at", "resets_at"),
 )
 
 # The authorization server's state (issue 12). Not projections: none of it is in the log, and a

@@ -40,6 +40,7 @@ from store.model import (
 from store.oauth import OAuthRecords
 from store.partitions import SINGLE, UNPARTITIONED, Partitioning, configure, scheme_of
 from store.projector import apply
+from store.pruning import Pruning
 from store.queues import Queues
 from store.rate_limits import RateLimits
 from store.reads import Reads
@@ -80,7 +81,7 @@ def _aware(moment: datetime) -> None:
         raise ValueError("the store records timezone-aware datetimes only")
 
 
-class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs):
+class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(
@@ -517,6 +518,7 @@ _Approvals: type[ports.Approvals] = Store
 _Resumption: type[ports.Resumption] = Store
 _Reconciliation: type[ports.Reconciliation] = Store
 _Recovery: type[ports.Recovery] = Store
+_Pruning: type[ports.Pruning] = Store
 _ManualResolutions: type[ports.ManualResolutions] = Store
 _Outbox: type[ports.Outbox] = Store
 _Revocations: type[ports.Revocations] = Store

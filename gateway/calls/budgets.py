@@ -14,7 +14,7 @@ from decimal import ROUND_CEILING, Decimal
 
 from policy.budgets import BudgetCharge
 from policy.loops import LoopMark
-from store.model import Charge, LoopKey
+from store.model import ApprovalNeed, Charge, LoopKey
 
 MICROS = Decimal(1_000_000)
 
@@ -30,6 +30,13 @@ def store_charges(charges: Iterable[BudgetCharge]) -> tuple[Charge, ...]:
             window_start=c.window_start,
             resets_at=c.resets_at,
             scope=c.scope,
+            approval=(
+                ApprovalNeed(
+                    c.approval.approver_role, c.approval.expires_in_s, c.approval.requester_may_approve
+                )
+                if c.approval
+                else None
+            ),
         )
         for c in charges
     )
@@ -58,6 +65,7 @@ def store_loops(marks: Iterable[LoopMark]) -> tuple[LoopKey, ...]:
             window_s=m.window_s,
             window_start=m.window_start,
             resets_at=m.resets_at,
+            action=m.action,
         )
         for m in marks
     )

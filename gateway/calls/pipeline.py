@@ -57,7 +57,7 @@ from gateway.errors import Refused, UnknownTool
 from gateway.reasons import ReasonCode
 from policy import POLICY_ERROR
 from policy.cel import ExpressionError
-from policy.model import CallContext, Decision, PolicyInput, Principal
+from policy.model import ApprovalRequirement, CallContext, Decision, PolicyInput, Principal
 from store.model import (
     IN_FLIGHT_STATUSES,
     Admission,
@@ -407,9 +407,14 @@ class CallPipeline:
         """What to record before anything happens: the intent, or the refusal of a call nobody can confirm."""
         capability, now = call.capability, call.identity.now
         approval_id = expires_at = None
-        if decision.effect == "require_approval" and decision.approval is not None:
+        over_budget = None
+        if decision.effect == "allow" and capability.effect != "confirm":
+            # Should a budget saying require_approval be passed, the store records this instead.
+            over_budget = _over_budget(decision, charges)
+        asked = over_budget or decision
+        if asked.effect == "require_approval" and asked.approval is not None:
             approval_id = new_id("ap")
-            expires_at = now + timedelta(seconds=decision.approval.expires_in_s)
+            expires_at = now + timedelta(seconds=asked.approval.expires_in_s)
         confirmation_id = confirm_by = None
         if decision.effect == "allow" and capability.effect == "confirm":
             if not call.inp.can_confirm:
@@ -437,7 +442,7 @@ class CallPipeline:
             held_arguments=call.arguments if approval_id else None,
             notification=(
                 _approval_notice(
-                    capability, call.inp.principal, decision, approval_id, expires_at, stored_arguments
+                    capability, call.inp.principal, asked, approval_id, expires_at, stored_arguments
                 )
                 if approval_id and expires_at and self._notify_approvals
                 else None
@@ -446,6 +451,7 @@ class CallPipeline:
             confirmation_expires_at=confirm_by,
             charges=charges,
             loops=loops,
+            over_budget=decision_record(over_budget) if over_budget else None,
         )
 
     async def _dispatch_or_join(
@@ -574,15 +580,30 @@ def _approval_notice(
     }
 
 
+def _over_budget(decision: Decision, charges: tuple[Charge, ...]) -> Decision | None:
+    """The decision to record if the call passes a budget whose `on_exceed` is `require_approval`: the
+    first such budget's approver decides (the store uses it only if every budget passed says so)."""
+    for charge in charges:
+        if (need := charge.approval) is not None:
+            return Decision(
+                "require_approval",
+                ReasonCode.BUDGET_EXCEEDED,
+                decision.policy_version,
+                charge.budget_id,
+                ApprovalRequirement(need.approver_role, need.expires_in_s, need.requester_may_approve),
+                message=f"budget {charge.budget_id!r} is used up: a person decides whether this call runs",
+            )
+    return None
+
+
 def _one_commit(request: CallRequest) -> bool:
-    """Whether a call is recorded once, after it ran: a read allowed outright, under a derived key,
-    that no budget or loop rule counts.
+    """Whether a call is recorded once, after it ran: a read allowed outright, under a derived key.
 
     Writes, reads awaiting approval and reads under a client's idempotency key (whose recorded state
-    the key promises to every later call that names it) are admitted before they run; so are reads a
-    budget or a loop rule counts, whose limit must hold before the backend is asked: checked only at
-    the commit after the run, concurrent reads would all reach the backend and those over the limit
-    be recorded refused though they ran.
+    the key promises to every later call that names it) are admitted before they run. A read that a
+    budget or a loop rule counts is recorded once too: its limit is looked at before the backend is
+    asked and checked again, and charged, in that one commit under the head lock; a read that lost the
+    race there is recorded refused and its answer withheld (it had no effect, so nothing is lost).
     """
     return (
         request.effect_class == "read"
@@ -590,8 +611,6 @@ def _one_commit(request: CallRequest) -> bool:
         and request.approval_id is None
         and request.confirmation_id is None
         and request.identity.key_source == "derived"
-        and not request.charges
-        and not request.loops
     )
 
 

@@ -1,4 +1,5 @@
-"""Background workers every replica runs: recovery of expired dispatch leases, then reconciliation.
+"""Background workers every replica runs: recovery of expired dispatch leases, reconciliation, and
+pruning of budget counters and loop marks whose window ended.
 
 No leader is assumed: each pass is a set of compare-and-set claims in the shared store, so two
 replicas running the same pass at once settle each call exactly once between them.
@@ -17,7 +18,7 @@ import anyio
 import anyio.to_thread
 
 from gateway.calls.reconcile import Reconciler
-from store.ports import Recovery
+from store.ports import Pruning, Recovery
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +37,12 @@ class Workers:
         store: Recovery,
         reconciler: Reconciler,
         clock: Callable[[], datetime],
+        pruning: Pruning | None = None,
     ) -> None:
         self._store = store
         self._reconciler = reconciler
         self._clock = clock
+        self._pruning = pruning
 
     async def tick(self) -> tuple[int, int]:
         """One pass: recover expired dispatches, then try each due reconciliation once."""
@@ -51,4 +54,9 @@ class Workers:
                 call.lease_owner,
             )
         reconciled = await self._reconciler.run_once()
+        if (pruning := self._pruning) is not None:
+            # One bounded batch a pass: a backlog (after an upgrade, a long outage) drains over passes.
+            pruned = await anyio.to_thread.run_sync(lambda: pruning.prune_expired(now=self._clock()))
+            if pruned:
+                logger.debug("pruned %d budget counters and loop marks of ended windows", pruned)
         return len(recovered), reconciled

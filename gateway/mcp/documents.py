@@ -50,6 +50,9 @@ class LoopState(BaseModel):
     window_s: int
     resets_at: str = Field(description="ISO 8601: when the window ends")
     tool_call_ids: list[str] = Field(description="the earlier calls of the pattern in the window")
+    run_stopped: str | None = Field(
+        default=None, description="the run Writ stopped for this loop: its calls wait for a person"
+    )
 
 
 class StatusDocument(BaseModel):

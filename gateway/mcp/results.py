@@ -180,6 +180,13 @@ LOOP_NEXT = (
 
 def loop_detected(call: CallView, loop: LoopHit) -> dict[str, Any]:
     """The CallToolResult (as JSON) for a call refused because it repeats a pattern too often."""
+    paused = {"run_stopped": loop.paused_run} if loop.paused_run else {}
+    told = LOOP_NEXT
+    if loop.paused_run:
+        told += (
+            f" Writ has stopped run {loop.paused_run}: its calls are refused until a person resumes it, "
+            "so tell your user now."
+        )
     body = StatusDocument(
         status="denied",
         reason=ReasonCode.LOOP_DETECTED,
@@ -192,8 +199,9 @@ def loop_detected(call: CallView, loop: LoopHit) -> dict[str, Any]:
             window_s=loop.window_s,
             resets_at=loop.resets_at.isoformat(),
             tool_call_ids=list(loop.tool_call_ids),
+            **paused,
         ),
-        next=LOOP_NEXT,
+        next=told,
     ).dump()
     return _status_result(call, body, f"Denied: loop detected by rule {loop.rule_id} ({call.summary}).")
 

@@ -167,7 +167,7 @@ def demo_config(
     `auth` and `server` entries are merged over the demo's sections of that name (e.g. extra issuers,
     required scopes; timeouts, a public URL); `overrides` replace whole top-level sections (e.g.
     `policy_file`); `extra_backends` and `extra_rules` are added to the demo's backends and policy rules;
-    `budgets` become the policy's budgets; `loops` replace the demo's loop rules, which are left out
+    `budgets` and `loops` replace the demo's budget and loop rules, which are left out
     unless given: cases of a module share principals and repeat calls on purpose (test_mcp_loops.py
     runs loop rules of its own, and checks the demo turns its rules on).
     """
@@ -185,8 +185,8 @@ def demo_config(
     config["backends"].update(extra_backends or {})
     if extra_rules:
         config["policy"]["rules"] += extra_rules
-    if budgets:
-        config["policy"]["budgets"] = budgets
+    # Like the loop rules, the demo's budget is left out unless given: cases share principals.
+    config["policy"]["budgets"] = budgets or []
     config["policy"]["loops"] = loops or []
     config["backends"]["acme"]["timeout_s"] = timeout_s
     config["backends"]["acme"]["commit_horizon_s"] = commit_horizon_s or 2 * timeout_s

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
-from store import Admission, Store
-from store.model import Charge
+from store import Admission, ApprovedDispatch, Store
+from store.commands import DecideApproval
+from store.model import ApprovalNeed, Charge
 from store.schema import budget_counters
-from tests.store.builders import NOW, call_request
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 from tests.store.racing import at_once, in_processes
 from tests.store.workers import admit_against_budget
 
@@ -129,3 +131,56 @@ def test_rebuild_sums_the_counters_again_from_the_log(store: Store) -> None:
 def test_a_call_without_charges_reads_no_counter_and_is_admitted(store: Store) -> None:
     assert _admit(store, 1, ()).call.status == "dispatching"
     assert _used(store) == {}
+
+
+ASK = ApprovalNeed("finance", 3600, False)
+OVER_BUDGET = dataclasses.replace(
+    REQUIRE_APPROVAL, reason="budget_exceeded", rule_id="daily-calls", approval=ASK
+)
+
+
+def _asking(store: Store, n: int, charges: tuple[Charge, ...]) -> Admission:
+    request = call_request(tool_call_id=f"tc-{n}", idempotency_key=f"k-{n}", charges=charges)
+    return store.admit(
+        dataclasses.replace(
+            request,
+            over_budget=OVER_BUDGET,
+            approval_id=f"ap-{n}",
+            approval_expires_at=NOW + timedelta(hours=1),
+            held_arguments={"order": 1001},
+        )
+    )
+
+
+def test_a_budget_saying_require_approval_sends_the_call_past_it_to_a_person(store: Store) -> None:
+    asks = tuple(dataclasses.replace(c, approval=ASK) for c in _calls(limit=2))
+    admissions = [_asking(store, n, asks) for n in range(3)]
+
+    assert [a.call.status for a in admissions] == ["dispatching", "dispatching", "approval_pending"]
+    assert admissions[2].breach is None and admissions[2].call.approval_id == "ap-2"
+    assert [e.type for e in store.events(tool_call_id="tc-2")] == [
+        "tool_call.requested",
+        "budget.exceeded",
+        "approval.required",
+    ]
+    assert store.events(tool_call_id="tc-2")[0].payload["decision"]["reason"] == "budget_exceeded"
+    assert _used(store) == {"counter-a": 3 * M}  # charged past the limit while a person decides
+    approved = store.decide_approval(DecideApproval("ap-2", approve=True, decided_by="bob", now=NOW))
+    assert approved.status == "approved"
+    ran = store.dispatch_approved(ApprovedDispatch("tc-2", now=NOW, charges=asks))
+    assert ran.status == "dispatching"  # charged when admitted: not refused again at execution
+    assert _used(store) == {"counter-a": 3 * M}
+    store.rebuild()
+    assert _used(store) == {"counter-a": 3 * M}
+    assert store.verify().ok
+
+
+def test_a_call_past_a_budget_that_denies_is_denied_even_if_another_would_ask(store: Store) -> None:
+    asks = dataclasses.replace(_calls(limit=1)[0], approval=ASK)
+    denies = _calls(limit=1, key="counter-b")[0]
+    _asking(store, 0, (asks, denies))
+
+    refused = _asking(store, 1, (asks, denies))
+
+    assert (refused.call.status, refused.call.reason) == ("denied", "budget_exceeded")
+    assert store.held_arguments("ap-1") is None

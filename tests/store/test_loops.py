@@ -3,14 +3,16 @@ and a pattern found to loop is recorded once (`loop.detected`) however often it 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 
 from store import Admission, LoopKey, Store
+from store.commands import ResumeRun
 from store.schema import loop_marks
-from tests.store.builders import NOW, call_request, outcome
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
 from tests.store.racing import at_once
 from tests.store.test_read_records import answered, read_request
 
@@ -150,4 +152,69 @@ def test_calls_failing_with_one_error_threshold_times_stop_the_next(store: Store
     assert (detected["kind"], detected["error"]) == ("repeated_failure", "http_404")
     assert _admit(store, 6, _failures(threshold=3)).call.reason == "loop_detected"
     assert len(_detected(store)) == 1
+    assert store.verify().ok
+
+
+def _pausing(threshold: int) -> tuple[LoopKey, ...]:
+    (key,) = _loop(threshold)
+    return (dataclasses.replace(key, rule_id="pause-on-loop", action="pause_run"),)
+
+
+def test_a_pausing_rule_refuses_the_call_and_stops_its_run_withdrawing_its_approvals(store: Store) -> None:
+    waiting = call_request(tool_call_id="waiting", idempotency_key="k-w", decision=REQUIRE_APPROVAL)
+    store.admit(waiting)
+    for n in range(3):
+        _admit(store, n, _pausing(threshold=3))
+
+    found = _admit(store, 3, _pausing(threshold=3))
+    later = store.admit(call_request(tool_call_id="later", idempotency_key="k-later"))
+
+    assert (found.call.status, found.call.reason) == ("denied", "loop_detected")
+    assert found.loop is not None and found.loop.paused_run == "run-1"
+    assert "Writ stopped run run-1" in store.events(tool_call_id="tc-3")[-1].payload["message"]
+    run = store.get_run("run-1")
+    assert run is not None and (run.status, run.stopped_by) == ("stopped", "writ")
+    assert run.stop_reason is not None and "pause-on-loop" in run.stop_reason
+    assert "tc-0, tc-1, tc-2" in run.stop_reason
+    stopped = next(e for e in store.events(run_id="run-1") if e.type == "run.stopped")
+    assert stopped.causation_id == store.events(tool_call_id="tc-3")[-1].event_id
+    assert stopped.payload["withdrawn"] == [waiting.approval_id]
+    assert waiting.approval_id is not None
+    approval = store.get_approval(waiting.approval_id)
+    assert approval is not None and (approval.status, approval.decided_by) == ("rejected", "writ")
+    assert (later.call.status, later.call.reason) == ("denied", "run_stopped")
+
+    store.resume_run(ResumeRun("run-1", resumed_by="carol", reason="looked at it", now=NOW, tenant="acme"))
+    again = store.admit(call_request(tool_call_id="again", idempotency_key="k-again"))
+    assert again.owns_dispatch
+    resumed = store.get_run("run-1")
+    store.rebuild()
+    assert resumed is not None and store.get_run("run-1") == resumed
+    assert store.verify().ok
+
+
+def test_a_pausing_rule_only_refuses_a_call_in_no_run(store: Store) -> None:
+    admissions = [
+        store.admit(
+            call_request(tool_call_id=f"tc-{n}", idempotency_key=f"k-{n}", run_id=None, loops=_pausing(2))
+        )
+        for n in range(3)
+    ]
+
+    refused = admissions[2]
+    assert (refused.call.status, refused.call.reason) == ("denied", "loop_detected")
+    assert refused.loop is not None and refused.loop.paused_run is None
+    assert "run.stopped" not in [e.type for e in store.events()]
+    assert store.verify().ok
+
+
+def test_a_pausing_rule_stops_the_run_of_a_read_found_looping_at_its_commit(store: Store) -> None:
+    for n in range(2):
+        store.record_read(answered(read_request(n, run_id="run-r", loops=_pausing(2))))
+
+    refused = store.record_read(answered(read_request(2, run_id="run-r", loops=_pausing(2))))
+
+    assert (refused.call.reason, refused.call.result) == ("loop_detected", None)
+    run = store.get_run("run-r")
+    assert run is not None and (run.status, run.stopped_by) == ("stopped", "writ")
     assert store.verify().ok

@@ -130,6 +130,38 @@ def test_twenty_concurrent_reads_against_a_limit_of_ten_keep_exactly_ten_answers
     assert store.verify().ok
 
 
+@pytest.mark.postgres
+def test_two_replicas_recording_twenty_counted_reads_against_a_limit_of_ten_keep_exactly_ten(
+    pg_schema_url: str,
+) -> None:
+    with Store.open(pg_schema_url) as one, Store.open(pg_schema_url) as other:
+        one.migrate()
+        requests = [read_request(n, charges=_counter(10)) for n in range(20)]
+        assert all(one.admissible_read(r) for r in requests)
+        replicas = [one, other]
+        admissions = at_once(
+            lambda n: replicas[n % 2].record_read(answered(requests[n])), range(len(requests))
+        )
+
+        statuses = [a.call.status for a in admissions]
+        assert (statuses.count("completed"), statuses.count("denied")) == (10, 10)
+        refused = [a.call for a in admissions if a.call.status == "denied"]
+        assert all(c.reason == "budget_exceeded" and c.result is None for c in refused)
+        with one.engine.connect() as conn:
+            assert conn.execute(select(budget_counters.c.used_micros)).scalar_one() == 10 * M
+        assert one.verify().ok
+
+
+def test_a_read_refused_at_its_commit_says_the_backend_was_asked(store: Store) -> None:
+    store.record_read(answered(read_request(1, charges=_counter(1))))
+
+    call = store.record_read(answered(read_request(2, charges=_counter(1)))).call
+
+    assert (call.status, call.reason) == ("denied", "budget_exceeded")
+    denied = store.events(tool_call_id="tc-read-2")[-1].payload
+    assert "had reached the backend" in str(denied) and "250.00 EUR" not in str(denied)
+
+
 def test_a_read_over_its_budget_before_it_runs_is_not_admissible(store: Store) -> None:
     store.record_read(answered(read_request(1, charges=_counter(1))))
 

@@ -203,3 +203,50 @@ async def test_a_read_over_its_calls_budget_never_reaches_the_backend_and_is_rec
     assert reports[2].call.reason == "budget_exceeded" and reports[2].breach is not None
     assert len(executor.invocations) == 2
     assert types(store).count("budget.exceeded") == 1
+
+
+async def test_a_read_a_budget_and_a_loop_rule_count_is_still_recorded_in_one_commit(
+    store: Store, executor: FakeExecutor
+) -> None:
+    counted = {
+        "budgets": [{"id": "calls", "tools": ["*"], "window": "1h", "limit": 100}],
+        "loops": [{"id": "same", "tools": ["*"], "threshold": 50, "window": "1m"}],
+    }
+    pipeline = _pipeline(store, executor, **counted)
+
+    with write_commits(store) as read_commits:
+        during, read = await _while_running(pipeline, store, executor, call())
+    with write_commits(store) as write_commits_seen:
+        await pipeline.call(call(tool="refund_order"))
+
+    assert during == [] and read.call.status == "completed"
+    assert len(read_commits) == 1
+    assert len(write_commits_seen) == 2  # a write is admitted, charged, before it runs
+    requested = store.events(tool_call_id=read.call.tool_call_id)[0].payload
+    assert requested["charges"] and requested["loops"]
+
+
+async def test_twenty_concurrent_counted_reads_against_a_limit_of_ten_answer_exactly_ten(
+    store: Store, executor: FakeExecutor
+) -> None:
+    pipeline = _pipeline(store, executor, budgets=[{"id": "lookups", "tools": ["lookup_order"], "limit": 10}])
+    executor.gate = anyio.Event()
+    reports: list[CallReport] = []
+
+    async def one(n: int) -> None:
+        reports.append(await pipeline.call(call(order=str(n))))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(20):
+            tg.start_soon(one, n)
+        # Every read looked at the counter before any was recorded: all were sent to the backend.
+        await eventually(lambda: len(executor.invocations) == 20, within_s=10)
+        executor.gate.set()
+
+    answered = [r for r in reports if r.call.status == "completed"]
+    refused = [r for r in reports if r.call.status == "denied"]
+    assert (len(answered), len(refused)) == (10, 10)
+    assert all(r.call.result is not None for r in answered)
+    assert all(r.call.reason == "budget_exceeded" and r.breach and r.call.result is None for r in refused)
+    assert types(store).count("budget.exceeded") == 10
+    assert store.verify().ok

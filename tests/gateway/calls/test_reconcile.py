@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from sqlalchemy import select
 
 from capabilities.contract import Invocation, ReconcileResult
 from capabilities.fake import FakeExecutor, completed, failed, fake_capability, unknown
@@ -25,9 +26,12 @@ from policy.engine import Policy
 from policy.model import Principal
 from store.commands import ResolveManually
 from store.events import format_ts
+from store.model import Charge, LoopKey
+from store.schema import budget_counters, loop_marks
 from store.store import Store
 from tests.eventually import eventually
 from tests.postgres import fresh_schema
+from tests.store.builders import call_request
 
 pytestmark = pytest.mark.anyio
 
@@ -122,7 +126,7 @@ def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
         clock=clock,
         policy=ReconcilePolicy(max_attempts=2, backoff_s=10),
     )
-    return Workers(store=store, reconciler=reconciler, clock=clock)
+    return Workers(store=store, reconciler=reconciler, clock=clock, pruning=store)
 
 
 async def unknown_call(pipeline: CallPipeline, executor: FakeExecutor, tool: str = "refund_order") -> str:
@@ -411,3 +415,21 @@ async def test_a_failure_the_backend_answered_is_told_as_its_answer(
     told = shape_call(report.call)
     assert told["structuredContent"]["next"] == NEXT["failed"]
     assert told["content"] == [{"type": "text", "text": "rejected"}]  # the backend's own answer
+
+
+async def test_a_workers_pass_prunes_the_budget_counters_and_loop_marks_of_ended_windows(
+    store: Store, workers: Workers, clock: Clock
+) -> None:
+    ended = clock() - timedelta(days=2)
+    charge = Charge("calls", "old-counter", 1, 10, ended, ended + timedelta(hours=1), "principal")
+    mark = LoopKey("same", "repeated_action", "old-pattern", 5, 3600, ended, ended + timedelta(hours=1))
+    store.admit(
+        call_request(tool_call_id="tc-old", idempotency_key="k-old", charges=(charge,), loops=(mark,))
+    )
+
+    await workers.tick()
+
+    with store.engine.connect() as conn:
+        assert conn.execute(select(budget_counters.c.counter_key)).all() == []
+        assert conn.execute(select(loop_marks.c.pattern_key)).all() == []
+    assert store.verify().ok

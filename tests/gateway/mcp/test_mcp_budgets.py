@@ -115,3 +115,57 @@ async def test_an_approved_call_runs_on_the_charge_it_took_when_admitted_and_cou
         assert (fourth["reason"], fourth["budget"]["used"]) == ("budget_exceeded", 3)
     else:  # the window turned while it waited: it is charged in the new one too
         assert events["tool_call.dispatching"].payload["charges"] is not None
+
+
+async def test_a_budget_holds_across_a_restart_of_the_gateway(tmp_path: Path, backend: Backend) -> None:
+    url = f"sqlite:///{tmp_path / 'writ.db'}"
+    subject = f"restarted-agent-{uuid.uuid4().hex[:8]}"
+    heard: list[tuple[str, dict[str, Any]]] = []
+    for amounts in ([1, 2], [3, 4, 5, 6]):  # a gateway, then another on the same store
+        with writ(tmp_path, backend, url, budgets=[BUDGET]) as g:
+            async with g.client(g.token(subject)) as client:
+                for amount in amounts:
+                    result = await client.call_tool("refund_order", _refund(amount))
+                    call = g.runtime.store.get_call(result.meta["writ/toolCallId"])  # type: ignore[index]
+                    assert call is not None
+                    heard.append((call.status, result.structured_content or {}))
+            if len(heard) == 6:
+                _assert_three_then_refused(g, heard)
+
+
+ASKING = {
+    "id": "two-refunds-then-ask",
+    "tools": ["refund_order"],
+    "window": "1d",
+    "limit": 2,
+    "on_exceed": "require_approval",
+    "approval": {"approver_role": "approver", "expires_in": "1h"},
+}
+
+
+async def test_a_budget_saying_require_approval_sends_the_next_call_to_a_person(
+    tmp_path: Path, backend: Backend
+) -> None:
+    with writ(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", budgets=[ASKING]) as g:
+        store = g.runtime.store
+        async with g.client(g.token(f"asking-agent-{uuid.uuid4().hex[:8]}")) as client:
+            first = [await client.call_tool("refund_order", _refund(n)) for n in range(2)]
+            third = (await client.call_tool("refund_order", _refund(2))).structured_content or {}
+            decided = httpx2.post(
+                f"{g.url}/api/approvals/{third['approvalId']}/decision",
+                json={"decision": "approve", "reason": "one more is fine"},
+                headers={"Authorization": f"Bearer {g.token('bob', roles='approver')}"},
+                timeout=10,
+            )
+            settled = await eventually(
+                lambda: store.get_call(third["toolCallId"]),
+                lambda call: call is not None and call.status not in ("approved", "dispatching"),
+            )
+
+    assert [(r.meta or {}).get("writ/status") for r in first] == ["completed", "completed"]
+    assert third["status"] == "approval_pending"
+    assert decided.status_code == 200, decided.text
+    assert settled is not None and settled.status == "completed"
+    types = g.event_types(third["toolCallId"])
+    assert types[:3] == ["tool_call.requested", "budget.exceeded", "approval.required"]
+    assert "tool_call.completed" in types

@@ -6,6 +6,7 @@ refunds differing by one cent all made.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,3 +171,71 @@ def test_the_demo_turns_loop_detection_on() -> None:
     refunds = loops["refunds-differing-in-amount"]
     assert (refunds.kind, refunds.ignore, refunds.tools) == ("near_identical", ["amount"], ["refund_order"])
     assert loops["same-failure-repeated"].kind == "repeated_failure"
+
+
+PAUSING = [
+    {
+        "id": "pause-on-lookups",
+        "tools": ["lookup_order"],
+        "threshold": 3,
+        "window": WINDOW,
+        "on_detect": "pause_run",
+    }
+]
+
+
+@pytest.mark.anyio
+async def test_a_pausing_rule_stops_the_looping_run_until_a_person_resumes_it(
+    tmp_path: Path, backend: Backend
+) -> None:
+    off = {"rate_limits": {"enabled": False}}
+    with writ(tmp_path, backend, f"sqlite:///{tmp_path / 'writ.db'}", loops=PAUSING, overrides=off) as g:
+        store = g.runtime.store
+        token = g.token(_subject())
+        lookup = {"order_id": "1001"}
+        async with g.client(token, mode="legacy") as client:  # a session: one run Writ owns
+            pending = await client.call_tool(
+                "refund_order", {"order_id": "1002", "amount": 150, "currency": "EUR", "reason": "damaged"}
+            )
+            run_id = (pending.meta or {})["writ/runId"]
+            answered = [await client.call_tool("lookup_order", lookup) for _ in range(3)]
+            looping = await client.call_tool("lookup_order", lookup)
+            after = await client.call_tool("lookup_order", {"order_id": "1002"})
+            resumed = g.cli("runs", "resume", run_id, "--break-glass", "--reason", "agent fixed")
+            again = await client.call_tool("lookup_order", {"order_id": "1002"})
+        async with g.client(token) as stateless:  # no runId, no session: in no run
+            alone = [await stateless.call_tool("lookup_order", {"order_id": "1003"}) for _ in range(4)]
+
+        assert all((r.structured_content or {}).get("status") != "denied" for r in answered)
+        body = looping.structured_content or {}
+        assert (body["reason"], body["loop"]["runStopped"]) == ("loop_detected", run_id)
+        assert f"Writ has stopped run {run_id}" in body["next"]
+        assert (after.structured_content or {})["reason"] == "run_stopped"
+        assert json.loads(resumed.stdout)["status"] == "active"
+        assert (again.structured_content or {}).get("status") != "denied"
+        run = store.get_run(run_id)
+        assert run is not None and run.status == "active"
+        stops = [e for e in store.events(run_id=run_id) if e.type == "run.stopped"]
+        assert [(e.payload["stopped_by"], "pause-on-lookups" in e.payload["reason"]) for e in stops] == [
+            ("writ", True)
+        ]
+        approval_id = (pending.structured_content or {})["approvalId"]
+        approval = store.get_approval(approval_id)
+        assert approval is not None and (approval.status, approval.decided_by) == ("rejected", "writ")
+        assert [(r.structured_content or {}).get("reason") for r in alone][3] == "loop_detected"
+        assert "runStopped" not in (alone[3].structured_content or {})["loop"]
+        assert len([e for e in store.events() if e.type == "run.stopped"]) == 1
+
+
+def test_the_demo_turns_a_budget_on() -> None:
+    template = Template((REPO / "demo" / "demo.yaml").read_text())
+    config = yaml.safe_load(template.safe_substitute(gateway_port=1, backend_port=2, state_dir="/tmp"))
+
+    (budget,) = PolicyConfig.model_validate(config["policy"]).budgets
+
+    assert (budget.id, budget.roles, budget.window_s, budget.on_exceed) == (
+        "agent-calls-per-hour",
+        ["agent"],
+        3600,
+        "deny",
+    )

@@ -170,6 +170,8 @@ async def test_the_cli_stops_and_resumes_with_a_token_or_break_glass(gateway: Wr
     async with gateway.client(gateway.token(_agent()), mode="legacy") as client:
         done = await client.call_tool("refund_order", _refund(20))
         run_id = done.meta["writ/runId"]  # type: ignore[index]
+        waiting = await client.call_tool("refund_order", _refund(260))
+        assert (waiting.structured_content or {})["status"] == "approval_pending"
 
         stopped = gateway.cli(
             "runs", "stop", run_id, "--reason", "from the shell", "--token", _approver(gateway)
@@ -185,6 +187,8 @@ async def test_the_cli_stops_and_resumes_with_a_token_or_break_glass(gateway: Wr
 
     assert json.loads(stopped.stdout)["status"] == "stopped"
     assert (refused.structured_content or {})["reason"] == "run_stopped"
+    withdrawn = gateway.runtime.store.get_call((waiting.structured_content or {})["toolCallId"])
+    assert withdrawn is not None and withdrawn.status == "rejected"
     assert no_authority.returncode == 2 and "--break-glass" in no_authority.stderr
     assert agent.returncode == 1 and "insufficient_role" in agent.stderr
     assert json.loads(resumed.stdout)["breakGlass"] is True
