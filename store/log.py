@@ -12,7 +12,7 @@ from store import events as ev
 from store import queues
 from store.model import TERMINAL_STATUSES, CallView, CorruptEvent, StoredEvent, StoreError
 from store.projector import Pending, apply
-from store.raw import Statement
+from store.raw import Statement, flush
 from store.schema import events, log_head
 from store.views import call_view, load_call
 
@@ -53,18 +53,23 @@ class Append:
         return sealed
 
     def flush(self) -> None:
-        """Write the held projection rows and the sealed events and move the head; the caller commits."""
+        """Write the held projection rows and the sealed events and move the head; the caller commits.
+
+        On PostgreSQL all of it, and the projection's deferred writes, is one round trip (store.raw),
+        sent here so that a refusal among them is heard by this write, inside its own savepoint.
+        """
+        if self._rows:
+            _INSERT_EVENTS.defer_many(self._conn, self._rows)
+            _MOVE_HEAD.defer(self._conn, {"last_seq": self._seq, "last_hash": self._hash})
+            self._rows = []
         self._pending.write(self._conn)
+        flush(self._conn)
+        self._pending.settle()
         # Held full arguments (redacted fields in clear) outlive no call: whichever path settles it
         # (dispatch, reconciliation, a person resolving it, a refusal), they go in the same transaction.
         for row in self._pending.written.values():
             if row.status in TERMINAL_STATUSES and row.approval_id is not None:
                 queues.release(self._conn, row.approval_id)
-        if not self._rows:
-            return
-        _INSERT_EVENTS.execute_many(self._conn, self._rows)
-        _MOVE_HEAD.execute(self._conn, {"last_seq": self._seq, "last_hash": self._hash})
-        self._rows = []
 
     def call(self, tool_call_id: str) -> CallView:
         """The call as it stands after `flush`, without reading it again if this append wrote it.
