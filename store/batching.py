@@ -9,7 +9,13 @@ commit. Nobody hears an answer before the COMMIT that made it durable has return
 fails, every write of the batch hears that failure, as each would have alone.
 
 A write alone in its batch (the usual case with one client) runs without a savepoint, exactly as it
-ran before group commit. On SQLite the writer keeps one connection (a warm page cache). A write that
+ran before group commit. Under load the writer gathers a fuller batch: when the last transaction
+had company (other writes were queued behind it or went with it), it waits a moment, at most
+`GATHER_S`, for as many writes as came last time before it begins. Its callers' other threads and
+coroutines keep the CPU busy meanwhile, and one COMMIT then serves more of them. A write that found
+no company last time is never held back: one client's sequential calls never wait.
+
+On SQLite the writer keeps one connection (a warm page cache). A write that
 runs another write inside it (the writer's own thread) joins the batch it is in, in a nested savepoint.
 With several log partitions (store.partitions), a transaction that finds it needs a head below one it
 holds starts again taking all it needs in sorted order, so replicas never deadlock on heads.
@@ -46,6 +52,8 @@ ORDER_ATTEMPTS = 8
 """Times a transaction starts again to take the log heads it needs in order (store.log.PartitionOrder):
 each start takes every head the last one found it needs, so this bounds the partitions one batch of
 writes can touch in an unlucky order, not the writes."""
+GATHER_S = 0.002
+"""How long, at most, a transaction that expects company waits for it before it begins."""
 
 RETRYABLE = (exc.IntegrityError, KeyClaimLost)
 """A unique-key conflict means a concurrent claim won; run again, the write sees it and joins."""
@@ -94,6 +102,10 @@ class GroupWriter:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._local = threading.local()
+        self._expected = 1
+        """Writes the last transaction served and found queued after it: how many the next may wait for."""
+        self.waits = 0
+        """Transactions that waited for company before they began (never one of a lone client)."""
         self.batches = 0
         """Transactions committed (or tried) so far: with `writes`, how much was grouped."""
         self.writes = 0
@@ -204,20 +216,36 @@ class GroupWriter:
                 self._drain()
                 return
             batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                batch.append(more)
+            stop = self._gather(batch)
             self._commit(batch)
+            self._expected = min(MAX_BATCH, len(batch) + self._queue.qsize())
             if stop:
                 self._drain()
                 return
+
+    def _gather(self, batch: list[_Job[Any]]) -> bool:
+        """Add what is queued to `batch`, waiting up to `GATHER_S` for the company expected; True: stop."""
+        deadline: float | None = None
+        while len(batch) < MAX_BATCH:
+            try:
+                more = self._queue.get_nowait()
+            except queue.Empty:
+                if len(batch) >= self._expected:
+                    return False
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + GATHER_S
+                    self.waits += 1
+                if now >= deadline:
+                    return False
+                try:
+                    more = self._queue.get(timeout=deadline - now)
+                except queue.Empty:
+                    return False
+            if more is None:
+                return True
+            batch.append(more)
+        return False
 
     def _drain(self) -> None:
         # Writes queued behind the stop, by callers that found the writer still running: commit them.

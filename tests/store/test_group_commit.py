@@ -163,3 +163,25 @@ def test_a_store_closed_and_written_again_starts_a_new_writer(migrated_url: str)
     assert again.call.status == "dispatching"
     with Store.open(migrated_url) as reopened:
         assert reopened.get_call("tc-2") is not None
+
+
+def test_a_lone_client_s_writes_never_wait_for_company(store: Store) -> None:
+    for i in range(5):
+        req = call_request(tool_call_id=f"tc-{i}", idempotency_key=f"k-{i}")
+        token = store.admit(req).call.lease_token
+        store.record_outcome(outcome(f"tc-{i}", "completed", token=token, now=LATER))
+    assert store.writer.waits == 0
+
+
+def test_only_a_transaction_after_one_with_company_waits_for_more(store: Store) -> None:
+    with writer_held(store) as submit:
+        admitted = [
+            submit(lambda i=i: store.admit(call_request(tool_call_id=f"tc-{i}", idempotency_key=f"k-{i}")))
+            for i in range(3)
+        ]
+    assert [f.result().call.status for f in admitted] == ["dispatching"] * 3
+    assert store.writer.waits == 1  # the three were queued behind the held write: company expected
+    store.admit(call_request(tool_call_id="tc-alone", idempotency_key="k-alone"))
+    assert store.writer.waits == 2  # after the three, it waited (at most GATHER_S); none came
+    store.admit(call_request(tool_call_id="tc-alone-2", idempotency_key="k-alone-2"))
+    assert store.writer.waits == 2  # the last had no company: no wait
