@@ -12,7 +12,6 @@ from typing import Any, TypedDict
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 
-from store import raw
 from store.model import StoreError
 
 _HOLDS_WRITER = "writ_holds_writer_lock"
@@ -79,7 +78,6 @@ def _postgres_engine(
     engine: Engine, *, idle_transaction_timeout_s: float, ping_after_idle_s: float
 ) -> Engine:
     _ping_after_idle(engine, ping_after_idle_s)
-    raw.install(engine)
     if idle_transaction_timeout_s <= 0:
         return engine
     timeout_ms = max(1, round(idle_transaction_timeout_s * 1000))

@@ -18,7 +18,7 @@ from store import queues
 from store.model import TERMINAL_STATUSES, CallView, CorruptEvent, StoredEvent, StoreError
 from store.partitions import UNPARTITIONED, Partitioning, scheme_of
 from store.projector import Pending, apply
-from store.raw import Statement, flush
+from store.raw import Statement
 from store.schema import events, events_seq, log_head
 from store.views import call_view, load_call
 
@@ -119,26 +119,21 @@ class Append:
         return sealed
 
     def flush(self) -> None:
-        """Write the held projection rows and the sealed events and move the heads; the caller commits.
-
-        On PostgreSQL all of it, and the projection's deferred writes, is one round trip (store.raw),
-        sent here so that a refusal among them is heard by this write, inside its own savepoint.
-        """
-        if self._rows:
-            _INSERT_EVENTS.defer_many(self._conn, self._rows)
-            moved = {row["partition"] for row in self._rows}
-            for partition in sorted(moved):
-                chain = self._chains[partition]
-                _MOVE_HEAD.defer(self._conn, {"p": partition, "last_seq": chain.seq, "last_hash": chain.hash})
-            self._rows = []
+        """Write the held projection rows and the sealed events and move the heads; the caller commits."""
         self._pending.write(self._conn)
-        flush(self._conn)
-        self._pending.settle()
         # Held full arguments (redacted fields in clear) outlive no call: whichever path settles it
         # (dispatch, reconciliation, a person resolving it, a refusal), they go in the same transaction.
         for row in self._pending.written.values():
             if row.status in TERMINAL_STATUSES and row.approval_id is not None:
                 queues.release(self._conn, row.approval_id)
+        if not self._rows:
+            return
+        _INSERT_EVENTS.execute_many(self._conn, self._rows)
+        moved = {row["partition"] for row in self._rows}
+        for partition in sorted(moved):
+            chain = self._chains[partition]
+            _MOVE_HEAD.execute(self._conn, {"p": partition, "last_seq": chain.seq, "last_hash": chain.hash})
+        self._rows = []
 
     def call(self, tool_call_id: str) -> CallView:
         """The call as it stands after `flush`, without reading it again if this append wrote it.

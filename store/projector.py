@@ -10,7 +10,7 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from store import events as ev
 from store.canonical import canonical_json
 from store.model import KeyClaimLost, StoreError
-from store.raw import Later, Record, Statement
+from store.raw import Record, Statement
 from store.schema import approvals, budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
 
 
@@ -29,23 +29,14 @@ class Pending:
         self.calls: dict[str, dict[str, Any]] = {}
         self.written: dict[str, Record] = {}
         """Each call row this append wrote, as the database returned it: the caller's view needs no reload."""
-        self.updated: dict[str, Later] = {}
-        """The call rows updated, as the database will return them: in `written` after `settle`."""
 
     def write(self, conn: Connection) -> None:
         for run in self.runs.values():
-            _INSERT_RUN.defer(conn, run)
+            _INSERT_RUN.execute(conn, run)
         for tool_call_id, call in self.calls.items():
             self.written[tool_call_id] = _INSERT_CALL_RETURNING.one(conn, call)
         self.runs.clear()
         self.calls.clear()
-
-    def settle(self) -> None:
-        """Take the updated call rows into `written`, once the round trip that carried them has returned."""
-        for tool_call_id, later in self.updated.items():
-            if later.rows:
-                self.written[tool_call_id] = later.rows[0]
-        self.updated.clear()
 
 
 def apply(conn: Connection, event: ev.Event, pending: Pending | None = None) -> None:
@@ -60,9 +51,7 @@ def apply(conn: Connection, event: ev.Event, pending: Pending | None = None) -> 
 
 
 # The statements every call runs, built once and run on the raw cursor (store.raw): compiled once per
-# dialect and set of parameter names, so only the parameters change per event. A write whose result
-# is not read is deferred: on PostgreSQL it goes with the next round trip (at the latest the append's
-# flush), not one of its own. An UPDATE without
+# dialect and set of parameter names, so only the parameters change per event. An UPDATE without
 # .values() sets the columns named by its parameters; the WHERE binds are named b_* so they never
 # collide with a column.
 _INSERT_RUN = Statement(runs.insert())
@@ -117,20 +106,19 @@ def _update_call(conn: Connection, pending: Pending | None, event: ev.Envelope, 
     values["updated_at"] = ev.parse_ts(event.occurred_at)
     values["last_event_id"] = event.event_id
     if pending is None:
-        _UPDATE_CALL.defer(conn, {"b_tool_call_id": tool_call_id, **values})
+        _UPDATE_CALL.execute(conn, {"b_tool_call_id": tool_call_id, **values})
         return
     held = pending.calls.get(tool_call_id)
     if held is not None:
         held.update(values)
         return
-    # The row goes with the append's next round trip (store.raw); `settle` takes it in after that.
-    pending.updated[tool_call_id] = _UPDATE_CALL_RETURNING.defer_rows(
-        conn, {"b_tool_call_id": tool_call_id, **values}
-    )
+    row = _UPDATE_CALL_RETURNING.one_or_none(conn, {"b_tool_call_id": tool_call_id, **values})
+    if row is not None:
+        pending.written[tool_call_id] = row
 
 
 def _update_approval(conn: Connection, event: ev.Envelope, **values: Any) -> None:
-    _UPDATE_APPROVAL.defer(conn, {"b_approval_id": event.approval_id, **values})
+    _UPDATE_APPROVAL.execute(conn, {"b_approval_id": event.approval_id, **values})
 
 
 def _insert(
@@ -138,7 +126,7 @@ def _insert(
 ) -> None:
     # A key held already is inserted at once, so that the database refuses the duplicate as before.
     if held is None or key in held:
-        statement.defer(conn, row)
+        statement.execute(conn, row)
     else:
         held[key] = row
 
@@ -168,12 +156,12 @@ def _run_stopped(conn: Connection, event: ev.RunStoppedEvent, pending: Pending |
         "stopped_by": p.stopped_by,
         "stop_reason": p.reason,
     }
-    _SET_RUN.defer(conn, {"b_run_id": _named(event, "run_id", event.run_id), **values})
+    _SET_RUN.execute(conn, {"b_run_id": _named(event, "run_id", event.run_id), **values})
 
 
 def _run_resumed(conn: Connection, event: ev.RunResumedEvent, pending: Pending | None) -> None:
     # The last stop stays on the row (who, when, why) until the next one; the log holds them all.
-    _SET_RUN.defer(conn, {"b_run_id": _named(event, "run_id", event.run_id), "status": "active"})
+    _SET_RUN.execute(conn, {"b_run_id": _named(event, "run_id", event.run_id), "status": "active"})
 
 
 def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pending | None) -> None:
@@ -217,7 +205,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
     if run is not None:
         run["call_count"] += 1
     elif run_id is not None:
-        _COUNT_CALL.defer(conn, {"b_run_id": run_id})
+        _COUNT_CALL.execute(conn, {"b_run_id": run_id})
     for charge in p.charges or ():
         _charge(conn, event, charge)
     for mark in p.loops or ():
@@ -233,7 +221,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
     if p.supersedes is None:
         # A second claimant fails here on the primary key: uniqueness lives in the database.
         key = {"tenant": event.tenant, "subject": p.subject, "idempotency_key": p.idempotency_key}
-        _CLAIM_KEY.defer(conn, {**key, **claim})
+        _CLAIM_KEY.execute(conn, {**key, **claim})
         return
     taken = _TAKE_OVER_KEY.execute(
         conn,
@@ -262,7 +250,7 @@ def _charge(conn: Connection, event: ev.Envelope, charge: ev.BudgetCharged) -> N
             "window_start": None if charge.window_start is None else ev.parse_ts(charge.window_start),
             "resets_at": None if charge.resets_at is None else ev.parse_ts(charge.resets_at),
         }
-        _INSERT_COUNTER.defer(conn, counter)
+        _INSERT_COUNTER.execute(conn, counter)
 
 
 def _mark_loop(conn: Connection, event: ev.Envelope, key: str, kind: str, resets_at: str | None) -> None:
@@ -274,7 +262,7 @@ def _mark_loop(conn: Connection, event: ev.Envelope, key: str, kind: str, resets
         "seq": event.seq,
         "resets_at": _ts(resets_at),
     }
-    _INSERT_LOOP_MARK.defer(conn, row)
+    _INSERT_LOOP_MARK.execute(conn, row)
 
 
 def _loop_detected(conn: Connection, event: ev.LoopDetectedEvent, pending: Pending | None) -> None:
@@ -298,7 +286,7 @@ def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | 
 
 def _approval_required(conn: Connection, event: ev.ApprovalRequiredEvent, pending: Pending | None) -> None:
     p = event.payload
-    _INSERT_APPROVAL.defer(
+    _INSERT_APPROVAL.execute(
         conn,
         {
             "approval_id": p.approval_id,

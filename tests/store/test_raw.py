@@ -59,33 +59,3 @@ def test_a_unique_violation_is_wrapped_as_core_wraps_it(store: Store) -> None:
     with pytest.raises(exc.IntegrityError), store.engine.begin() as conn:
         INSERT.execute(conn, run_row("run-1"))
         INSERT.execute(conn, run_row("run-1"))
-
-
-def test_deferred_writes_run_in_order_before_the_next_read(store: Store) -> None:
-    with store.engine.begin() as conn:
-        INSERT.defer(conn, run_row("run-1"))
-        INSERT.defer_many(conn, [run_row("run-2"), run_row("run-3", "other")])
-        COUNT.defer(conn, {"b_tenant": "acme"})
-        assert [(row.run_id, row.call_count) for row in BY_TENANT.rows(conn, {"b_tenant": "acme"})] == [
-            ("run-1", 1),
-            ("run-2", 1),
-        ]
-        COUNT.defer(conn, {"b_tenant": "other"})  # sent before what SQLAlchemy itself runs
-        assert conn.execute(select(runs.c.call_count).where(runs.c.tenant == "other")).scalar_one() == 1
-        INSERT.defer(conn, run_row("run-4"))  # sent before the COMMIT
-    with store.engine.connect() as conn:
-        kept = BY_TENANT.rows(conn, {"b_tenant": "acme"})
-    assert [row.run_id for row in kept] == ["run-1", "run-2", "run-4"]
-
-
-def test_a_deferred_unique_violation_is_heard_by_the_next_round_trip_and_undone(store: Store) -> None:
-    with store.engine.begin() as conn:
-        INSERT.defer(conn, run_row("run-1"))
-        with pytest.raises(exc.IntegrityError), conn.begin_nested():
-            INSERT.defer(conn, run_row("run-2"))
-            INSERT.defer(conn, run_row("run-1"))
-            BY_TENANT.rows(conn, {"b_tenant": "acme"})
-        with conn.begin_nested() as savepoint:  # rolled back unsent: never reaches the database
-            INSERT.defer(conn, run_row("run-3"))
-            savepoint.rollback()
-        assert [row.run_id for row in BY_TENANT.rows(conn, {"b_tenant": "acme"})] == ["run-1"]
