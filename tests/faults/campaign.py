@@ -56,6 +56,8 @@ STORE_FAULTS: dict[str, str] = {
 SLOW_FAULTS: tuple[str, ...] = ("backend: slow before commit", "backend: frozen across the timeout")
 """The backend runs the refund after the call timed out: held in a queue, or frozen with it read."""
 FINAL = ("completed", "failed")
+PARTITION_BY = os.environ.get("WRIT_FAULT_PARTITION_BY", "none")
+"""`store.log.partition_by` of the gateways the campaign runs (`run.py --partition-by`)."""
 TIMEOUT_S = 0.5
 HORIZON_S = 4.0
 """How long after it was sent a refund may still land at acme-payments in the campaign's config."""
@@ -137,16 +139,20 @@ class Campaign:
         return [*BACKEND_FAULTS, *SLOW_FAULTS, *(STORE_FAULTS if self.plug else ())]
 
     def config(self, workdir: Path | None = None, port: int | None = None) -> Path:
+        store_url = through(self.plug, self.store_url) if self.plug else self.store_url
+        # One principal makes every call, in bursts of re-sends: a rate-limited re-send would read as
+        # a call that did not join its first. The campaign is about effects, not the limit.
+        overrides: dict[str, Any] = {"workers": WORKERS, "rate_limits": {"enabled": False}}
+        if PARTITION_BY != "none":  # `run.py --partition-by tenant`: the log's heads per tenant
+            overrides["store"] = {"url": store_url, "log": {"partition_by": PARTITION_BY}}
         return demo_config(
             workdir or self.workdir,
             gateway_port=port or self.port,
             backend_url=self.backend.url,
-            store_url=through(self.plug, self.store_url) if self.plug else self.store_url,
+            store_url=store_url,
             timeout_s=TIMEOUT_S,
             commit_horizon_s=HORIZON_S,
-            # One principal makes every call, in bursts of re-sends: a rate-limited re-send would read as
-            # a call that did not join its first. The campaign is about effects, not the limit.
-            overrides={"workers": WORKERS, "rate_limits": {"enabled": False}},
+            overrides=overrides,
         )
 
     def token(self, workdir: Path | None = None, port: int | None = None) -> str:

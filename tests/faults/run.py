@@ -3,7 +3,8 @@
 `--store` picks the store it runs on: sqlite, postgres (a fresh schema on WRIT_TEST_POSTGRES_URL's
 server, dropped after) or both (the default), one after the other. Runs the crash campaign (every
 fault, `--trials` per store) and the slow-backend campaign (`--slow-trials` per store, and as many
-through two replicas on PostgreSQL). Prints each run's table (fault, trials, effects, duplicates,
+through two replicas on PostgreSQL). `--partition-by tenant` runs the gateways on a log partitioned by
+tenant (store.log.partition_by). Prints each run's table (fault, trials, effects, duplicates,
 lost, unresolved, wrong); exits non-zero if any invariant broke. Other arguments go to pytest.
 """
 
@@ -28,7 +29,11 @@ def main() -> int:
     parser.add_argument(
         "--slow-trials", type=int, default=None, help="slow-backend trials per run (default: --trials / 2)"
     )
-    args, pytest_args = parser.parse_known_args()  # the rest goes to pytest, e.g. --basetemp=DIR
+    parser.add_argument(
+        "--partition-by", choices=["none", "tenant"], default="none", help="the log's partitions (store.log)"
+    )
+    args, pytest_args = parser.parse_known_args()
+    os.environ["WRIT_FAULT_PARTITION_BY"] = args.partition_by  # the rest goes to pytest, e.g. --basetemp=DIR
     os.environ["WRIT_FAULT_TRIALS"] = str(args.trials)
     os.environ["WRIT_SLOW_TRIALS"] = str(
         args.slow_trials if args.slow_trials is not None else args.trials // 2
