@@ -39,6 +39,7 @@ from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_
 from store.model import StoreError
 
 if TYPE_CHECKING:
+    from gateway.audit.checkpoints import Checkpoint
     from store.model import AuditReport
     from store.ports import Standing
 
@@ -205,6 +206,20 @@ ArchiveOption = Annotated[
 ]
 
 
+def _signed_checkpoints(config: str | None, given: list[str] | None) -> list[Checkpoint]:
+    """The checkpoints at `given` paths, else in the configured directory, each verified against the
+    trusted keys.
+
+    Raises:
+        CheckpointUnverifiable: one cannot be read or verified.
+    """
+    from gateway.audit.checkpoints import read_all, trusted_keys
+
+    settings = _config(config).audit.checkpoints
+    paths = given or ([settings.directory] if Path(settings.directory).is_dir() else [])
+    return read_all(paths, trusted_keys(settings.trusted_keys)) if paths else []
+
+
 @store_app.command("rebuild")
 def store_rebuild(config: ConfigOption = None, archive: ArchiveOption = None) -> None:
     """Rebuild every projection (calls, approvals, runs, effect ledger) from the event log alone."""
@@ -230,13 +245,10 @@ def store_archive(
     with every call they name settled, out of the database into gzip JSON-lines files under --to."""
     from datetime import timedelta
 
-    from gateway.audit.checkpoints import CheckpointUnverifiable, read_all, trusted_keys
+    from gateway.audit.checkpoints import CheckpointUnverifiable
 
-    cfg = _config(config)
-    settings = cfg.audit.checkpoints
-    paths = checkpoints or ([settings.directory] if Path(settings.directory).is_dir() else [])
     try:
-        found = read_all(paths, trusted_keys(settings.trusted_keys)) if paths else []
+        found = _signed_checkpoints(config, checkpoints)
     except CheckpointUnverifiable as exc:
         _fail(f"cannot archive: {exc}")
         return
@@ -265,13 +277,10 @@ def audit_verify(
 ) -> None:
     """Check the hash chain and the signed checkpoints, replay the log against the projections the
     gateway acts on, and check the event grammar; exit 1 naming the first bad seq or row on any finding."""
-    from gateway.audit.checkpoints import CheckpointUnverifiable, read_all, trusted_keys
+    from gateway.audit.checkpoints import CheckpointUnverifiable
 
-    cfg = _config(config)
-    settings = cfg.audit.checkpoints
-    paths = checkpoints or ([settings.directory] if Path(settings.directory).is_dir() else [])
     try:
-        found = read_all(paths, trusted_keys(settings.trusted_keys)) if paths else []
+        found = _signed_checkpoints(config, checkpoints)
     except CheckpointUnverifiable as exc:
         typer.echo(f"UNVERIFIABLE: {exc}", err=True)
         raise typer.Exit(1) from None
