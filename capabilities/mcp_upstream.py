@@ -312,7 +312,12 @@ class McpExecutor:
             return failed_outcome(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
         assert session.client is not None
         if capability.kind != "tool":
-            return await self._relay(invocation, session, upstream)
+            relay = current_relay()
+            with self._midcall.flying(relay):
+                outcome = await self._relay(invocation, session, upstream)
+            if relay is not None and (evidence := relay.evidence()):
+                outcome = replace(outcome, evidence={**outcome.evidence, "relayed": evidence})
+            return outcome
         meta: Any = {
             "writ/idempotencyKey": invocation.idempotency_key,
             "writ/requestId": invocation.external_request_id,
@@ -422,7 +427,8 @@ class McpExecutor:
 
     async def _relay(self, invocation: Invocation, session: Session, upstream: str) -> Outcome:
         """A resource read or prompt get, its answer kept as the result's structured content (as
-        `ReadResourceResult` or `GetPromptResult` in JSON), scrubbed of the backend's credentials."""
+        `ReadResourceResult` or `GetPromptResult` in JSON), scrubbed of the backend's credentials.
+        What the upstream asks meanwhile (its input-required rounds) goes to the call's relay."""
         assert session.client is not None
         capability = invocation.capability
         answer: mcp_types.ReadResourceResult | mcp_types.GetPromptResult
@@ -439,6 +445,8 @@ class McpExecutor:
             detail = f"{self.name}: no answer within {capability.timeout_s:g}s"
             return unanswered_outcome(invocation, True, "response_timeout", detail)
         except MCPError as exc:
+            if is_refusal(exc):  # it asked for input Writ could not get (see `_send`)
+                return failed_outcome(invocation, "upstream_input_refused", self._describe(exc))
             return self._protocol_error(invocation, session, exc, True)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             session.kill()

@@ -179,6 +179,20 @@ class Exchange:
         )
 
 
+async def reply(exchange: Exchange) -> Any:
+    """The client's request answered: the next round of what the upstream asks, or the call's answer
+    once it ended. A client that gives up on this request (cancels it) cancels the call, as it would a
+    call without rounds."""
+    try:
+        return await exchange.next()
+    except anyio.get_cancelled_exc_class():
+        if not exchange.ended:
+            exchange.relay.client_cancelled()
+        raise
+    finally:
+        exchange.relay.rebind(None)
+
+
 def _valid(shape: Any, response: types.InputResponse) -> Any:
     """The client's answer in the shape the upstream asked for, None if it is not one."""
     try:

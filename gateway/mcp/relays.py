@@ -5,6 +5,10 @@ read or get; nothing of a listing is recorded. A read (`resources/read`) or a ge
 call through the one pipeline, as a tool call is: decided by policy, recorded (requested, then denied,
 or dispatching and completed or failed), with the same privacy rules. Anything but its content answers
 a JSON-RPC error whose `data` is the call's status document (`reason` for a denial).
+
+What an upstream MCP server asks while serving a read or get (elicitation, sampling, in its
+input-required rounds) reaches a 2026-07-28 client in input-required rounds of Writ's own, as during a
+tool call (`parked.py`), and is recorded with the read or get (`midcall.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import mcp_types as types
@@ -19,6 +24,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from capabilities.contract import BackendUnavailable, Capability
+from capabilities.mcp_midcall import relaying
 from capabilities.mcp_relays import prompt_of
 from capabilities.registry import Registry
 from gateway.auth.standing import is_revoked
@@ -26,6 +32,9 @@ from gateway.calls.catalogue import Catalogue
 from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
 from gateway.calls.rate_limits import RateLimited
 from gateway.errors import UnknownTool
+from gateway.mcp import rounds
+from gateway.mcp.midcall import ClientRelay
+from gateway.mcp.parked import Parked, reply
 from gateway.mcp.results import status_document
 from gateway.reasons import ReasonCode
 from policy.model import Principal
@@ -85,6 +94,8 @@ class RelayFace:
         self.unknown: Callable[[Principal, str, str], None] = lambda who, kind, name: None
         """Notes an unknown resource or prompt as a `security.unknown_tool` of that kind (the MCP face
         sets its own)."""
+        self.parked: Parked | None = None
+        """Where a read or get whose upstream asks a 2026-07-28 client in rounds runs (None: refused)."""
         self.pipeline = pipeline
         self.catalogue = catalogue
         self.registry = registry
@@ -164,28 +175,78 @@ class RelayFace:
     @_guarded
     async def read_resource(
         self, ctx: Any, params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult:
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         """resources/read: a call decided by policy over the URI, read upstream and recorded (a read:
         one commit after it ran, or admitted first when a budget or loop rule counts it)."""
-        report = await self._call(
-            CallInput(
-                principal=self.caller(), tool_name=params.uri, arguments={"uri": params.uri}, kind="resource"
-            )
+        inp = CallInput(
+            principal=self.caller(), tool_name=params.uri, arguments={"uri": params.uri}, kind="resource"
         )
-        return types.ReadResourceResult.model_validate(_content(report, {"uri": params.uri}))
+
+        async def read(inp: CallInput) -> types.ReadResourceResult:
+            report = await self._call(inp)
+            return types.ReadResourceResult.model_validate(_content(report, {"uri": params.uri}))
+
+        return await self._in_rounds(ctx, params, inp, self.registry.resource_capability(params.uri), read)
 
     @_guarded
-    async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    async def get_prompt(
+        self, ctx: Any, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
         """prompts/get: a call decided by policy over the name and arguments, recorded, then got upstream."""
-        report = await self._call(
-            CallInput(
-                principal=self.caller(),
-                tool_name=params.name,
-                arguments=dict(params.arguments or {}),
-                kind="prompt",
-            )
+        inp = CallInput(
+            principal=self.caller(),
+            tool_name=params.name,
+            arguments=dict(params.arguments or {}),
+            kind="prompt",
         )
-        return types.GetPromptResult.model_validate(_content(report))
+
+        async def get(inp: CallInput) -> types.GetPromptResult:
+            return types.GetPromptResult.model_validate(_content(await self._call(inp)))
+
+        return await self._in_rounds(ctx, params, inp, self.registry.prompt(params.name), get)
+
+    async def _in_rounds(
+        self,
+        ctx: Any,
+        params: types.GetPromptRequestParams | types.ReadResourceRequestParams,
+        inp: CallInput,
+        capability: Capability | None,
+        answer: Callable[[CallInput], Awaitable[_Result]],
+    ) -> _Result | types.InputRequiredResult:
+        """`answer(inp)`, or for a 2026-07-28 client of an upstream MCP server, the rounds of what the
+        upstream asks meanwhile and then that answer (`parked.py`); a retry's `requestState` names them.
+
+        Raises:
+            MCPError: the retry names rounds no longer open here for this caller and name.
+        """
+        parked = self.parked
+        if parked is None or not rounds.is_modern(ctx):
+            return await answer(inp)
+        if params.request_state is not None:
+            try:
+                exchange = parked.find(params.request_state, inp.principal, inp.tool_name)
+            except LookupError as exc:
+                raise MCPError(INVALID_PARAMS, str(exc)) from exc
+            if exchange is not None:
+                exchange.relay.rebind(ctx)
+                exchange.answer(params.input_responses or {})
+                return await reply(exchange)  # type: ignore[no-any-return]  # this request's own answer
+        if capability is None or self.registry.relay(capability) is None:
+            return await answer(inp)
+        relay = ClientRelay(ctx, capability, self.pipeline.redactor)
+        asked = replace(inp, asks_in_rounds=True)  # never joined with another caller's identical read
+
+        async def run() -> _Result:
+            with relaying(relay):
+                return await answer(asked)
+
+        exchange = parked.open(inp.principal, inp.tool_name, relay, run)
+        if exchange is None:
+            return await answer(inp)
+        exchange.offer(params.input_responses or {})
+        relay.rounds = exchange
+        relay.rounds_ttl_s = parked.ttl_s
+        return await reply(exchange)  # type: ignore[no-any-return]
 
     async def _call(self, inp: CallInput) -> CallReport:
         try:

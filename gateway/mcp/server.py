@@ -35,7 +35,7 @@ from gateway.mcp import rounds, tracing
 from gateway.mcp.changes import Notices
 from gateway.mcp.documents import StatusDocument, output_schema
 from gateway.mcp.midcall import ClientRelay, set_level
-from gateway.mcp.parked import Exchange, Parked
+from gateway.mcp.parked import Exchange, Parked, reply
 from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import (
     missing_capability,
@@ -286,16 +286,8 @@ class McpFace:
             raise MCPError(INVALID_PARAMS, str(exc)) from exc
 
     async def _rounds(self, exchange: Exchange) -> Any:
-        """The next round of what the upstream asks, or the call's answer once it ended. A client that
-        gives up on this request (cancels it) cancels the call, as it would a call without rounds."""
-        try:
-            return await exchange.next()
-        except anyio.get_cancelled_exc_class():
-            if not exchange.ended:
-                exchange.relay.client_cancelled()
-            raise
-        finally:
-            exchange.relay.rebind(None)
+        """The next round of what the upstream asks, or the call's answer once it ended (`reply`)."""
+        return await reply(exchange)
 
     def _relay(self, ctx: Any, tool_name: str) -> ClientRelay | None:
         """The client side of a call to an upstream MCP tool (None for any other tool)."""
@@ -547,6 +539,7 @@ def build_mcp_server(
     relays = RelayFace(pipeline, catalogue, registry, store, face.caller) if registry is not None else None
     if relays is not None:
         relays.unknown = face.unknown  # unknown resources and prompts, noted as security events
+        relays.parked = parked  # what an upstream asks during a read or get: rounds, as for a call
     resources = relays if relays is not None and relays.serves_resources else None
     prompts = relays if relays is not None and relays.serves_prompts else None
     completing = resources or prompts

@@ -1,11 +1,11 @@
 """An upstream MCP server (stdio, spoken to in 2026-07-28) with the suite's input-required fixture tools.
 
-Each tool answers as the reference server's does (`examples/servers/everything-server` of the MCP
-Python SDK): an `InputRequiredResult` under the reference's own keys, then a result once the retry
-carries the answers. Behind Writ, the SDK's client runs these rounds inside the upstream call, and
-Writ turns each request of them into a round of its own for its 2026-07-28 client, under the same key
-(gateway/mcp/parked.py), so the suite's SEP-2322 scenarios see whether a round reaches the client and
-its answer the upstream.
+Each tool, and the prompt `test_input_required_result_prompt`, answers as the reference server's
+does (`examples/servers/everything-server` of the MCP Python SDK): an `InputRequiredResult` under the
+reference's own keys, then a result once the retry carries the answers. Behind Writ, the SDK's client
+runs these rounds inside the upstream call, and Writ turns each request of them into a round of its
+own for its 2026-07-28 client, under the same key (gateway/mcp/parked.py), so the suite's SEP-2322
+scenarios see whether a round reaches the client and its answer the upstream.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ TOOLS = [
     _tool("test_input_required_result_tampered_state", "A round whose state the client may tamper with."),
     _tool("test_input_required_result_capabilities", "Asks only what the client declared."),
 ]
+
+
+PROMPT = types.Prompt(name="test_input_required_result_prompt", description="Asks for context in a round.")
+CONTEXT_SCHEMA = {"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]}
 
 
 def _elicit(message: str = "What is your name?", schema: dict[str, Any] = NAME_SCHEMA) -> types.ElicitRequest:
@@ -127,8 +131,30 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> Any:  # no
     raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
 
 
+async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=[PROMPT])
+
+
+async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> Any:
+    """The reference's prompt that asks for its context in a round before it answers."""
+    if params.name != PROMPT.name:
+        raise MCPError(INVALID_PARAMS, f"Unknown prompt: {params.name}")
+    responses = params.input_responses or {}
+    if "user_context" not in responses:
+        return _round({"user_context": _elicit("What context should the prompt use?", CONTEXT_SCHEMA)})
+    context = _content(responses["user_context"], "context") or "none"
+    text = types.TextContent(type="text", text=f"Prompt with context: {context}")
+    return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=text)])
+
+
 async def main() -> None:
-    server: Server[Any] = Server("conformance-rounds", on_list_tools=list_tools, on_call_tool=call_tool)
+    server: Server[Any] = Server(
+        "conformance-rounds",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 

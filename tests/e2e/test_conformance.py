@@ -32,7 +32,7 @@ from tests.e2e.harness import Backend, Gateway, writ_gateway
 VERSIONS = ("2025-11-25", "2026-07-28")
 # The checks that pass today, so a run that silently checks less (a scenario that crashed before its
 # checks, a suite that ran nothing) fails even though nothing in it failed. Raise it as checks are fixed.
-MIN_PASSED = {"2025-11-25": 81, "2026-07-28": 163}
+MIN_PASSED = {"2025-11-25": 81, "2026-07-28": 165}
 UPSTREAM = Path(__file__).with_name("conformance_upstream.py")
 
 
@@ -61,6 +61,7 @@ def conformance_gateway(tmp_path: Path, backend: Backend) -> Iterator[Gateway]:
         "type": "mcp",
         "command": [sys.executable, conformance_rounds_upstream.__file__],
         "mode": "2026-07-28",
+        "prompts": True,
     }
     rules = [
         {

@@ -5,8 +5,9 @@ python chatty_upstream.py NAME     # over stdio
 
 Tools: `count(n)` reports n progress steps and logs at debug, info and warning; `wait()` reports one
 step and waits until it is cancelled (in-process, `CANCELLED` counts those); `ask(question)` asks the
-user for a name and a PIN (elicitation); `think(prompt)` asks the client's model (sampling). On
-2025-11-25 it asks mid-call, on 2026-07-28 in input-required rounds. `ASKED` counts, per NAME and tool,
+user for a name and a PIN (elicitation); `think(prompt)` asks the client's model (sampling). The
+prompt `sign` asks for the name and PIN as `ask` does before it answers. On 2025-11-25 it asks
+mid-call, on 2026-07-28 in input-required rounds. `ASKED` counts, per NAME and tool,
 the calls that reached it.
 """
 
@@ -50,6 +51,11 @@ TOOLS = [
     _tool("think", {"prompt": {"type": "string"}}),
     _tool("needy", {}),
 ]
+SIGN = types.Prompt(
+    name="sign",
+    description="Asks who signs before it answers.",
+    arguments=[types.PromptArgument(name="pin", description="Not asked again if given.")],
+)
 NEEDS_SAMPLING = "This tool requires the client 'sampling' capability"
 
 
@@ -70,7 +76,7 @@ def chatty_server(name: str) -> Server[Any]:
         notification = types.LoggingMessageNotification(params=params)
         await ctx.session.send_notification(notification, related_request_id=ctx.request_id)
 
-    async def ask_client(ctx: Any, params: types.CallToolRequestParams, request: Any, shape: Any) -> Any:
+    async def ask_client(ctx: Any, params: types.InputResponseRequestParams, request: Any, shape: Any) -> Any:
         """The client's answer to `request`: mid-call, or in an input-required round (None: asked)."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             answer = (params.input_responses or {}).get("it")
@@ -139,7 +145,28 @@ def chatty_server(name: str) -> Server[Any]:
             raise MCPError(-32021, NEEDS_SAMPLING, {"requiredCapabilities": {"sampling": {}}})
         raise MCPError(-32602, f"Unknown tool: {params.name}")
 
-    return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
+    async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[SIGN])
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> Any:
+        if params.name != SIGN.name:
+            raise MCPError(-32602, f"Unknown prompt: {params.name}")
+        ASKED[f"{name}:prompt:{params.name}"] += 1
+        params_ = types.ElicitRequestFormParams(message="Who signs?", requested_schema=PIN_SCHEMA)
+        answer = await ask_client(ctx, params, types.ElicitRequest(params=params_), types.ElicitResult)
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
+        content = answer.content or {}
+        text = types.TextContent(type="text", text=f"Signed by {content.get('name')}")
+        return types.GetPromptResult(messages=[types.PromptMessage(role="user", content=text)])
+
+    return Server(
+        name,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
 
 
 def chatty_app(name: str) -> ASGIApp:

@@ -77,6 +77,7 @@ def _upstreams(url: str) -> dict[str, Any]:
             "timeout_s": 10,
             "rename": {tool: f"{name}_{tool}" for tool in TOOLS},
             "overrides": {"ask": {"redact": ["pin"]}},
+            "prompts": {"prefix": f"{name}_", "redact": {"sign": ["pin"]}},
         }
     return backends
 
@@ -85,6 +86,12 @@ RULES = [
     {
         "id": "agents-talk",
         "tools": [f"{name}_{tool}" for name in UPSTREAMS for tool in TOOLS],
+        "roles": ["agent"],
+        "decision": "allow",
+    },
+    {
+        "id": "agents-sign",
+        "prompts": [f"{name}_sign" for name in UPSTREAMS],
         "roles": ["agent"],
         "decision": "allow",
     },
@@ -266,6 +273,48 @@ async def test_a_2026_client_answers_an_upstream_elicitation_in_an_input_require
     assert asked["requestedSchema"] == chatty_upstream.PIN_SCHEMA
     assert asked["content"]["name"] == "Ann"
     assert asked["content"]["pin"].startswith(DIGEST_PREFIX)
+    assert PIN not in gateway.exported()
+
+
+@pytest.mark.parametrize("upstream", list(UPSTREAMS))
+async def test_a_2026_client_answers_what_an_upstream_asks_during_a_prompt_get_in_a_round(
+    recording: Writ, upstream: str
+) -> None:
+    """A relayed prompts/get asks in rounds as a tool call does: the get stays decided and recorded as
+    one, with what was asked (the PIN, which the prompt's redaction names, only as a hash)."""
+    gateway = recording
+    subject = f"signer-{upstream}"
+    prompt = f"{upstream}_sign"
+    accept = types.ElicitResult(action="accept", content={"name": "Bo", "pin": PIN})
+    token = gateway.token(subject, roles="agent")
+    async with gateway.client(token, mode="2026-07-28", elicitation_callback=_answer("Ann", PIN)) as client:
+        got = await client.get_prompt(prompt)  # the SDK answers the rounds itself
+        first = await client.session.get_prompt(prompt, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        [(key, request)] = (first.input_requests or {}).items()
+        assert isinstance(request, types.ElicitRequest)
+        assert request.params.message == "Who signs?"
+        done = await client.session.get_prompt(
+            prompt,
+            input_responses={key: accept},
+            request_state=first.request_state,
+            allow_input_required=True,
+        )
+    said = [
+        m.content.text for r in (got, done) for m in r.messages if isinstance(m.content, types.TextContent)
+    ]
+    assert said == ["Signed by Ann", "Signed by Bo"]
+    calls = [c for c in gateway.recorded_calls() if c.subject == subject]
+    assert [(c.tool_name, c.status) for c in calls] == [(prompt, "completed")] * 2
+    for call in calls:
+        with gateway.store() as store:
+            [settled] = [
+                e for e in store.events(tool_call_id=call.tool_call_id) if e.type == "tool_call.completed"
+            ]
+        [asked] = settled.payload["evidence"]["relayed"]["exchanges"]
+        assert (asked["kind"], asked["via"], asked["action"]) == ("elicitation", "input_required", "accept")
+        assert asked["content"]["name"] in ("Ann", "Bo")
+        assert asked["content"]["pin"].startswith(DIGEST_PREFIX)
     assert PIN not in gateway.exported()
 
 
