@@ -13,7 +13,7 @@ from store.commands import DecideApproval, ExpireApproval
 from store.leasing import call_envelope, grant
 from store.log import Append
 from store.model import ApprovalView, CallView, Charge, LoopKey, NotFound, StaleLease, StoreError
-from store.recording import breach_detail, breach_of, charged, detected, exceeded
+from store.recording import breach_detail, breach_of, charged, detected, exceeded, hold_counts
 from store.schema import approvals, events, tool_calls
 from store.views import approval_view, load_approval
 
@@ -171,6 +171,7 @@ def _guarded_again(
 ) -> CallView | None:
     """The call denied (`loop_detected`, `budget_exceeded`) if a loop was found in one of its patterns
     since it was admitted, or a counter it was not charged on has no room; else None."""
+    hold_counts(conn, row.tenant, counted=bool(fresh or loops))
     found = detected(conn, loops)
     if found is not None:
         detail = f"loop rule {found!r} found this call's pattern looping while it waited for approval"

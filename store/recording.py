@@ -13,7 +13,7 @@ from store import events as ev
 from store import queues
 from store.commands import RecordOutcome, StopRun
 from store.leasing import ENVELOPE_BY_ID, call_envelope, fenced, grant
-from store.log import Append
+from store.log import Append, lock_head
 from store.model import (
     IN_FLIGHT_STATUSES,
     Admission,
@@ -31,6 +31,7 @@ from store.model import (
     RetryRefused,
     StoreError,
 )
+from store.partitions import scheme_of
 from store.raw import Statement
 from store.refusals import bounded
 from store.running import RUN_STOPPED, WRIT, halt
@@ -117,7 +118,8 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
             return Admission("joined", call=existing)
         supersedes = existing.tool_call_id
     # Still under the head lock, so every earlier charge and loop mark of every replica is visible and
-    # no later one can land between this read and the charge: no extra lock and no extra commit.
+    # no later one can land between this read and the charge: no extra commit.
+    hold_counts(conn, who.tenant, counted=bool(req.charges or req.loops))
     loop = _loop(conn, req.loops)
     if loop is not None:
         call, loop = _record_loop(conn, log, req, loop, lookup.run_tenant, producer)
@@ -185,6 +187,7 @@ def record_read(conn: Connection, rec: ReadRecord, *, producer: str) -> Admissio
     if (stopped := _stopped(req, lookup)) is not None:
         stopped = replace(stopped, detail=f"{stopped.detail}{_WITHHELD}")
         return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
+    hold_counts(conn, who.tenant, counted=bool(req.charges or req.loops))
     loop = _loop(conn, req.loops)
     if loop is not None:
         call, loop = _record_loop(conn, log, req, loop, lookup.run_tenant, producer, ran=True)
@@ -358,6 +361,21 @@ def _loop_detail(loop: LoopHit) -> str:
         f"loop rule {loop.rule_id!r}: {what} was made {loop.threshold} times within {loop.window_s} s; "
         f"further ones are refused until {ev.format_ts(loop.resets_at)}"
     )
+
+
+def hold_counts(conn: Connection, tenant: str, *, counted: bool) -> None:
+    """Hold the head a tenant's budget counters and loop marks are checked and charged under.
+
+    With one partition, or one per tenant, that is the head the call's own events take, held already.
+    With buckets (`store.log.buckets`), a tenant's calls append under their run's bucket, but a budget
+    or a loop pattern spans runs: a counted call also takes the tenant's runless bucket's head (the
+    one its revocations go to), so counted calls of one tenant are checked and charged one at a time
+    across replicas, while calls no rule counts still append in parallel. A head taken out of order
+    restarts the transaction (`PartitionOrder`), never deadlocks.
+    """
+    scheme = scheme_of(conn.engine)
+    if counted and scheme.buckets > 1:
+        lock_head(conn, scheme.partition_for(tenant, None, None))
 
 
 def breach_of(conn: Connection, charges: tuple[Charge, ...]) -> Breach | None:

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from store import Admission, ApprovedDispatch, Store
 from store.commands import DecideApproval
 from store.model import ApprovalNeed, Charge
+from store.partitions import Partitioning, configure
 from store.schema import budget_counters
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request
 from tests.store.racing import at_once, in_processes
@@ -57,6 +58,20 @@ def test_replicas_with_their_own_connections_admit_exactly_the_limit(pg_schema_u
         outcomes = in_processes(admit_against_budget, pg_schema_url, 4, 5, 10)
         assert Counter(outcomes) == {("dispatching", "within_limits"): 10, ("denied", "budget_exceeded"): 10}
         assert _used(store) == {"shared-counter": 10 * M}
+        assert store.verify().ok
+
+
+@pytest.mark.postgres
+def test_replicas_admit_exactly_the_limit_when_the_calls_are_in_different_buckets(pg_schema_url: str) -> None:
+    # A tenant's log in 4 buckets, one run per call: the calls append under different heads, and
+    # the counter they share is still checked and charged one call at a time.
+    with Store.open(pg_schema_url) as store:
+        store.migrate()
+        outcomes = in_processes(admit_against_budget, pg_schema_url, 4, 5, 10, 4)
+        assert Counter(outcomes) == {("dispatching", "within_limits"): 10, ("denied", "budget_exceeded"): 10}
+        configure(store.engine, Partitioning("tenant", 4))
+        assert _used(store) == {"shared-counter": 10 * M}
+        assert len({p for p in store.partition_heads() if p}) > 1
         assert store.verify().ok
 
 
