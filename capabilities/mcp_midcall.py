@@ -1,8 +1,8 @@
 """What an upstream MCP server says during one call, routed to the client that made the call.
 
 An upstream may send progress, log messages, and requests of its own (elicitation, sampling) while a
-call is in flight. The executor keeps one client session per upstream for all calls, so each of
-these has to find the call it belongs to:
+call is in flight. The executor keeps one client session per upstream (over HTTP, one per set of
+client capabilities) for many calls, so each of these has to find the call it belongs to:
 
 - progress carries the token the SDK put on the call, so it always finds it;
 - the rest is handled with the context of the task that sent the call where the transport keeps it:
@@ -40,6 +40,10 @@ UNATTRIBUTED = (
 )
 DETACHED = "no client is waiting on this call (it runs without one, e.g. after an approval)"
 
+Declared = tuple[bool, bool]
+"""Whether a client declared (elicitation, sampling): what an upstream is told it can be asked."""
+ALL_DECLARED: Declared = (True, True)
+
 SamplingAnswer = types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData
 
 
@@ -57,6 +61,9 @@ class CallRelay(Protocol):
 
     def log_level(self) -> types.LoggingLevel | None:
         """The lowest level the client wants on a 2026-07-28 request; None: none asked."""
+
+    def declared(self) -> Declared:
+        """Whether the client declared (elicitation, sampling), so the upstream is told the same."""
 
     async def passed_on(self) -> None:
         """Return once what the upstream said so far reached the client (bounded)."""
@@ -99,11 +106,16 @@ def refusal(text: str) -> types.ErrorData:
 
 
 def is_refusal(exc: MCPError) -> bool:
-    """Whether a call failed on Writ's own refusal (a 2026-07-28 round's request raises it back)."""
-    return exc.code == NO_CLIENT and exc.message.startswith(REFUSED)
+    """Whether a call failed on Writ's own refusal (a 2026-07-28 round's request raises it back), or on
+    the SDK client's own answer to a request for a capability its session does not state."""
+    return exc.code == NO_CLIENT and (exc.message.startswith(REFUSED) or exc.message in NOT_STATED)
 
 
 REFUSED = "Writ: "
+NOT_STATED = ("Elicitation not supported", "Sampling not supported")
+"""How the SDK's client answers (-32600) a request for elicitation or sampling made without the
+callback, i.e. on a session that told the upstream its client cannot be asked
+(tests/capabilities/test_mcp_sdk_errors.py pins the wording)."""
 _T = TypeVar("_T")
 
 

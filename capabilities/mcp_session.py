@@ -9,6 +9,7 @@ ends its own task only; the next call opens a fresh session.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
@@ -110,7 +111,11 @@ class SessionKeeper:
         session = Session()
         self._tasks.add(session)
         loop = asyncio.get_running_loop()
-        session.task = loop.create_task(self._hold(session), name=f"writ-mcp-session-{self._name}")
+        # In a context of its own: a session opened during a call must not keep that call's context
+        # (its relay, `mcp_midcall.current_relay`) for every message it reads afterwards.
+        session.task = loop.create_task(
+            self._hold(session), name=f"writ-mcp-session-{self._name}", context=contextvars.Context()
+        )
         with anyio.move_on_after(self._open_timeout_s) as waiting:
             await session.ready.wait()
         if waiting.cancelled_caught:

@@ -1,7 +1,14 @@
 """Executor for an upstream MCP server, over streamable HTTP (`url:`) or stdio (`command:`).
 
 One persistent client session per backend (see `mcp_session`) serves all calls concurrently; a
-dead session is reopened on the next call. Over MCP "sent" cannot be told from "answered late" as
+dead session is reopened on the next call. The SDK's client states the capabilities of the callbacks
+it was made with (in its handshake, and on every 2026-07-28 request), so over HTTP a call whose
+client lacks elicitation or sampling goes on a session of its own made without them (at most three
+more, opened lazily, for calls only: listings and subscriptions stay on the first), and the upstream
+hears what the calling client can be asked. Not over stdio: another session there is another
+process of the upstream, whose state (what a call changed, its list changes) the others never see;
+a stdio upstream hears Writ's own capabilities, and Writ refuses what a client cannot be asked.
+Over MCP "sent" cannot be told from "answered late" as
 finely as over plain HTTP, so anything after the request may have left counts as `unknown`.
 
 An answer is read no further than the backend's `max_response_bytes`: over HTTP a JSON body (through
@@ -45,8 +52,10 @@ from capabilities.contract import (
 from capabilities.credentials import Credentials
 from capabilities.mcp_changes import Announcements, Watched
 from capabilities.mcp_midcall import (
+    ALL_DECLARED,
     CallRelay,
     ClientCancelled,
+    Declared,
     MidCall,
     current_relay,
     is_refusal,
@@ -126,6 +135,8 @@ class McpExecutor:
         self._upstream: dict[str, str] = {}
         """capability id -> upstream tool name, filled by discover()."""
         self._midcall = MidCall(name)
+        self._variants: dict[Declared, tuple[SessionKeeper, MidCall]] = {}
+        """Sessions stating less than all of (elicitation, sampling), for calls whose clients do."""
         self._watched = Watched(name, self.announcements)
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -144,6 +155,35 @@ class McpExecutor:
 
     async def close(self) -> None:
         await self._sessions.close()
+        variants = list(self._variants.values())
+        self._variants.clear()
+        for keeper, _ in variants:
+            await keeper.close()
+
+    async def _session_for(self, relay: CallRelay | None) -> tuple[Session, MidCall]:
+        """The session stating the capabilities `relay`'s client declared (all of them without a
+        client: its requests are refused as today), and the callbacks routing that session's talk.
+
+        Raises:
+            BackendUnavailable: not started, or the upstream cannot be reached.
+        """
+        first = await self._sessions.current()
+        declared = ALL_DECLARED if relay is None else relay.declared()
+        if declared == ALL_DECLARED or self._config.url is None:  # stdio: one process (see above)
+            return first, self._midcall
+        variant = self._variants.get(declared)
+        if variant is None:
+            midcall = MidCall(self.name)
+            keeper = SessionKeeper(
+                self.name,
+                lambda stack, ended: self._client(stack, ended, declared, midcall),
+                open_timeout_s=self._config.timeout_s,
+                describe=self._describe,
+            )
+            variant = self._variants[declared] = (keeper, midcall)
+            return await keeper.start(), midcall
+        keeper, midcall = variant
+        return await keeper.current(), midcall
 
     async def discover(self) -> Sequence[Capability]:
         """The upstream's tools as capabilities, after `tools:`, `rename:`, `defaults:` and `overrides:`.
@@ -305,15 +345,15 @@ class McpExecutor:
             return failed_outcome(
                 invocation, "unknown_capability", f"{capability.ref} is not served by {self.name}"
             )
+        relay = current_relay()
         try:
-            session = await self._sessions.current()
+            session, midcall = await self._session_for(relay)
             await self._check_token(capability.timeout_s)
         except BackendUnavailable as exc:
             return failed_outcome(invocation, "backend_unreachable", self._credentials.scrub(str(exc)))
         assert session.client is not None
         if capability.kind != "tool":
-            relay = current_relay()
-            with self._midcall.flying(relay):
+            with midcall.flying(relay):
                 outcome = await self._relay(invocation, session, upstream)
             if relay is not None and (evidence := relay.evidence()):
                 outcome = replace(outcome, evidence={**outcome.evidence, "relayed": evidence})
@@ -325,8 +365,7 @@ class McpExecutor:
         deadline = invocation.commit_deadline_text()
         if deadline is not None:
             meta["writ/commitDeadline"] = deadline
-        relay = current_relay()
-        with self._midcall.flying(relay):
+        with midcall.flying(relay):
             outcome = await self._send(invocation, session, upstream, meta, relay)
         if relay is not None and (evidence := relay.evidence()):
             outcome = replace(outcome, evidence={**outcome.evidence, "relayed": evidence})
@@ -558,7 +597,16 @@ class McpExecutor:
 
     # --- the client ------------------------------------------------------------------------------
 
-    def _client(self, stack: AsyncExitStack, ended: Callable[[], None]) -> Client:
+    def _client(
+        self,
+        stack: AsyncExitStack,
+        ended: Callable[[], None],
+        declared: Declared = (True, True),
+        midcall: MidCall | None = None,
+    ) -> Client:
+        """A client stating the capabilities `declared`, its callbacks routed by `midcall` (the first
+        session's by default)."""
+        callbacks = self._callbacks(declared, midcall)
         config = self._config
         if config.url is not None:
             tokens = self._credentials.tokens
@@ -572,7 +620,7 @@ class McpExecutor:
             transport = streamable_http_client(
                 config.url, http_client=http, max_sse_event_size=config.max_response_bytes
             )
-            return Client(transport, mode=config.mode, **self._callbacks())
+            return Client(transport, mode=config.mode, **callbacks)
         assert config.command is not None
         cwd = Path(config.cwd) if config.cwd else None
         if cwd is not None and not cwd.is_absolute() and self._base_dir is not None:
@@ -583,17 +631,25 @@ class McpExecutor:
         return Client(
             bounded_stdio_client(params, config.max_response_bytes, ended),
             mode=config.mode,
-            **self._callbacks(),
+            **callbacks,
         )
 
-    def _callbacks(self) -> dict[str, Any]:
-        """The client's callbacks: what the upstream says during a call goes to that call's client."""
-        return {
-            "logging_callback": self._midcall.on_log,
-            "elicitation_callback": self._midcall.on_elicit,
-            "sampling_callback": self._midcall.on_sample,
+    def _callbacks(self, declared: Declared, midcall: MidCall | None) -> dict[str, Any]:
+        """The client's callbacks: what the upstream says during a call goes to that call's client.
+        A callback left out is a capability the client does not state."""
+        elicits, samples = declared
+        routed = midcall or self._midcall
+        # Every session hears list changes: a 2025-11-25 upstream may announce one only on the session
+        # whose call made it.
+        callbacks: dict[str, Any] = {
+            "logging_callback": routed.on_log,
             "message_handler": self.announcements.handle,
         }
+        if elicits:
+            callbacks["elicitation_callback"] = routed.on_elicit
+        if samples:
+            callbacks["sampling_callback"] = routed.on_sample
+        return callbacks
 
     # --- outcomes --------------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from capabilities.contract import Capability
-from capabilities.mcp_midcall import REFUSED, SamplingAnswer, refusal
+from capabilities.mcp_midcall import REFUSED, Declared, SamplingAnswer, refusal
 from gateway.calls.actions import Redactor
 from gateway.mcp.sdk import connection_of
 
@@ -98,6 +98,12 @@ class ClientRelay:
 
     def log_level(self) -> types.LoggingLevel | None:
         return self._level
+
+    def declared(self) -> Declared:
+        session = self._first.session
+        elicitation = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+        sampling = types.ClientCapabilities(sampling=types.SamplingCapability())
+        return (session.check_client_capability(elicitation), session.check_client_capability(sampling))
 
     def rebind(self, ctx: Any | None) -> None:
         """Pass what the upstream says on to this request of the client's (None: to no request, between

@@ -44,6 +44,9 @@ class FakeRelay:
     def log_level(self) -> types.LoggingLevel | None:
         return "debug"
 
+    def declared(self) -> tuple[bool, bool]:
+        return (True, True)
+
     async def passed_on(self) -> None:
         pass
 
@@ -101,6 +104,7 @@ def test_writs_own_refusal_is_told_apart_from_an_upstream_error() -> None:
     assert ours.code == NO_CLIENT
     assert is_refusal(MCPError(ours.code, ours.message))
     assert not is_refusal(MCPError(NO_CLIENT, "the upstream's own invalid request"))
+    assert is_refusal(MCPError(NO_CLIENT, "Elicitation not supported"))
 
 
 async def test_a_cancel_stops_the_call_and_says_so() -> None:

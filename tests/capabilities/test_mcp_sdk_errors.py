@@ -13,8 +13,9 @@ import inspect
 
 import httpx2._sse
 import pytest
-from mcp.client import streamable_http
+from mcp.client import session, streamable_http
 
+from capabilities.mcp_midcall import NOT_STATED
 from capabilities.mcp_upstream import ANSWERED_UNUSABLY, SESSION_TERMINATED, TOO_LARGE_SSE
 
 TRANSPORT = inspect.getsource(streamable_http)
@@ -23,6 +24,13 @@ TRANSPORT = inspect.getsource(streamable_http)
 @pytest.mark.parametrize("prefix", ANSWERED_UNUSABLY)
 def test_the_sdk_still_words_an_unusable_answer_as_the_executor_reads_it(prefix: str) -> None:
     assert f'"{prefix}' in TRANSPORT, prefix
+
+
+@pytest.mark.parametrize("message", NOT_STATED)
+def test_the_sdk_still_words_a_request_its_client_cannot_answer_as_the_executor_reads_it(
+    message: str,
+) -> None:
+    assert f'message="{message}"' in inspect.getsource(session)
 
 
 def test_the_sdk_still_words_a_lost_session_as_the_executor_reads_it() -> None:

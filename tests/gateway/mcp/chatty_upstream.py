@@ -5,10 +5,11 @@ python chatty_upstream.py NAME     # over stdio
 
 Tools: `count(n)` reports n progress steps and logs at debug, info and warning; `wait()` reports one
 step and waits until it is cancelled (in-process, `CANCELLED` counts those); `ask(question)` asks the
-user for a name and a PIN (elicitation); `think(prompt)` asks the client's model (sampling). The
-prompt `sign` asks for the name and PIN as `ask` does before it answers. On 2025-11-25 it asks
-mid-call, on 2026-07-28 in input-required rounds. `ASKED` counts, per NAME and tool,
-the calls that reached it.
+user for a name and a PIN (elicitation), or with `polite: true` only a client that declared
+elicitation (`POLITE` otherwise, as the conformance suite's fixture does); `think(prompt)` asks the
+client's model (sampling). The prompt `sign` asks for the name and PIN as `ask` does before it
+answers. On 2025-11-25 it asks mid-call, on 2026-07-28 in input-required rounds. `ASKED` counts, per
+NAME and tool, the calls that reached it.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _tool(name: str, properties: dict[str, Any]) -> types.Tool:
 TOOLS = [
     _tool("count", {"n": {"type": "integer"}}),
     _tool("wait", {}),
-    _tool("ask", {"question": {"type": "string"}, "pin": {"type": "string"}}),
+    _tool("ask", {"question": {"type": "string"}, "pin": {"type": "string"}, "polite": {"type": "boolean"}}),
     _tool("think", {"prompt": {"type": "string"}}),
     _tool("needy", {}),
 ]
@@ -56,6 +57,7 @@ SIGN = types.Prompt(
     description="Asks who signs before it answers.",
     arguments=[types.PromptArgument(name="pin", description="Not asked again if given.")],
 )
+POLITE = "not asked: the client cannot be asked"
 NEEDS_SAMPLING = "This tool requires the client 'sampling' capability"
 
 
@@ -104,6 +106,9 @@ def chatty_server(name: str) -> Server[Any]:
                 CANCELLED[name] += 1
                 raise
         if params.name == "ask":
+            elicits = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+            if arguments.get("polite") and not ctx.session.check_client_capability(elicits):
+                return _text(POLITE)
             request = types.ElicitRequest(
                 params=types.ElicitRequestFormParams(
                     message=str(arguments.get("question", "Who are you?")), requested_schema=PIN_SCHEMA

@@ -231,13 +231,45 @@ async def test_an_upstream_elicitation_reaches_the_user_and_its_pin_is_recorded_
     assert PIN not in gateway.exported()
 
 
-@pytest.mark.parametrize("upstream", ["hl", "sl"])
-async def test_an_elicitation_a_client_did_not_declare_is_refused_to_a_2025_upstream(
-    gateway: Writ, upstream: str
+@pytest.mark.parametrize("upstream", ["hl", "hm"])
+@pytest.mark.parametrize("mode", CLIENT_MODES)
+async def test_an_upstream_that_checks_the_clients_capabilities_does_not_ask_one_that_cannot_answer(
+    recording: Writ, upstream: str, mode: str
+) -> None:
+    """An upstream over HTTP hears the calling client's capabilities, not Writ's own (SEP-2322's
+    respect-client-capabilities): without elicitation it answers at once; with it, it asks."""
+    gateway = recording
+    token = gateway.token("ann", roles="agent")
+    arguments = {"question": "Who signs?", "polite": True}
+    async with gateway.client(token, mode=mode) as client:
+        result = await client.call_tool(f"{upstream}_ask", arguments, meta=_key())
+    assert (_text(result), result.is_error) == (chatty_upstream.POLITE, False)
+    tool_call_id = (result.meta or {})["writ/toolCallId"]
+    with gateway.store() as store:
+        [settled] = [e for e in store.events(tool_call_id=tool_call_id) if e.type == "tool_call.completed"]
+    assert "relayed" not in settled.payload["evidence"]  # nothing was asked, nothing refused
+    async with gateway.client(token, mode=mode, elicitation_callback=_answer("Ann", PIN)) as client:
+        result = await client.call_tool(f"{upstream}_ask", arguments, meta=_key())
+    assert _text(result) == f"accept: Ann with a PIN of {len(PIN)}"
+    [asked] = _relayed(gateway, result)["exchanges"]
+    assert (asked["kind"], asked["action"]) == ("elicitation", "accept")
+
+
+async def test_an_elicitation_a_client_did_not_declare_is_refused_to_a_2025_upstream(gateway: Writ) -> None:
+    async with gateway.client(gateway.token("ann", roles="agent"), mode="legacy") as client:
+        result = await client.call_tool("hl_ask", {"question": "Who signs?"}, meta=_key())
+    # The upstream was told the client cannot be asked; asking anyway, it heard the SDK client's
+    # refusal (Writ's client, on a session without elicitation) and answered with a tool error.
+    assert result.is_error
+    assert _text(result) == "not asked: Elicitation not supported"
+
+
+async def test_an_elicitation_a_client_did_not_declare_is_refused_by_writ_to_a_stdio_upstream(
+    gateway: Writ,
 ) -> None:
     async with gateway.client(gateway.token("ann", roles="agent"), mode="legacy") as client:
-        result = await client.call_tool(f"{upstream}_ask", {"question": "Who signs?"}, meta=_key())
-    # The upstream heard Writ's refusal and answered its call with a tool error.
+        result = await client.call_tool("sl_ask", {"question": "Who signs?"}, meta=_key())
+    # One upstream process hears Writ's own capabilities; Writ refuses and records the refusal.
     assert result.is_error
     assert _text(result).startswith("not asked: Writ: " + NOT_DECLARED.format("elicitation"))
     [asked] = _relayed(gateway, result)["exchanges"]
