@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Set
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -36,6 +37,12 @@ def error(code: ReasonCode | str, description: str, *, resource_metadata: str | 
     return JSONResponse(
         {"error": code, "error_description": description}, status_code=status, headers=headers
     )
+
+
+def invalid_body(exc: ValidationError) -> Response:
+    """The API's answer to a body its model refused: `invalid_request`, naming each field and why."""
+    detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+    return error(ReasonCode.INVALID_REQUEST, detail)
 
 
 def refused(exc: Refused) -> Response:

@@ -11,22 +11,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api.guard import Guard, PrincipalOf, error, refused
+from gateway.api.guard import Guard, PrincipalOf, invalid_body, refused
 from gateway.calls.retries import (
     MAX_REASON,
     RETRY_ROLES,
     Calling,
     Capabilities,
-    RetryReads,
     RetryRequest,
     retry_call,
 )
 from gateway.errors import Refused
 from gateway.mcp.results import status_document
-from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import CallView
-from store.ports import Standing
+from store.ports import CallReads, Standing
 
 
 class RetryBody(BaseModel):
@@ -37,12 +35,12 @@ class RetryBody(BaseModel):
     reason: str = Field(min_length=1, max_length=MAX_REASON)
 
 
-class _Store(RetryReads, Standing, Protocol):
+class _Store(CallReads, Standing, Protocol):
     pass
 
 
 class RetriesApi:
-    def __init__(self, store: RetryReads, registry: Capabilities, pipeline: Calling) -> None:
+    def __init__(self, store: CallReads, registry: Capabilities, pipeline: Calling) -> None:
         self.store = store
         self.registry = registry
         self.pipeline = pipeline
@@ -52,8 +50,7 @@ class RetriesApi:
         try:
             body = RetryBody.model_validate_json(await request.body() or b"{}")
         except ValidationError as exc:
-            detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-            return error(ReasonCode.INVALID_REQUEST, detail)
+            return invalid_body(exc)
         req = RetryRequest(
             tool_call_id=request.path_params["tool_call_id"],
             by=who.subject,

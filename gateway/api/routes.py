@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.api.audit import AuditEvents
-from gateway.api.guard import Guard, PrincipalOf, error, refused
+from gateway.api.guard import Guard, PrincipalOf, error, invalid_body, refused
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_call
@@ -58,11 +58,6 @@ def _json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json(v) for v in value]
     return value
-
-
-def _invalid(exc: ValidationError) -> Response:
-    detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-    return error(ReasonCode.INVALID_REQUEST, detail)
 
 
 class Api:
@@ -164,7 +159,7 @@ class Api:
         try:
             body = DecisionBody.model_validate_json(await request.body())
         except ValidationError as exc:
-            return _invalid(exc)
+            return invalid_body(exc)
         try:
             approval = await self.decisions.decide(
                 DecisionInput(
@@ -185,7 +180,7 @@ class Api:
         try:
             body = ResolutionBody.model_validate_json(await request.body())
         except ValidationError as exc:
-            return _invalid(exc)
+            return invalid_body(exc)
         resolution = ResolutionInput(
             tool_call_id=request.path_params["tool_call_id"],
             succeeded=body.outcome == "succeeded",

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.api.guard import Guard, PrincipalOf, error, refused
+from gateway.api.guard import Guard, PrincipalOf, error, invalid_body, refused
 from gateway.auth.oversight import OVERSEER_ROLES, may_read
 from gateway.calls.runs import (
     MAX_REASON,
@@ -106,8 +106,7 @@ class RunsApi:
         try:
             body = RunControlBody.model_validate_json(await request.body() or b"{}")
         except ValidationError as exc:
-            detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-            return error(ReasonCode.INVALID_REQUEST, detail)
+            return invalid_body(exc)
         control = RunControl(
             run_id=request.path_params["run_id"],
             by=who.subject,

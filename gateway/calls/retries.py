@@ -26,7 +26,8 @@ from gateway.calls.pipeline import CallInput, CallReport, Retrying
 from gateway.errors import Refused
 from gateway.reasons import ReasonCode
 from store.limits import text_unfit
-from store.model import CallView, KeySource, RetryLink, RetryRefused, StoredEvent
+from store.model import KeySource, RetryLink, RetryRefused, StoredEvent
+from store.ports import CallReads
 
 RETRY_ROLES = frozenset({"approver", "admin"})
 """Roles that retry the failed calls of their tenant."""
@@ -34,20 +35,6 @@ MAX_REASON = 2000
 RETRY_REQUESTED = "tool_call.retry_requested"
 MAX_KEY = 255
 """What the MCP edge lets a client's key be (`gateway.mcp.server`); the store's column holds 256."""
-
-
-class RetryReads(Protocol):
-    def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None: ...
-
-    def events(
-        self,
-        *,
-        run_id: str | None = None,
-        tool_call_id: str | None = None,
-        tenant: str | None = None,
-        after_seq: int = 0,
-        limit: int | None = None,
-    ) -> list[StoredEvent]: ...
 
 
 class Calling(Protocol):
@@ -77,7 +64,7 @@ class RetryRequest:
 
 
 async def retry_call(
-    req: RetryRequest, *, store: RetryReads, registry: Capabilities, pipeline: Calling
+    req: RetryRequest, *, store: CallReads, registry: Capabilities, pipeline: Calling
 ) -> CallReport:
     """Re-run the failed call `req` names as a new call (see the module); its report.
 

@@ -133,16 +133,7 @@ class Edge:
                         await refuse_too_large(self.body_limit, edge_send)
                     else:
                         try:
-                            inner = _trimmed(scope)
-                            user = await self._authenticate(inner, edge_receive, edge_send)
-                            if isinstance(user, AuthenticatedUser):
-                                reset = auth_context_var.set(user)
-                                try:
-                                    await self.app(inner, edge_receive, edge_send)
-                                finally:
-                                    auth_context_var.reset(reset)
-                            elif user is not None:
-                                await self.app(inner, edge_receive, edge_send)
+                            await self._as_user(_trimmed(scope), edge_receive, edge_send)
                         except _TooLarge:
                             if not started:
                                 await refuse_too_large(self.body_limit, edge_send)
@@ -168,16 +159,21 @@ class Edge:
 
             await self.app(scope, receive, reporting_send)
         elif kind == "websocket":
-            user = await self._authenticate(scope, receive, send)
-            if isinstance(user, AuthenticatedUser):
-                reset = auth_context_var.set(user)
-                try:
-                    await self.app(scope, receive, send)
-                finally:
-                    auth_context_var.reset(reset)
-            elif user is not None:
-                await self.app(scope, receive, send)
+            await self._as_user(scope, receive, send)
         else:
+            await self.app(scope, receive, send)
+
+    async def _as_user(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the app for the connection's user (in `auth_context_var`), for no one when it named
+        none, or not at all when `_authenticate` answered it (a refusal)."""
+        user = await self._authenticate(scope, receive, send)
+        if isinstance(user, AuthenticatedUser):
+            reset = auth_context_var.set(user)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                auth_context_var.reset(reset)
+        elif user is not None:
             await self.app(scope, receive, send)
 
     def _note(self, scope: Scope, start: Message) -> None:
