@@ -238,6 +238,19 @@ def through_writ(
     return session
 
 
+def spread(sessions: Sequence[Session]) -> Session:
+    """Workers opened in turn over several sessions (replicas of one gateway): the first worker's
+    client goes to the first, the next to the second, and so on round the list."""
+    opened = 0
+
+    def session() -> contextlib.AbstractAsyncContextManager[Call]:
+        nonlocal opened
+        opened += 1
+        return sessions[(opened - 1) % len(sessions)]()
+
+    return session
+
+
 def _check(result: Any) -> None:
     status = (result.meta or {}).get("writ/status")
     if result.is_error or status != "completed":

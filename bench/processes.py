@@ -225,6 +225,8 @@ def _config(
     json_response: bool | None,
     upstream_mcp: str | None = None,
     policy_checks: bool = False,
+    secrets: Path | None = None,
+    public_url: str | None = None,
 ) -> Path:
     demo = _tree / "demo" if (_tree / "demo").is_dir() else _tree / "gateway" / "demo"
     template = Template((demo / "demo.yaml").read_text())
@@ -255,8 +257,13 @@ def _config(
         config["policy"].pop("budgets", None)
     if json_response is not None:
         config["server"]["json_response"] = json_response
-    config["auth"]["dev_issuer"]["key_file"] = str(workdir / "dev-issuer.jwk")
-    config["privacy"]["salt_file"] = str(workdir / "redaction.salt")
+    # Replicas of one store share the development issuer's key (a token one signed, any accepts) and
+    # the redaction salt (a redacted argument hashes alike on each), as a deployment's replicas do.
+    config["auth"]["dev_issuer"]["key_file"] = str((secrets or workdir) / "dev-issuer.jwk")
+    config["privacy"]["salt_file"] = str((secrets or workdir) / "redaction.salt")
+    if public_url is not None:
+        # One URL for all replicas, as behind a load balancer: the tokens' issuer and audience.
+        config["server"]["public_url"] = public_url
     if any((_tree / "gateway" / p).exists() for p in ("rate_limits.py", "calls/rate_limits.py")):
         # One principal makes every call, hundreds a second: the benchmark measures the path, not
         # the limit (a tree from before rate limits would refuse the key).
@@ -277,11 +284,15 @@ def gateway(
     upstream_mcp: str | None = None,
     trace_fsyncs: bool = False,
     policy_checks: bool = False,
+    secrets: Path | None = None,
+    public_url: str | None = None,
 ) -> Iterator[Gateway]:
     """`writ serve` on the demo config against this backend (or, with `upstream_mcp`, the demo's tools
     served by that upstream MCP server) and store; its log goes to workdir/writ.log. With
     `trace_fsyncs`, it runs under strace counting its fsyncs (where strace is installed). With
-    `policy_checks`, the demo's loop rules and `POLICY_CHECK_BUDGETS` are on; without, neither is."""
+    `policy_checks`, the demo's loop rules and `POLICY_CHECK_BUDGETS` are on; without, neither is.
+    Replicas of one store are gateways given the same `secrets` directory (the first one started makes
+    its files) and the same `public_url` (the first one's URL)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     path = _config(
@@ -293,6 +304,8 @@ def gateway(
         json_response=json_response,
         upstream_mcp=upstream_mcp,
         policy_checks=policy_checks,
+        secrets=secrets,
+        public_url=public_url,
     )
     trace = workdir / "fsyncs.strace"
     prefix = probes.strace_prefix(trace) if trace_fsyncs else []

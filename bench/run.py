@@ -67,6 +67,8 @@ class Row:
     """For a row with policy checks on: its gateway CPU per call over the same row's with them off."""
     loadavg: float = field(default_factory=lambda: os.getloadavg()[0])
     """The machine's 1-minute load average as the row was measured: each figure is read beside it."""
+    replicas: int = 1
+    """Writ processes sharing the row's store, its clients spread over them in turn."""
 
     @property
     def scenario(self) -> str:
@@ -79,7 +81,8 @@ class Row:
     @property
     def store_label(self) -> str:
         extras = [f"{k}={str(v).lower()}" for k, v in self.variant.items()]
-        return " ".join([self.store, *extras])
+        replicas = [f"{self.replicas} replicas"] if self.replicas > 1 else []
+        return " ".join([self.store, *replicas, *extras])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +90,7 @@ class Row:
             "target": self.target,
             "upstream": self.upstream,
             "store": self.store,
+            "replicas": self.replicas,
             "mode": self.mode,
             "variant": self.variant,
             "concurrency": self.concurrency,
@@ -284,6 +288,40 @@ class Bench:
                             self._record(
                                 Row(op, "writ", store, MODERN, concurrency, m, variant, upstream="mcp")
                             )
+                    if concurrency > 1 and "postgres" in self.args.stores and self.args.replicas > 1:
+                        self._replicas(op, concurrency, workdir, backend.url, upstream.mcp_url)
+
+    def _replicas(self, op: str, concurrency: int, workdir: Path, backend: str, upstream: str) -> None:
+        """Writ on one PostgreSQL store as `--replicas` processes, the clients spread over them."""
+        checks = self.args.policy_checks[0]
+        here = workdir / f"writ-postgres-{concurrency}-replicas"
+        with contextlib.ExitStack() as stack:
+            url = stack.enter_context(processes.store_url("postgres", here))
+            gateways: list[processes.Gateway] = []
+            for n in range(self.args.replicas):
+                gateway = processes.gateway(
+                    here / f"replica-{n}",
+                    backend,
+                    url,
+                    upstream_mcp=upstream,
+                    policy_checks=checks,
+                    secrets=here,
+                    public_url=gateways[0].url if gateways else None,
+                )
+                gateways.append(stack.enter_context(gateway))
+            token = gateways[0].token()
+            session = load.spread(
+                [
+                    load.through_writ(gw.mcp_url, token, op, MODERN, agent_reads=True, agent_writes=True)
+                    for gw in gateways
+                ]
+            )
+            m = self._measure(session, concurrency, [gw.pid for gw in gateways], gateways[0])
+        variant = self._checks_variant(checks)
+        replicas = len(gateways)
+        self._record(
+            Row(op, "writ", "postgres", MODERN, concurrency, m, variant, upstream="mcp", replicas=replicas)
+        )
 
     def _checks_variant(self, checks: bool) -> dict[str, Any]:
         """Labels a row with its policy-checks setting once both are measured or it is on."""
@@ -365,7 +403,7 @@ def checks_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
     upstream) with them off in the same run."""
 
     def key(r: Row) -> tuple[Any, ...]:
-        return (r.op, r.store, r.mode, r.concurrency, r.upstream)
+        return (r.op, r.store, r.replicas, r.mode, r.concurrency, r.upstream)
 
     off = {key(r): r for r in rows if r.variant.get(POLICY_CHECKS) == "off"}
     return [(r, off[key(r)]) for r in rows if _checks_on(r) and key(r) in off]
@@ -465,11 +503,8 @@ def _verdict(met: bool) -> str:
 def mcp_aims(rows: list[Row]) -> list[str]:
     """Issue 16's aims, relative to the bare MCP proxy in front of the same upstream MCP server."""
     out = []
-    writ = {
-        (r.op, r.store, r.concurrency): r
-        for r in rows
-        if r.upstream == "mcp" and r.target == "writ" and not _checks_on(r)
-    }
+    mcp_writ = [r for r in rows if r.upstream == "mcp" and r.target == "writ" and not _checks_on(r)]
+    writ = {(r.op, r.store, r.concurrency): r for r in mcp_writ if r.replicas == 1}
     for (op, store, concurrency), r in writ.items():
         if concurrency != 1 or r.vs_bare is None:
             continue
@@ -511,6 +546,18 @@ def mcp_aims(rows: list[Row]) -> list[str]:
                 f"MCP {op} on {store} with {concurrency} clients: the store grew {grown:.0f} bytes per call "
                 f"(aim <= 2560): {_verdict(grown <= 2560)}"
             )
+    for r in mcp_writ:
+        one, alone = writ.get((r.op, r.store, r.concurrency)), writ.get((r.op, r.store, 1))
+        if r.replicas == 1 or one is None or alone is None:
+            continue
+        # No aim of its own: what a second process on the same store adds, beside one process.
+        wal = r.m.per_call("server_wal_syncs")
+        out.append(
+            f"MCP {r.op} on {r.store}, {r.replicas} replicas with {r.concurrency} clients: "
+            f"{r.m.calls_per_s / one.m.calls_per_s:.2f}x one replica's calls/s with as many clients, "
+            f"{r.m.calls_per_s / alone.m.calls_per_s:.2f}x its sequential calls/s; "
+            f"at most {_num(wal, '.2f')} WAL syncs per call"
+        )
     return out
 
 
@@ -535,6 +582,13 @@ def main(argv: list[str] | None = None) -> None:
         "--only-mcp", action="store_true", help="run only the scenario with an upstream MCP server"
     )
     parser.add_argument("--ops", default="read,write", help="the MCP scenario's operations: read,write")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=2,
+        help="the MCP scenario's concurrent rows on PostgreSQL also run as this many Writ processes on "
+        "one store, the clients spread over them (default 2; 1 leaves those rows out)",
+    )
     parser.add_argument(
         "--policy-checks",
         default="off",

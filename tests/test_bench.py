@@ -61,12 +61,24 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
     assert all(r["ratio_vs_bare"] is not None for r in mcp if r["target"] == "writ")
     assert any(line.startswith("MCP read on postgres: ") for line in report["aims"])
 
+    # Its concurrent rows on PostgreSQL ran again as two Writ processes sharing one store, the
+    # clients spread over both, whose CPU is counted together; each is compared with one process.
+    replicated = [r for r in mcp if r["replicas"] == 2]
+    assert {(r["op"], r["store"], r["concurrency"]) for r in replicated} == {
+        ("read", "postgres", 2),
+        ("write", "postgres", 2),
+    }
+    assert all(r["server_cpu_ms_per_call"] and r["pg_wal_syncs_per_call"] is not None for r in replicated)
+    for op in ("read", "write"):
+        line = f"MCP {op} on postgres, 2 replicas with 2 clients: "
+        assert any(aim.startswith(line) for aim in report["aims"])
+
     # Each Writ row of it ran twice, without and with the policy checks, which counted every call of
     # the rows with them (one budget count each, a loop mark per rule covering it) and none without.
     checked = {
         (r["op"], r["store"], r["concurrency"], r["variant"]["policy_checks"]): r
         for r in mcp
-        if r["target"] == "writ"
+        if r["target"] == "writ" and r["replicas"] == 1
     }
     assert len(checked) == 16
     for (op, _, _, checks), row in checked.items():
