@@ -56,6 +56,27 @@ def test_archive_then_verify_and_rebuild_read_the_archive_and_a_missing_file_fai
         assert "first bad seq 1 (deleted)" in missing.output and "cannot be read" in missing.output
 
 
+def test_a_checkpoint_after_the_logs_first_event_was_archived_names_the_log_as_before(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'writ.db'}"
+    archive = tmp_path / "archive"
+    with Store.open(url) as store:
+        store.migrate()
+        add_calls(store, 3)
+        config = str(config_for(tmp_path, url))
+        assert writ("audit", "checkpoint", "-c", config).exit_code == 0
+        moved = writ("store", "archive", "--to", str(archive), "--older-than-days", "1", "-c", config)
+        assert "archived seqs 1-10" in moved.output
+        add_calls(store, 1, first=4)  # seqs 11-13
+
+        made = writ("audit", "checkpoint", "-c", config)
+
+        assert made.exit_code == 0, made.output
+        assert "checkpoint at seq 13" in made.output
+        verified = writ("audit", "verify", "--archive", str(archive), "-c", config)
+        assert verified.exit_code == 0, verified.output
+        assert "anchored up to seq 13 by 2 checkpoints" in verified.output
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def partitioned(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Store]]:
     """A config naming a fresh store of either kind partitioned by tenant (`store.log.partition_by`)."""
