@@ -1,51 +1,59 @@
 """Sealed segments of the log moved out of the database into files, and read back for verify and rebuild.
 
-A segment is a run of events from the first one still in the database up to a seq that a signed
-checkpoint vouches for, all older than a given moment, with every call they name settled (terminal).
-It is written as gzip JSON lines, one stored row per line (the payload exactly as it was hashed), and
-named in the directory's `manifest.jsonl` with its seq range, the `prev_hash` of its first event, the
-hash of its last, its event count and the sha256 of the file. Only then are its events deleted from
-the database, in one transaction. Nothing of an event changes, so the chain over archive and database
-together verifies as it did over the database alone; a file that is missing or edited breaks it, and
-the manifest says which file that was.
+A segment is a run of one partition's events (store.partitions) from the first one still in the
+database up to a seq that a signed checkpoint vouches for in that partition, all older than a given
+moment, with every call they name settled (terminal). It is written as gzip JSON lines, one stored row
+per line (the payload exactly as it was hashed, with the row's partition and its seq there), and named
+in the directory's `manifest.jsonl` with its partition, its seq range in the partition, the `prev_hash`
+of its first event, the hash of its last, its event count and the sha256 of the file. Only then are its
+events deleted from the database, in one transaction. Nothing of an event changes, so each chain over
+archive and database together verifies as it did over the database alone; a file that is missing or
+edited breaks it, and the manifest says which file that was.
 
-Only a log of one partition is archived (`Store.archive` refuses a partitioned one): its chain is
-the global seq order. `partition` names it in the manifest so that a log of several chains can keep
-one manifest per partition when archiving learns to walk them.
+Partition "" is named `null` in the manifest, as every archive written before partitions named its
+one chain (whose seqs are the log's global seqs), so those archives read as partition "" still.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import heapq
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Connection, delete, func, select
 
 from store import events as ev
-from store.log import read_pages
+from store.log import partition_rows
 from store.model import TERMINAL_STATUSES, StoreError
+from store.partitions import UNPARTITIONED
 from store.schema import events, tool_calls
 
 MANIFEST = "manifest.jsonl"
 SEGMENT_EVENTS = 100_000
-"""At most this many events a segment: archiving holds the head lock while it writes the file."""
+"""At most this many events a segment: archiving holds the partition's head lock while it writes the file."""
 
 
 class ArchiveError(StoreError):
     """An archive directory that cannot be read as the log's beginning (a file missing, edited or foreign)."""
 
-    def __init__(self, message: str, first_bad_seq: int, problem: str = "edited") -> None:
+    def __init__(
+        self, message: str, first_bad_seq: int, problem: str = "edited", partition: str = ""
+    ) -> None:
         super().__init__(message)
         self.first_bad_seq = first_bad_seq
+        """The seq in `partition`."""
         self.problem = problem
         """As verify names it: `deleted` (a file missing) or `edited` (a file not the one named)."""
+        self.partition = partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,8 @@ class Segment:
 
     file: str
     first_seq: int
+    """Its first event's seq in its partition (`pseq`; in partition "" of a log that was never
+    partitioned, the global seq too)."""
     last_seq: int
     prev_hash: str
     """The `prev_hash` of its first event: the hash of the segment before it (genesis for seq 1)."""
@@ -61,6 +71,12 @@ class Segment:
     count: int
     sha256: str
     partition: str | None = None
+    """None for partition "" (as before partitions)."""
+
+    @property
+    def chain(self) -> str:
+        """The partition it is a segment of."""
+        return self.partition or UNPARTITIONED
 
 
 class ArchivedRow:
@@ -69,8 +85,8 @@ class ArchivedRow:
     __slots__ = ("_mapping",)
 
     def __init__(self, mapping: Mapping[str, Any]) -> None:
-        # Archived from a log of one partition, whose place in its chain is the global seq.
-        self._mapping = {"partition": "", "pseq": mapping["seq"], **mapping}
+        # A row archived before partitions names neither: it is of partition "", where pseq is seq.
+        self._mapping = {"partition": UNPARTITIONED, "pseq": mapping["seq"], **mapping}
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -79,12 +95,7 @@ class ArchivedRow:
             raise AttributeError(name) from None
 
 
-def segments(directory: Path, partition: str | None = None) -> list[Segment]:
-    """The segments the manifest in `directory` names, in seq order ([] when there is none).
-
-    Raises:
-        ArchiveError: the manifest is unreadable, or its segments do not follow each other.
-    """
+def _manifest(directory: Path) -> list[Segment]:
     path = directory / MANIFEST
     if not path.exists():
         return []
@@ -95,61 +106,106 @@ def segments(directory: Path, partition: str | None = None) -> list[Segment]:
         try:
             segment = Segment(**json.loads(line))
         except (ValueError, TypeError) as exc:
-            raise ArchiveError(f"{path} line {number} is not a segment: {exc}", 1) from None
-        if segment.partition == partition:
-            found.append(segment)
+            raise ArchiveError(f"{path} line {number} is not a segment this Writ reads: {exc}", 1) from None
+        found.append(segment)
+    return found
+
+
+def archived_partitions(directory: Path | None) -> set[str]:
+    """The partitions the archive in `directory` holds segments of.
+
+    Raises:
+        ArchiveError: the manifest is unreadable.
+    """
+    return set() if directory is None else {segment.chain for segment in _manifest(directory)}
+
+
+def segments(directory: Path, partition: str | None = UNPARTITIONED) -> list[Segment]:
+    """The segments of `partition` the manifest in `directory` names, in seq order ([] when none).
+
+    Raises:
+        ArchiveError: the manifest is unreadable, or the partition's segments do not follow each other.
+    """
+    chain_name = partition or UNPARTITIONED
+    found = [segment for segment in _manifest(directory) if segment.chain == chain_name]
     expected = 1
     for segment in found:
         if segment.first_seq != expected or segment.last_seq < segment.first_seq:
             raise ArchiveError(
-                f"{path}: segment {segment.file} covers seqs {segment.first_seq}-{segment.last_seq}, "
-                f"the one before ends at {expected - 1}",
+                f"{directory / MANIFEST}: segment {segment.file} covers seqs {segment.first_seq}-"
+                f"{segment.last_seq}, the one before ends at {expected - 1}",
                 expected,
                 "deleted",
+                chain_name,
             )
         expected = segment.last_seq + 1
     return found
 
 
-def archived_seq(directory: Path | None, partition: str | None = None) -> int:
-    """The last seq the archive in `directory` holds (0: none)."""
+def archived_seq(directory: Path | None, partition: str | None = UNPARTITIONED) -> int:
+    """The last seq of `partition` the archive in `directory` holds (0: none)."""
     if directory is None:
         return 0
     found = segments(directory, partition)
     return found[-1].last_seq if found else 0
 
 
-def read_archive(directory: Path, partition: str | None = None) -> Iterator[ArchivedRow]:
-    """Every archived event in seq order, each file checked against the manifest before it is read.
+def read_archive(directory: Path, partition: str | None = UNPARTITIONED) -> Iterator[ArchivedRow]:
+    """Every archived event of `partition` in its seq order, each file checked against the manifest
+    before it is read.
 
     The events themselves are not checked here: the chain walk that reads them does that.
 
     Raises:
         ArchiveError: a file is missing, or is not the file the manifest names (its sha256 differs).
     """
-    for segment in segments(directory, partition):
+    chain_name = partition or UNPARTITIONED
+    for segment in segments(directory, chain_name):
         path = directory / segment.file
+        where = f"archive file {path} (seqs {segment.first_seq}-{segment.last_seq})"
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise ArchiveError(
-                f"archive file {path} (seqs {segment.first_seq}-{segment.last_seq}) cannot be read: "
-                f"{exc.strerror or exc}",
-                segment.first_seq,
-                "deleted",
+                f"{where} cannot be read: {exc.strerror or exc}", segment.first_seq, "deleted", chain_name
             ) from None
         if hashlib.sha256(data).hexdigest() != segment.sha256:
             raise ArchiveError(
-                f"archive file {path} (seqs {segment.first_seq}-{segment.last_seq}) is not the file the "
-                "manifest names: it was edited or replaced",
+                f"{where} is not the file the manifest names: it was edited or replaced",
                 segment.first_seq,
+                partition=chain_name,
             )
         try:
             lines = gzip.decompress(data).decode("utf-8").splitlines()
             rows = [ArchivedRow(json.loads(line)) for line in lines if line]
-        except (OSError, ValueError) as exc:
-            raise ArchiveError(f"archive file {path} cannot be read: {exc}", segment.first_seq) from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ArchiveError(
+                f"archive file {path} cannot be read: {exc}", segment.first_seq, partition=chain_name
+            ) from None
+        for row in rows:
+            if row.partition != chain_name:
+                raise ArchiveError(
+                    f"{where} holds an event of partition {row.partition!r}",
+                    segment.first_seq,
+                    partition=chain_name,
+                )
         yield from rows
+
+
+def log_rows(conn: Connection, directory: Path | None, partitions: Iterable[str]) -> Iterator[Any]:
+    """Every event of `partitions` in the log's global seq order: of each, the events archived in
+    `directory` first, then those in the database after them.
+
+    Raises:
+        ArchiveError: as `read_archive`.
+    """
+    streams = []
+    for partition in sorted(set(partitions)):
+        archived: Iterator[Any] = read_archive(directory, partition) if directory is not None else iter(())
+        done = archived_seq(directory, partition)
+        streams.append(chain(archived, partition_rows(conn, partition, done)))
+    # Each partition's seqs grow along its chain, so merging the chains by seq is the global order.
+    return heapq.merge(*streams, key=lambda row: row.seq)
 
 
 def archive(
@@ -159,9 +215,10 @@ def archive(
     upto_seq: int,
     before: datetime,
     limit: int = SEGMENT_EVENTS,
-    partition: str | None = None,
+    partition: str = UNPARTITIONED,
 ) -> Segment | None:
-    """Move the oldest sealed events, up to `upto_seq` and older than `before`, to a file in `directory`.
+    """Move the oldest sealed events of `partition`, up to its seq `upto_seq` and older than `before`,
+    to a file in `directory`; the caller holds the partition's head.
 
     Only events whose calls are all terminal go: the segment ends before the first event of a call
     still open. The file and the manifest line are written and synced before the events are deleted,
@@ -172,24 +229,28 @@ def archive(
         ArchiveError: the archive in `directory` is not this log's beginning.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    mine = events.c.partition == partition
     done = archived_seq(directory, partition)
-    first = conn.execute(select(func.min(events.c.seq))).scalar()
+    first = conn.execute(select(func.min(events.c.pseq)).where(mine)).scalar()
     if done:
         if first is not None and first <= done:
             # A previous run wrote its file and died before deleting: the file holds these events.
-            conn.execute(delete(events).where(events.c.seq <= done))
+            conn.execute(delete(events).where(mine, events.c.pseq <= done))
         first = done + 1
     elif first is None:
         return None
     elif first != 1:
-        raise ArchiveError(f"the log starts at seq {first} and {directory} holds no archive of it", 1)
-    last = min(upto_seq, first + limit - 1, _last_before(conn, first, upto_seq, before))
+        where = f"partition {partition!r} of the log" if partition else "the log"
+        raise ArchiveError(
+            f"{where} starts at seq {first} and {directory} holds no archive of it", 1, partition=partition
+        )
+    last = min(upto_seq, first + limit - 1, _last_before(conn, partition, first, upto_seq, before))
     if last < first:
         return None
-    rows = list(read_pages(conn, events.c.seq <= last, after_seq=first - 1))
-    if not rows or rows[0].seq != first:
+    rows = list(partition_rows(conn, partition, first - 1, last))
+    if not rows or rows[0].pseq != first:
         return None
-    name = f"{partition or 'log'}-{first:012d}-{last:012d}.jsonl.gz"
+    name = f"{_file_stem(partition)}-{first:012d}-{last:012d}.jsonl.gz"
     lines = "".join(
         json.dumps(_stored(row), ensure_ascii=False, separators=(",", ":")) + "\n" for row in rows
     )
@@ -198,39 +259,40 @@ def archive(
     segment = Segment(
         file=name,
         first_seq=first,
-        last_seq=rows[-1].seq,
+        last_seq=rows[-1].pseq,
         prev_hash=rows[0].prev_hash,
         last_hash=rows[-1].hash,
         count=len(rows),
         sha256=hashlib.sha256(data).hexdigest(),
-        partition=partition,
+        partition=partition or None,
     )
     with (directory / MANIFEST).open("a", encoding="utf-8") as manifest:
         manifest.write(json.dumps(asdict(segment), separators=(",", ":")) + "\n")
         manifest.flush()
         os.fsync(manifest.fileno())
-    conn.execute(delete(events).where(events.c.seq >= first, events.c.seq <= segment.last_seq))
+    conn.execute(delete(events).where(mine, events.c.pseq >= first, events.c.pseq <= segment.last_seq))
     return segment
 
 
-def _last_before(conn: Connection, first: int, upto_seq: int, before: datetime) -> int:
-    """The last seq from `first` that may go: older than `before`, and before any open call's event."""
+def _file_stem(partition: str) -> str:
+    # A tenant's name may hold any character; quoted, it is one safe file name ("t:a/1" -> "t%3Aa%2F1").
+    return "log" if partition == UNPARTITIONED else quote(partition, safe="")
+
+
+def _last_before(conn: Connection, partition: str, first: int, upto_seq: int, before: datetime) -> int:
+    """The last seq of `partition` from `first` that may go: older than `before`, and before any open
+    call's event."""
     stops = [upto_seq]
+    span = (events.c.partition == partition, events.c.pseq >= first, events.c.pseq <= upto_seq)
     young = conn.execute(
-        select(func.min(events.c.seq)).where(
-            events.c.seq >= first, events.c.seq <= upto_seq, events.c.occurred_at >= ev.format_ts(before)
-        )
+        select(func.min(events.c.pseq)).where(*span, events.c.occurred_at >= ev.format_ts(before))
     ).scalar()
     if young is not None:
         stops.append(young - 1)
     open_call = conn.execute(
-        select(func.min(events.c.seq))
+        select(func.min(events.c.pseq))
         .select_from(events.join(tool_calls, tool_calls.c.tool_call_id == events.c.tool_call_id))
-        .where(
-            events.c.seq >= first,
-            events.c.seq <= upto_seq,
-            tool_calls.c.status.not_in(sorted(TERMINAL_STATUSES)),
-        )
+        .where(*span, tool_calls.c.status.not_in(sorted(TERMINAL_STATUSES)))
     ).scalar()
     if open_call is not None:
         stops.append(open_call - 1)
@@ -240,7 +302,10 @@ def _last_before(conn: Connection, first: int, upto_seq: int, before: datetime) 
 def _stored(row: Any) -> dict[str, Any]:
     # The row as stored: the payload stays the text that was hashed, so a re-hash reads the same bytes.
     mapping = row._mapping
-    return {name: mapping[name] for name in ev.ENVELOPE_FIELDS}
+    return {name: mapping[name] for name in ev.ENVELOPE_FIELDS} | {
+        "partition": mapping["partition"],
+        "pseq": mapping["pseq"],
+    }
 
 
 def _write_synced(path: Path, data: bytes) -> None:

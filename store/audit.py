@@ -3,9 +3,10 @@
 The chain names the first event that was edited, deleted, inserted or reordered. It alone cannot
 catch someone who rewrites an event and re-seals everything after it (the hash is unkeyed and the
 head lives in the same database): checkpoints signed outside the database (`Anchor`s, checked by the
-gateway) can, as each vouches for the hashes of a range of seqs. The same walk feeds each event to the
-grammar (store.grammar) and to a replay into scratch projections (store.replay), which are compared
-with the live ones at the end, in the same snapshot: what the runtime acts on must be what the log says.
+gateway) can, as each vouches for the hashes of a range of seqs in every partition. The same walk
+feeds each event to the grammar (store.grammar) and to a replay into scratch projections
+(store.replay), which are compared with the live ones at the end, in the same snapshot: what the
+runtime acts on must be what the log says.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from store import events as ev
-from store.archive import ArchiveError, archived_seq, read_archive
+from store.archive import ArchiveError, archived_partitions, archived_seq, log_rows, read_archive
 from store.grammar import Grammar
-from store.log import PAGE_SIZE, envelope_of, read_pages
+from store.log import envelope_of, partition_rows
 from store.model import (
     Anchor,
     AuditReport,
     CorruptEvent,
     GrammarViolation,
+    PartitionClaim,
     ScratchUnavailable,
     StoreError,
 )
@@ -43,52 +45,69 @@ Finding = tuple[str, int, str]
 def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | None = None) -> AuditReport:
     """Walk every partition's chain, streaming, and report the first inconsistency.
 
-    `archive` holds the events moved out to files (store.archive; only a log of one partition is
-    archived): the walk of partition "" reads them first, then the database's events after them, as
-    one chain. An archive file that cannot be read as the manifest names it is a `deleted` (missing)
-    or `edited` finding at its first seq.
+    `archive` holds the events moved out to files (store.archive): the walk of each partition reads its
+    archived events first, then the database's after them, as one chain. An archive file that cannot be
+    read as the manifest names it is a `deleted` (missing) or `edited` finding at its first seq.
 
-    Each anchor must match partition "" (the whole log unless it is partitioned): the same first
-    event, the hashes it vouches for, and a chain at least as long as the seq it was made at. Once
-    every chain is intact, the report also carries the first grammar violation and the first
-    projection row that differs from a replay of the log in seq order, if any.
+    Each anchor must match every partition it vouches for: the same first event (partition ""), the
+    hashes it vouches for, and a chain at least as long as the seq it was made at. Once every chain is
+    intact, the report also carries the first grammar violation and the first projection row that
+    differs from a replay of the log in seq order, if any.
     """
-    vouched = _Vouched(anchors)
+    anchors = tuple(anchors)
     with Replay() as replay:
         follower = _Follower(replay)
-        partitions = _partitions(conn)
+        try:
+            partitions = _partitions(conn, anchors, archive)
+        except ArchiveError as exc:
+            return _archive_finding(exc)
         single = partitions == [UNPARTITIONED]
-        report, anchored_last = AuditReport(True, 0), 0
+        report, anchored, anchored_seq = AuditReport(True, 0), 0, 0
         for partition in partitions:
-            found = _verify_chain(
-                conn,
-                partition,
-                vouched if partition == UNPARTITIONED else _Vouched(()),
-                follower if single else None,
-                archive if partition == UNPARTITIONED else None,
+            vouched = _Vouched(anchors, partition)
+            found = _verify_chain(conn, partition, vouched, follower if single else None, archive)
+            report = replace(
+                found,
+                events_checked=report.events_checked + found.events_checked,
+                anchors_checked=len(anchors),
             )
-            if partition == UNPARTITIONED:
-                anchored_last = found.events_checked
-            report = replace(found, events_checked=report.events_checked + found.events_checked)
             if not report.chain_ok:
                 return report  # the log itself is altered: a replay of it would prove nothing
-        report = vouched.finish(report, anchored_last)
-        if report.chain_ok:
-            report = vouched.check_heads(conn, report)
-        if not report.chain_ok:
-            return report
+            anchored += vouched.newest
+            if partition == UNPARTITIONED:
+                anchored_seq = vouched.newest
+        report = replace(
+            report,
+            anchored_seq=anchored_seq,
+            anchored_events=anchored,
+            unanchored_events=report.events_checked - anchored,
+        )
         if not single:  # each chain holds: replay the log in its global order
-            for row in read_pages(conn):
-                follower.take(row.seq, envelope_of(row))
+            try:
+                for row in log_rows(conn, archive, partitions):
+                    follower.take(row.seq, envelope_of(row))
+            except ArchiveError as exc:  # read once already: changed while verify ran
+                return _archive_finding(exc)
         return follower.finish(conn, report)
 
 
-def _partitions(conn: Connection) -> list[str]:
-    """Every partition a head row or an event names, in order ("" first, even when both are gone)."""
+def _partitions(conn: Connection, anchors: tuple[Anchor, ...], archive: Path | None) -> list[str]:
+    """Every partition a head row, an event, an anchor or the archive names, in order ("" first,
+    even when all are gone)."""
     named = set(conn.execute(select(log_head.c.partition)).scalars())
     named.update(conn.execute(select(events.c.partition).distinct()).scalars())
+    named.update(claim.partition for anchor in anchors for claim in anchor.claims())
+    named.update(archived_partitions(archive))
     named.add(UNPARTITIONED)
     return sorted(named)
+
+
+def _archive_finding(exc: ArchiveError) -> AuditReport:
+    seq, partition = exc.first_bad_seq, exc.partition
+    where = f"partition {partition!r}: " if partition else ""
+    return AuditReport(
+        False, 0, first_bad_seq=seq, problem=exc.problem, detail=where + str(exc), partition=partition
+    )
 
 
 class _Follower:
@@ -143,12 +162,11 @@ def _verify_chain(
     conn: Connection, partition: str, vouched: _Vouched, follower: _Follower | None, archive: Path | None
 ) -> AuditReport:
     try:
-        done = archived_seq(archive)
-        archived: Iterator[Any] = read_archive(archive) if archive is not None else iter(())
+        done = archived_seq(archive, partition)
+        archived: Iterator[Any] = read_archive(archive, partition) if archive is not None else iter(())
         return _walk_chain(conn, partition, vouched, follower, archived, done)
     except ArchiveError as exc:
-        seq = exc.first_bad_seq
-        return AuditReport(False, seq - 1, first_bad_seq=seq, problem=exc.problem, detail=str(exc))
+        return _archive_finding(exc)
 
 
 def _walk_chain(
@@ -165,21 +183,25 @@ def _walk_chain(
             False, checked, first_bad_seq=seq, problem=problem, detail=where + detail, partition=partition
         )
 
-    head = conn.execute(
+    row = conn.execute(
         select(log_head.c.last_seq, log_head.c.last_hash).where(log_head.c.partition == partition)
     ).one_or_none()
+    head: tuple[int, str] | None = None if row is None else (row.last_seq, row.last_hash)
+    # Every reader pages from seq 1 up (seq > 0), so a row at seq 0 or below would never be walked.
+    lowest = conn.execute(select(func.min(events.c.pseq)).where(events.c.partition == partition)).scalar()
+    if head is None and lowest is None and not after and vouched.claims:
+        head = (0, ev.GENESIS_HASH)  # gone whole, head and all: the anchors say what is missing
     if head is None:
         what = "the log head row" if not partition else "the partition's head row"
         return bad("head_missing", 1, f"{what} is missing: its length and last hash cannot be checked", 0)
-    # Every reader pages from seq 1 up (seq > 0), so a row at seq 0 or below would never be walked.
-    lowest = conn.execute(select(func.min(events.c.pseq)).where(events.c.partition == partition)).scalar()
+    head_seq, head_hash = head
     if isinstance(lowest, int) and lowest < 1:
         return bad(
             "inserted", lowest, f"an event at seq {lowest} lies before the log's first event (seq 1)", 0
         )
     # Events still in the database at or below the archive's end are a run of `writ store archive` that
     # died after writing its file: the file holds them, and the next run deletes them.
-    rows: Iterator[Any] = chain(archived, _chain_rows(conn, partition, after))
+    rows: Iterator[Any] = chain(archived, partition_rows(conn, partition, after))
     expected, prev_hash, checked = 1, ev.GENESIS_HASH, 0
     current = next(rows, None)
     while current is not None:
@@ -195,50 +217,46 @@ def _walk_chain(
         checked += 1
         expected, prev_hash, current = expected + 1, current.hash, following
     last_seq = expected - 1
-    if head.last_seq > last_seq:
-        detail = f"the head records {head.last_seq} events, the log ends at seq {last_seq}"
+    if head_seq > last_seq:
+        detail = f"the head records {head_seq} events, the log ends at seq {last_seq}"
         return bad("truncated", last_seq + 1, detail, checked)
-    if head.last_seq < last_seq:
-        return bad(
-            "inserted", head.last_seq + 1, f"the log continues past the head's seq {head.last_seq}", checked
-        )
-    if head.last_hash != prev_hash:
+    if head_seq < last_seq:
+        return bad("inserted", head_seq + 1, f"the log continues past the head's seq {head_seq}", checked)
+    if head_hash != prev_hash:
         detail = "the last event's hash differs from the one the head recorded when it was appended"
         return bad("edited", last_seq, detail, checked)
+    cut = vouched.beyond(last_seq)
+    if cut is not None:
+        return bad("truncated", last_seq + 1, cut, checked)
     return AuditReport(True, checked)
 
 
-def _chain_rows(conn: Connection, partition: str, after: int = 0) -> Iterator[Row[Any]]:
-    """One partition's rows in its seq order after `after`, in keyset pages."""
-    while True:
-        page = conn.execute(
-            select(events)
-            .where(events.c.partition == partition, events.c.pseq > after)
-            .order_by(events.c.pseq)
-            .limit(PAGE_SIZE)
-        ).all()
-        yield from page
-        if len(page) < PAGE_SIZE:
-            return
-        after = page[-1].pseq
-
-
 class _Vouched:
-    """What the anchors say each seq's hash is, checked against the rows as the walk reaches them."""
+    """What the anchors say each seq's hash in one partition is, checked as the walk reaches it."""
 
-    def __init__(self, anchors: Iterable[Anchor]) -> None:
-        self.anchors = tuple(anchors)
+    def __init__(self, anchors: Iterable[Anchor], partition: str) -> None:
+        self.partition = partition
+        self.claims = [
+            (claim, anchor) for anchor in anchors for claim in anchor.claims() if claim.partition == partition
+        ]
+        self.log_ids = [(anchor.log_id, anchor) for claim, anchor in self.claims] if not partition else []
         self._digests: dict[int, list[tuple[str, Anchor]]] = {}
-        self._heads: dict[int, list[Anchor]] = {}
-        for anchor in self.anchors:
-            for offset, digest in enumerate(anchor.digests, start=anchor.from_seq + 1):
+        self._heads: dict[int, list[tuple[str, PartitionClaim, Anchor]]] = {}
+        for claim, anchor in self.claims:
+            for offset, digest in enumerate(claim.digests, start=claim.from_seq + 1):
                 self._digests.setdefault(offset, []).append((digest, anchor))
-            self._heads.setdefault(anchor.seq, []).append(anchor)
+            self._heads.setdefault(claim.seq, []).append((claim.hash, claim, anchor))
+
+    @property
+    def newest(self) -> int:
+        """The newest seq an anchor vouches for in the partition (0: none)."""
+        return max((claim.seq for claim, _ in self.claims), default=0)
 
     def check(self, seq: int, hash_: str) -> Finding | None:
+        what = "the partition" if self.partition else "the log"
         if seq == 1:
-            for anchor in self.anchors:
-                if anchor.log_id != hash_:
+            for log_id, anchor in self.log_ids:
+                if log_id != hash_:
                     detail = (
                         f"the checkpoint at {anchor.source} was made for a log whose first event hashes "
                         f"otherwise: another log's checkpoint, or this log was rewritten from seq 1"
@@ -251,77 +269,27 @@ class _Vouched:
                     "it was rewritten and the chain re-sealed after it"
                 )
                 return ("rewritten", seq, detail)
-        for anchor in self._heads.get(seq, ()):
-            if anchor.hash != hash_:
+        for vouched_hash, claim, anchor in self._heads.get(seq, ()):
+            if vouched_hash != hash_:
                 # Outside the digests' cover: the rewrite is somewhere at or before the first seq covered.
-                first = min(anchor.from_seq + 1, seq)
+                first = min(claim.from_seq + 1, seq)
                 detail = (
-                    f"the log up to seq {seq} is not the one the checkpoint at {anchor.source} vouches for: "
+                    f"{what} up to seq {seq} is not the one the checkpoint at {anchor.source} vouches for: "
                     f"an event at or before seq {first} was rewritten"
                 )
                 return ("rewritten", first, detail)
         return None
 
-    def check_heads(self, conn: Connection, report: AuditReport) -> AuditReport:
-        """`report` (intact chains) failed at the first partition whose chain no longer holds the head
-        a checkpoint signed for it: cut off (or deleted whole) or rewritten and re-sealed."""
-        for anchor in self.anchors:
-            for partition, seq, hash_ in anchor.heads:
-                found = conn.execute(
-                    select(events.c.hash).where(events.c.partition == partition, events.c.pseq == seq)
-                ).scalar()
-                if found == hash_:
-                    continue
-                where = f"partition {partition!r}: "
-                if found is None:
-                    last = conn.execute(
-                        select(func.max(events.c.pseq)).where(events.c.partition == partition)
-                    ).scalar()
-                    detail = (
-                        f"the checkpoint at {anchor.source} vouches for {seq} events, the partition "
-                        f"ends at seq {last or 0}: events were cut off and its head moved back"
-                    )
-                    problem, bad = "truncated", (last or 0) + 1
-                else:
-                    detail = (
-                        f"the partition up to seq {seq} is not the one the checkpoint at {anchor.source} "
-                        f"vouches for: an event at or before seq {seq} was rewritten"
-                    )
-                    problem, bad = "rewritten", seq
-                return replace(
-                    report,
-                    chain_ok=False,
-                    first_bad_seq=bad,
-                    problem=problem,
-                    detail=where + detail,
-                    partition=partition,
-                )
-        return report
-
-    def finish(self, report: AuditReport, last_seq: int) -> AuditReport:
-        """`report` (intact chains) with what the anchors add: truncation of partition "" (which ends at
-        `last_seq`), and how much of it is anchored."""
-        beyond = [a for a in self.anchors if a.seq > last_seq]
-        if beyond:
-            anchor = max(beyond, key=lambda a: a.seq)
-            detail = (
-                f"the checkpoint at {anchor.source} vouches for {anchor.seq} events, "
-                f"the log ends at seq {last_seq}: events were cut off and the head moved back"
-            )
-            return replace(
-                report,
-                chain_ok=False,
-                first_bad_seq=last_seq + 1,
-                problem="truncated",
-                detail=detail,
-                anchors_checked=len(self.anchors),
-            )
-        anchored = max((a.seq for a in self.anchors), default=0)
-        return replace(
-            report,
-            anchors_checked=len(self.anchors),
-            anchored_seq=anchored,
-            unanchored_events=report.events_checked - anchored,
+    def beyond(self, last_seq: int) -> str | None:
+        """Why a chain ending at `last_seq` was cut off, if an anchor vouches for more of it."""
+        beyond = [(claim, anchor) for claim, anchor in self.claims if claim.seq > last_seq]
+        if not beyond:
+            return None
+        claim, anchor = max(beyond, key=lambda found: found[0].seq)
+        what, head = ("the partition", "its head") if self.partition else ("the log", "the head")
+        return (
+            f"the checkpoint at {anchor.source} vouches for {claim.seq} events, "
+            f"{what} ends at seq {last_seq}: events were cut off and {head} moved back"
         )
 
 
@@ -331,6 +299,9 @@ def _check(
     """The finding about `row`, or its envelope when it hashes and links as it should."""
     place = row.pseq  # the seq in its partition: the global seq itself with one partition
     if place != expected:
+        if place == expected + 1 and following is not None and following.pseq == expected:
+            # Rows of an archive file are read in the file's order, not sorted: two were swapped there.
+            return ("reordered", expected, f"events {expected} and {place} are out of order")
         return ("deleted", expected, f"seq {expected} is missing; the next event has seq {place}")
     try:
         envelope = envelope_of(row)
@@ -343,6 +314,9 @@ def _check(
     if computed != row.hash:
         return _explain_mismatch(row, following, envelope)
     if row.prev_hash != prev_hash:
+        if following is not None and following.prev_hash == prev_hash and row.prev_hash == following.hash:
+            # Two events, each intact, traded places in the chain (their seqs in the partition).
+            return ("reordered", place, f"events {place} and {place + 1} were swapped")
         # Both events hash correctly on their own, so one was rewritten with a recomputed hash;
         # the earlier one is the first that can no longer be trusted.
         bad = max(place - 1, 1)
@@ -355,8 +329,15 @@ def _explain_mismatch(row: Row[Any], following: Row[Any] | None, envelope: dict[
     # An event hashes with the seq it was appended at, so a valid hash at a neighbouring seq
     # tells how the event moved rather than merely that it changed (one partition: seq is pseq).
     seq = row.seq
-    if seq != row.pseq:
-        return ("edited", row.pseq, f"event {row.pseq}'s content does not match its hash")
+    if seq != row.pseq:  # several partitions: the neighbours' global seqs are not seq +- 1
+        place = row.pseq
+        if (
+            following is not None
+            and ev.compute_hash({**envelope, "seq": following.seq}) == row.hash
+            and row.prev_hash == following.hash
+        ):
+            return ("reordered", place, f"events {place} and {place + 1} were swapped")
+        return ("edited", place, f"event {place}'s content does not match its hash")
     if ev.compute_hash({**envelope, "seq": seq - 1}) == row.hash:
         return (
             "inserted",

@@ -280,3 +280,22 @@ def read_pages(
         after_seq = page[-1].seq
         if remaining is not None:
             remaining -= len(page)
+
+
+def partition_rows(
+    conn: Connection, partition: str, after_pseq: int = 0, upto_pseq: int | None = None
+) -> Iterator[Row[Any]]:
+    """One partition's rows in its own seq order (`pseq`) after `after_pseq` (up to `upto_pseq`), in
+    keyset pages."""
+    bound = () if upto_pseq is None else (events.c.pseq <= upto_pseq,)
+    while True:
+        page = conn.execute(
+            select(events)
+            .where(events.c.partition == partition, events.c.pseq > after_pseq, *bound)
+            .order_by(events.c.pseq)
+            .limit(PAGE_SIZE)
+        ).all()
+        yield from page
+        if len(page) < PAGE_SIZE:
+            return
+        after_pseq = page[-1].pseq

@@ -576,12 +576,26 @@ class OutboxMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionClaim:
+    """What a checkpoint vouches for in one partition of the log: it held `seq` events ending in `hash`,
+    and `digests` are the first 16 hex digits of the hashes of its seqs `from_seq`+1 to `seq`, so that
+    a rewrite inside that range is named at its own seq (none: vouched for by the head alone)."""
+
+    partition: str
+    seq: int
+    hash: str
+    from_seq: int
+    digests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Anchor:
     """What a signed checkpoint kept outside the database vouches for; the gateway checked its signature.
 
-    The log held `seq` events ending in `hash`, and began with an event hashing to `log_id`; `digests`
-    are the first 16 hex digits of the hashes of seqs `from_seq`+1 to `seq`, so that a rewrite inside
-    that range is named at its own seq.
+    Partition "" (the whole log unless it is partitioned) held `seq` events ending in `hash`, and began
+    with an event hashing to `log_id`; `digests` are the first 16 hex digits of the hashes of seqs
+    `from_seq`+1 to `seq`, so that a rewrite inside that range is named at its own seq. A checkpoint of
+    a partitioned log made while "" was empty has `seq` 0 and `log_id` the genesis hash.
     """
 
     log_id: str
@@ -591,9 +605,14 @@ class Anchor:
     digests: tuple[str, ...]
     source: str
     """Where the checkpoint came from (file and line, key id), for messages."""
-    heads: tuple[tuple[str, int, str], ...] = ()
-    """(partition, its seq, its hash) of every other partition of the log at the checkpoint: the
-    fields above vouch for partition "" (the whole log unless it is partitioned)."""
+    heads: tuple[PartitionClaim, ...] = ()
+    """What it vouches for in every other partition of the log (each with digests of its own since the
+    previous checkpoint, or, in a checkpoint made before they had them, its head alone)."""
+
+    def claims(self) -> tuple[PartitionClaim, ...]:
+        """What it vouches for in every partition, "" first (unless it was empty)."""
+        own = PartitionClaim("", self.seq, self.hash, self.from_seq, self.digests)
+        return ((own,) if self.seq > 0 else ()) + self.heads
 
 
 @dataclass(frozen=True, slots=True)
@@ -645,9 +664,12 @@ class AuditReport:
     detail: str | None = None
     anchors_checked: int = 0
     anchored_seq: int = 0
-    """The newest seq a checkpoint vouches for (0: none)."""
+    """The newest seq of partition "" a checkpoint vouches for (0: none)."""
     unanchored_events: int = 0
-    """Events after `anchored_seq`: intact as a chain, but a rewrite of them would not be caught."""
+    """Events after the newest seq a checkpoint vouches for in their partition: intact as a chain, but
+    a rewrite of them would not be caught."""
+    anchored_events: int = 0
+    """Events of every partition up to the newest seq a checkpoint vouches for in each."""
     replayed: bool = False
     """The whole log was replayed: the grammar was checked, and the projections compared unless an event
     could not be applied (a grammar violation says which)."""

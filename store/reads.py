@@ -225,14 +225,15 @@ class Reads:
             rows = conn.execute(select(head_row.c.partition, head_row.c.last_seq, head_row.c.last_hash))
             return {row.partition: (row.last_seq, row.last_hash) for row in rows}
 
-    def event_hashes(self, after_seq: int, upto_seq: int) -> list[str]:
-        """The hashes of partition ""'s events after `after_seq` up to `upto_seq`, in its seq order."""
+    def event_hashes(self, after_seq: int, upto_seq: int, partition: str = UNPARTITIONED) -> list[str]:
+        """The hashes of `partition`'s events after its seq `after_seq` up to `upto_seq`, in its seq order
+        (those still in the database: archived ones are not)."""
         hashes: list[str] = []
-        pseq, unpartitioned = events.c.pseq, events.c.partition == UNPARTITIONED
+        pseq, mine = events.c.pseq, events.c.partition == partition
         while after_seq < upto_seq:
             query = (
                 select(pseq.label("seq"), events.c.hash)
-                .where(unpartitioned, pseq > after_seq, pseq <= upto_seq)
+                .where(mine, pseq > after_seq, pseq <= upto_seq)
                 .order_by(pseq)
                 .limit(PAGE_SIZE)
             )

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, TypeVar, Unpack
 
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, func, inspect, select, text
@@ -21,7 +20,7 @@ from store.batching import KNOWN_CALLS, GroupWriter
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
-from store.log import envelope_of, lock_all_heads, read_pages
+from store.log import envelope_of, lock_all_heads, lock_head
 from store.model import (
     Admission,
     ApprovalView,
@@ -403,30 +402,39 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
             return revoking.tenants_of(conn, subject)
 
     def rebuild(self, archive: Path | None = None) -> int:
-        """Wipe the projections and effect ledger and replay the whole log (the events archived in
-        `archive` first, then the database's); returns events replayed.
+        """Wipe the projections and effect ledger and replay the whole log in seq order (each
+        partition's events archived in `archive` first, then the database's); returns events replayed.
 
         Raises:
-            ArchiveError: the log's beginning was archived and `archive` does not hold it.
+            ArchiveError: the beginning of a partition was archived and `archive` does not hold it.
         """
         with _translated(), self._engine.begin() as conn:
             lock_all_heads(conn)  # so no write lands halfway through the replay
-            done = archiving.archived_seq(archive)
-            first = conn.execute(select(func.min(events.c.seq))).scalar()
-            if first is not None and first > done + 1:
-                where = f"{archive} holds events up to seq {done}" if archive else "no archive was given"
-                raise archiving.ArchiveError(
-                    f"the log in the database starts at seq {first} and {where}: rebuild needs the "
-                    "archive of the events before it (`--archive DIR`)",
-                    done + 1,
-                    "deleted",
+            heads = {p: seq for p, seq in conn.execute(select(log_head.c.partition, log_head.c.last_seq))}
+            firsts = {
+                p: first
+                for p, first in conn.execute(
+                    select(events.c.partition, func.min(events.c.pseq)).group_by(events.c.partition)
                 )
+            }
+            partitions = set(heads) | set(firsts) | archiving.archived_partitions(archive)
+            for partition in sorted(partitions):
+                done = archiving.archived_seq(archive, partition)
+                first = firsts.get(partition, heads.get(partition, 0) + 1)
+                if first > done + 1:
+                    where = f"{archive} holds events up to seq {done}" if archive else "no archive was given"
+                    chain_name = f"partition {partition!r} of the log" if partition else "the log"
+                    raise archiving.ArchiveError(
+                        f"{chain_name} in the database starts at seq {first} and {where}: rebuild needs "
+                        "the archive of the events before it (`--archive DIR`)",
+                        done + 1,
+                        "deleted",
+                        partition,
+                    )
             for table in PROJECTION_TABLES:
                 conn.execute(delete(table))
             replayed = 0
-            archived = archiving.read_archive(archive) if archive is not None else iter(())
-            rows: Iterator[Any] = chain(archived, read_pages(conn, after_seq=done))
-            for row in rows:
+            for row in archiving.log_rows(conn, archive, partitions):
                 try:
                     event = parse_event(envelope_of(row))
                 except ValidationError as exc:
@@ -436,26 +444,34 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
             return replayed
 
     def archive(
-        self, directory: Path, *, upto_seq: int, before: datetime, limit: int = archiving.SEGMENT_EVENTS
+        self,
+        directory: Path,
+        *,
+        upto_seq: int | Mapping[str, int],
+        before: datetime,
+        limit: int = archiving.SEGMENT_EVENTS,
     ) -> archiving.Segment | None:
-        """Move the oldest sealed events (up to `upto_seq`, older than `before`, their calls settled;
-        at most `limit`) to a file in `directory`; None when none may go yet (see store.archive).
+        """Move the oldest sealed events of one partition (up to the seq `upto_seq` names for it: an int
+        for partition "", older than `before`, their calls settled; at most `limit`) to a file in
+        `directory`; None when none may go yet in any partition (see store.archive). Call it until None.
 
         Raises:
-            ArchiveError: `directory` does not hold the archive of this log's beginning.
-            StoreError: the log is partitioned (`store.log.partition_by`), which archiving does not
-                walk yet.
+            ArchiveError: `directory` does not hold the archive of the beginning of a partition.
         """
         _aware(before)
+        upto = {UNPARTITIONED: upto_seq} if isinstance(upto_seq, int) else dict(upto_seq)
         with _translated(), self._engine.begin() as conn:
-            lock_all_heads(conn)  # one archiver at a time, and the manifest written in log order
-            partitions = set(conn.execute(select(log_head.c.partition)).scalars())
-            if partitions - {UNPARTITIONED} or not scheme_of(self._engine).single:
-                raise StoreError(
-                    "writ store archive moves segments of a log of one chain; this log is partitioned "
-                    "(store.log.partition_by), and archiving its chains one by one is not built yet"
+            # Partition "" first, always: one archiver at a time, so the manifest is written by one.
+            lock_head(conn, UNPARTITIONED)
+            known = set(conn.execute(select(log_head.c.partition)).scalars())
+            for partition in sorted(p for p, seq in upto.items() if seq > 0 and p in known):
+                lock_head(conn, partition)  # in sorted order: its writers wait while its events go
+                segment = archiving.archive(
+                    conn, directory, partition=partition, upto_seq=upto[partition], before=before, limit=limit
                 )
-            return archiving.archive(conn, directory, upto_seq=upto_seq, before=before, limit=limit)
+                if segment is not None:
+                    return segment
+            return None
 
     def _heads_of(self, identity: CallIdentity) -> frozenset[str]:
         """The partition a call's events go to, remembered for its later writes (a hint: see

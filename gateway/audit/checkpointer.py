@@ -21,14 +21,15 @@ import anyio
 from gateway.audit.checkpoints import (
     Checkpoint,
     CheckpointSigner,
-    newest_seq,
+    log_identity,
+    newest_heads,
     read_all,
     trusted_keys,
     write_checkpoint,
 )
 from gateway.clock import Clock
 from store.commands import EnqueueOutbox
-from store.events import parse_ts
+from store.events import GENESIS_HASH, parse_ts
 from store.ports import AuditLog
 from store.queues import TOPIC_CHECKPOINT
 
@@ -79,7 +80,8 @@ class Checkpointer:
         """When the newest checkpoint was made (by this replica, or found in the directory)."""
         self._log, self._signer, self._directory, self._trusted = log, signer, directory, trusted
         self._clock, self._every_events, self._every_s = clock, every_events, every_s
-        self._last_seq: int | None = None  # unknown until the first pass reads the directory
+        self._previous: dict[str, int] | None = None  # unknown until the first pass reads the directory
+        """The newest seq a checkpoint vouches for in each partition."""
         self._last_total = 0
         """Events of every partition the newest checkpoint vouches for (its seq alone with one)."""
         self._last_at: datetime | None = None
@@ -91,28 +93,30 @@ class Checkpointer:
     def pass_once(self) -> Checkpoint | None:
         """`tick`, on the calling thread (the store and the files are blocking)."""
         heads = self._log.partition_heads()
-        seq = heads.get("", (0, ""))[0]
         # Progress counts every partition's events: a partitioned log grows mostly outside "".
         total = sum(at for at, _ in heads.values())
         self._head_seq = total
         keys = trusted_keys(self._trusted)
-        if self._last_seq is None:
+        if self._previous is None:
             found = read_all([self._directory], keys) if Path(self._directory).is_dir() else []
-            log_id = self._log.event_hashes(0, 1)[0] if seq else ""
-            self._last_seq = newest_seq(found, log_id) if seq else 0
-            self._anchored_at = _newest_time(found, self._last_seq)
-            ours = [c for c in found if c.anchor.log_id == log_id and c.anchor.seq == self._last_seq]
-            self._last_total = max((_total(c) for c in ours), default=0)
+            if total:
+                log_id = log_identity(self._log, heads.get("", (0, ""))[0], lambda: found)
+                self._previous = newest_heads(found, log_id)
+                self._anchored_at = _newest_time(found, log_id)
+            else:
+                self._previous = {}
+            self._last_total = sum(self._previous.values())
         now = self._clock()
-        if seq == 0 or total == self._last_total:
+        if total == 0 or total == self._last_total:
             return None  # idle: nothing new to vouch for
         waited = self._last_at is None or (now - self._last_at).total_seconds() >= self._every_s
         if total - self._last_total < self._every_events and not waited:
             return None
         made, path = write_checkpoint(
-            self._log, self._signer, self._directory, keys, now, previous=self._last_seq
+            self._log, self._signer, self._directory, keys, now, previous=self._previous
         )
-        self._last_seq, self._last_total, self._last_at = made.anchor.seq, _total(made), now
+        self._previous = {claim.partition: claim.seq for claim in made.anchor.claims()}
+        self._last_total, self._last_at = sum(self._previous.values()), now
         self._anchored_at = now
         logger.info("checkpoint at seq %d (kid %s) appended to %s", made.anchor.seq, made.kid, path)
         if self._outbox is not None:
@@ -123,7 +127,7 @@ class Checkpointer:
         """Seconds the newest events have waited unanchored: since the newest checkpoint this replica
         wrote or found, 0 while the log has not moved past it; None before the first pass or checkpoint.
         """
-        if self._last_seq is None:
+        if self._previous is None:
             return None
         if self._head_seq <= self._last_total:
             return 0.0
@@ -132,10 +136,6 @@ class Checkpointer:
         return max((self._clock() - self._anchored_at).total_seconds(), 0.0)
 
 
-def _total(checkpoint: Checkpoint) -> int:
-    return checkpoint.anchor.seq + sum(at for _, at, _ in checkpoint.anchor.heads)
-
-
-def _newest_time(found: list[Checkpoint], seq: int) -> datetime | None:
-    times = [c.at for c in found if c.anchor.seq == seq]
+def _newest_time(found: list[Checkpoint], log_id: str) -> datetime | None:
+    times = [c.at for c in found if c.anchor.log_id in (log_id, GENESIS_HASH)]
     return parse_ts(max(times)) if times else None

@@ -2,7 +2,9 @@
 
 A checkpoint is one compact JWS (Ed25519, `kid` the key's RFC 7638 thumbprint) over canonical JSON:
 the log's first hash (which log), the head's seq and hash, the time, and the first 8 bytes of each
-event hash since the writer's previous checkpoint, so that verify names the first rewritten seq.
+event hash since the writer's previous checkpoint, so that verify names the first rewritten seq. Of
+a partitioned log, partition "" is signed so (seq 0 while it has no event) and every other partition's
+head under `heads`, with the digests of its own events since the previous checkpoint.
 Someone who can rewrite the database cannot re-sign them without the private key, which is not in the
 database; verify checks the log against them (`store.audit`), knowing nothing of JOSE.
 
@@ -19,7 +21,7 @@ import binascii
 import json
 import os
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -32,8 +34,8 @@ from joserfc.jwk import Key, KeySet, OKPKey
 from gateway.errors import GatewayError
 from gateway.secret_files import create_once, private_dir
 from store.canonical import canonical_json
-from store.events import format_ts
-from store.model import Anchor
+from store.events import GENESIS_HASH, format_ts
+from store.model import Anchor, PartitionClaim
 from store.ports import AuditLog
 
 ALGORITHM = "Ed25519"  # never "EdDSA": deprecated by RFC 9864, and joserfc warns on it
@@ -68,6 +70,33 @@ class Checkpoint:
     writer: str
     line: str = ""
     """The signed JWS itself, as appended to the file and sent to the webhook."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cover:
+    """A partition's head to sign, and its event hashes of seqs `from_seq`+1 to `seq`."""
+
+    seq: int
+    hash: str
+    from_seq: int
+    hashes: Sequence[str]
+
+
+def _check_cover(name: str, cover: Cover) -> None:
+    where = f"partition {name!r}" if name else "the log"
+    if not 0 <= cover.from_seq <= cover.seq or (name and cover.seq < 1):
+        raise CheckpointError(
+            f"{where}: a head at seq {cover.seq} cannot cover seqs from {cover.from_seq + 1}"
+        )
+    if len(cover.hashes) != cover.seq - cover.from_seq or (cover.hashes and cover.hashes[-1] != cover.hash):
+        raise CheckpointError(
+            f"{where}: the event hashes of seqs {cover.from_seq + 1} to {cover.seq} are incomplete"
+        )
+
+
+def _digests(hashes: Sequence[str]) -> str:
+    raw = b"".join(bytes.fromhex(h)[:DIGEST_BYTES] for h in hashes)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 class CheckpointSigner:
@@ -115,23 +144,30 @@ class CheckpointSigner:
         from_seq: int,
         hashes: Sequence[str],
         now: datetime,
-        heads: Mapping[str, tuple[int, str]] | None = None,
+        heads: Mapping[str, Cover] | None = None,
     ) -> str:
-        """A checkpoint of the log at `seq`; `hashes` are the event hashes of seqs `from_seq`+1 to `seq`.
+        """A checkpoint of the log at `seq` of partition ""; `hashes` are its event hashes of seqs
+        `from_seq`+1 to `seq` (none: the hashes of its archived events are gone, the head vouches).
 
-        `heads`: the seq and hash of every other partition's head (a partitioned log), signed with it.
+        `heads`: every other partition's head and event hashes (a partitioned log), signed with it; with
+        them, `seq` may be 0 (partition "" has no event yet: then `log_id` is the genesis hash).
 
         Raises:
-            CheckpointError: the log is empty, the range is wider than `MAX_COVER`, or `hashes` does not
-                cover it.
+            CheckpointError: the log is empty, the hashes are more than `MAX_COVER`, or some do not cover
+                their range.
         """
-        if seq < 1:
+        covers = dict(heads or {})
+        if seq < 1 and not covers:
             raise CheckpointError("the log is empty: there is nothing to checkpoint yet")
-        if not 0 <= from_seq < seq or seq - from_seq > MAX_COVER:
+        if seq < 1:
+            log_id, hash_, from_seq, hashes = GENESIS_HASH, GENESIS_HASH, 0, ()
+        if not 0 <= from_seq <= seq or seq - from_seq > MAX_COVER:
             raise CheckpointError(f"a checkpoint covers 1 to {MAX_COVER} seqs, not {from_seq + 1} to {seq}")
-        if len(hashes) != seq - from_seq or hashes[-1] != hash_:
-            raise CheckpointError(f"the event hashes of seqs {from_seq + 1} to {seq} are incomplete")
-        digests = b"".join(bytes.fromhex(h)[:DIGEST_BYTES] for h in hashes)
+        _check_cover("", Cover(seq, hash_, from_seq, hashes))
+        for name, cover in covers.items():
+            _check_cover(name, cover)
+        if (seq - from_seq) + sum(c.seq - c.from_seq for c in covers.values()) > MAX_COVER:
+            raise CheckpointError(f"a checkpoint carries at most {MAX_COVER} event hashes")
         payload = {
             "v": VERSION,
             "log": log_id,
@@ -140,11 +176,13 @@ class CheckpointSigner:
             "events": seq,
             "at": format_ts(now),
             "from_seq": from_seq,
-            "digests": base64.urlsafe_b64encode(digests).rstrip(b"=").decode("ascii"),
+            "digests": _digests(hashes),
             "writer": f"{socket.gethostname()}:{os.getpid()}",
         }
-        if heads:  # absent for a log of one partition: such a checkpoint reads as before partitions
-            payload["heads"] = {name: [at, digest] for name, (at, digest) in sorted(heads.items())}
+        if covers:  # absent for a log of one partition: such a checkpoint reads as before partitions
+            payload["heads"] = {
+                name: [c.seq, c.hash, c.from_seq, _digests(c.hashes)] for name, c in sorted(covers.items())
+            }
         header = {"alg": ALGORITHM, "kid": self.kid, "typ": TYPE}
         return jws.serialize_compact(
             header, canonical_json(payload).encode("utf-8"), self._key, algorithms=[ALGORITHM]
@@ -269,34 +307,47 @@ def _checkpoint(payload: dict[str, Any], kid: str, source: str) -> Checkpoint:
     if payload["v"] != VERSION:
         raise ValueError(f"version {payload['v']!r}, this Writ reads {VERSION}")
     seq, from_seq, log_id, hash_ = payload["seq"], payload["from_seq"], payload["log"], payload["hash"]
-    if not (isinstance(seq, int) and isinstance(from_seq, int) and 0 <= from_seq < seq):
-        raise ValueError("seq and from_seq must be integers with 0 <= from_seq < seq")
-    if not (isinstance(log_id, str) and isinstance(hash_, str)):
-        raise ValueError("log and hash must be strings")
-    raw = _b64decode(payload["digests"])
-    if len(raw) != (seq - from_seq) * DIGEST_BYTES:
-        raise ValueError(f"digests must cover seqs {from_seq + 1} to {seq}")
-    digests = tuple(raw[i : i + DIGEST_BYTES].hex() for i in range(0, len(raw), DIGEST_BYTES))
-    at = str(payload["at"])
     signed_heads = payload.get("heads", {})
     if not isinstance(signed_heads, dict):
-        raise ValueError("heads must map each partition to its [seq, hash]")
-    heads = tuple((str(name), *_head(given)) for name, given in sorted(signed_heads.items()))
+        raise ValueError("heads must map each partition to its [seq, hash, from_seq, digests]")
+    if not (isinstance(seq, int) and isinstance(from_seq, int) and 0 <= from_seq <= seq):
+        raise ValueError("seq and from_seq must be integers with 0 <= from_seq <= seq")
+    if seq == 0 and not signed_heads:
+        raise ValueError("seq must be at least 1 in a checkpoint of one partition")
+    if not (isinstance(log_id, str) and isinstance(hash_, str)):
+        raise ValueError("log and hash must be strings")
+    digests = _read_digests(payload["digests"], from_seq, seq)
+    at = str(payload["at"])
+    heads = tuple(_head(str(name), given) for name, given in sorted(signed_heads.items()))
     source = f"{source} (kid {kid}, made {at})"
     anchor = Anchor(log_id, seq, hash_, from_seq, digests, source=source, heads=heads)
     return Checkpoint(anchor, kid, at, str(payload["writer"]))
 
 
-def _head(given: Any) -> tuple[int, str]:
+def _read_digests(text: Any, from_seq: int, seq: int) -> tuple[str, ...]:
+    raw = _b64decode(text)
+    if len(raw) != (seq - from_seq) * DIGEST_BYTES:
+        raise ValueError(f"digests must cover seqs {from_seq + 1} to {seq}")
+    return tuple(raw[i : i + DIGEST_BYTES].hex() for i in range(0, len(raw), DIGEST_BYTES))
+
+
+def _head(name: str, given: Any) -> PartitionClaim:
+    # [seq, hash] from a Writ that signed other partitions' heads alone; [seq, hash, from_seq, digests].
     if not (
         isinstance(given, list)
-        and len(given) == 2
+        and len(given) in (2, 4)
         and isinstance(given[0], int)
         and given[0] >= 1
         and isinstance(given[1], str)
     ):
-        raise ValueError("each partition's head must be [seq, hash] with seq >= 1")
-    return given[0], given[1]
+        raise ValueError("each partition's head must be [seq, hash, from_seq, digests] with seq >= 1")
+    seq, hash_ = given[0], given[1]
+    if len(given) == 2:
+        return PartitionClaim(name, seq, hash_, seq)
+    from_seq = given[2]
+    if not (isinstance(from_seq, int) and 0 <= from_seq <= seq):
+        raise ValueError(f"partition {name!r}: from_seq must be an integer from 0 to its seq")
+    return PartitionClaim(name, seq, hash_, from_seq, _read_digests(given[3], from_seq, seq))
 
 
 def _b64decode(text: str) -> bytes:
@@ -346,33 +397,88 @@ def write_checkpoint(
     directory: str | Path,
     keys: KeySet,
     now: datetime,
-    previous: int | None = None,
+    previous: Mapping[str, int] | None = None,
 ) -> tuple[Checkpoint, Path]:
-    """Sign the log's head and append it to this host's file in `directory`.
+    """Sign every partition's head and append it to this host's file in `directory`.
 
-    The digests cover the events since `previous` (default: the newest checkpoint already in
-    `directory` for this log), at most `MAX_COVER`, so every event gets a digest of its own.
+    The digests of each partition cover its events since `previous` (its seq there; default: the
+    newest a checkpoint already in `directory` for this log vouches for), at most `MAX_COVER` in all,
+    partition "" first, so every event gets a digest of its own.
 
     Raises:
-        CheckpointError: the log is empty, or a checkpoint already there does not verify.
+        CheckpointError: the log is empty, a checkpoint already there does not verify, or the first
+            event of partition "" was archived and no checkpoint in `directory` names the log.
         OSError: the directory cannot be written.
     """
-    seq, head_hash = log.log_head()
-    if seq < 1:
+    heads = log.partition_heads()
+    seq, head_hash = heads.get("", (0, GENESIS_HASH))
+    others = {name: head for name, head in heads.items() if name and head[0] > 0}
+    if seq < 1 and not others:
         raise CheckpointError("the log is empty: there is nothing to checkpoint yet")
-    log_id = log.event_hashes(0, 1)[0]
+    found: list[Checkpoint] | None = None
+
+    def checkpoints() -> list[Checkpoint]:
+        nonlocal found
+        if found is None:
+            found = read_all([directory], keys) if Path(directory).is_dir() else []
+        return found
+
+    log_id = log_identity(log, seq, checkpoints)
     if previous is None:
-        previous = newest_seq(read_all([directory], keys) if Path(directory).is_dir() else [], log_id)
-    from_seq = max(min(previous, seq - 1), seq - MAX_COVER, 0)
-    hashes = log.event_hashes(from_seq, seq)
-    heads = {name: head for name, head in log.partition_heads().items() if name and head[0] > 0}
+        previous = newest_heads(checkpoints(), log_id)
+    room = MAX_COVER
+    from_seq, hashes = 0, list[str]()
+    if seq:
+        from_seq, hashes = _cover(log, "", max(min(previous.get("", 0), seq - 1), seq - room, 0), seq)
+        room -= seq - from_seq
+    covers: dict[str, Cover] = {}
+    for name, (at, last_hash) in sorted(others.items()):
+        start, taken = _cover(log, name, max(min(previous.get(name, 0), at), at - room, 0), at)
+        covers[name] = Cover(at, last_hash, start, taken)
+        room -= at - start
     line = signer.sign(
-        log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now, heads=heads
+        log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now, heads=covers
     )
     path = append(directory, line, now)
     return parse(line, keys, f"{path}"), path
 
 
-def newest_seq(checkpoints: Iterable[Checkpoint], log_id: str) -> int:
-    """The newest seq any of `checkpoints` of the log `log_id` vouches for (0: none)."""
-    return max((c.anchor.seq for c in checkpoints if c.anchor.log_id == log_id), default=0)
+def _cover(log: AuditLog, partition: str, from_seq: int, seq: int) -> tuple[int, list[str]]:
+    """The hashes of `partition` from `from_seq`+1 to `seq`, and the seq they start after: those of
+    events archived since are gone, and the head vouches for them."""
+    hashes = log.event_hashes(from_seq, seq, partition)
+    return seq - len(hashes), hashes
+
+
+def log_identity(log: AuditLog, seq: int, checkpoints: Callable[[], list[Checkpoint]]) -> str:
+    """The hash of the first event of partition "" (which ends at `seq`), naming the log: the genesis
+    hash while it has none; once it was archived, as the newest of `checkpoints` that vouches for
+    partition "" names it.
+
+    Raises:
+        CheckpointError: the first event was archived and no checkpoint names the log.
+    """
+    if seq < 1:
+        return GENESIS_HASH
+    first = log.event_hashes(0, 1)
+    if first:
+        return first[0]
+    named = [c for c in checkpoints() if c.anchor.seq >= 1]
+    if not named:
+        raise CheckpointError(
+            "the log's first event was archived and no checkpoint here names the log: give the "
+            "directory of its checkpoints"
+        )
+    return max(named, key=lambda c: (c.anchor.seq, c.at)).anchor.log_id
+
+
+def newest_heads(checkpoints: Iterable[Checkpoint], log_id: str) -> dict[str, int]:
+    """The newest seq any of `checkpoints` of the log `log_id` vouches for in each partition (those
+    made while partition "" was empty name no log, and count too)."""
+    newest: dict[str, int] = {}
+    for checkpoint in checkpoints:
+        if checkpoint.anchor.log_id not in (log_id, GENESIS_HASH):
+            continue
+        for claim in checkpoint.anchor.claims():
+            newest[claim.partition] = max(newest.get(claim.partition, 0), claim.seq)
+    return newest

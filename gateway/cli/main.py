@@ -255,20 +255,30 @@ def store_archive(
     if not found:
         _fail("no signed checkpoint: only events one vouches for are archived (`writ audit checkpoint`)")
         return
-    upto = max(c.anchor.seq for c in found)
+    upto: dict[str, int] = {}  # each partition up to the newest seq a checkpoint vouches for there
+    for checkpoint in found:
+        for claim in checkpoint.anchor.claims():
+            upto[claim.partition] = max(upto.get(claim.partition, 0), claim.seq)
     before = CLOCK() - timedelta(days=older_than_days)
     moved = []
     try:
         with _store(config) as store:
             while (segment := store.archive(to, upto_seq=upto, before=before)) is not None:
                 moved.append(segment)
-                typer.echo(f"archived seqs {segment.first_seq}-{segment.last_seq} to {to / segment.file}")
+                where = f"partition {segment.partition!r} " if segment.partition else ""
+                typer.echo(
+                    f"archived {where}seqs {segment.first_seq}-{segment.last_seq} to {to / segment.file}"
+                )
     except StoreError as exc:
         _fail(f"cannot archive: {exc}")
         return
     if not moved:
         when = f"{before:%Y-%m-%dT%H:%M:%SZ}"
-        typer.echo(f"nothing to archive (up to seq {upto}, older than {when}, calls settled)")
+        if set(upto) <= {""}:
+            within = f"up to seq {upto.get('', 0)}"
+        else:
+            within = f"in {len(upto)} partitions up to the seqs the checkpoints vouch for"
+        typer.echo(f"nothing to archive ({within}, older than {when}, calls settled)")
 
 
 @audit_app.command("verify")
@@ -303,9 +313,12 @@ def audit_verify(
     if found:
         newest = max(found, key=lambda c: (c.anchor.seq, c.at))
         plural = "" if len(found) == 1 else "s"
+        if report.anchored_events == report.anchored_seq:  # partition "" alone, or one partition
+            anchored = f"anchored up to seq {report.anchored_seq}"
+        else:
+            anchored = f"anchored {report.anchored_events} events across the log's partitions"
         typer.echo(
-            f"anchored up to seq {report.anchored_seq} by {len(found)} checkpoint{plural} "
-            f"(newest {newest.at}, kid {newest.kid}); "
+            f"{anchored} by {len(found)} checkpoint{plural} (newest {newest.at}, kid {newest.kid}); "
             f"{report.unanchored_events} later events not yet anchored"
         )
     else:
@@ -359,7 +372,8 @@ def audit_checkpoint(
         )
         if settings.webhook is not None:  # the gateway's outbox worker sends it
             announce(store, made, CLOCK())
-    typer.echo(f"checkpoint at seq {made.anchor.seq} (kid {made.kid}) appended to {path}")
+    others = f" and the heads of {len(made.anchor.heads)} other partitions" if made.anchor.heads else ""
+    typer.echo(f"checkpoint at seq {made.anchor.seq}{others} (kid {made.kid}) appended to {path}")
     if settings.webhook is not None:
         typer.echo(f"queued for {settings.webhook.url}")
 

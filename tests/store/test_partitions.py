@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,14 +168,6 @@ def test_a_log_once_partitioned_refuses_to_go_back_to_one_chain(tenants: Store) 
     url = tenants.engine.url.render_as_string(hide_password=False)
     with Store.open(url) as single, pytest.raises(StoreError, match="several partitions"):
         single.admit(call_request(tool_call_id="tc-late", idempotency_key="late"))
-
-
-def test_a_partitioned_log_is_not_archived_and_loses_nothing(tenants: Store, tmp_path: Path) -> None:
-    before = _rows(tenants)
-    with pytest.raises(StoreError, match="partitioned"):
-        tenants.archive(tmp_path / "archive", upto_seq=len(before), before=NOW + timedelta(days=400))
-    assert _rows(tenants) == before and not (tmp_path / "archive").exists()
-    assert tenants.verify().ok
 
 
 def test_an_unpartitioned_log_upgraded_from_before_partitions_still_verifies(own_store: Store) -> None:
