@@ -27,9 +27,10 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,7 @@ class Bench:
         self.workdir = workdir
         self.rows: list[Row] = []
         self._n = 0
+        self._reused: dict[tuple[Any, ...], Any] = {}
 
     def _dir(self, name: str) -> Path:
         self._n += 1
@@ -163,24 +165,56 @@ class Bench:
             flush=True,
         )
 
+    def _started(
+        self,
+        own: contextlib.ExitStack,
+        shared: contextlib.ExitStack,
+        key: tuple[Any, ...],
+        start: Callable[[], Any],
+    ) -> Any:
+        """What `start()` enters (a process, a store) for one row: its own, closed with `own`; with
+        --reuse-processes, the one every row of the scenario asking by the same `key` shares, closed
+        with `shared`."""
+        if not self.args.reuse_processes:
+            return own.enter_context(start())
+        if key not in self._reused:
+            self._reused[key] = shared.enter_context(start())
+        return self._reused[key]
+
+    @contextlib.contextmanager
+    def _scenario(self) -> Iterator[contextlib.ExitStack]:
+        """The stack a scenario's shared processes (--reuse-processes) live in: stopped when it ends."""
+        with contextlib.ExitStack() as shared:
+            try:
+                yield shared
+            finally:
+                self._reused.clear()
+
     def direct(self) -> None:
-        for op in ("read", "write"):
-            for concurrency in self._concurrencies():
-                with processes.backend(self._dir(f"direct-{op}-{concurrency}")) as backend:
-                    m = self._measure(load.direct(backend.url, op), concurrency, [backend.pid])
-                self._record(Row(op, "direct", "-", "HTTP", concurrency, m))
+        with self._scenario() as shared:
+            for op in ("read", "write"):
+                for concurrency in self._concurrencies():
+                    with contextlib.ExitStack() as own:
+                        start = partial(processes.backend, self._dir(f"direct-{op}-{concurrency}"))
+                        backend = self._started(own, shared, ("backend",), start)
+                        m = self._measure(load.direct(backend.url, op), concurrency, [backend.pid])
+                    self._record(Row(op, "direct", "-", "HTTP", concurrency, m))
 
     def bare(self) -> None:
         """The MCP SDK stack alone in front of the backend: what any gateway built on it starts from."""
-        for op, mode in (("read", MODERN), ("read", LEGACY), ("write", MODERN)):
-            workdir = self._dir(f"bare-{op}")
-            with (
-                processes.backend(workdir / "backend") as backend,
-                processes.bare_proxy(workdir / "proxy", backend.url) as proxy,
-            ):
-                session = load.through_writ(proxy.mcp_url, "none", op, CLIENT_MODE[mode], writ=False)
-                m = self._measure(session, 1, [proxy.pid])
-            self._record(Row(op, "bare", "-", mode, 1, m))
+        with self._scenario() as shared:
+            for op, mode in (("read", MODERN), ("read", LEGACY), ("write", MODERN)):
+                workdir = self._dir(f"bare-{op}")
+                with contextlib.ExitStack() as own:
+                    backend = self._started(
+                        own, shared, ("backend",), partial(processes.backend, workdir / "backend")
+                    )
+                    proxy = self._started(
+                        own, shared, ("proxy",), partial(processes.bare_proxy, workdir / "proxy", backend.url)
+                    )
+                    session = load.through_writ(proxy.mcp_url, "none", op, CLIENT_MODE[mode], writ=False)
+                    m = self._measure(session, 1, [proxy.pid])
+                self._record(Row(op, "bare", "-", mode, 1, m))
 
     def writ(
         self,
@@ -230,71 +264,110 @@ class Bench:
         """MCP client -> (nothing, the bare proxy, Writ on each store) -> an upstream MCP server.
 
         The upstream is `bench.bare_proxy` over acme-payments, one per operation, shared by its rows;
-        each row gets a fresh proxy or gateway (and store), unless --reuse-processes (then one gateway
-        per store and policy-checks setting serves all the operation's rows). Reads are sent as an
-        agent sends them: no idempotency key, arguments of their own; so are writes (a key each, a
-        `reason` of their own). Each Writ row is run once per `--policy-checks` setting, off then on.
+        each row gets a fresh proxy or gateway (and store), unless --reuse-processes (then one upstream,
+        one bare proxy, one gateway per store and policy-checks setting, and one set of replicas serve
+        every row of the scenario, both operations). Reads are sent as an agent sends them: no
+        idempotency key, arguments of their own; so are writes (a key each, a `reason` of their own).
+        Each Writ row is run once per `--policy-checks` setting, off then on.
         """
-        for op in self.args.ops:
-            workdir = self._dir(f"mcp-{op}")
-            with (
-                processes.backend(workdir / "backend") as backend,
-                processes.bare_proxy(workdir / "upstream", backend.url) as upstream,
-                contextlib.ExitStack() as shared,
-            ):
-                reused: dict[tuple[str, bool], tuple[processes.Gateway, str]] = {}
-                for concurrency in self._concurrencies():
-                    session = load.through_writ(
-                        upstream.mcp_url, "none", op, MODERN, writ=False, agent_reads=True
+        with self._scenario() as shared:
+            for op in self.args.ops:
+                workdir = self._dir(f"mcp-{op}")
+                with contextlib.ExitStack() as per_op:
+                    backend = self._started(
+                        per_op, shared, ("backend",), partial(processes.backend, workdir / "backend")
                     )
-                    m = self._measure(session, concurrency, [upstream.pid])
-                    self._record(Row(op, "direct", "-", MODERN, concurrency, m, upstream="mcp"))
-                    with processes.bare_proxy(
-                        workdir / f"bare-{concurrency}", upstream_mcp=upstream.mcp_url
-                    ) as proxy:
-                        session = load.through_writ(
-                            proxy.mcp_url, "none", op, MODERN, writ=False, agent_reads=True
-                        )
-                        m = self._measure(session, concurrency, [proxy.pid])
-                    self._record(Row(op, "bare", "-", MODERN, concurrency, m, upstream="mcp"))
-                    for store in self.args.stores:
-                        for checks in self.args.policy_checks:
-                            with contextlib.ExitStack() as own:
-                                started = reused.get((store, checks))
-                                if started is None:
-                                    stack = shared if self.args.reuse_processes else own
-                                    suffix = "-checks" if checks else ""
-                                    here = workdir / f"writ-{store}-{concurrency}{suffix}"
-                                    url = stack.enter_context(processes.store_url(store, here))
-                                    gw = stack.enter_context(
-                                        processes.gateway(
-                                            here,
-                                            backend.url,
-                                            url,
-                                            upstream_mcp=upstream.mcp_url,
-                                            trace_fsyncs=True,
-                                            policy_checks=checks,
-                                        )
-                                    )
-                                    started = gw, gw.token()
-                                    if self.args.reuse_processes:
-                                        reused[store, checks] = started
-                                gw, token = started
-                                session = load.through_writ(
-                                    gw.mcp_url, token, op, MODERN, agent_reads=True, agent_writes=True
-                                )
-                                m = self._measure(session, concurrency, [gw.pid], gw)
-                            variant = self._checks_variant(checks)
-                            self._record(
-                                Row(op, "writ", store, MODERN, concurrency, m, variant, upstream="mcp")
-                            )
-                    if concurrency > 1 and "postgres" in self.args.stores and self.args.replicas > 1:
-                        self._replicas(op, concurrency, workdir, backend.url, upstream.mcp_url)
+                    upstream = self._started(
+                        per_op,
+                        shared,
+                        ("upstream",),
+                        partial(processes.bare_proxy, workdir / "upstream", backend.url),
+                    )
+                    for concurrency in self._concurrencies():
+                        self._mcp_rows(op, concurrency, workdir, backend, upstream, shared)
+                        if concurrency > 1 and "postgres" in self.args.stores and self.args.replicas > 1:
+                            self._replicas(op, concurrency, workdir, backend.url, upstream.mcp_url, shared)
 
-    def _replicas(self, op: str, concurrency: int, workdir: Path, backend: str, upstream: str) -> None:
+    def _mcp_rows(
+        self,
+        op: str,
+        concurrency: int,
+        workdir: Path,
+        backend: processes.Backend,
+        upstream: processes.BareProxy,
+        shared: contextlib.ExitStack,
+    ) -> None:
+        """The MCP scenario's rows of one operation and concurrency: direct, bare, then Writ's."""
+        session = load.through_writ(upstream.mcp_url, "none", op, MODERN, writ=False, agent_reads=True)
+        m = self._measure(session, concurrency, [upstream.pid])
+        self._record(Row(op, "direct", "-", MODERN, concurrency, m, upstream="mcp"))
+        with contextlib.ExitStack() as own:
+            bare = partial(
+                processes.bare_proxy, workdir / f"bare-{concurrency}", upstream_mcp=upstream.mcp_url
+            )
+            proxy = self._started(own, shared, ("bare",), bare)
+            session = load.through_writ(proxy.mcp_url, "none", op, MODERN, writ=False, agent_reads=True)
+            m = self._measure(session, concurrency, [proxy.pid])
+        self._record(Row(op, "bare", "-", MODERN, concurrency, m, upstream="mcp"))
+        for store in self.args.stores:
+            for checks in self.args.policy_checks:
+                here = workdir / f"writ-{store}-{concurrency}{'-checks' if checks else ''}"
+                with contextlib.ExitStack() as own:
+                    start = partial(self._mcp_gateway, here, backend.url, upstream.mcp_url, store, checks)
+                    gw, token = self._started(own, shared, ("writ", store, checks), start)
+                    session = load.through_writ(
+                        gw.mcp_url, token, op, MODERN, agent_reads=True, agent_writes=True
+                    )
+                    m = self._measure(session, concurrency, [gw.pid], gw)
+                variant = self._checks_variant(checks)
+                self._record(Row(op, "writ", store, MODERN, concurrency, m, variant, upstream="mcp"))
+
+    @contextlib.contextmanager
+    def _mcp_gateway(
+        self, here: Path, backend_url: str, upstream_url: str, store: str, checks: bool
+    ) -> Iterator[tuple[processes.Gateway, str]]:
+        """A store and `writ serve` in front of the upstream MCP server, and a token for it."""
+        with (
+            processes.store_url(store, here) as url,
+            processes.gateway(
+                here, backend_url, url, upstream_mcp=upstream_url, trace_fsyncs=True, policy_checks=checks
+            ) as gw,
+        ):
+            yield gw, gw.token()
+
+    def _replicas(
+        self,
+        op: str,
+        concurrency: int,
+        workdir: Path,
+        backend: str,
+        upstream: str,
+        shared: contextlib.ExitStack,
+    ) -> None:
         """Writ on one PostgreSQL store as `--replicas` processes, the clients spread over them."""
         checks = self.args.policy_checks[0]
         here = workdir / f"writ-postgres-{concurrency}-replicas"
+        with contextlib.ExitStack() as own:
+            start = partial(self._replica_gateways, here, backend, upstream, checks)
+            gateways, token = self._started(own, shared, ("replicas",), start)
+            session = load.spread(
+                [
+                    load.through_writ(gw.mcp_url, token, op, MODERN, agent_reads=True, agent_writes=True)
+                    for gw in gateways
+                ]
+            )
+            m = self._measure(session, concurrency, [gw.pid for gw in gateways], gateways[0])
+        variant = self._checks_variant(checks)
+        replicas = len(gateways)
+        self._record(
+            Row(op, "writ", "postgres", MODERN, concurrency, m, variant, upstream="mcp", replicas=replicas)
+        )
+
+    @contextlib.contextmanager
+    def _replica_gateways(
+        self, here: Path, backend: str, upstream: str, checks: bool
+    ) -> Iterator[tuple[list[processes.Gateway], str]]:
+        """One PostgreSQL store, `--replicas` gateways on it sharing its secrets and public URL, a token."""
         with contextlib.ExitStack() as stack:
             url = stack.enter_context(processes.store_url("postgres", here))
             gateways: list[processes.Gateway] = []
@@ -309,19 +382,7 @@ class Bench:
                     public_url=gateways[0].url if gateways else None,
                 )
                 gateways.append(stack.enter_context(gateway))
-            token = gateways[0].token()
-            session = load.spread(
-                [
-                    load.through_writ(gw.mcp_url, token, op, MODERN, agent_reads=True, agent_writes=True)
-                    for gw in gateways
-                ]
-            )
-            m = self._measure(session, concurrency, [gw.pid for gw in gateways], gateways[0])
-        variant = self._checks_variant(checks)
-        replicas = len(gateways)
-        self._record(
-            Row(op, "writ", "postgres", MODERN, concurrency, m, variant, upstream="mcp", replicas=replicas)
-        )
+            yield gateways, gateways[0].token()
 
     def _checks_variant(self, checks: bool) -> dict[str, Any]:
         """Labels a row with its policy-checks setting once both are measured or it is on."""
@@ -573,8 +634,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--reuse-processes",
         action="store_true",
-        help="one backend, store and gateway per store and variant for all its rows, not one per row "
-        "(quicker, and each row then starts from the previous rows' state: for checking the benchmark "
+        help="one set of processes per scenario, not one per row: one backend, store and gateway per "
+        "store and variant for all its rows, one backend (and bare proxy, upstream) for the direct and bare "
+        "rows (quicker, and each row then starts from the previous rows' state: for checking the benchmark "
         "still runs, not for figures)",
     )
     parser.add_argument("--no-mcp", action="store_true", help="skip the scenario with an upstream MCP server")

@@ -33,6 +33,18 @@ from tests.e2e.harness import (
 pytestmark = pytest.mark.e2e
 
 
+# The cases that only read the log, rebuild it or call through `writ stdio` share one gateway and
+# backend on SQLite (their calls keep apart by key and by run); the case that edits the log has its own.
+@pytest.fixture
+def shared_gateway(module_sqlite_gateway: Gateway) -> Gateway:
+    return module_sqlite_gateway
+
+
+@pytest.fixture
+def shared_backend(module_sqlite_backend: Backend) -> Backend:
+    return module_sqlite_backend
+
+
 def make_some_calls(gateway: Gateway) -> list[str]:
     async def calls() -> list[str]:
         async with gateway.client(gateway.token("alice")) as client:
@@ -73,9 +85,9 @@ def test_audit_verify_passes_on_a_clean_log_and_names_the_first_edited_seq(sqlit
     assert f"first bad seq {seq} (edited)" in tampered.stderr
 
 
-def test_audit_export_writes_every_event_as_a_json_line_in_order(sqlite_gateway: Gateway) -> None:
-    make_some_calls(sqlite_gateway)
-    lines = sqlite_gateway.cli("audit", "export").stdout.splitlines()
+def test_audit_export_writes_every_event_as_a_json_line_in_order(shared_gateway: Gateway) -> None:
+    make_some_calls(shared_gateway)
+    lines = shared_gateway.cli("audit", "export").stdout.splitlines()
     events = [json.loads(line) for line in lines]
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     types = {e["type"] for e in events}
@@ -89,23 +101,23 @@ def test_audit_export_writes_every_event_as_a_json_line_in_order(sqlite_gateway:
     assert all(e["hash"] and e["prev_hash"] for e in events)
 
 
-def test_store_rebuild_reproduces_the_calls_from_the_log_alone(sqlite_gateway: Gateway) -> None:
-    ids = make_some_calls(sqlite_gateway)
-    before = [sqlite_gateway.cli("calls", "show", i).stdout for i in ids]
-    assert "rebuilt projections from" in sqlite_gateway.cli("store", "rebuild").stdout
-    after = [sqlite_gateway.cli("calls", "show", i).stdout for i in ids]
+def test_store_rebuild_reproduces_the_calls_from_the_log_alone(shared_gateway: Gateway) -> None:
+    ids = make_some_calls(shared_gateway)
+    before = [shared_gateway.cli("calls", "show", i).stdout for i in ids]
+    assert "rebuilt projections from" in shared_gateway.cli("store", "rebuild").stdout
+    after = [shared_gateway.cli("calls", "show", i).stdout for i in ids]
     assert after == before
 
 
 def test_writ_stdio_serves_the_same_tools_to_a_local_client(
-    sqlite_gateway: Gateway, backend: Backend
+    shared_gateway: Gateway, shared_backend: Backend
 ) -> None:
-    token = sqlite_gateway.token("alice")
+    token = shared_gateway.token("alice")
     params = StdioServerParameters(
         command=WRIT[0],
-        args=["stdio", "-c", str(sqlite_gateway.config)],
+        args=["stdio", "-c", str(shared_gateway.config)],
         env={**os.environ, "WRIT_TOKEN": token},
-        cwd=str(sqlite_gateway.workdir),
+        cwd=str(shared_gateway.workdir),
     )
 
     async def session() -> list[str]:
@@ -122,11 +134,11 @@ def test_writ_stdio_serves_the_same_tools_to_a_local_client(
             return [result.meta["writ/runId"], looked.meta["writ/runId"]]
 
     first, second = anyio.run(session), anyio.run(session)
-    assert len(backend.refunds("via-stdio")) == 1
+    assert len(shared_backend.refunds("via-stdio")) == 1
     # One run per `writ stdio` process: the client named none, the process is its session. (The second
     # process's refund joins the first's under the same key, and answers with that call's run.)
     assert first[0] == first[1] == second[0] != second[1]
-    with sqlite_gateway.store() as store:
+    with shared_gateway.store() as store:
         run = store.get_run(first[0])
     assert run is not None and (run.origin, run.call_count) == ("session", 2)
 

@@ -92,6 +92,26 @@ class Tasks(ClientExtension):
                 await anyio.sleep(0.1)
 
 
+class Left(Tasks):
+    """The client side of a requester who takes the task a call became and stops the call right there.
+
+    The call ends when the task is created, not after a fixed time: under load a timer could end it
+    before the answer came (no task), or with its POST in flight, whose late answer the SDK's transport
+    then hands to the session it already closed (BrokenResourceError at the client's exit). Here no
+    request of the call is in flight when it stops.
+    """
+
+    def __init__(self, stop: anyio.CancelScope) -> None:
+        super().__init__(lambda created: None)
+        self.stop = stop
+
+    async def resolve(self, created: CreateTaskResult, ctx: ClaimContext) -> types.CallToolResult:
+        self.created.append(created)
+        self.stop.cancel()
+        await anyio.sleep_forever()
+        raise AssertionError("the call went on after its scope was cancelled")
+
+
 def approve(gateway: Gateway, decision: str = "approve") -> Callable[[CreateTaskResult], None]:
     def decide(task: CreateTaskResult) -> None:
         headers = {"Authorization": f"Bearer {gateway.token('bob', roles='approver')}"}
@@ -153,13 +173,7 @@ async def test_a_client_without_the_extension_gets_approval_pending_not_a_task(
 async def test_the_task_methods_refuse_a_request_without_the_extension(sqlite_gateway: Gateway) -> None:
     # SEP-2663 (the conformance suite's tasks-capability-negotiation): -32021 naming the extension,
     # even for a task that exists; a 2025-11-25 client is never offered tasks, so they do not exist.
-    tasks = Tasks(lambda created: None)
-    async with sqlite_gateway.client(
-        sqlite_gateway.token("alice"), mode="2026-07-28", extensions=[tasks]
-    ) as client:
-        with anyio.move_on_after(0.5):  # created as a task; nobody approves it here
-            await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": "task-4"})
-    [created] = tasks.created
+    created = await _task_created_and_left(sqlite_gateway, "task-4")  # nobody approves it here
     params = TaskParams(taskId=created.task_id)
     requests = [
         GetTaskRequest(params=params),
@@ -178,11 +192,13 @@ async def test_the_task_methods_refuse_a_request_without_the_extension(sqlite_ga
 
 
 async def _task_created_and_left(gateway: Gateway, key: str) -> CreateTaskResult:
-    """Alice's refund of 250 becomes a task waiting for an approver; her client stops polling it."""
-    tasks = Tasks(lambda created: None)
+    """Alice's refund of 250 becomes a task waiting for an approver; her client leaves it once created."""
+    stop = anyio.CancelScope()  # entered around the call only: the client closes outside it
+    tasks = Left(stop)
     async with gateway.client(gateway.token("alice"), mode="2026-07-28", extensions=[tasks]) as client:
-        with anyio.move_on_after(0.5):
+        with stop:
             await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": key})
+    assert stop.cancelled_caught, "the call ended before it became a task"
     [created] = tasks.created
     return created
 
