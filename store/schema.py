@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeEngine
 
 from store.events import format_ts, parse_ts
+from store.packing import pack, unpack
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -69,6 +70,28 @@ class HexDigest(TypeDecorator[str]):
         return bytes(value).hex()
 
 
+class PackedText(TypeDecorator[str]):
+    """JSON text kept deflated against a preset dictionary (store.packing); text in Python.
+
+    PostgreSQL: bytea. SQLite: the column stays TEXT, whose affinity keeps a blob a blob, so rows
+    written before packing are read as the text they are and need no migration.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(Text())
+        return dialect.type_descriptor(LargeBinary())
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
+        return None if value is None else pack(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else unpack(value)
+
+
 metadata = MetaData()
 
 events = Table(
@@ -95,8 +118,9 @@ events = Table(
     Column("correlation_id", String(256)),
     Column("causation_id", String(64)),
     Column("tenant", String(128)),
-    # Canonical JSON text, not a JSON type, so the bytes that were hashed are the bytes read back.
-    Column("payload", Text, nullable=False),
+    # Canonical JSON text, not a JSON type, so the text that was hashed is the text read back; stored
+    # packed (store.packing), which gives back exactly that text.
+    Column("payload", PackedText, nullable=False),
     # Bytes, not hex text: half the size; the hash is still computed over the hex spelling.
     Column("prev_hash", HexDigest, nullable=False),
     Column("hash", HexDigest, nullable=False),
@@ -151,7 +175,8 @@ tool_calls = Table(
     Column("run_id", String(128)),
     Column("tenant", String(128), nullable=False),
     Column("subject", String(256), nullable=False),
-    Column("principal", Text, nullable=False),
+    # The call's JSON columns, packed as the payloads they repeat are.
+    Column("principal", PackedText, nullable=False),
     Column("tool_name", String(256), nullable=False),
     Column("capability_id", String(256), nullable=False),
     Column("capability_version", String(64), nullable=False),
@@ -163,13 +188,13 @@ tool_calls = Table(
     Column("decision_effect", String(32), nullable=False),
     Column("reason", String(256)),
     Column("policy_version", String(128), nullable=False),
-    Column("arguments", Text, nullable=False),
+    Column("arguments", PackedText, nullable=False),
     Column("summary", Text, nullable=False),
     Column("effect_class", String(32), nullable=False),
     Column("external_request_id", String(256), nullable=False),
     Column("approval_id", String(128)),
     Column("approval_expires_at", UTCDateTime),
-    Column("result", Text),
+    Column("result", PackedText),
     Column("error", Text),
     Column("attempts", Integer, nullable=False),
     Column("dedupe_window_s", Integer, nullable=False),
