@@ -51,13 +51,17 @@ DICTIONARY_1 = (
 
 _LEVEL = 6
 _WINDOW = 12  # a 4 KiB window holds the dictionary and the texts stored here
-_MEMORY = 4  # small hash tables: each packer is made for one short text, so it must be cheap to make
+_MEMORY = 4  # small hash tables: less to set up and to copy for each short text
+# Primed once: taking in the dictionary costs several times what packing one payload does, and a copy
+# of a primed (de)compressor starts where it stands. `copy` holds the object's lock: threads may share it.
+_PACKER = zlib.compressobj(_LEVEL, zlib.DEFLATED, -_WINDOW, _MEMORY, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_1)
+_UNPACKER = zlib.decompressobj(-15, zdict=DICTIONARY_1)
 
 
 def pack(text: str) -> bytes:
     """`text` in its stored form: deflated against `DICTIONARY_1` when that is shorter, else its UTF-8."""
     raw = text.encode("utf-8")
-    packer = zlib.compressobj(_LEVEL, zlib.DEFLATED, -_WINDOW, _MEMORY, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_1)
+    packer = _PACKER.copy()
     packed = bytes((PACKED_1,)) + packer.compress(raw) + packer.flush()
     # UTF-8 beginning with the marker byte (only a text that is not JSON) is always stored packed.
     return packed if len(packed) < len(raw) or raw[:1] == packed[:1] else raw
@@ -74,7 +78,7 @@ def unpack(stored: bytes | str) -> str:
     data = bytes(stored)
     try:
         if data[:1] == bytes((PACKED_1,)):
-            unpacker = zlib.decompressobj(-15, zdict=DICTIONARY_1)
+            unpacker = _UNPACKER.copy()
             data = unpacker.decompress(data[1:]) + unpacker.flush()
             if not unpacker.eof or unpacker.unused_data:
                 return _unreadable(stored)
