@@ -19,6 +19,7 @@ text never starts with byte 0x01. A later dictionary gets a new first byte: the 
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
 
 PACKED_1 = 1
 """The first byte of a text deflated against `DICTIONARY_1`."""
@@ -59,13 +60,14 @@ _MEMORY = 4  # small hash tables: less to set up and to copy for each short text
 _PACKER = zlib.compressobj(_LEVEL, zlib.DEFLATED, -_WINDOW, _MEMORY, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_1)
 
 
+_CACHED = 1024
+"""Texts up to this length are remembered (the last 512 of each way): the principal of every call of
+one agent, and a call's principal and arguments written again each time its row is updated or read."""
+
+
 def pack(text: str) -> bytes:
     """`text` in its stored form: deflated against `DICTIONARY_1` when that is shorter, else its UTF-8."""
-    raw = text.encode("utf-8")
-    packer = _PACKER.copy()
-    packed = bytes((PACKED_1,)) + packer.compress(raw) + packer.flush()
-    # UTF-8 beginning with the marker byte (only a text that is not JSON) is always stored packed.
-    return packed if len(packed) < len(raw) or raw[:1] == packed[:1] else raw
+    return _pack_short(text) if len(text) <= _CACHED else _pack(text)
 
 
 def unpack(stored: bytes | str) -> str:
@@ -77,6 +79,19 @@ def unpack(stored: bytes | str) -> str:
     if isinstance(stored, str):
         return stored
     data = bytes(stored)
+    return _unpack_short(data) if len(data) <= _CACHED else _unpack(data)
+
+
+def _pack(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    packer = _PACKER.copy()
+    packed = bytes((PACKED_1,)) + packer.compress(raw) + packer.flush()
+    # UTF-8 beginning with the marker byte (only a text that is not JSON) is always stored packed.
+    return packed if len(packed) < len(raw) or raw[:1] == packed[:1] else raw
+
+
+def _unpack(stored: bytes) -> str:
+    data = stored
     try:
         if data[:1] == bytes((PACKED_1,)):
             unpacker = zlib.decompressobj(-15, zdict=DICTIONARY_1)
@@ -86,6 +101,10 @@ def unpack(stored: bytes | str) -> str:
         return data.decode("utf-8")
     except (zlib.error, UnicodeDecodeError):
         return _unreadable(stored)
+
+
+_pack_short = lru_cache(maxsize=512)(_pack)
+_unpack_short = lru_cache(maxsize=512)(_unpack)
 
 
 def _unreadable(stored: bytes) -> str:
