@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeEngine
 
 from store.events import format_ts, parse_ts
+from store.packing import pack, unpack
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -69,6 +71,121 @@ class HexDigest(TypeDecorator[str]):
         return bytes(value).hex()
 
 
+class PackedText(TypeDecorator[str]):
+    """JSON text kept deflated against a preset dictionary (store.packing); text in Python.
+
+    PostgreSQL: bytea. SQLite: the column stays TEXT, whose affinity keeps a blob a blob, so rows
+    written before packing are read as the text they are and need no migration.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(Text())
+        return dialect.type_descriptor(LargeBinary())
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
+        return None if value is None else pack(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else unpack(value)
+
+
+_NOT_A_UUID = 0xFF
+_CANONICAL_UUID = re.compile("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII)
+
+
+class EventId(TypeDecorator[str]):
+    """An event id: a UUID's 16 bytes in the database instead of its 36 characters; text in Python.
+
+    An id that is not a UUID in its canonical spelling (lowercase, hyphenated), or whose first byte
+    would be 0xFF, is stored as byte 0xFF and its UTF-8, so every id reads back as it was written.
+    """
+
+    impl = String(64)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(64))
+        return dialect.type_descriptor(LargeBinary())
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
+        return None if value is None else id_bytes(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):  # text a hand edit left: read as it is
+            return value
+        return id_text(bytes(value))
+
+
+def id_bytes(value: str) -> bytes:
+    """The stored form of an event id (`EventId`)."""
+    if _CANONICAL_UUID.fullmatch(value) and not value.startswith("ff"):
+        return bytes.fromhex(value.replace("-", ""))
+    return bytes((_NOT_A_UUID,)) + value.encode("utf-8")
+
+
+def id_text(stored: bytes) -> str:
+    """The event id `id_bytes` stored."""
+    if stored[:1] == bytes((_NOT_A_UUID,)):
+        return stored[1:].decode("utf-8", "replace")
+    if len(stored) == 16:
+        h = stored.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"  # str(uuid.UUID(bytes=...)), faster
+    return stored.decode("utf-8", "replace")  # neither form (a damaged row): its hash will not match
+
+
+_DIGEST_TAIL = 0xFE
+_HEX = frozenset("0123456789abcdef")
+
+
+class DigestText(TypeDecorator[str]):
+    """Text that ends in a sha256 hex digest (an action hash, a derived key `derived:<hex>`): the
+    digest as its 32 bytes in the database instead of 64 characters; text in Python.
+
+    Stored as byte 0xFE, the text before the digest and the digest's bytes; any other text as it is
+    (PostgreSQL: its UTF-8, which never holds byte 0xFE; SQLite: the text itself).
+    """
+
+    impl = String
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(self.impl_instance)
+        return dialect.type_descriptor(LargeBinary())
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
+        if value is None:
+            return None
+        packed = digest_bytes(value)
+        if packed is None:
+            return value if dialect.name == "sqlite" else value.encode("utf-8")
+        return packed
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return digest_text(bytes(value))
+
+
+def digest_bytes(value: str) -> bytes | None:
+    """`value` as `DigestText` stores it, or None if it does not end in 64 lowercase hex digits."""
+    if len(value) < 64 or not _HEX.issuperset(value[-64:]):
+        return None
+    return bytes((_DIGEST_TAIL,)) + value[:-64].encode("utf-8") + bytes.fromhex(value[-64:])
+
+
+def digest_text(stored: bytes) -> str:
+    """The text `DigestText` stored."""
+    if stored[:1] == bytes((_DIGEST_TAIL,)) and len(stored) >= 33:
+        return stored[1:-32].decode("utf-8", "replace") + stored[-32:].hex()
+    return stored.decode("utf-8", "replace")
+
+
 metadata = MetaData()
 
 events = Table(
@@ -81,7 +198,7 @@ events = Table(
     # On SQLite INTEGER PRIMARY KEY: the rowid itself, so the table needs no index of seq beside it.
     Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
     # Not indexed: nothing looks an event up by its id (UUIDv7s, minted by the writer).
-    Column("event_id", String(64), nullable=False),
+    Column("event_id", EventId, nullable=False),
     Column("type", String(64), nullable=False),
     Column("schema_version", Integer, nullable=False),
     Column("occurred_at", String(32), nullable=False),
@@ -93,10 +210,11 @@ events = Table(
     Column("capability_version", String(64)),
     Column("policy_version", String(128)),
     Column("correlation_id", String(256)),
-    Column("causation_id", String(64)),
+    Column("causation_id", EventId),
     Column("tenant", String(128)),
-    # Canonical JSON text, not a JSON type, so the bytes that were hashed are the bytes read back.
-    Column("payload", Text, nullable=False),
+    # Canonical JSON text, not a JSON type, so the text that was hashed is the text read back; stored
+    # packed (store.packing), which gives back exactly that text.
+    Column("payload", PackedText, nullable=False),
     # Bytes, not hex text: half the size; the hash is still computed over the hex spelling.
     Column("prev_hash", HexDigest, nullable=False),
     Column("hash", HexDigest, nullable=False),
@@ -151,31 +269,33 @@ tool_calls = Table(
     Column("run_id", String(128)),
     Column("tenant", String(128), nullable=False),
     Column("subject", String(256), nullable=False),
-    Column("principal", Text, nullable=False),
+    # The call's JSON columns, packed as the payloads they repeat are.
+    Column("principal", PackedText, nullable=False),
     Column("tool_name", String(256), nullable=False),
     Column("capability_id", String(256), nullable=False),
     Column("capability_version", String(64), nullable=False),
-    Column("action_hash", String(128), nullable=False),
-    Column("idempotency_key", String(256), nullable=False),
+    # Hashes and derived keys as bytes (DigestText), here and in the ledger.
+    Column("action_hash", DigestText(128), nullable=False),
+    Column("idempotency_key", DigestText(256), nullable=False),
     Column("key_source", String(16), nullable=False),
     Column("status", String(32), nullable=False),
     Column("verification_status", String(32), nullable=False),
     Column("decision_effect", String(32), nullable=False),
     Column("reason", String(256)),
     Column("policy_version", String(128), nullable=False),
-    Column("arguments", Text, nullable=False),
+    Column("arguments", PackedText, nullable=False),
     Column("summary", Text, nullable=False),
     Column("effect_class", String(32), nullable=False),
     Column("external_request_id", String(256), nullable=False),
     Column("approval_id", String(128)),
     Column("approval_expires_at", UTCDateTime),
-    Column("result", Text),
+    Column("result", PackedText),
     Column("error", Text),
     Column("attempts", Integer, nullable=False),
     Column("dedupe_window_s", Integer, nullable=False),
     Column("correlation_id", String(256)),
     # Lets an outcome name its cause without reading the log.
-    Column("last_event_id", String(64), nullable=False),
+    Column("last_event_id", EventId, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     # The current lease (dispatch or reconciliation): who holds it, until when, and its fencing token.
@@ -190,7 +310,7 @@ tool_calls = Table(
     Column("confirmation_id", String(128)),
     Column("confirmation_expires_at", UTCDateTime),
     # The capability's contract when the call was requested: a pending approval for another is refused.
-    Column("contract_hash", String(80)),
+    Column("contract_hash", DigestText(80)),
     Index("ix_tool_calls_tenant_status", "tenant", "status"),
     Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
     Index("ix_tool_calls_run_id", "run_id"),
@@ -223,9 +343,9 @@ effect_ledger = Table(
     metadata,
     Column("tenant", String(128), primary_key=True),
     Column("subject", String(256), primary_key=True),
-    Column("idempotency_key", String(256), primary_key=True),
+    Column("idempotency_key", DigestText(256), primary_key=True),
     Column("tool_call_id", String(128), nullable=False),
-    Column("action_hash", String(128), nullable=False),
+    Column("action_hash", DigestText(128), nullable=False),
     Column("key_source", String(16), nullable=False),
     Column("claimed_at", UTCDateTime, nullable=False),
     # On SQLite the key is the table (WITHOUT ROWID): most of the row, stored once instead of twice.

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from mcp import Client, StdioServerParameters
 
+from store.packing import pack, unpack
 from tests.e2e.harness import (
     WRIT,
     Backend,
@@ -72,12 +73,17 @@ def test_audit_verify_passes_on_a_clean_log_and_names_the_first_edited_seq(sqlit
     clean = writ("audit", "verify", *config, cwd=sqlite_gateway.workdir)
     assert clean.returncode == 0 and clean.stdout.startswith("ok:")
 
+    # Payloads are stored packed (store.packing): the attacker unpacks one, edits it and packs it again.
     db = sqlite3.connect(sqlite_gateway.workdir / "writ.db")
     with db:
-        (seq,) = db.execute("SELECT min(seq) FROM events WHERE payload LIKE '%\"amount\":5,%'").fetchone()
+        seq, text = next(
+            (seq, unpack(stored))
+            for seq, stored in db.execute("SELECT seq, payload FROM events ORDER BY seq")
+            if '"amount":5,' in unpack(stored)
+        )
         db.execute(
-            "UPDATE events SET payload = replace(payload, '\"amount\":5,', '\"amount\":500,') WHERE seq = ?",
-            (seq,),
+            "UPDATE events SET payload = ? WHERE seq = ?",
+            (pack(text.replace('"amount":5,', '"amount":500,')), seq),
         )
     db.close()
     tampered = writ("audit", "verify", *config, cwd=sqlite_gateway.workdir, check=False)

@@ -1,0 +1,160 @@
+"""Payloads and a call's JSON columns are stored packed (store.packing) and event ids as 16 bytes
+(migration 0015): the text read back is the text that was hashed, a database of the previous head
+upgrades in place and still verifies, and a damaged packed value is a corrupt event, never a crash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+
+from alembic import command
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store import Store
+from store.canonical import canonical_json
+from store.events import new_event_id
+from store.packing import DICTIONARY_1, PACKED_1, pack, unpack
+from store.schema import digest_bytes, digest_text, id_bytes, id_text
+from tests.store import tamper
+from tests.store.builders import NOW, call_request, outcome
+
+PREVIOUS_HEAD = "0014_expiring_marks"
+
+
+@given(st.text())
+def test_any_text_unpacks_to_itself(text: str) -> None:
+    assert unpack(pack(text)) == text
+
+
+@given(st.dictionaries(st.text(), st.one_of(st.none(), st.booleans(), st.integers(), st.text())))
+def test_any_json_object_unpacks_to_its_canonical_text(value: dict[str, object]) -> None:
+    text = canonical_json(value)
+    stored = pack(text)
+    assert unpack(stored) == text
+    assert len(stored) <= len(text.encode("utf-8"))  # never longer than the text itself
+
+
+def test_the_dictionary_packed_rows_need_is_never_edited() -> None:
+    # Rows packed against it are unreadable with any other: a new dictionary needs a new marker byte.
+    assert hashlib.sha256(DICTIONARY_1).hexdigest() == (
+        "7aeae9edb9e2b173e9dd954d85bd810e560169562ec03b1a95e370090395f25a"
+    )
+
+
+@given(st.one_of(st.text(), st.uuids().map(str), st.uuids().map(lambda u: str(u).upper())))
+def test_any_event_id_reads_back_as_it_was_written(event_id: str) -> None:
+    assert id_text(id_bytes(event_id)) == event_id
+
+
+def test_a_uuid_event_id_takes_16_bytes_unless_its_first_byte_is_the_marker() -> None:
+    assert len(id_bytes(new_event_id())) == 16
+    marked = str(uuid.UUID(bytes=b"\xff" + bytes(15)))
+    assert id_bytes(marked)[:1] == b"\xff" and id_text(id_bytes(marked)) == marked
+
+
+@given(st.text(), st.binary(min_size=32, max_size=32))
+def test_any_text_ending_in_a_digest_reads_back_as_it_was_written(prefix: str, digest: bytes) -> None:
+    value = prefix + digest.hex()
+    stored = digest_bytes(value)
+    assert stored is not None and len(stored) == 1 + len(prefix.encode("utf-8")) + 32
+    assert digest_text(stored) == value
+
+
+@given(st.text())
+def test_text_not_ending_in_a_digest_is_kept_as_it_is(value: str) -> None:
+    if digest_bytes(value) is None:
+        assert len(value) < 64 or any(c not in "0123456789abcdef" for c in value[-64:])
+    else:
+        assert digest_text(digest_bytes(value) or b"") == value
+
+
+def test_text_that_starts_with_the_marker_byte_is_never_mistaken_for_packed_text() -> None:
+    text = chr(PACKED_1) + "x"
+    assert pack(text)[:1] == bytes((PACKED_1,))
+    assert unpack(pack(text)) == text
+
+
+def test_damaged_packed_bytes_read_as_text_that_is_not_json() -> None:
+    stored = pack(canonical_json({"result": {"content": [{"type": "text", "text": "hello"}]}}))
+    for damaged in (stored[:-3], stored[:1] + b"\xff" * 8, stored + b"more"):
+        text = unpack(damaged)
+        try:
+            json.loads(text)
+        except ValueError:
+            continue
+        raise AssertionError(f"{damaged!r} read as JSON: {text!r}")
+
+
+def _key(n: int) -> str:
+    # Odd calls a derived key (a digest, stored as bytes), even ones a client's own key (text).
+    return "derived:" + hashlib.sha256(str(n).encode()).hexdigest() if n % 2 else f"k{n}"
+
+
+def settled_calls(store: Store, count: int, first: int = 1) -> None:
+    for n in range(first, first + count):
+        store.admit(call_request(tool_call_id=f"tc-{n}", idempotency_key=_key(n)))
+        store.record_outcome(outcome(f"tc-{n}", "completed", result={"n": n, "text": "a" * 200}, now=NOW))
+
+
+def _stored(store: Store, column: str = "payload") -> list[bytes | str]:
+    with store.engine.connect() as conn:
+        return [row[0] for row in conn.exec_driver_sql(f"SELECT {column} FROM events ORDER BY seq")]
+
+
+def _text(value: bytes | str) -> str:
+    return value if isinstance(value, str) else bytes(value).decode()
+
+
+def test_a_database_of_the_previous_head_upgrades_in_place_and_still_verifies(own_store: Store) -> None:
+    store = own_store  # the downgrade changes the schema: never the suite's shared one
+    config = store._alembic_config()
+    settled_calls(store, 3)
+    before = tamper.rows(store)
+    calls = [store.get_call(f"tc-{n}") for n in (1, 2, 3)]
+    # Down to the previous head: every value is text again, as that head wrote it.
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, PREVIOUS_HEAD)
+    assert [_text(value) for value in _stored(store)] == [row["payload"] for row in before]
+    assert [_text(value) for value in _stored(store, "event_id")] == [row["event_id"] for row in before]
+
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+
+    assert tamper.rows(store) == before  # same text, same hashes: old checkpoints still hold
+    assert [store.get_call(f"tc-{n}") for n in (1, 2, 3)] == calls
+    assert store.verify().ok
+    settled_calls(store, 1, first=4)
+    new = _stored(store)[len(before) :]
+    assert new and all(bytes(value)[:1] == bytes((PACKED_1,)) for value in new)
+    assert all(len(bytes(value)) == 16 for value in _stored(store, "event_id"))  # old rows converted too
+    assert store.get_call("tc-4").result == {"n": 4, "text": "a" * 200}  # type: ignore[union-attr]
+    # The ledger still finds each key, derived or not: a second claim gets the call that holds it.
+    for n in (1, 2, 3, 4):
+        assert store.admit(
+            call_request(tool_call_id=f"again-{n}", idempotency_key=_key(n))
+        ).call.tool_call_id == (f"tc-{n}")
+    assert store.verify().ok
+    rebuilt_from = [store.get_call(f"tc-{n}") for n in (1, 2, 3, 4)]
+    store.rebuild()
+    assert [store.get_call(f"tc-{n}") for n in (1, 2, 3, 4)] == rebuilt_from
+
+
+def test_a_packed_payload_damaged_on_disk_is_named_by_verify(store: Store) -> None:
+    settled_calls(store, 2)
+    with store.engine.begin() as conn:
+        (raw,) = conn.exec_driver_sql("SELECT payload FROM events WHERE seq = 2").one()
+        damaged = bytes(raw)[:-4] + b"\x00\x00\x00\x00"
+        conn.exec_driver_sql(
+            "UPDATE events SET payload = %(p)s WHERE seq = 2"
+            if store.engine.dialect.name == "postgresql"
+            else "UPDATE events SET payload = :p WHERE seq = 2",
+            {"p": damaged},
+        )
+
+    report = store.verify()
+    assert not report.ok
+    assert report.first_bad_seq == 2
