@@ -292,7 +292,11 @@ class GroupWriter:
             if not waited:
                 waited = True
                 self.waits += 1
-            arrivals.condition.wait(deadline - now)
+            arrivals.watched = True
+            try:
+                arrivals.condition.wait(deadline - now)
+            finally:
+                arrivals.watched = False
         return False
 
     def _drain(self) -> None:

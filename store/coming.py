@@ -32,11 +32,13 @@ class Arrivals:
         self.announced = False
         """Whether any call ever announced itself: then the writer knows who is coming, and only waits
         for them."""
+        self.watched = False
+        """Whether the writer is waiting for those coming now (only then does a departure wake it)."""
 
     def _move(self, delta: int) -> None:
         with self.condition:
             self.coming += delta
-            if delta < 0:
+            if delta < 0 and self.watched:
                 self.condition.notify_all()
 
 
