@@ -263,12 +263,14 @@ class GroupWriter:
         """Add what is queued to `batch`, waiting a moment for the company expected; True: stop.
 
         Called under the arrivals' condition. When the process's calls announce themselves, wait while
-        any is coming, at most `COMING_S`; otherwise, as many writes as the last transaction served and
-        found queued, at most `GATHER_S`.
+        any of those coming when the wait began is still coming (not for calls that set out meanwhile:
+        they go in the next transaction), at most `COMING_S`; otherwise, for as many writes as the last
+        transaction served and found queued, at most `GATHER_S`.
         """
         arrivals = self.arrivals
         deadline: float | None = None
         waited = False
+        awaited: set[Coming] | None = None  # the calls coming when the wait began: not later ones
         while len(batch) < MAX_BATCH:
             if self._queue:
                 more = self._queue.popleft()
@@ -277,7 +279,11 @@ class GroupWriter:
                 batch.append(more)
                 continue
             if arrivals.announced:
-                if arrivals.coming <= 0:
+                if awaited is None:
+                    awaited = set(arrivals.coming)
+                else:
+                    awaited &= arrivals.coming
+                if not awaited:
                     return False
                 bound = COMING_S
             elif len(batch) >= self._expected:

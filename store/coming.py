@@ -27,7 +27,7 @@ class Arrivals:
 
     def __init__(self) -> None:
         self.condition = threading.Condition()
-        self.coming = 0
+        self.coming: set[Coming] = set()
         """Calls coming now (read and changed under `condition`)."""
         self.announced = False
         """Whether any call ever announced itself: then the writer knows who is coming, and only waits
@@ -35,11 +35,14 @@ class Arrivals:
         self.watched = False
         """Whether the writer is waiting for those coming now (only then does a departure wake it)."""
 
-    def _move(self, delta: int) -> None:
+    def _move(self, coming: Coming, now: bool) -> None:
         with self.condition:
-            self.coming += delta
-            if delta < 0 and self.watched:
-                self.condition.notify_all()
+            if now:
+                self.coming.add(coming)
+            else:
+                self.coming.discard(coming)
+                if self.watched:
+                    self.condition.notify_all()
 
 
 class Coming:
@@ -72,7 +75,7 @@ class Coming:
         counted = self._left > 0 and not self._waiting and not self._away
         if counted != self._counted:
             self._counted = counted
-            self._arrivals._move(1 if counted else -1)
+            self._arrivals._move(self, counted)
 
     def submitted(self, enqueue: Callable[[], None]) -> None:
         """Its next write is queued (by `enqueue`, under the writer's condition): not coming until it

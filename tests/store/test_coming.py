@@ -41,7 +41,7 @@ async def test_an_announced_call_alone_in_the_process_never_waits(store: Store) 
         with store.coming(2):
             assert _admit(store, i) == "dispatching"
     assert store.writer.waits == 0
-    assert store.writer.arrivals.coming == 0
+    assert len(store.writer.arrivals.coming) == 0
 
 
 async def test_a_write_waits_for_a_call_on_its_way_and_both_commit_in_one_transaction(store: Store) -> None:
@@ -60,13 +60,41 @@ async def test_a_write_waits_for_a_call_on_its_way_and_both_commit_in_one_transa
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, second)
-            await _until(lambda: store.writer.arrivals.coming == 1)
+            await _until(lambda: len(store.writer.arrivals.coming) == 1)
             tg.start_soon(anyio.to_thread.run_sync, first)
             await _until(lambda: store.writer.waits == 1)  # the first is held back for the second
             other_may_write.set()
 
     assert (store.writer.batches - batches, store.writer.writes - writes) == (1, 2)
     assert [store.get_call(f"tc-{i}").status for i in (1, 2)] == ["dispatching"] * 2  # type: ignore[union-attr]
+
+
+async def test_a_call_that_sets_out_while_the_writer_waits_is_left_for_the_next_transaction(
+    store: Store,
+) -> None:
+    second_may_write, latecomer_may_write = threading.Event(), threading.Event()
+
+    def announced(i: int, go: threading.Event) -> str:
+        with store.coming(1):
+            go.wait(10)
+            return _admit(store, i)
+
+    batches, writes = store.writer.batches, store.writer.writes
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, announced, 2, second_may_write)
+            await _until(lambda: len(store.writer.arrivals.coming) == 1)
+            tg.start_soon(anyio.to_thread.run_sync, lambda: _admit(store, 1))
+            await _until(lambda: store.writer.waits == 1)  # waiting for the second
+            tg.start_soon(anyio.to_thread.run_sync, announced, 3, latecomer_may_write)
+            await _until(lambda: len(store.writer.arrivals.coming) == 2)
+            second_may_write.set()  # the first and second commit; the latecomer is not waited for
+            await _until(lambda: store.writer.writes - writes == 2)
+            assert store.get_call("tc-3") is None
+            latecomer_may_write.set()
+
+    assert store.writer.batches - batches == 2
+    assert [store.get_call(f"tc-{i}").status for i in (1, 2, 3)] == ["dispatching"] * 3  # type: ignore[union-attr]
 
 
 async def test_a_call_that_ends_without_writing_stops_being_waited_for(store: Store) -> None:
@@ -79,13 +107,13 @@ async def test_a_call_that_ends_without_writing_stops_being_waited_for(store: St
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, passer_by)
-            await _until(lambda: store.writer.arrivals.coming == 1)
+            await _until(lambda: len(store.writer.arrivals.coming) == 1)
             tg.start_soon(anyio.to_thread.run_sync, lambda: _admit(store, 1))
             await _until(lambda: store.writer.waits == 1)
             leave.set()  # well before the 30 s bound: the write commits as the call leaves
 
     assert store.get_call("tc-1").status == "dispatching"  # type: ignore[union-attr]
-    assert store.writer.arrivals.coming == 0
+    assert len(store.writer.arrivals.coming) == 0
 
 
 async def test_a_call_away_at_its_backend_is_not_waited_for(store: Store) -> None:
@@ -98,7 +126,7 @@ async def test_a_call_away_at_its_backend_is_not_waited_for(store: Store) -> Non
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(anyio.to_thread.run_sync, at_backend)
-            await _until(lambda: store.writer.arrivals.coming == 0 and store.writer.arrivals.announced)
+            await _until(lambda: len(store.writer.arrivals.coming) == 0 and store.writer.arrivals.announced)
             await anyio.to_thread.run_sync(lambda: _admit(store, 1))
             assert store.writer.waits == 0
             back.set()
@@ -108,15 +136,15 @@ async def test_a_call_with_a_write_left_is_coming_again_once_its_first_has_commi
     seen_by_writer: list[int] = []
 
     def write(conn: object) -> None:
-        seen_by_writer.append(store.writer.arrivals.coming)
+        seen_by_writer.append(len(store.writer.arrivals.coming))
 
     with store.coming(1) as coming:
         coming.also(1)
-        assert store.writer.arrivals.coming == 1
+        assert len(store.writer.arrivals.coming) == 1
         store.writer.run(write)
-        assert store.writer.arrivals.coming == 1  # its outcome is still to come
+        assert len(store.writer.arrivals.coming) == 1  # its outcome is still to come
         store.writer.run(write)
-        assert store.writer.arrivals.coming == 0
+        assert len(store.writer.arrivals.coming) == 0
     # While its own write was queued and committing, it was never waited for.
     assert seen_by_writer == [0, 0]
     assert store.writer.waits == 0
