@@ -9,11 +9,14 @@ commit. Nobody hears an answer before the COMMIT that made it durable has return
 fails, every write of the batch hears that failure, as each would have alone.
 
 A write alone in its batch (the usual case with one client) runs without a savepoint, exactly as it
-ran before group commit. Under load the writer gathers a fuller batch: when the last transaction
-had company (other writes were queued behind it or went with it), it waits a moment, at most
-`GATHER_S`, for as many writes as came last time before it begins. Its callers' other threads and
-coroutines keep the CPU busy meanwhile, and one COMMIT then serves more of them. A write that found
-no company last time is never held back: one client's sequential calls never wait.
+ran before group commit. Under load the writer gathers a fuller batch. When the process's calls
+announce themselves (store.coming: the gateway's pipeline does), it waits, at most `COMING_S`, while
+any call is *coming*: on this process's CPU on its way to a commit, neither queued nor away at its
+backend. Those calls keep the CPU busy meanwhile, so the wait costs no throughput, and one COMMIT
+then serves them too; a call alone in the process is never coming while its own write waits, so one
+client's sequential calls never wait. A process whose calls do not announce themselves (a store used
+directly) falls back on a guess: when the last transaction had company, it waits, at most
+`GATHER_S`, for as many writes as came last time.
 
 On SQLite the writer keeps one connection (a warm page cache). A write that
 runs another write inside it (the writer's own thread) joins the batch it is in, in a nested savepoint.
@@ -26,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import queue
 import threading
 import time
 from collections import deque
@@ -38,6 +40,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, exc
 
+from store.coming import Arrivals, Coming, current
 from store.log import PartitionOrder, head_locked_at, lock_heads
 from store.model import KeyClaimLost
 
@@ -53,7 +56,11 @@ ORDER_ATTEMPTS = 8
 each start takes every head the last one found it needs, so this bounds the partitions one batch of
 writes can touch in an unlucky order, not the writes."""
 GATHER_S = 0.002
-"""How long, at most, a transaction that expects company waits for it before it begins."""
+"""How long, at most, a transaction that expects company waits for it before it begins, in a process
+whose calls do not announce themselves (store.coming)."""
+
+COMING_S = 0.025
+"""How long, at most, a transaction waits for the calls of the process that are coming (store.coming)."""
 
 RETRYABLE = (exc.IntegrityError, KeyClaimLost)
 """A unique-key conflict means a concurrent claim won; run again, the write sees it and joins."""
@@ -97,7 +104,9 @@ class GroupWriter:
         # from the pool, which checks a connection that sat idle, and replaces a lost one.
         self._hold = engine.dialect.name == "sqlite"
         self._conn: Connection | None = None
-        self._queue: queue.SimpleQueue[_Job[Any] | None] = queue.SimpleQueue()
+        self.arrivals = Arrivals()
+        """The calls of the process on their way to a commit; its condition guards `_queue` too."""
+        self._queue: deque[_Job[Any] | None] = deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -133,7 +142,13 @@ class GroupWriter:
         conn: Connection | None = getattr(self._local, "conn", None)
         if conn is not None:  # a write inside a write, on the writer's own thread
             return self._savepointed(conn, _Job(work, retry))
-        return self._submit(work, retry, heads).result()
+        coming = current()
+        future = self._submit(work, retry, heads, coming)
+        try:
+            return future.result()
+        finally:
+            if coming is not None:
+                coming.answered()
 
     async def run_async(
         self, work: Callable[[Connection], T], *, retry: bool = False, heads: frozenset[str] = frozenset()
@@ -149,27 +164,47 @@ class GroupWriter:
             asyncio.get_running_loop()
         except RuntimeError:  # another event loop (trio): wait in a worker thread
             return await anyio.to_thread.run_sync(functools.partial(self.run, work, retry=retry, heads=heads))
-        future = self._submit(work, retry, heads)
-        with anyio.CancelScope(shield=True):
-            result = await asyncio.wrap_future(future)
+        coming = current()
+        future = self._submit(work, retry, heads, coming)
+        try:
+            with anyio.CancelScope(shield=True):
+                result = await asyncio.wrap_future(future)
+        finally:
+            if coming is not None:
+                coming.answered()
         return result
 
-    def _submit(self, work: Callable[[Connection], T], retry: bool, heads: frozenset[str]) -> Future[T]:
+    def _submit(
+        self, work: Callable[[Connection], T], retry: bool, heads: frozenset[str], coming: Coming | None
+    ) -> Future[T]:
         job: _Job[T] = _Job(work, retry, heads)
         self._ensure_started()
-        self._queue.put(job)
+        if coming is None:
+            self._put(job)
+        else:  # queued and no longer coming, in one step: the writer never waits for a write it holds
+            coming.submitted(lambda: self._put(job))
         return job.future
+
+    def _put(self, job: _Job[Any] | None) -> None:
+        with self.arrivals.condition:
+            self._queue.append(job)
+            self.arrivals.condition.notify_all()
+
+    def coming(self, commits: int) -> Coming:
+        """Announce a call of this process that will make at most `commits` writes (store.coming)."""
+        return Coming(self.arrivals, commits)
 
     def pending(self) -> int:
         """Writes queued for the next transaction (not the one being committed)."""
-        return self._queue.qsize()
+        with self.arrivals.condition:
+            return sum(job is not None for job in self._queue)
 
     def close(self) -> None:
         """Let the queued writes commit, then stop the writer thread (a later write starts another)."""
         with self._lock:  # held throughout, so no second writer starts before this one has stopped
             thread = self._thread
             if thread is not None and self._pid == os.getpid():
-                self._queue.put(None)
+                self._put(None)
                 thread.join()
             self._thread = None
 
@@ -178,12 +213,8 @@ class GroupWriter:
             return
         with self._lock:
             if self._pid != os.getpid():  # forked: the parent's thread, queue and connection are not ours
-                self._pid, self._queue, self._thread, self._conn = (
-                    os.getpid(),
-                    queue.SimpleQueue(),
-                    None,
-                    None,
-                )
+                self._pid, self._queue, self._thread, self._conn = (os.getpid(), deque(), None, None)
+                self.arrivals = Arrivals()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="writ-store-writer", daemon=True)
                 self._thread.start()
@@ -211,49 +242,76 @@ class GroupWriter:
 
     def _serve(self) -> None:
         while True:
-            first = self._queue.get()
-            if first is None:
-                self._drain()
-                return
-            batch = [first]
-            stop = self._gather(batch)
-            self._commit(batch)
-            self._expected = min(MAX_BATCH, len(batch) + self._queue.qsize())
+            with self.arrivals.condition:
+                while not self._queue:
+                    self.arrivals.condition.wait()
+                first = self._queue.popleft()
+                if first is None:
+                    stop = True
+                    batch: list[_Job[Any]] = []
+                else:
+                    batch = [first]
+                    stop = self._gather(batch)
+            if batch:
+                self._commit(batch)
+                self._expected = min(MAX_BATCH, len(batch) + len(self._queue))
             if stop:
                 self._drain()
                 return
 
     def _gather(self, batch: list[_Job[Any]]) -> bool:
-        """Add what is queued to `batch`, waiting up to `GATHER_S` for the company expected; True: stop."""
+        """Add what is queued to `batch`, waiting a moment for the company expected; True: stop.
+
+        Called under the arrivals' condition. When the process's calls announce themselves, wait while
+        any of those coming when the wait began is still coming (not for calls that set out meanwhile:
+        they go in the next transaction), at most `COMING_S`; otherwise, for as many writes as the last
+        transaction served and found queued, at most `GATHER_S`.
+        """
+        arrivals = self.arrivals
         deadline: float | None = None
+        waited = False
+        awaited: set[Coming] | None = None  # the calls coming when the wait began: not later ones
         while len(batch) < MAX_BATCH:
+            if self._queue:
+                more = self._queue.popleft()
+                if more is None:
+                    return True
+                batch.append(more)
+                continue
+            if arrivals.announced:
+                if awaited is None:
+                    awaited = set(arrivals.coming)
+                else:
+                    awaited &= arrivals.coming
+                if not awaited:
+                    return False
+                bound = COMING_S
+            elif len(batch) >= self._expected:
+                return False
+            else:
+                bound = GATHER_S
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + bound
+            if now >= deadline:
+                return False
+            if not waited:
+                waited = True
+                self.waits += 1
+            arrivals.watched = True
             try:
-                more = self._queue.get_nowait()
-            except queue.Empty:
-                if len(batch) >= self._expected:
-                    return False
-                now = time.monotonic()
-                if deadline is None:
-                    deadline = now + GATHER_S
-                    self.waits += 1
-                if now >= deadline:
-                    return False
-                try:
-                    more = self._queue.get(timeout=deadline - now)
-                except queue.Empty:
-                    return False
-            if more is None:
-                return True
-            batch.append(more)
+                arrivals.condition.wait(deadline - now)
+            finally:
+                arrivals.watched = False
         return False
 
     def _drain(self) -> None:
         # Writes queued behind the stop, by callers that found the writer still running: commit them.
         while True:
-            try:
-                late = self._queue.get_nowait()
-            except queue.Empty:
-                return
+            with self.arrivals.condition:
+                if not self._queue:
+                    return
+                late = self._queue.popleft()
             if late is not None:
                 self._commit([late])
 

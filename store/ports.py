@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from store.coming import Coming
 from store.commands import (
     ClaimOutbox,
     DecideApproval,
@@ -109,6 +110,8 @@ class Outcomes(Contradictions, Protocol):
 
 class CallLedger(Outcomes, Standing, Protocol):
     """The pipeline's store: intent and decision, the key claim, refusals and confirmations."""
+
+    def coming(self, commits: int) -> Coming: ...
 
     def admit(self, req: CallRequest) -> Admission: ...
 

@@ -17,6 +17,7 @@ from store import archive as archiving
 from store import events as ev
 from store import oauth_clients as client_records
 from store.batching import KNOWN_CALLS, GroupWriter
+from store.coming import Coming
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
@@ -186,6 +187,11 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         return config
 
     # -- writes -------------------------------------------------------------------------------
+
+    def coming(self, commits: int) -> Coming:
+        """Announce a call on its way to at most `commits` writes, for as long as the `with` lasts: the
+        group writer holds a transaction back a moment only while such calls are coming (store.coming)."""
+        return self._writer.coming(commits)
 
     def admit(self, req: CallRequest) -> Admission:
         """Record a call's intent and decision and claim its idempotency key, or join/refuse the holder."""

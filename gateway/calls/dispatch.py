@@ -22,6 +22,7 @@ from capabilities.contract import Capability, Executor, Invocation, Outcome, Out
 from gateway.calls.actions import Redactor
 from gateway.calls.faults import NO_FAULTS, FaultPoints
 from gateway.calls.tracing import tracer
+from store.coming import away
 from store.commands import RecordContradiction, RecordOutcome
 from store.model import CallRequest, CallView, OutcomeRecord, ReadRecord, StaleLease, StoreError, Unavailable
 from store.ports import Outcomes
@@ -109,7 +110,8 @@ class Dispatcher:
         # `dispatching` with its outcome unrecorded.
         with anyio.CancelScope(shield=True):
             if self._lease_covers_dispatch(capability, call):
-                outcome = await self._execute(capability, invocation)
+                with away():  # the group writer does not wait for this call meanwhile
+                    outcome = await self._execute(capability, invocation)
                 self._faults.reach("after_execute")
             else:
                 # Paused (GC, SIGSTOP, a slow disk) until too little lease is left: another replica may
@@ -147,7 +149,8 @@ class Dispatcher:
             attempt=1,
             commit_deadline=sent_at + timedelta(seconds=self.guard_s(capability) + capability.horizon_s),
         )
-        outcome = await self._execute(capability, invocation)
+        with away():
+            outcome = await self._execute(capability, invocation)
         record = self._observed(
             outcome, lambda data: self._redactor.withhold_echoes(capability, arguments, data)
         )

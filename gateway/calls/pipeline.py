@@ -263,17 +263,21 @@ class CallPipeline:
             UnknownTool: no capability has this tool name.
             RateLimited: the principal called too often; nothing was recorded.
         """
-        call = await self._prepare(inp)
-        if errors := self._validate(call):
-            return await self._refuse_invalid(call, errors)
-        decision, charges, loops = await self._authorize(call)
-        request = self._intent(call, decision, charges, loops)
-        if isinstance(request, RefusalRequest):
-            return CallReport("new", await self._run(self._store.refuse, request), call.capability)
-        if _one_commit(request) and inp.retry is None:
-            return await self._read(call, request)
-        admission = await self._store.admit_async(request)
-        return await self._dispatch_or_join(call, request, admission)
+        # On its way to a commit from here: the store's group writer may hold a transaction back a
+        # moment for it (store.coming), never for a call that is alone.
+        with self._store.coming(1) as coming:
+            call = await self._prepare(inp)
+            if errors := self._validate(call):
+                return await self._refuse_invalid(call, errors)
+            decision, charges, loops = await self._authorize(call)
+            request = self._intent(call, decision, charges, loops)
+            if isinstance(request, RefusalRequest):
+                return CallReport("new", await self._run(self._store.refuse, request), call.capability)
+            if _one_commit(request) and inp.retry is None:
+                return await self._read(call, request)
+            coming.also(1)  # the outcome, if it dispatches
+            admission = await self._store.admit_async(request)
+            return await self._dispatch_or_join(call, request, admission)
 
     async def _read(self, call: _Prepared, request: CallRequest) -> CallReport:
         """Run a read allowed outright, then record it whole in one commit; or join an identical one

@@ -250,3 +250,36 @@ async def test_twenty_concurrent_counted_reads_against_a_limit_of_ten_answer_exa
     assert all(r.call.reason == "budget_exceeded" and r.breach and r.call.result is None for r in refused)
     assert types(store).count("budget.exceeded") == 10
     assert store.verify().ok
+
+
+async def test_sequential_calls_through_the_pipeline_never_hold_a_commit_back(
+    pipeline: CallPipeline, store: Store
+) -> None:
+    for i in range(3):
+        await pipeline.call(call(order=f"{i}"))
+        await pipeline.call(call(tool="refund_order", key=f"w-{i}", order=f"{i}"))
+
+    assert store.writer.arrivals.announced
+    assert store.writer.waits == 0
+    assert len(store.writer.arrivals.coming) == 0  # every call counted itself out as it ended
+
+
+async def test_a_call_waiting_at_its_backend_does_not_hold_back_another_calls_commit(
+    pipeline: CallPipeline, store: Store, executor: FakeExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store import batching
+
+    # A wait for a call at its backend would last this bound and fail the test's own bound.
+    monkeypatch.setattr(batching, "COMING_S", 30.0)
+    executor.gate = anyio.Event()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pipeline.call, call(order="1001"))
+            await eventually(lambda: executor.invocations, within_s=5)
+            tg.start_soon(pipeline.call, call(tool="refund_order", key="w-1", order="1002"))
+            # The write's admission commits while the read waits at the backend.
+            await eventually(lambda: len(executor.invocations) == 2, within_s=5)
+            executor.gate.set()
+
+    assert store.writer.waits == 0
+    assert types(store).count("tool_call.completed") == 2
