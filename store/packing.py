@@ -18,6 +18,7 @@ text never starts with byte 0x01. A later dictionary gets a new first byte: the 
 
 from __future__ import annotations
 
+import functools
 import zlib
 from functools import lru_cache
 
@@ -64,6 +65,15 @@ _CACHED = 1024
 """Texts up to this length are remembered (the last 512 of each way): the principal of every call of
 one agent, and a call's principal and arguments written again each time its row is updated or read."""
 
+MAX_UNPACKED = 256 * 1024 * 1024
+"""The most bytes one stored text unpacks to: far above any result Writ keeps (a backend's
+`max_response_bytes` is 4 MiB by default). Deflate expands up to about 1,000 times, so a row forged by
+whoever can write the database could otherwise make every reader of the log allocate without end;
+beyond this it reads as an unreadable text, which verify names as a corrupt event."""
+
+_REMEMBERED_UNPACKED = 16 * 1024
+"""A remembered text unpacks to at most this: 512 of them stay small whatever the rows hold."""
+
 
 def pack(text: str) -> bytes:
     """`text` in its stored form: deflated against `DICTIONARY_1` when that is shorter, else its UTF-8."""
@@ -79,7 +89,9 @@ def unpack(stored: bytes | str) -> str:
     if isinstance(stored, str):
         return stored
     data = bytes(stored)
-    return _unpack_short(data) if len(data) <= _CACHED else _unpack(data)
+    if len(data) <= _CACHED and (text := _unpack_short(data)) is not None:
+        return text
+    return _unpack(data, MAX_UNPACKED) or _unreadable(data)
 
 
 def _pack(text: str) -> bytes:
@@ -90,13 +102,17 @@ def _pack(text: str) -> bytes:
     return packed if len(packed) < len(raw) or raw[:1] == packed[:1] else raw
 
 
-def _unpack(stored: bytes) -> str:
+def _unpack(stored: bytes, limit: int) -> str | None:
+    """The text, or None when it unpacks to more than `limit` bytes."""
     data = stored
     try:
         if data[:1] == bytes((PACKED_1,)):
             unpacker = zlib.decompressobj(-15, zdict=DICTIONARY_1)
-            data = unpacker.decompress(data[1:]) + unpacker.flush()
-            if not unpacker.eof or unpacker.unused_data:
+            data = unpacker.decompress(data[1:], limit)
+            if unpacker.unconsumed_tail:
+                return None
+            data += unpacker.flush()
+            if not unpacker.eof or unpacker.unused_data or len(data) > limit:
                 return _unreadable(stored)
         return data.decode("utf-8")
     except (zlib.error, UnicodeDecodeError):
@@ -104,7 +120,7 @@ def _unpack(stored: bytes) -> str:
 
 
 _pack_short = lru_cache(maxsize=512)(_pack)
-_unpack_short = lru_cache(maxsize=512)(_unpack)
+_unpack_short = lru_cache(maxsize=512)(functools.partial(_unpack, limit=_REMEMBERED_UNPACKED))
 
 
 def _unreadable(stored: bytes) -> str:

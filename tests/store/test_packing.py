@@ -7,12 +7,14 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+import zlib
 
 from alembic import command
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest import MonkeyPatch
 
-from store import Store
+from store import Store, packing
 from store.canonical import canonical_json
 from store.events import new_event_id
 from store.packing import DICTIONARY_1, PACKED_1, pack, unpack
@@ -85,6 +87,20 @@ def test_damaged_packed_bytes_read_as_text_that_is_not_json() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{damaged!r} read as JSON: {text!r}")
+
+
+def test_a_forged_row_that_unpacks_without_end_reads_as_unreadable_text(monkeypatch: MonkeyPatch) -> None:
+    # Deflate expands about 1,000 times: whoever can write the database could forge a few KB that
+    # unpack to gigabytes. Unpacking stops at MAX_UNPACKED (lowered here so the test stays small).
+    monkeypatch.setattr(packing, "MAX_UNPACKED", 1024 * 1024)
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_1)
+    huge = bytes((PACKED_1,)) + packer.compress(b"0" * (8 * 1024 * 1024)) + packer.flush()
+    assert len(huge) < 10_000
+    text = unpack(huge)
+    assert len(text) < 100 and text.startswith("\ufffdunreadable stored text")
+    # Within the bound, a long text packed by Writ itself (a big result) still reads back whole.
+    long = canonical_json({"result": "x" * (512 * 1024)})
+    assert len(pack(long)) <= 1024 and unpack(pack(long)) == long
 
 
 def _key(n: int) -> str:
