@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
 
 from store import ApprovedDenial, ApprovedDispatch, ConfirmationAnswer, Store
 from store.commands import (
@@ -19,6 +22,7 @@ from store.commands import (
     StartReconciliation,
 )
 from store.model import Charge
+from store.schema import PROJECTION_TABLES
 from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, outcome, refusal_request
 
 M = 1_000_000
@@ -124,3 +128,14 @@ def _approval_of(store: Store, tool_call_id: str) -> str:
     call = store.get_call(tool_call_id)
     assert call is not None and call.approval_id is not None
     return call.approval_id
+
+
+def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
+    """Every projection table's rows, in key order: what a rebuild must give back."""
+    with store.engine.begin() as conn:
+        return {
+            table.name: [
+                dict(row._mapping) for row in conn.execute(select(table).order_by(*table.primary_key.columns))
+            ]
+            for table in PROJECTION_TABLES
+        }

@@ -16,21 +16,11 @@ from sqlalchemy import func, select
 from store import Store
 from store.archive import MANIFEST, ArchiveError, segments
 from store.model import RetryLink, RetryRefused
-from store.schema import PROJECTION_TABLES, events
+from store.schema import events
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
-from tests.store.histories import record_every_path
+from tests.store.histories import projections, record_every_path
 
 LATER = NOW + timedelta(days=400)
-
-
-def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
-    with store.engine.begin() as conn:
-        return {
-            table.name: [
-                dict(row._mapping) for row in conn.execute(select(table).order_by(*table.primary_key.columns))
-            ]
-            for table in PROJECTION_TABLES
-        }
 
 
 def settled_calls(store: Store, count: int, first: int = 1) -> None:

@@ -18,9 +18,10 @@ from store import Anchor, PartitionClaim, Store
 from store.archive import MANIFEST, ArchiveError, Segment, segments
 from store.events import GENESIS_HASH, compute_hash
 from store.partitions import Partitioning, configure
-from store.schema import PROJECTION_TABLES, events, log_head
+from store.schema import events, log_head
 from store.security import SecurityNote
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
+from tests.store.histories import projections
 
 LATER = NOW + timedelta(days=400)
 
@@ -75,16 +76,6 @@ def in_database(store: Store) -> dict[str, tuple[int, int]]:
             select(events.c.partition, func.min(events.c.pseq), func.count()).group_by(events.c.partition)
         )
         return {row[0]: (row[1], row[2]) for row in rows}
-
-
-def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
-    with store.engine.begin() as conn:
-        return {
-            table.name: [
-                dict(row._mapping) for row in conn.execute(select(table).order_by(*table.primary_key.columns))
-            ]
-            for table in PROJECTION_TABLES
-        }
 
 
 def test_every_partitions_settled_beginning_is_archived_and_verify_and_rebuild_read_it(

@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import select
 
 from store import Store
 from store.model import CorruptEvent
 from store.schema import PROJECTION_TABLES, metadata
 from tests.store import tamper
 from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, outcome, refusal_request
-
-
-def projections(store: Store) -> dict[str, list[dict[str, Any]]]:
-    with store.engine.begin() as conn:
-        return {
-            table.name: [
-                dict(row._mapping) for row in conn.execute(select(table).order_by(*table.primary_key.columns))
-            ]
-            for table in PROJECTION_TABLES
-        }
+from tests.store.histories import projections
 
 
 def record_a_varied_history(store: Store) -> None:
