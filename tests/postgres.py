@@ -6,10 +6,27 @@ import contextlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from store import Store
+
+
+@contextlib.contextmanager
+def fresh_store(request: Any, directory: Path, **options: Any) -> Iterator[tuple[str, Store]]:
+    """A migrated store of the kind a fixture's param names ("sqlite": a file in `directory`; "postgres":
+    a schema of its own), its URL, and the open `Store` (`options` go to `Store.open`)."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{directory / 'writ.db'}"
+        else:
+            url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
+        store = stack.enter_context(Store.open(url, **options))
+        store.migrate()
+        yield url, store
 
 
 @contextlib.contextmanager

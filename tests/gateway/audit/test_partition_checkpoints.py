@@ -5,7 +5,6 @@ and re-sealed is caught and named at its own seq. A log whose partition "" is em
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from store.events import GENESIS_HASH, compute_hash, json_for
 from store.partitions import Partitioning
 from store.schema import events, log_head
 from store.security import SecurityNote
-from tests.postgres import fresh_schema
+from tests.postgres import fresh_store
 from tests.store.builders import NOW, call_request, outcome
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -40,13 +39,7 @@ AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def partitioned(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A fresh database of either kind, partitioned by tenant from the start: partition "" is empty."""
-    with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            url = f"sqlite:///{tmp_path}/writ.db"
-        else:
-            url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
-        opened = stack.enter_context(Store.open(url, partitioning=Partitioning("tenant")))
-        opened.migrate()
+    with fresh_store(request, tmp_path, partitioning=Partitioning("tenant")) as (url, opened):
         yield opened
 
 

@@ -4,7 +4,6 @@ missing file fails verify, and an archived event edited is named by its partitio
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import json
@@ -18,7 +17,7 @@ import yaml
 from store import Store
 from store.partitions import Partitioning
 from tests.gateway.cli.test_cli_audit import add_calls, config_for, writ
-from tests.postgres import fresh_schema
+from tests.postgres import fresh_store
 from tests.store.builders import NOW, call_request, outcome
 
 
@@ -80,13 +79,7 @@ def test_a_checkpoint_after_the_logs_first_event_was_archived_names_the_log_as_b
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def partitioned(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Store]]:
     """A config naming a fresh store of either kind partitioned by tenant (`store.log.partition_by`)."""
-    with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            url = f"sqlite:///{tmp_path / 'writ.db'}"
-        else:
-            url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
-        store = stack.enter_context(Store.open(url, partitioning=Partitioning("tenant")))
-        store.migrate()
+    with fresh_store(request, tmp_path, partitioning=Partitioning("tenant")) as (url, store):
         config = config_for(tmp_path, url)
         settings = yaml.safe_load(config.read_text())
         settings["store"]["log"] = {"partition_by": "tenant"}

@@ -4,7 +4,6 @@ changed behind the log and forged events resealed into it fail verify by their r
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from gateway.cli.main import app
 from store import Store
 from store import events as ev
 from store.schema import approvals, effect_ledger
-from tests.postgres import fresh_schema
+from tests.postgres import fresh_store
 from tests.store import tamper
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
 from tests.store.histories import record_every_path
@@ -135,13 +134,7 @@ def test_checkpoints_given_on_the_command_line_are_checked(
 def history(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, Store]]:
     """A config naming a store of either kind holding every path a call can take, and `waiting`, a call
     still waiting for its approval."""
-    with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            url = f"sqlite:///{tmp_path / 'writ.db'}"
-        else:
-            url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
-        store = stack.enter_context(Store.open(url))
-        store.migrate()
+    with fresh_store(request, tmp_path) as (url, store):
         record_every_path(store)
         waiting = call_request(tool_call_id="waiting", idempotency_key="k-waiting", decision=REQUIRE_APPROVAL)
         store.admit(waiting)

@@ -3,7 +3,6 @@ exports them, clear refusals of bad filters, and `--follow` writing what commits
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import threading
@@ -20,7 +19,7 @@ from gateway.cli.main import app
 from store import EventFilter, Store
 from tests.eventually import eventually_sync
 from tests.gateway.cli.test_cli_audit import config_for
-from tests.postgres import fresh_schema
+from tests.postgres import fresh_store
 from tests.store.builders import NOW
 from tests.store.test_export import HOUR, call, several_tenants
 
@@ -28,13 +27,7 @@ from tests.store.test_export import HOUR, call, several_tenants
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def logged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, Store]]:
     """A config naming a store of either kind with two tenants' calls."""
-    with contextlib.ExitStack() as stack:
-        if request.param == "sqlite":
-            url = f"sqlite:///{tmp_path / 'writ.db'}"
-        else:
-            url = stack.enter_context(fresh_schema(request.getfixturevalue("postgres_url")))
-        store = stack.enter_context(Store.open(url))
-        store.migrate()
+    with fresh_store(request, tmp_path) as (url, store):
         several_tenants(store)
         yield config_for(tmp_path, url), store
 
