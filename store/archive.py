@@ -99,16 +99,70 @@ def _manifest(directory: Path) -> list[Segment]:
     path = directory / MANIFEST
     if not path.exists():
         return []
-    found: list[Segment] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [_segment(path, number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+
+
+def _segment(path: Path, number: int, line: str) -> Segment:
+    try:
+        return Segment(**json.loads(line))
+    except (ValueError, TypeError) as exc:
+        raise ArchiveError(f"{path} line {number} is not a segment this Writ reads: {exc}", 1) from None
+
+
+def _gap(directory: Path, segment: Segment, expected: int) -> ArchiveError:
+    return ArchiveError(
+        f"{directory / MANIFEST}: segment {segment.file} covers seqs {segment.first_seq}-"
+        f"{segment.last_seq}, the one before ends at {expected - 1}",
+        expected,
+        "deleted",
+        segment.chain,
+    )
+
+
+class Manifest:
+    """The manifest of a directory as one archiving run follows it: read whole once, then only the lines
+    appended since (the manifest is append-only, and every archiver appends holding partition ""'s
+    head), so that a run over many partitions does not parse it again for each one."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._read = 0
+        """Bytes of the file read so far: complete lines only."""
+        self._lines = 0
+        self._last: dict[str, int] = {}
+
+    def refresh(self) -> None:
+        """Read what was appended since the last refresh.
+
+        Raises:
+            ArchiveError: a new line is unreadable, or a partition's segments do not follow each other.
+        """
+        path = self._directory / MANIFEST
         try:
-            segment = Segment(**json.loads(line))
-        except (ValueError, TypeError) as exc:
-            raise ArchiveError(f"{path} line {number} is not a segment this Writ reads: {exc}", 1) from None
-        found.append(segment)
-    return found
+            with path.open("rb") as fh:
+                if os.fstat(fh.fileno()).st_size < self._read:  # not appended to: read it all again
+                    self._read, self._lines, self._last = 0, 0, {}
+                fh.seek(self._read)
+                tail = fh.read()
+        except FileNotFoundError:
+            self._read, self._lines, self._last = 0, 0, {}
+            return
+        complete = tail[: tail.rfind(b"\n") + 1]
+        for line in complete.decode("utf-8").splitlines():
+            self._lines += 1
+            if not line.strip():
+                continue
+            segment = _segment(path, self._lines, line)
+            expected = self._last.get(segment.chain, 0) + 1
+            if segment.first_seq != expected or segment.last_seq < segment.first_seq:
+                raise _gap(self._directory, segment, expected)
+            self._last[segment.chain] = segment.last_seq
+        self._read += len(complete)
+
+    def archived_seq(self, partition: str) -> int:
+        """The last seq of `partition` archived, as of the last refresh (0: none)."""
+        return self._last.get(partition, 0)
 
 
 def archived_partitions(directory: Path | None) -> set[str]:
@@ -131,13 +185,7 @@ def segments(directory: Path, partition: str | None = UNPARTITIONED) -> list[Seg
     expected = 1
     for segment in found:
         if segment.first_seq != expected or segment.last_seq < segment.first_seq:
-            raise ArchiveError(
-                f"{directory / MANIFEST}: segment {segment.file} covers seqs {segment.first_seq}-"
-                f"{segment.last_seq}, the one before ends at {expected - 1}",
-                expected,
-                "deleted",
-                chain_name,
-            )
+            raise _gap(directory, segment, expected)
         expected = segment.last_seq + 1
     return found
 
@@ -216,6 +264,7 @@ def archive(
     before: datetime,
     limit: int = SEGMENT_EVENTS,
     partition: str = UNPARTITIONED,
+    done: int | None = None,
 ) -> Segment | None:
     """Move the oldest sealed events of `partition`, up to its seq `upto_seq` and older than `before`,
     to a file in `directory`; the caller holds the partition's head.
@@ -225,12 +274,16 @@ def archive(
     in the caller's transaction; a run that died between the two finds its file on the next run and
     deletes what it holds then. Returns the segment written, or None when nothing may go yet.
 
+    `done`: the last seq of the partition archived in `directory`, when the caller read the manifest
+    holding the heads (`Manifest`); else it is read here.
+
     Raises:
         ArchiveError: the archive in `directory` is not this log's beginning.
     """
     directory.mkdir(parents=True, exist_ok=True)
     mine = events.c.partition == partition
-    done = archived_seq(directory, partition)
+    if done is None:
+        done = archived_seq(directory, partition)
     first = conn.execute(select(func.min(events.c.pseq)).where(mine)).scalar()
     if done:
         if first is not None and first <= done:

@@ -263,7 +263,7 @@ def store_archive(
     moved = []
     try:
         with _store(config) as store:
-            while (segment := store.archive(to, upto_seq=upto, before=before)) is not None:
+            for segment in store.archive_all(to, upto_seq=upto, before=before):
                 moved.append(segment)
                 where = f"partition {segment.partition!r} " if segment.partition else ""
                 typer.echo(
