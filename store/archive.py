@@ -165,32 +165,66 @@ class Manifest:
         return self._last.get(partition, 0)
 
 
-def archived_partitions(directory: Path | None) -> set[str]:
+class Archived:
+    """The manifest of an archive directory read once, its segments by partition: verify and rebuild
+    read every partition's, and parsing the manifest again for each costs partitions x segments."""
+
+    def __init__(self, directory: Path) -> None:
+        """Read the manifest of `directory`.
+
+        Raises:
+            ArchiveError: the manifest is unreadable.
+        """
+        self.directory = directory
+        self._chains: dict[str, list[Segment]] = {}
+        for segment in _manifest(directory):
+            self._chains.setdefault(segment.chain, []).append(segment)
+
+    def partitions(self) -> set[str]:
+        return set(self._chains)
+
+    def segments(self, partition: str | None = UNPARTITIONED) -> list[Segment]:
+        """As `segments`.
+
+        Raises:
+            ArchiveError: the partition's segments do not follow each other.
+        """
+        found = list(self._chains.get(partition or UNPARTITIONED, ()))
+        expected = 1
+        for segment in found:
+            if segment.first_seq != expected or segment.last_seq < segment.first_seq:
+                raise _gap(self.directory, segment, expected)
+            expected = segment.last_seq + 1
+        return found
+
+
+ArchiveDir = Path | Archived
+"""An archive directory, or its manifest already read."""
+
+
+def _archived(directory: ArchiveDir) -> Archived:
+    return directory if isinstance(directory, Archived) else Archived(directory)
+
+
+def archived_partitions(directory: ArchiveDir | None) -> set[str]:
     """The partitions the archive in `directory` holds segments of.
 
     Raises:
         ArchiveError: the manifest is unreadable.
     """
-    return set() if directory is None else {segment.chain for segment in _manifest(directory)}
+    return set() if directory is None else _archived(directory).partitions()
 
 
-def segments(directory: Path, partition: str | None = UNPARTITIONED) -> list[Segment]:
+def segments(directory: ArchiveDir, partition: str | None = UNPARTITIONED) -> list[Segment]:
     """The segments of `partition` the manifest in `directory` names, in seq order ([] when none).
 
     Raises:
         ArchiveError: the manifest is unreadable, or the partition's segments do not follow each other.
     """
-    chain_name = partition or UNPARTITIONED
-    found = [segment for segment in _manifest(directory) if segment.chain == chain_name]
-    expected = 1
-    for segment in found:
-        if segment.first_seq != expected or segment.last_seq < segment.first_seq:
-            raise _gap(directory, segment, expected)
-        expected = segment.last_seq + 1
-    return found
+    return _archived(directory).segments(partition)
 
 
-def archived_seq(directory: Path | None, partition: str | None = UNPARTITIONED) -> int:
+def archived_seq(directory: ArchiveDir | None, partition: str | None = UNPARTITIONED) -> int:
     """The last seq of `partition` the archive in `directory` holds (0: none)."""
     if directory is None:
         return 0
@@ -198,7 +232,7 @@ def archived_seq(directory: Path | None, partition: str | None = UNPARTITIONED) 
     return found[-1].last_seq if found else 0
 
 
-def read_archive(directory: Path, partition: str | None = UNPARTITIONED) -> Iterator[ArchivedRow]:
+def read_archive(directory: ArchiveDir, partition: str | None = UNPARTITIONED) -> Iterator[ArchivedRow]:
     """Every archived event of `partition` in its seq order, each file checked against the manifest
     before it is read.
 
@@ -208,8 +242,9 @@ def read_archive(directory: Path, partition: str | None = UNPARTITIONED) -> Iter
         ArchiveError: a file is missing, or is not the file the manifest names (its sha256 differs).
     """
     chain_name = partition or UNPARTITIONED
-    for segment in segments(directory, chain_name):
-        path = directory / segment.file
+    index = _archived(directory)
+    for segment in index.segments(chain_name):
+        path = index.directory / segment.file
         where = f"archive file {path} (seqs {segment.first_seq}-{segment.last_seq})"
         try:
             data = path.read_bytes()
@@ -240,7 +275,7 @@ def read_archive(directory: Path, partition: str | None = UNPARTITIONED) -> Iter
         yield from rows
 
 
-def log_rows(conn: Connection, directory: Path | None, partitions: Iterable[str]) -> Iterator[Any]:
+def log_rows(conn: Connection, directory: ArchiveDir | None, partitions: Iterable[str]) -> Iterator[Any]:
     """Every event of `partitions` in the log's global seq order: of each, the events archived in
     `directory` first, then those in the database after them.
 
@@ -248,9 +283,10 @@ def log_rows(conn: Connection, directory: Path | None, partitions: Iterable[str]
         ArchiveError: as `read_archive`.
     """
     streams = []
+    index = None if directory is None else _archived(directory)
     for partition in sorted(set(partitions)):
-        archived: Iterator[Any] = read_archive(directory, partition) if directory is not None else iter(())
-        done = archived_seq(directory, partition)
+        archived: Iterator[Any] = read_archive(index, partition) if index is not None else iter(())
+        done = archived_seq(index, partition)
         streams.append(chain(archived, partition_rows(conn, partition, done)))
     # Each partition's seqs grow along its chain, so merging the chains by seq is the global order.
     return heapq.merge(*streams, key=lambda row: row.seq)

@@ -423,9 +423,10 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
                     select(events.c.partition, func.min(events.c.pseq)).group_by(events.c.partition)
                 )
             }
-            partitions = set(heads) | set(firsts) | archiving.archived_partitions(archive)
+            index = None if archive is None else archiving.Archived(archive)  # the manifest, read once
+            partitions = set(heads) | set(firsts) | archiving.archived_partitions(index)
             for partition in sorted(partitions):
-                done = archiving.archived_seq(archive, partition)
+                done = archiving.archived_seq(index, partition)
                 first = firsts.get(partition, heads.get(partition, 0) + 1)
                 if first > done + 1:
                     where = f"{archive} holds events up to seq {done}" if archive else "no archive was given"
@@ -440,7 +441,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
             for table in PROJECTION_TABLES:
                 conn.execute(delete(table))
             replayed = 0
-            for row in archiving.log_rows(conn, archive, partitions):
+            for row in archiving.log_rows(conn, index, partitions):
                 try:
                     event = parse_event(envelope_of(row))
                 except ValidationError as exc:
