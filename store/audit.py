@@ -64,8 +64,12 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | Non
             return _archive_finding(exc)
         single = partitions == [UNPARTITIONED]
         report, anchored, anchored_seq = AuditReport(True, 0), 0, 0
+        claims: dict[str, list[tuple[PartitionClaim, Anchor]]] = {}
+        for anchor in anchors:  # once: each partition's walk reads its own claims only
+            for claim in anchor.claims():
+                claims.setdefault(claim.partition, []).append((claim, anchor))
         for partition in partitions:
-            vouched = _Vouched(anchors, partition)
+            vouched = _Vouched(claims.get(partition, []), partition)
             found = _verify_chain(conn, partition, vouched, follower if single else None, index)
             report = replace(
                 found,
@@ -235,11 +239,10 @@ def _walk_chain(
 class _Vouched:
     """What the anchors say each seq's hash in one partition is, checked as the walk reaches it."""
 
-    def __init__(self, anchors: Iterable[Anchor], partition: str) -> None:
+    def __init__(self, claims: list[tuple[PartitionClaim, Anchor]], partition: str) -> None:
+        """`claims`: what each anchor vouches for in `partition`."""
         self.partition = partition
-        self.claims = [
-            (claim, anchor) for anchor in anchors for claim in anchor.claims() if claim.partition == partition
-        ]
+        self.claims = claims
         self.log_ids = [(anchor.log_id, anchor) for claim, anchor in self.claims] if not partition else []
         self._digests: dict[int, list[tuple[str, Anchor]]] = {}
         self._heads: dict[int, list[tuple[str, PartitionClaim, Anchor]]] = {}
