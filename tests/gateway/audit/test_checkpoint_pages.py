@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from joserfc import jws
 from joserfc.jwk import OKPKey
 
@@ -35,6 +36,7 @@ from store.commands import EnqueueOutbox
 from store.events import format_ts
 from store.partitions import Partitioning
 from tests.gateway.audit.test_partition_checkpoints import _reseal_from
+from tests.gateway.cli.test_cli_audit import config_for, writ
 from tests.postgres import fresh_store
 from tests.store.builders import call_request
 
@@ -259,3 +261,42 @@ def test_a_page_after_the_first_that_signs_partition_of_no_tenant_is_refused(tmp
 
     with pytest.raises(CheckpointUnverifiable, match='partition "" is signed on page 1 only'):
         parse(line, trusted_keys(tmp_path / "trusted.jwks"), "x:1")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def configured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    """A config naming a fresh store of either kind partitioned by tenant, with 800 partitions."""
+    with fresh_store(request, tmp_path, partitioning=Partitioning("tenant")) as (url, opened):
+        config = config_for(tmp_path, url)
+        settings = yaml.safe_load(config.read_text())
+        settings["store"]["log"] = {"partition_by": "tenant"}
+        config.write_text(yaml.safe_dump(settings))
+        add_partitions(opened, TENANTS)
+        yield str(config), opened
+
+
+def test_the_cli_checkpoints_800_partitions_in_pages_verifies_them_and_refuses_a_page_missing(
+    configured: tuple[str, Store], tmp_path: Path
+) -> None:
+    config, _ = configured
+
+    made = writ("audit", "checkpoint", "-c", config)
+
+    assert made.exit_code == 0, made.output
+    assert f"checkpoint at seq 0 and the heads of {TENANTS} other partitions" in made.output
+    assert "signed lines (pages)" in made.output
+    verified = writ("audit", "verify", "-c", config)
+    assert verified.exit_code == 0, verified.output
+    assert f"anchored {3 * TENANTS} events across the log's partitions by 1 checkpoint " in verified.output
+    (path,) = (tmp_path / "checkpoints").glob("*.jws")
+    lines = path.read_text().splitlines()
+    path.write_text("".join(f"{line}\n" for line in lines[:-1]))  # the last page lost
+
+    refused = writ("audit", "verify", "-c", config)
+
+    assert refused.exit_code == 1
+    assert f"UNVERIFIABLE: checkpoint {path}:1 does not verify: page 1 of {len(lines)}" in refused.output
+    assert f"page {len(lines)} missing" in refused.output
+    archived = writ("store", "archive", "--to", str(tmp_path / "archive"), "-c", config)
+    assert archived.exit_code == 2 and "cannot archive" in archived.output
+    assert not (tmp_path / "archive" / "manifest.jsonl").exists()  # nothing moved
