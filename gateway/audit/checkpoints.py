@@ -348,23 +348,27 @@ def read_all(paths: Iterable[str | Path], keys: KeySet) -> list[Checkpoint]:
 
 
 def assemble(pages: Sequence[tuple[Checkpoint, str]]) -> Checkpoint:
-    """One checkpoint of the lines of its pages (each parsed alone, with where it was read).
+    """One checkpoint of the lines of its pages (each parsed alone, with where it was read; at least
+    one, and lines of whole checkpoints are not pages and are left out).
 
     Raises:
         CheckpointUnverifiable: a page is missing, or the pages are not of one checkpoint.
     """
-    ordered = sorted(pages, key=lambda found: found[0].page.number if found[0].page else 0)
-    first, where = ordered[0]
-    assert first.page is not None
-    made = f"made {first.at} by {first.writer}, set {first.page.set}"
+    placed = sorted(
+        ((checkpoint.page, checkpoint, where) for checkpoint, where in pages if checkpoint.page is not None),
+        key=lambda found: found[0].number,
+    )
+    page, first, where = placed[0]
+    ordered = [(checkpoint, at) for _, checkpoint, at in placed]
+    made = f"made {first.at} by {first.writer}, set {page.set}"
     try:
-        lacking = missing([checkpoint.page for checkpoint, _ in ordered if checkpoint.page is not None])
+        lacking = missing([placed_page for placed_page, _, _ in placed])
     except ValueError as exc:
         raise CheckpointUnverifiable(where, f"a page of a checkpoint of several ({made}): {exc}") from None
     if lacking:
         raise CheckpointUnverifiable(
             where,
-            f"page {first.page.number} of {first.page.of} of one checkpoint ({made}); "
+            f"page {page.number} of {page.of} of one checkpoint ({made}); "
             f"page{'s' if len(lacking) > 1 else ''} {', '.join(map(str, lacking))} missing: the heads of "
             "the partitions there would be vouched for by older checkpoints alone",
         )
