@@ -42,13 +42,14 @@ class Page:
     of: int
 
 
-def paginate(payload: dict[str, Any], limit: int = PAGE_BYTES) -> list[dict[str, Any]]:
+def paginate(payload: dict[str, Any], limit: int | None = None) -> list[dict[str, Any]]:
     """`payload`, a version 1 checkpoint (other partitions under `heads`), as the payloads of its lines:
-    itself if its canonical JSON fits in `limit` bytes, else its pages in order.
+    itself if its canonical JSON fits in `limit` bytes (default `PAGE_BYTES`), else its pages in order.
 
     A head too big for a page of its own still gets one (the signer's cover bound keeps it from
     happening: 5,000 digests are about 54 KB).
     """
+    limit = PAGE_BYTES if limit is None else limit
     whole = canonical_json(payload).encode("utf-8")
     if len(whole) <= limit:
         return [payload]

@@ -17,6 +17,7 @@ import yaml
 from joserfc import jws
 from joserfc.jwk import OKPKey
 
+from gateway.audit import pages
 from gateway.audit.checkpointer import Checkpointer, announce
 from gateway.audit.checkpoints import (
     ALGORITHM,
@@ -41,7 +42,11 @@ from tests.postgres import fresh_store
 from tests.store.builders import call_request
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-TENANTS = 800
+TENANTS = 40
+SMALL_PAGE_BYTES = 2_500
+"""Pages this small put the heads of `TENANTS` partitions on three or more lines, so that each test
+builds 40 partitions instead of the 800 that `PAGE_BYTES` takes (one test builds those)."""
+WIDE = 800
 JWS_PAYLOAD_BOUND = 128_000
 """joserfc's bound on a compact JWS's base64 payload: what one line of the old form passed."""
 
@@ -58,9 +63,15 @@ def add_partitions(store: Store, tenants: int, prefix: str = "c") -> None:
         store.admit(call_request(tool_call_id=name, idempotency_key=name, tenant=tenant(n), run_id=f"r{n}"))
 
 
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pages, "PAGE_BYTES", SMALL_PAGE_BYTES)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """Partitioned by tenant, 800 partitions of 3 events each; partition "" is empty."""
+def store(request: pytest.FixtureRequest, tmp_path: Path, small_pages: None) -> Iterator[Store]:
+    """Partitioned by tenant, `TENANTS` partitions of 3 events each, on small pages; partition "" is
+    empty."""
     with fresh_store(request, tmp_path, partitioning=Partitioning("tenant")) as (_, opened):
         add_partitions(opened, TENANTS)
         yield opened
@@ -87,25 +98,45 @@ def payload(line: str) -> dict[str, Any]:
 
 
 def test_a_checkpoint_of_800_partitions_is_signed_in_pages_under_the_jws_bound_and_verifies(
+    tmp_path: Path,
+) -> None:
+    # Real pages (`PAGE_BYTES`): one line of 800 heads is over joserfc's bound, which the old form
+    # failed on (ExceededSizeError). SQLite only: the pages do not depend on the store.
+    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}", partitioning=Partitioning("tenant")) as wide:
+        wide.migrate()
+        add_partitions(wide, WIDE)
+        made, path = checkpoint(wide, tmp_path)
+
+        lines = path.read_text().splitlines()
+        assert len(lines) == len(made.lines) >= 2
+        assert all(len(line.split(".")[1]) <= JWS_PAYLOAD_BOUND for line in lines)
+        assert sum(len(line.split(".")[1]) for line in lines) > JWS_PAYLOAD_BOUND  # one line would not do
+        signed = [payload(line) for line in lines]
+        assert [p["page"] for p in signed] == [[k, len(signed)] for k in range(1, len(signed) + 1)]
+        assert len({p["set"] for p in signed}) == 1 and {p["v"] for p in signed} == {2}
+        assert sum(len(p["heads"]) for p in signed) == WIDE  # each head on one page
+        (found,) = read(tmp_path)
+        assert len(found.anchor.heads) == WIDE and found.lines == tuple(lines)
+        assert {(h.partition, h.seq, len(h.digests)) for h in found.anchor.heads} == {
+            (f"t:{tenant(n)}", 3, 3) for n in range(WIDE)
+        }
+        report = wide.verify([found.anchor])
+        assert report.ok, report
+        assert (report.anchored_events, report.unanchored_events) == (3 * WIDE, 0)
+
+
+def test_small_pages_split_the_heads_of_the_tests_partitions_over_three_lines_or_more(
     store: Store, tmp_path: Path
 ) -> None:
-    made, path = checkpoint(store, tmp_path)
+    made, _ = checkpoint(store, tmp_path)
 
-    lines = path.read_text().splitlines()
-    assert len(lines) == len(made.lines) >= 2
-    assert all(len(line.split(".")[1]) <= JWS_PAYLOAD_BOUND for line in lines)
-    pages = [payload(line) for line in lines]
-    assert [p["page"] for p in pages] == [[k, len(pages)] for k in range(1, len(pages) + 1)]
-    assert len({p["set"] for p in pages}) == 1 and {p["v"] for p in pages} == {2}
-    assert sum(len(p["heads"]) for p in pages) == TENANTS  # each head on one page
+    assert len(made.lines) >= 3
+    assert all(
+        len(base64.urlsafe_b64decode(line.split(".")[1] + "==")) <= SMALL_PAGE_BYTES for line in made.lines
+    )
     (found,) = read(tmp_path)
-    assert len(found.anchor.heads) == TENANTS and found.lines == tuple(lines)
-    assert {(h.partition, h.seq, len(h.digests)) for h in found.anchor.heads} == {
-        (f"t:{tenant(n)}", 3, 3) for n in range(TENANTS)
-    }
-    report = store.verify([found.anchor])
-    assert report.ok, report
-    assert (report.anchored_events, report.unanchored_events) == (3 * TENANTS, 0)
+    assert len(found.anchor.heads) == TENANTS
+    assert store.verify([found.anchor]).ok
 
 
 def test_a_head_rewritten_in_a_partition_on_the_last_page_is_named_at_its_seq(
@@ -202,7 +233,7 @@ def test_the_periodic_checkpointer_writes_pages_and_covers_each_partition_from_i
     assert store.verify([c.anchor for c in read(tmp_path)]).ok
 
 
-def test_checkpoints_of_one_line_and_of_pages_verify_side_by_side(tmp_path: Path) -> None:
+def test_checkpoints_of_one_line_and_of_pages_verify_side_by_side(tmp_path: Path, small_pages: None) -> None:
     with Store.open(f"sqlite:///{tmp_path / 'writ.db'}", partitioning=Partitioning("tenant")) as small:
         small.migrate()
         add_partitions(small, 3)
@@ -264,8 +295,11 @@ def test_a_page_after_the_first_that_signs_partition_of_no_tenant_is_refused(tmp
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def configured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    """A config naming a fresh store of either kind partitioned by tenant, with 800 partitions."""
+def configured(
+    request: pytest.FixtureRequest, tmp_path: Path, small_pages: None
+) -> Iterator[tuple[str, Store]]:
+    """A config naming a fresh store of either kind partitioned by tenant, with `TENANTS` partitions
+    on small pages (the command runs in this process)."""
     with fresh_store(request, tmp_path, partitioning=Partitioning("tenant")) as (url, opened):
         config = config_for(tmp_path, url)
         settings = yaml.safe_load(config.read_text())
@@ -275,7 +309,7 @@ def configured(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple
         yield str(config), opened
 
 
-def test_the_cli_checkpoints_800_partitions_in_pages_verifies_them_and_refuses_a_page_missing(
+def test_the_cli_checkpoints_partitions_in_pages_verifies_them_and_refuses_a_page_missing(
     configured: tuple[str, Store], tmp_path: Path
 ) -> None:
     config, _ = configured
