@@ -99,50 +99,132 @@ def _manifest(directory: Path) -> list[Segment]:
     path = directory / MANIFEST
     if not path.exists():
         return []
-    found: list[Segment] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [_segment(path, number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+
+
+def _segment(path: Path, number: int, line: str) -> Segment:
+    try:
+        return Segment(**json.loads(line))
+    except (ValueError, TypeError) as exc:
+        raise ArchiveError(f"{path} line {number} is not a segment this Writ reads: {exc}", 1) from None
+
+
+def _gap(directory: Path, segment: Segment, expected: int) -> ArchiveError:
+    return ArchiveError(
+        f"{directory / MANIFEST}: segment {segment.file} covers seqs {segment.first_seq}-"
+        f"{segment.last_seq}, the one before ends at {expected - 1}",
+        expected,
+        "deleted",
+        segment.chain,
+    )
+
+
+class Manifest:
+    """The manifest of a directory as one archiving run follows it: read whole once, then only the lines
+    appended since (the manifest is append-only, and every archiver appends holding partition ""'s
+    head), so that a run over many partitions does not parse it again for each one."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._read = 0
+        """Bytes of the file read so far: complete lines only."""
+        self._lines = 0
+        self._last: dict[str, int] = {}
+
+    def refresh(self) -> None:
+        """Read what was appended since the last refresh.
+
+        Raises:
+            ArchiveError: a new line is unreadable, or a partition's segments do not follow each other.
+        """
+        path = self._directory / MANIFEST
         try:
-            segment = Segment(**json.loads(line))
-        except (ValueError, TypeError) as exc:
-            raise ArchiveError(f"{path} line {number} is not a segment this Writ reads: {exc}", 1) from None
-        found.append(segment)
-    return found
+            with path.open("rb") as fh:
+                if os.fstat(fh.fileno()).st_size < self._read:  # not appended to: read it all again
+                    self._read, self._lines, self._last = 0, 0, {}
+                fh.seek(self._read)
+                tail = fh.read()
+        except FileNotFoundError:
+            self._read, self._lines, self._last = 0, 0, {}
+            return
+        complete = tail[: tail.rfind(b"\n") + 1]
+        for line in complete.decode("utf-8").splitlines():
+            self._lines += 1
+            if not line.strip():
+                continue
+            segment = _segment(path, self._lines, line)
+            expected = self._last.get(segment.chain, 0) + 1
+            if segment.first_seq != expected or segment.last_seq < segment.first_seq:
+                raise _gap(self._directory, segment, expected)
+            self._last[segment.chain] = segment.last_seq
+        self._read += len(complete)
+
+    def archived_seq(self, partition: str) -> int:
+        """The last seq of `partition` archived, as of the last refresh (0: none)."""
+        return self._last.get(partition, 0)
 
 
-def archived_partitions(directory: Path | None) -> set[str]:
+class Archived:
+    """The manifest of an archive directory read once, its segments by partition: verify and rebuild
+    read every partition's, and parsing the manifest again for each costs partitions x segments."""
+
+    def __init__(self, directory: Path) -> None:
+        """Read the manifest of `directory`.
+
+        Raises:
+            ArchiveError: the manifest is unreadable.
+        """
+        self.directory = directory
+        self._chains: dict[str, list[Segment]] = {}
+        for segment in _manifest(directory):
+            self._chains.setdefault(segment.chain, []).append(segment)
+
+    def partitions(self) -> set[str]:
+        return set(self._chains)
+
+    def segments(self, partition: str | None = UNPARTITIONED) -> list[Segment]:
+        """As `segments`.
+
+        Raises:
+            ArchiveError: the partition's segments do not follow each other.
+        """
+        found = list(self._chains.get(partition or UNPARTITIONED, ()))
+        expected = 1
+        for segment in found:
+            if segment.first_seq != expected or segment.last_seq < segment.first_seq:
+                raise _gap(self.directory, segment, expected)
+            expected = segment.last_seq + 1
+        return found
+
+
+ArchiveDir = Path | Archived
+"""An archive directory, or its manifest already read."""
+
+
+def _archived(directory: ArchiveDir) -> Archived:
+    return directory if isinstance(directory, Archived) else Archived(directory)
+
+
+def archived_partitions(directory: ArchiveDir | None) -> set[str]:
     """The partitions the archive in `directory` holds segments of.
 
     Raises:
         ArchiveError: the manifest is unreadable.
     """
-    return set() if directory is None else {segment.chain for segment in _manifest(directory)}
+    return set() if directory is None else _archived(directory).partitions()
 
 
-def segments(directory: Path, partition: str | None = UNPARTITIONED) -> list[Segment]:
+def segments(directory: ArchiveDir, partition: str | None = UNPARTITIONED) -> list[Segment]:
     """The segments of `partition` the manifest in `directory` names, in seq order ([] when none).
 
     Raises:
         ArchiveError: the manifest is unreadable, or the partition's segments do not follow each other.
     """
-    chain_name = partition or UNPARTITIONED
-    found = [segment for segment in _manifest(directory) if segment.chain == chain_name]
-    expected = 1
-    for segment in found:
-        if segment.first_seq != expected or segment.last_seq < segment.first_seq:
-            raise ArchiveError(
-                f"{directory / MANIFEST}: segment {segment.file} covers seqs {segment.first_seq}-"
-                f"{segment.last_seq}, the one before ends at {expected - 1}",
-                expected,
-                "deleted",
-                chain_name,
-            )
-        expected = segment.last_seq + 1
-    return found
+    return _archived(directory).segments(partition)
 
 
-def archived_seq(directory: Path | None, partition: str | None = UNPARTITIONED) -> int:
+def archived_seq(directory: ArchiveDir | None, partition: str | None = UNPARTITIONED) -> int:
     """The last seq of `partition` the archive in `directory` holds (0: none)."""
     if directory is None:
         return 0
@@ -150,7 +232,7 @@ def archived_seq(directory: Path | None, partition: str | None = UNPARTITIONED) 
     return found[-1].last_seq if found else 0
 
 
-def read_archive(directory: Path, partition: str | None = UNPARTITIONED) -> Iterator[ArchivedRow]:
+def read_archive(directory: ArchiveDir, partition: str | None = UNPARTITIONED) -> Iterator[ArchivedRow]:
     """Every archived event of `partition` in its seq order, each file checked against the manifest
     before it is read.
 
@@ -160,8 +242,9 @@ def read_archive(directory: Path, partition: str | None = UNPARTITIONED) -> Iter
         ArchiveError: a file is missing, or is not the file the manifest names (its sha256 differs).
     """
     chain_name = partition or UNPARTITIONED
-    for segment in segments(directory, chain_name):
-        path = directory / segment.file
+    index = _archived(directory)
+    for segment in index.segments(chain_name):
+        path = index.directory / segment.file
         where = f"archive file {path} (seqs {segment.first_seq}-{segment.last_seq})"
         try:
             data = path.read_bytes()
@@ -192,7 +275,7 @@ def read_archive(directory: Path, partition: str | None = UNPARTITIONED) -> Iter
         yield from rows
 
 
-def log_rows(conn: Connection, directory: Path | None, partitions: Iterable[str]) -> Iterator[Any]:
+def log_rows(conn: Connection, directory: ArchiveDir | None, partitions: Iterable[str]) -> Iterator[Any]:
     """Every event of `partitions` in the log's global seq order: of each, the events archived in
     `directory` first, then those in the database after them.
 
@@ -200,9 +283,10 @@ def log_rows(conn: Connection, directory: Path | None, partitions: Iterable[str]
         ArchiveError: as `read_archive`.
     """
     streams = []
+    index = None if directory is None else _archived(directory)
     for partition in sorted(set(partitions)):
-        archived: Iterator[Any] = read_archive(directory, partition) if directory is not None else iter(())
-        done = archived_seq(directory, partition)
+        archived: Iterator[Any] = read_archive(index, partition) if index is not None else iter(())
+        done = archived_seq(index, partition)
         streams.append(chain(archived, partition_rows(conn, partition, done)))
     # Each partition's seqs grow along its chain, so merging the chains by seq is the global order.
     return heapq.merge(*streams, key=lambda row: row.seq)
@@ -216,6 +300,7 @@ def archive(
     before: datetime,
     limit: int = SEGMENT_EVENTS,
     partition: str = UNPARTITIONED,
+    done: int | None = None,
 ) -> Segment | None:
     """Move the oldest sealed events of `partition`, up to its seq `upto_seq` and older than `before`,
     to a file in `directory`; the caller holds the partition's head.
@@ -225,12 +310,16 @@ def archive(
     in the caller's transaction; a run that died between the two finds its file on the next run and
     deletes what it holds then. Returns the segment written, or None when nothing may go yet.
 
+    `done`: the last seq of the partition archived in `directory`, when the caller read the manifest
+    holding the heads (`Manifest`); else it is read here.
+
     Raises:
         ArchiveError: the archive in `directory` is not this log's beginning.
     """
     directory.mkdir(parents=True, exist_ok=True)
     mine = events.c.partition == partition
-    done = archived_seq(directory, partition)
+    if done is None:
+        done = archived_seq(directory, partition)
     first = conn.execute(select(func.min(events.c.pseq)).where(mine)).scalar()
     if done:
         if first is not None and first <= done:

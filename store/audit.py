@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from store import events as ev
-from store.archive import ArchiveError, archived_partitions, archived_seq, log_rows, read_archive
+from store.archive import Archived, ArchiveError, archived_partitions, archived_seq, log_rows, read_archive
 from store.grammar import Grammar
 from store.log import envelope_of, partition_rows
 from store.model import (
@@ -58,14 +58,19 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | Non
     with Replay() as replay:
         follower = _Follower(replay)
         try:
-            partitions = _partitions(conn, anchors, archive)
+            index = None if archive is None else Archived(archive)  # the manifest, read once
+            partitions = _partitions(conn, anchors, index)
         except ArchiveError as exc:
             return _archive_finding(exc)
         single = partitions == [UNPARTITIONED]
         report, anchored, anchored_seq = AuditReport(True, 0), 0, 0
+        claims: dict[str, list[tuple[PartitionClaim, Anchor]]] = {}
+        for anchor in anchors:  # once: each partition's walk reads its own claims only
+            for claim in anchor.claims():
+                claims.setdefault(claim.partition, []).append((claim, anchor))
         for partition in partitions:
-            vouched = _Vouched(anchors, partition)
-            found = _verify_chain(conn, partition, vouched, follower if single else None, archive)
+            vouched = _Vouched(claims.get(partition, []), partition)
+            found = _verify_chain(conn, partition, vouched, follower if single else None, index)
             report = replace(
                 found,
                 events_checked=report.events_checked + found.events_checked,
@@ -84,14 +89,14 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | Non
         )
         if not single:  # each chain holds: replay the log in its global order
             try:
-                for row in log_rows(conn, archive, partitions):
+                for row in log_rows(conn, index, partitions):
                     follower.take(row.seq, envelope_of(row))
             except ArchiveError as exc:  # read once already: changed while verify ran
                 return _archive_finding(exc)
         return follower.finish(conn, report)
 
 
-def _partitions(conn: Connection, anchors: tuple[Anchor, ...], archive: Path | None) -> list[str]:
+def _partitions(conn: Connection, anchors: tuple[Anchor, ...], archive: Archived | None) -> list[str]:
     """Every partition a head row, an event, an anchor or the archive names, in order ("" first,
     even when all are gone)."""
     named = set(conn.execute(select(log_head.c.partition)).scalars())
@@ -159,7 +164,7 @@ class _Follower:
 
 
 def _verify_chain(
-    conn: Connection, partition: str, vouched: _Vouched, follower: _Follower | None, archive: Path | None
+    conn: Connection, partition: str, vouched: _Vouched, follower: _Follower | None, archive: Archived | None
 ) -> AuditReport:
     try:
         done = archived_seq(archive, partition)
@@ -234,11 +239,10 @@ def _walk_chain(
 class _Vouched:
     """What the anchors say each seq's hash in one partition is, checked as the walk reaches it."""
 
-    def __init__(self, anchors: Iterable[Anchor], partition: str) -> None:
+    def __init__(self, claims: list[tuple[PartitionClaim, Anchor]], partition: str) -> None:
+        """`claims`: what each anchor vouches for in `partition`."""
         self.partition = partition
-        self.claims = [
-            (claim, anchor) for anchor in anchors for claim in anchor.claims() if claim.partition == partition
-        ]
+        self.claims = claims
         self.log_ids = [(anchor.log_id, anchor) for claim, anchor in self.claims] if not partition else []
         self._digests: dict[int, list[tuple[str, Anchor]]] = {}
         self._heads: dict[int, list[tuple[str, PartitionClaim, Anchor]]] = {}

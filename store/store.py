@@ -423,9 +423,10 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
                     select(events.c.partition, func.min(events.c.pseq)).group_by(events.c.partition)
                 )
             }
-            partitions = set(heads) | set(firsts) | archiving.archived_partitions(archive)
+            index = None if archive is None else archiving.Archived(archive)  # the manifest, read once
+            partitions = set(heads) | set(firsts) | archiving.archived_partitions(index)
             for partition in sorted(partitions):
-                done = archiving.archived_seq(archive, partition)
+                done = archiving.archived_seq(index, partition)
                 first = firsts.get(partition, heads.get(partition, 0) + 1)
                 if first > done + 1:
                     where = f"{archive} holds events up to seq {done}" if archive else "no archive was given"
@@ -440,7 +441,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
             for table in PROJECTION_TABLES:
                 conn.execute(delete(table))
             replayed = 0
-            for row in archiving.log_rows(conn, archive, partitions):
+            for row in archiving.log_rows(conn, index, partitions):
                 try:
                     event = parse_event(envelope_of(row))
                 except ValidationError as exc:
@@ -459,25 +460,60 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
     ) -> archiving.Segment | None:
         """Move the oldest sealed events of one partition (up to the seq `upto_seq` names for it: an int
         for partition "", older than `before`, their calls settled; at most `limit`) to a file in
-        `directory`; None when none may go yet in any partition (see store.archive). Call it until None.
+        `directory`; None when none may go yet in any partition (see store.archive). Call it until None,
+        or take `archive_all`, which visits each partition once.
+
+        Raises:
+            ArchiveError: `directory` does not hold the archive of the beginning of a partition.
+        """
+        return next(self.archive_all(directory, upto_seq=upto_seq, before=before, limit=limit), None)
+
+    def archive_all(
+        self,
+        directory: Path,
+        *,
+        upto_seq: int | Mapping[str, int],
+        before: datetime,
+        limit: int = archiving.SEGMENT_EVENTS,
+    ) -> Iterator[archiving.Segment]:
+        """Each segment `archive` would move, partition by partition in name order, each committed
+        before it is yielded; a partition is left when it has nothing more to move, and one archived up
+        to its `upto_seq` already is not visited at all (no head taken, no query).
+
+        Each segment is moved in a transaction of its own holding partition ""'s head (one archiver at
+        a time writes the manifest) and its partition's: the writers of other partitions never wait.
 
         Raises:
             ArchiveError: `directory` does not hold the archive of the beginning of a partition.
         """
         _aware(before)
         upto = {UNPARTITIONED: upto_seq} if isinstance(upto_seq, int) else dict(upto_seq)
-        with _translated(), self._engine.begin() as conn:
-            # Partition "" first, always: one archiver at a time, so the manifest is written by one.
-            lock_head(conn, UNPARTITIONED)
-            known = set(conn.execute(select(log_head.c.partition)).scalars())
-            for partition in sorted(p for p, seq in upto.items() if seq > 0 and p in known):
-                lock_head(conn, partition)  # in sorted order: its writers wait while its events go
-                segment = archiving.archive(
-                    conn, directory, partition=partition, upto_seq=upto[partition], before=before, limit=limit
-                )
-                if segment is not None:
-                    return segment
-            return None
+        manifest = archiving.Manifest(directory)
+        with _translated():
+            manifest.refresh()
+            with self._engine.connect() as conn:
+                known = set(conn.execute(select(log_head.c.partition)).scalars())
+        for partition in sorted(p for p, seq in upto.items() if seq > 0 and p in known):
+            # The manifest only grows: a partition archived up to its seq stays so, read now or later.
+            while manifest.archived_seq(partition) < upto[partition]:
+                with _translated(), self._engine.begin() as conn:
+                    lock_head(conn, UNPARTITIONED)
+                    lock_head(conn, partition)
+                    manifest.refresh()  # another archiver may have moved some since
+                    segment = archiving.archive(
+                        conn,
+                        directory,
+                        partition=partition,
+                        upto_seq=upto[partition],
+                        before=before,
+                        limit=limit,
+                        done=manifest.archived_seq(partition),
+                    )
+                if segment is None:
+                    break
+                with _translated():
+                    manifest.refresh()
+                yield segment
 
     def _heads_of(self, identity: CallIdentity) -> frozenset[str]:
         """The partition a call's events go to, remembered for its later writes (a hint: see

@@ -41,19 +41,25 @@ class CheckpointOutbox(Protocol):
 
 
 def announce(outbox: CheckpointOutbox, made: Checkpoint, now: datetime) -> bool:
-    """Queue `made` for the checkpoints' webhook; False if it was queued before (same JWS, same id)."""
-    digest = hashlib.sha256(made.line.encode("ascii")).hexdigest()[:40]
-    payload = {
-        "type": TOPIC_CHECKPOINT,
-        "checkpoint": made.line,
-        "seq": made.anchor.seq,
-        "hash": made.anchor.hash,
-        "log": made.anchor.log_id,
-        "kid": made.kid,
-        "at": made.at,
-        "writer": made.writer,
-    }
-    return outbox.enqueue_outbox(EnqueueOutbox(f"ckpt_{digest}", TOPIC_CHECKPOINT, payload, now))
+    """Queue `made` for the checkpoints' webhook, one message a line (a checkpoint of several pages
+    sends each, with `page` [k, n]); False if every line was queued before (same JWS, same id)."""
+    queued = False
+    for number, line in enumerate(made.lines, start=1):
+        digest = hashlib.sha256(line.encode("ascii")).hexdigest()[:40]
+        payload = {
+            "type": TOPIC_CHECKPOINT,
+            "checkpoint": line,
+            "seq": made.anchor.seq,
+            "hash": made.anchor.hash,
+            "log": made.anchor.log_id,
+            "kid": made.kid,
+            "at": made.at,
+            "writer": made.writer,
+        }
+        if len(made.lines) > 1:
+            payload["page"] = [number, len(made.lines)]
+        queued |= outbox.enqueue_outbox(EnqueueOutbox(f"ckpt_{digest}", TOPIC_CHECKPOINT, payload, now))
+    return queued
 
 
 logger = logging.getLogger(__name__)
@@ -118,7 +124,13 @@ class Checkpointer:
         self._previous = {claim.partition: claim.seq for claim in made.anchor.claims()}
         self._last_total, self._last_at = sum(self._previous.values()), now
         self._anchored_at = now
-        logger.info("checkpoint at seq %d (kid %s) appended to %s", made.anchor.seq, made.kid, path)
+        logger.info(
+            "checkpoint at seq %d (kid %s, %d lines) appended to %s",
+            made.anchor.seq,
+            made.kid,
+            len(made.lines),
+            path,
+        )
         if self._outbox is not None:
             announce(self._outbox, made, now)
         return made

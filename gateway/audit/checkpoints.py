@@ -6,12 +6,14 @@ event hash since the writer's previous checkpoint, so that verify names the firs
 a partitioned log, partition "" is signed so (seq 0 while it has no event) and every other partition's
 head under `heads`, with the digests of its own events since the previous checkpoint.
 Someone who can rewrite the database cannot re-sign them without the private key, which is not in the
-database; verify checks the log against them (`store.audit`), knowing nothing of JOSE.
+database; verify checks the log against them (`store.audit`), knowing nothing of JOSE. A checkpoint
+of more partitions than one JWS holds is signed as several lines, its pages (gateway.audit.pages),
+and read back as one checkpoint, or refused when a page is missing.
 
-Files: one JWS per line in `<dir>/checkpoints-<YYYY-MM-DD>-<host>.jws`, appended with one write and
-an fsync, one file per host so replicas never interleave. Keys: the private key is an OKP JWK file
-(0600); trusted public keys are a JWKS file, appended to on rotation and never pruned, so older
-checkpoints verify by their kid.
+Files: one JWS per line in `<dir>/checkpoints-<YYYY-MM-DD>-<host>.jws`, a checkpoint's lines appended
+with one write and an fsync, one file per host so replicas never interleave. Keys: the private key is
+an OKP JWK file (0600); trusted public keys are a JWKS file, appended to on rotation and never pruned,
+so older checkpoints verify by their kid.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import Key, KeySet, OKPKey
 
+from gateway.audit.pages import ONE_LINE, Page, missing, page_of, paginate
 from gateway.errors import GatewayError
 from gateway.secret_files import create_once, private_dir
 from store.canonical import canonical_json
@@ -40,10 +43,11 @@ from store.ports import AuditLog
 
 ALGORITHM = "Ed25519"  # never "EdDSA": deprecated by RFC 9864, and joserfc warns on it
 TYPE = "writ-checkpoint+jws"
-VERSION = 1
+VERSION = ONE_LINE
 MAX_COVER = 5_000
-"""Digests per checkpoint at most: a line of about 72 KB, under joserfc's 128 KB bound on a JWS
-payload. Seqs before the cover are vouched for by the head hash alone (found, not named)."""
+"""Digests per checkpoint at most (about 54 KB of a line, whatever the partitions: so every head fits
+one page), which bounds the hashes read to make one. Seqs before the cover are vouched for by the
+head hash alone (found, not named)."""
 DIGEST_BYTES = 8
 
 
@@ -68,8 +72,11 @@ class Checkpoint:
     kid: str
     at: str
     writer: str
-    line: str = ""
-    """The signed JWS itself, as appended to the file and sent to the webhook."""
+    lines: tuple[str, ...] = ()
+    """The signed JWS itself, as appended to the file and sent to the webhook: one line, or each page
+    of a checkpoint of several in order."""
+    page: Page | None = None
+    """Where a line read alone (`parse`) sits in a checkpoint of several; None for a whole one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +153,35 @@ class CheckpointSigner:
         now: datetime,
         heads: Mapping[str, Cover] | None = None,
     ) -> str:
-        """A checkpoint of the log at `seq` of partition ""; `hashes` are its event hashes of seqs
-        `from_seq`+1 to `seq` (none: the hashes of its archived events are gone, the head vouches).
+        """A checkpoint of one line: as `sign_pages`, for one that fits one.
+
+        Raises:
+            CheckpointError: as `sign_pages`, or it takes more than one line.
+        """
+        lines = self.sign_pages(
+            log_id=log_id, seq=seq, hash_=hash_, from_seq=from_seq, hashes=hashes, now=now, heads=heads
+        )
+        if len(lines) != 1:
+            raise CheckpointError(f"the checkpoint takes {len(lines)} lines: sign it with sign_pages")
+        return lines[0]
+
+    def sign_pages(
+        self,
+        *,
+        log_id: str,
+        seq: int,
+        hash_: str,
+        from_seq: int,
+        hashes: Sequence[str],
+        now: datetime,
+        heads: Mapping[str, Cover] | None = None,
+    ) -> list[str]:
+        """The lines of a checkpoint of the log at `seq` of partition ""; `hashes` are its event hashes
+        of seqs `from_seq`+1 to `seq` (none: the hashes of its archived events are gone, the head vouches).
 
         `heads`: every other partition's head and event hashes (a partitioned log), signed with it; with
-        them, `seq` may be 0 (partition "" has no event yet: then `log_id` is the genesis hash).
+        them, `seq` may be 0 (partition "" has no event yet: then `log_id` is the genesis hash). One line
+        while it fits (`pages.PAGE_BYTES`), else its pages, each line signed alone.
 
         Raises:
             CheckpointError: the log is empty, the hashes are more than `MAX_COVER`, or some do not cover
@@ -184,9 +215,12 @@ class CheckpointSigner:
                 name: [c.seq, c.hash, c.from_seq, _digests(c.hashes)] for name, c in sorted(covers.items())
             }
         header = {"alg": ALGORITHM, "kid": self.kid, "typ": TYPE}
-        return jws.serialize_compact(
-            header, canonical_json(payload).encode("utf-8"), self._key, algorithms=[ALGORITHM]
-        )
+        return [
+            jws.serialize_compact(
+                header, canonical_json(page).encode("utf-8"), self._key, algorithms=[ALGORITHM]
+            )
+            for page in paginate(payload)
+        ]
 
     def _trust(self, key: OKPKey) -> None:
         keys = trusted_key_dicts(self._trusted_keys) if self._trusted_keys.exists() else []
@@ -257,22 +291,24 @@ def parse(line: str, keys: KeySet, source: str) -> Checkpoint:
         raise CheckpointUnverifiable(source, f"kid {kid}: {type(exc).__name__}: {exc}") from None
     try:
         payload = json.loads(verified.payload)
-        return replace(_checkpoint(payload, kid, source), line=line)
+        return replace(_checkpoint(payload, kid, source), lines=(line,))
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise CheckpointUnverifiable(source, f"signed, but the payload is malformed: {exc}") from None
 
 
-def append(directory: str | Path, line: str, now: datetime) -> Path:
-    """Append one checkpoint to this host's file of the day, with one write and an fsync.
+def append(directory: str | Path, lines: str | Sequence[str], now: datetime) -> Path:
+    """Append one checkpoint (its line, or all its pages' lines) to this host's file of the day, with
+    one write and an fsync.
 
     Raises:
         OSError: the directory cannot be made or the file written.
     """
     path = Path(directory) / f"checkpoints-{now.strftime('%Y-%m-%d')}-{socket.gethostname()}.jws"
     path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{line}\n" for line in ([lines] if isinstance(lines, str) else lines))
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, (line + "\n").encode("ascii"))
+        os.write(fd, text.encode("ascii"))
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -280,13 +316,15 @@ def append(directory: str | Path, line: str, now: datetime) -> Path:
 
 
 def read_all(paths: Iterable[str | Path], keys: KeySet) -> list[Checkpoint]:
-    """Every checkpoint in the given files and directories (`*.jws`), each verified, duplicates dropped.
+    """Every checkpoint in the given files and directories (`*.jws`), each verified, duplicates dropped,
+    the pages of each checkpoint of several lines read as one.
 
     Raises:
-        CheckpointUnverifiable: a line does not verify; it names file and line, and is never skipped.
+        CheckpointUnverifiable: a line does not verify, or a checkpoint lacks a page; it names file and
+            line, and is never skipped.
         CheckpointError: a path does not exist.
     """
-    found: dict[str, Checkpoint] = {}
+    found: dict[str, tuple[Checkpoint, str]] = {}
     for given in paths:
         path = Path(given)
         if path.is_dir():
@@ -299,13 +337,75 @@ def read_all(paths: Iterable[str | Path], keys: KeySet) -> list[Checkpoint]:
             for number, text in enumerate(file.read_text().splitlines(), start=1):
                 line = text.strip()
                 if line and line not in found:
-                    found[line] = parse(line, keys, f"{file}:{number}")
-    return sorted(found.values(), key=lambda c: (c.anchor.seq, c.at))
+                    found[line] = (parse(line, keys, f"{file}:{number}"), f"{file}:{number}")
+    whole = [checkpoint for checkpoint, _ in found.values() if checkpoint.page is None]
+    sets: dict[str, list[tuple[Checkpoint, str]]] = {}
+    for checkpoint, where in found.values():
+        if checkpoint.page is not None:
+            sets.setdefault(checkpoint.page.set, []).append((checkpoint, where))
+    whole.extend(assemble(pages) for pages in sets.values())
+    return sorted(whole, key=lambda c: (c.anchor.seq, c.at))
+
+
+def assemble(pages: Sequence[tuple[Checkpoint, str]]) -> Checkpoint:
+    """One checkpoint of the lines of its pages (each parsed alone, with where it was read; at least
+    one, and lines of whole checkpoints are not pages and are left out).
+
+    Raises:
+        CheckpointUnverifiable: a page is missing, or the pages are not of one checkpoint.
+    """
+    placed = sorted(
+        ((checkpoint.page, checkpoint, where) for checkpoint, where in pages if checkpoint.page is not None),
+        key=lambda found: found[0].number,
+    )
+    page, first, where = placed[0]
+    ordered = [(checkpoint, at) for _, checkpoint, at in placed]
+    made = f"made {first.at} by {first.writer}, set {page.set}"
+    try:
+        lacking = missing([placed_page for placed_page, _, _ in placed])
+    except ValueError as exc:
+        raise CheckpointUnverifiable(where, f"a page of a checkpoint of several ({made}): {exc}") from None
+    if lacking:
+        raise CheckpointUnverifiable(
+            where,
+            f"page {page.number} of {page.of} of one checkpoint ({made}); "
+            f"page{'s' if len(lacking) > 1 else ''} {', '.join(map(str, lacking))} missing: the heads of "
+            "the partitions there would be vouched for by older checkpoints alone",
+        )
+    heads: list[PartitionClaim] = []
+    for checkpoint, at in ordered:
+        anchor = checkpoint.anchor
+        if (anchor.log_id, checkpoint.at, checkpoint.writer, checkpoint.kid) != (
+            first.anchor.log_id,
+            first.at,
+            first.writer,
+            first.kid,
+        ):
+            raise CheckpointUnverifiable(at, f"a page of another log, moment, writer or key than {where}")
+        heads.extend(anchor.heads)
+    if len({claim.partition for claim in heads}) != len(heads):
+        raise CheckpointUnverifiable(where, f"two pages of one checkpoint ({made}) sign one partition")
+    source = f"{_lines_of([at for _, at in ordered])} (kid {first.kid}, made {first.at})"
+    anchor = replace(first.anchor, heads=tuple(sorted(heads, key=lambda c: c.partition)), source=source)
+    lines = tuple(line for checkpoint, _ in ordered for line in checkpoint.lines)
+    return replace(first, anchor=anchor, lines=lines, page=None)
+
+
+def _lines_of(places: Sequence[str]) -> str:
+    """`FILE:3-5` for pages read from lines 3 to 5 of one file, else every place."""
+    if len(set(places)) == 1:
+        return places[0]  # just written: the file alone
+    files = {place.rsplit(":", 1)[0] for place in places}
+    if len(files) == 1:
+        numbers = [place.rsplit(":", 1)[1] for place in places]
+        return f"{files.pop()}:{numbers[0]}-{numbers[-1]}"
+    return ", ".join(places)
 
 
 def _checkpoint(payload: dict[str, Any], kid: str, source: str) -> Checkpoint:
-    if payload["v"] != VERSION:
-        raise ValueError(f"version {payload['v']!r}, this Writ reads {VERSION}")
+    page = page_of(payload)
+    if page is not None and page.number > 1:  # partition "" is on page 1
+        payload = payload | {"seq": 0, "hash": GENESIS_HASH, "from_seq": 0, "digests": ""}
     seq, from_seq, log_id, hash_ = payload["seq"], payload["from_seq"], payload["log"], payload["hash"]
     signed_heads = payload.get("heads", {})
     if not isinstance(signed_heads, dict):
@@ -321,7 +421,7 @@ def _checkpoint(payload: dict[str, Any], kid: str, source: str) -> Checkpoint:
     heads = tuple(_head(str(name), given) for name, given in sorted(signed_heads.items()))
     source = f"{source} (kid {kid}, made {at})"
     anchor = Anchor(log_id, seq, hash_, from_seq, digests, source=source, heads=heads)
-    return Checkpoint(anchor, kid, at, str(payload["writer"]))
+    return Checkpoint(anchor, kid, at, str(payload["writer"]), page=page)
 
 
 def _read_digests(text: Any, from_seq: int, seq: int) -> tuple[str, ...]:
@@ -399,7 +499,8 @@ def write_checkpoint(
     now: datetime,
     previous: Mapping[str, int] | None = None,
 ) -> tuple[Checkpoint, Path]:
-    """Sign every partition's head and append it to this host's file in `directory`.
+    """Sign every partition's head and append it to this host's file in `directory`: one line, or as
+    many pages as it takes (gateway.audit.pages), in one write.
 
     The digests of each partition cover its events since `previous` (its seq there; default: the
     newest a checkpoint already in `directory` for this log vouches for), at most `MAX_COVER` in all,
@@ -436,11 +537,13 @@ def write_checkpoint(
         start, taken = _cover(log, name, max(min(previous.get(name, 0), at), at - room, 0), at)
         covers[name] = Cover(at, last_hash, start, taken)
         room -= at - start
-    line = signer.sign(
+    lines = signer.sign_pages(
         log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now, heads=covers
     )
-    path = append(directory, line, now)
-    return parse(line, keys, f"{path}"), path
+    path = append(directory, lines, now)
+    if len(lines) == 1:
+        return parse(lines[0], keys, f"{path}"), path
+    return assemble([(parse(line, keys, f"{path}"), f"{path}") for line in lines]), path
 
 
 def _cover(log: AuditLog, partition: str, from_seq: int, seq: int) -> tuple[int, list[str]]:

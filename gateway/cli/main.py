@@ -263,7 +263,7 @@ def store_archive(
     moved = []
     try:
         with _store(config) as store:
-            while (segment := store.archive(to, upto_seq=upto, before=before)) is not None:
+            for segment in store.archive_all(to, upto_seq=upto, before=before):
                 moved.append(segment)
                 where = f"partition {segment.partition!r} " if segment.partition else ""
                 typer.echo(
@@ -373,7 +373,8 @@ def audit_checkpoint(
         if settings.webhook is not None:  # the gateway's outbox worker sends it
             announce(store, made, CLOCK())
     others = f" and the heads of {len(made.anchor.heads)} other partitions" if made.anchor.heads else ""
-    typer.echo(f"checkpoint at seq {made.anchor.seq}{others} (kid {made.kid}) appended to {path}")
+    pages = f" in {len(made.lines)} signed lines (pages)" if len(made.lines) > 1 else ""
+    typer.echo(f"checkpoint at seq {made.anchor.seq}{others} (kid {made.kid}) appended to {path}{pages}")
     if settings.webhook is not None:
         typer.echo(f"queued for {settings.webhook.url}")
 

@@ -183,8 +183,8 @@ async def test_checkpoints_are_sent_to_their_own_webhook_signed_and_verifiable_b
     assert {note["type"] for note in sent} == {"audit.checkpoint"}
     made = [parse(note["checkpoint"], keys, "webhook") for note in sent]
     assert [m.anchor.seq for m in made] == [note["seq"] for note in sent]
-    on_disk = {c.line for c in read_all([tmp_path / "checkpoints"], keys)}
-    assert {m.line for m in made} <= on_disk  # the same signed lines as in the directory
+    on_disk = {line for c in read_all([tmp_path / "checkpoints"], keys) for line in c.lines}
+    assert {line for m in made for line in m.lines} <= on_disk  # the same signed lines as in the directory
     assert max(m.anchor.seq for m in made) <= head
     assert "topic=audit.checkpoint" in listing and f"approval={pending['approvalId']}" in listing
     again = resent(checkpoints_hook)  # the first answer was 503: sent again, the same message

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 
 from store import Anchor, PartitionClaim, Store
 from store.archive import MANIFEST, ArchiveError, Segment, segments
@@ -341,3 +341,46 @@ def test_genesis_anchor_for_an_empty_unpartitioned_part_names_no_log(tenants: St
 
     assert report.ok, report
     assert report.anchored_seq == 0 and report.anchored_events == 19
+
+
+def test_each_partition_is_archived_whole_and_a_run_with_nothing_new_visits_none_of_them(
+    store: Store, tmp_path: Path
+) -> None:
+    configure(store.engine, Partitioning("tenant"))
+    names = [f"tenant-{n:04d}" for n in range(40)]  # bench/checkpoints.py archives 1,000
+    for n, name in enumerate(names):
+        settle(store, f"c{n}", name, f"run-{n}")  # t:tenant-NNNN 1-4
+    blocked = names[-1]
+    store.admit(
+        call_request(
+            tool_call_id="open",
+            idempotency_key="open",
+            tenant=blocked,
+            run_id="run-39",
+            decision=REQUIRE_APPROVAL,
+        )
+    )  # t:tenant-0039 5-6, waiting for approval
+    heads = upto(store)
+    total = sum(heads.values())
+
+    moved = list(store.archive_all(tmp_path, upto_seq=heads, before=LATER))
+
+    assert sorted((s.chain, s.first_seq, s.last_seq, s.count) for s in moved) == [
+        (f"t:{name}", 1, 4, 4) for name in names
+    ]
+    assert in_database(store) == {f"t:{blocked}": (5, 2)}
+    report = store.verify(archive=tmp_path)
+    assert report.ok, report
+    assert report.events_checked == total
+    named: set[str] = set()
+
+    def note(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        values = parameters.values() if isinstance(parameters, dict) else parameters or ()
+        named.update(v for v in values if isinstance(v, str) and v.startswith("t:tenant-"))
+
+    event.listen(store.engine, "before_cursor_execute", note)
+    try:
+        assert store.archive(tmp_path, upto_seq=heads, before=LATER) is None
+    finally:
+        event.remove(store.engine, "before_cursor_execute", note)
+    assert named == {f"t:{blocked}"}  # the one partition with events its checkpoint vouches for left
