@@ -139,15 +139,19 @@ def id_text(stored: bytes) -> str:
 
 
 _DIGEST_TAIL = 0xFE
+_SHORT_DIGEST_TAIL = 0xFD
+# (first byte, hex digits at the end): the longer first, so a sha256 keeps its 0xFE form.
+_DIGEST_TAILS = ((_DIGEST_TAIL, 64), (_SHORT_DIGEST_TAIL, 40))
 _HEX = frozenset("0123456789abcdef")
 
 
 class DigestText(TypeDecorator[str]):
-    """Text that ends in a sha256 hex digest (an action hash, a derived key `derived:<hex>`): the
-    digest as its 32 bytes in the database instead of 64 characters; text in Python.
+    """Text that ends in a hex digest (an action hash `sha256:<64 hex>`, a derived key
+    `derived:<40 hex>`): the digest as its bytes in the database instead of its hex; text in Python.
 
-    Stored as byte 0xFE, the text before the digest and the digest's bytes; any other text as it is
-    (PostgreSQL: its UTF-8, which never holds byte 0xFE; SQLite: the text itself).
+    Stored as byte 0xFE, the text before the digest and the 32 bytes of a 64-digit digest, or byte
+    0xFD, the text before it and the 20 bytes of a 40-digit one (the gateway's derived keys); any other
+    text as it is (PostgreSQL: its UTF-8, which never holds byte 0xFE or 0xFD; SQLite: the text itself).
     """
 
     impl = String
@@ -173,16 +177,18 @@ class DigestText(TypeDecorator[str]):
 
 
 def digest_bytes(value: str) -> bytes | None:
-    """`value` as `DigestText` stores it, or None if it does not end in 64 lowercase hex digits."""
-    if len(value) < 64 or not _HEX.issuperset(value[-64:]):
-        return None
-    return bytes((_DIGEST_TAIL,)) + value[:-64].encode("utf-8") + bytes.fromhex(value[-64:])
+    """`value` as `DigestText` stores it, or None if it does not end in 40 lowercase hex digits."""
+    for marker, digits in _DIGEST_TAILS:
+        if len(value) >= digits and _HEX.issuperset(value[-digits:]):
+            return bytes((marker,)) + value[:-digits].encode("utf-8") + bytes.fromhex(value[-digits:])
+    return None
 
 
 def digest_text(stored: bytes) -> str:
     """The text `DigestText` stored."""
-    if stored[:1] == bytes((_DIGEST_TAIL,)) and len(stored) >= 33:
-        return stored[1:-32].decode("utf-8", "replace") + stored[-32:].hex()
+    for marker, digits in _DIGEST_TAILS:
+        if stored[:1] == bytes((marker,)) and len(stored) > digits // 2:
+            return stored[1 : -digits // 2].decode("utf-8", "replace") + stored[-digits // 2 :].hex()
     return stored.decode("utf-8", "replace")
 
 
