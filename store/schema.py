@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.types import TypeEngine
 
@@ -192,7 +193,16 @@ def digest_text(stored: bytes) -> str:
     return stored.decode("utf-8", "replace")
 
 
+def _only(condition: str) -> dict[str, Any]:
+    """A partial index's condition, on both stores."""
+    return {"sqlite_where": text(condition), "postgresql_where": text(condition)}
+
+
 metadata = MetaData()
+
+# The run_id indexes hold only calls in a run (0017): a call of a stateless client that names none
+# is in no run, and nothing looks up the calls or events of no run; `run_id = :id` uses them as before.
+_IN_A_RUN = _only("run_id IS NOT NULL")
 
 events = Table(
     "events",
@@ -230,7 +240,7 @@ events = Table(
     Column("partition", String(160), nullable=False, server_default=""),
     Column("pseq", BigInteger, nullable=False),
     Index("ux_events_partition_pseq", "partition", "pseq", unique=True),
-    Index("ix_events_run_id", "run_id"),
+    Index("ix_events_run_id", "run_id", **_IN_A_RUN),
     Index("ix_events_tool_call_id", "tool_call_id"),
     # (tenant, seq): one tenant's events in log order, as the audit export pages them.
     Index("ix_events_tenant_seq", "tenant", "seq"),
@@ -319,7 +329,7 @@ tool_calls = Table(
     Column("contract_hash", DigestText(80)),
     Index("ix_tool_calls_tenant_status", "tenant", "status"),
     Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
-    Index("ix_tool_calls_run_id", "run_id"),
+    Index("ix_tool_calls_run_id", "run_id", **_IN_A_RUN),
     Index("ix_tool_calls_created_at", "created_at"),
 )
 
