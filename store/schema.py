@@ -193,6 +193,33 @@ def digest_text(stored: bytes) -> str:
     return stored.decode("utf-8", "replace")
 
 
+_ESCAPED = "\x01"
+
+
+def stored_correlation(correlation_id: str | None, tool_call_id: str | None) -> str | None:
+    """A correlation id as `events` and `tool_calls` keep it: "" for the call's own id.
+
+    The gateway correlates a call in no run by its own tool_call_id, so each of its events and its
+    row would repeat those 31 characters. Read back with `read_correlation`, given the same
+    tool_call_id; a real "" or a text starting with byte 0x01 gets a 0x01 in front, so every value
+    reads back as it was written (rows written before hold neither form and read back as they are).
+    """
+    if correlation_id is None:
+        return None
+    if correlation_id == tool_call_id:
+        return ""
+    if not correlation_id or correlation_id.startswith(_ESCAPED):
+        return _ESCAPED + correlation_id
+    return correlation_id
+
+
+def read_correlation(stored: str | None, tool_call_id: str | None) -> str | None:
+    """The correlation id `stored_correlation` kept."""
+    if not stored:
+        return stored if stored is None or tool_call_id is None else tool_call_id
+    return stored[1:] if stored.startswith(_ESCAPED) else stored
+
+
 def _only(condition: str) -> dict[str, Any]:
     """A partial index's condition, on both stores."""
     return {"sqlite_where": text(condition), "postgresql_where": text(condition)}

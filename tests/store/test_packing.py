@@ -4,11 +4,15 @@ upgrades in place and still verifies, and a damaged packed value is a corrupt ev
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import uuid
 import zlib
+from datetime import timedelta
+from pathlib import Path
 
+import pytest
 from alembic import command
 from hypothesis import given
 from hypothesis import strategies as st
@@ -217,3 +221,44 @@ def test_keys_written_before_short_digests_are_converted_and_still_claim(own_sto
             call_request(tool_call_id=f"again-{n}", idempotency_key=_key(n))
         ).call.tool_call_id == (f"tc-{n}")
     assert store.verify().ok
+
+
+def _correlations(store: Store, table: str) -> list[str | None]:
+    with store.engine.connect() as conn:
+        return [row[0] for row in conn.exec_driver_sql(f"SELECT correlation_id FROM {table}")]
+
+
+@pytest.mark.parametrize(
+    ("correlation", "stored"), [("own", ""), ("", "\x01"), ("\x01x", "\x01\x01x"), ("corr-1", "corr-1")]
+)
+def test_a_correlation_id_reads_back_as_written_and_the_calls_own_id_is_stored_as_nothing(
+    store: Store, tmp_path: Path, correlation: str, stored: str
+) -> None:
+    # The gateway correlates a call in no run by its own tool_call_id; every event and the call's row
+    # would repeat it. Whatever the id, every reader gets it back: events, export, the call, the
+    # events written later from the call's row, an archive, verify and rebuild.
+    wanted = "tc-1" if correlation == "own" else correlation
+    store.admit(
+        call_request(
+            tool_call_id="tc-1", idempotency_key="k1", correlation_id=wanted, run_id=None, run_origin=None
+        )
+    )
+    store.record_outcome(outcome("tc-1", "completed", result={"n": 1}, now=NOW))
+
+    assert _correlations(store, "tool_calls") == [stored]
+    assert _correlations(store, "events") == [stored] * 3
+    assert [e.correlation_id for e in store.events()] == [wanted] * 3
+    assert [e["correlation_id"] for e in store.export()] == [wanted] * 3
+    assert store.get_call("tc-1").correlation_id == wanted  # type: ignore[union-attr]
+    assert store.verify().ok
+    before = store.get_call("tc-1")
+    store.rebuild()
+    assert store.get_call("tc-1") == before
+
+    head_seq, _ = store.log_head()
+    assert store.archive(tmp_path, upto_seq=head_seq, before=NOW + timedelta(days=400)) is not None
+    with gzip.open(next(tmp_path.glob("*.gz")), "rt") as archived:
+        assert {
+            json.loads(line)["correlation_id"] for line in archived if json.loads(line)["tool_call_id"]
+        } == {wanted}
+    assert store.verify(archive=tmp_path).ok
