@@ -9,7 +9,7 @@ import hashlib
 import json
 import uuid
 import zlib
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,9 +20,10 @@ from pytest import MonkeyPatch
 
 from store import Store, packing
 from store.canonical import canonical_json
-from store.events import new_event_id
+from store.events import format_ts, new_event_id
+from store.exporting import EventFilter
 from store.packing import DICTIONARY_1, PACKED_1, pack, unpack
-from store.schema import digest_bytes, digest_text, id_bytes, id_text
+from store.schema import digest_bytes, digest_text, id_bytes, id_text, time_bytes, time_text
 from tests.store import tamper
 from tests.store.builders import NOW, call_request, outcome
 
@@ -47,6 +48,24 @@ def test_the_dictionary_packed_rows_need_is_never_edited() -> None:
     assert hashlib.sha256(DICTIONARY_1).hexdigest() == (
         "7aeae9edb9e2b173e9dd954d85bd810e560169562ec03b1a95e370090395f25a"
     )
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))  # format_ts pads no year
+def test_an_event_time_takes_8_bytes_reads_back_as_written_and_sorts_as_its_text(moment: datetime) -> None:
+    text, later = (
+        format_ts(moment),
+        format_ts(moment + timedelta(microseconds=1)) if moment.year < 9999 else None,
+    )
+    stored = time_bytes(text)
+    assert stored is not None and len(stored) == 8 and time_text(stored) == text
+    if later is not None:
+        assert stored < (time_bytes(later) or b"")
+
+
+@given(st.text())
+def test_any_other_event_time_text_reads_back_as_it_is(value: str) -> None:
+    stored = time_bytes(value)
+    assert stored is None or time_text(stored) == value
 
 
 @given(st.one_of(st.text(), st.uuids().map(str), st.uuids().map(lambda u: str(u).upper())))
@@ -262,3 +281,20 @@ def test_a_correlation_id_reads_back_as_written_and_the_calls_own_id_is_stored_a
             json.loads(line)["correlation_id"] for line in archived if json.loads(line)["tool_call_id"]
         } == {wanted}
     assert store.verify(archive=tmp_path).ok
+
+
+def test_event_times_are_stored_as_8_bytes_and_the_exports_range_still_selects_by_time(store: Store) -> None:
+    for n, at in enumerate((NOW, NOW + timedelta(hours=1), NOW + timedelta(hours=2)), start=1):
+        store.admit(call_request(tool_call_id=f"tc-{n}", idempotency_key=f"k{n}", now=at))
+    assert {len(bytes(value)) for value in _stored(store, "occurred_at")} == {8}
+    middle = [
+        e["tool_call_id"]
+        for e in store.export(
+            EventFilter(since=NOW + timedelta(minutes=30), until=NOW + timedelta(minutes=90))
+        )
+    ]
+    assert set(middle) == {"tc-2"}
+    assert [e.occurred_at for e in store.events(tool_call_id="tc-3")][0] == format_ts(
+        NOW + timedelta(hours=2)
+    )
+    assert store.verify().ok
