@@ -223,7 +223,7 @@ def column_bytes(url: str) -> dict[str, dict[str, int]]:
                 table: {
                     col: int(
                         db.execute(
-                            f"SELECT coalesce(sum(length(CAST(\"{col}\" AS BLOB))), 0) FROM {table}"
+                            f'SELECT coalesce(sum(length(CAST("{col}" AS BLOB))), 0) FROM {table}'
                         ).fetchone()[0]
                     )
                     for (col,) in db.execute(f"SELECT name FROM pragma_table_info('{table}')")
@@ -246,7 +246,7 @@ def column_bytes(url: str) -> dict[str, dict[str, int]]:
             ]
             sums = conn.execute(
                 "SELECT "
-                + ", ".join(f"coalesce(sum(pg_column_size(\"{c}\")), 0)" for c in cols)
+                + ", ".join(f'coalesce(sum(pg_column_size("{c}")), 0)' for c in cols)
                 + f" FROM {table}"
             ).fetchone()
             assert sums is not None
