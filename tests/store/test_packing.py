@@ -298,3 +298,26 @@ def test_event_times_are_stored_as_8_bytes_and_the_exports_range_still_selects_b
         NOW + timedelta(hours=2)
     )
     assert store.verify().ok
+
+
+def test_a_calls_times_take_8_bytes_on_sqlite_and_read_back_as_written(store: Store) -> None:
+    later = NOW + timedelta(seconds=3, microseconds=7)
+    store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))
+    store.record_outcome(outcome("tc-1", "completed", result={"n": 1}, now=later))
+    store.admit(call_request(tool_call_id="tc-0", idempotency_key="k0", now=NOW - timedelta(days=1)))
+
+    call = store.get_call("tc-1")
+    assert call is not None and (call.created_at, call.updated_at) == (NOW, later)
+    assert [c.tool_call_id for c in store.list_calls()] == ["tc-1", "tc-0"]  # newest first, by created_at
+    if store.engine.dialect.name == "sqlite":  # PostgreSQL's timestamptz is 8 bytes already
+        for table, column in (
+            ("tool_calls", "created_at"),
+            ("tool_calls", "updated_at"),
+            ("effect_ledger", "claimed_at"),
+        ):
+            assert {len(bytes(value)) for value in _stored_in(store, table, column)} == {8}
+
+
+def _stored_in(store: Store, table: str, column: str) -> list[bytes | str]:
+    with store.engine.connect() as conn:
+        return [row[0] for row in conn.exec_driver_sql(f"SELECT {column} FROM {table}")]
