@@ -1,6 +1,8 @@
 """Payloads and a call's JSON columns are stored packed (store.packing) and event ids as 16 bytes
-(migration 0015): the text read back is the text that was hashed, a database of the previous head
-upgrades in place and still verifies, and a damaged packed value is a corrupt event, never a crash."""
+(migration 0015); derived keys, timestamps and a correlation id equal to the call's id in compact
+forms (0016, 0018, 0019, store.schema): the value read back is the value written (for an event, the
+text that was hashed), a database of an earlier head upgrades in place and still verifies, and a
+damaged packed value is a corrupt event, never a crash."""
 
 from __future__ import annotations
 
