@@ -116,6 +116,10 @@ def backend(workdir: Path) -> Iterator[Backend]:
         _stop(process)
 
 
+KEEP_SCHEMAS = False
+"""Leave each PostgreSQL schema behind (for `bench/store_bytes.py --db`); `bench/run.py --keep-stores`."""
+
+
 @contextlib.contextmanager
 def store_url(kind: str, workdir: Path) -> Iterator[str]:
     """A fresh store URL: a SQLite file, or a PostgreSQL schema created here and dropped afterwards."""
@@ -131,8 +135,9 @@ def store_url(kind: str, workdir: Path) -> Iterator[str]:
     try:
         yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
     finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        if not KEEP_SCHEMAS:
+            with engine.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
         engine.dispose()
 
 

@@ -660,6 +660,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
     parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
     parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")
+    parser.add_argument(
+        "--keep-stores",
+        action="store_true",
+        help="leave the PostgreSQL schemas behind (each writ.yaml under --workdir names its URL), for "
+        "bench/store_bytes.py --db; drop them yourself afterwards",
+    )
     args = parser.parse_args(argv)
     args.stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
@@ -671,6 +677,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.tree:
         processes.use_tree(Path(args.tree))
+    processes.KEEP_SCHEMAS = args.keep_stores
     load_before = os.getloadavg()
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:

@@ -1,6 +1,7 @@
 """Where a call's bytes go in the store: per table and index, payload against envelope, on both stores.
 
     python bench/store_bytes.py [--calls 1000] [--stores sqlite,postgres] [--tree DIR]
+    python bench/store_bytes.py --db URL [--db URL ...]
 
 No gateway: the calls are recorded through `Store` as the pipeline records them, the way the
 benchmark's MCP scenario makes them (one session run; a read with arguments of its own recorded in
@@ -11,6 +12,12 @@ them); PostgreSQL: `pg_relation_size` of each table, index and TOAST relation, a
 that every row is counted once. Then the events table's content: the payload's text against the rest
 of the row (the envelope), summed by the database itself (`length`, `pg_column_size`). `--tree DIR`
 imports `store/` from another source tree, to put two commits side by side.
+
+`--db URL` takes a store a real gateway wrote instead (`bench/run.py --workdir DIR` keeps each one:
+`DIR/*/writ-sqlite-1/writ.db`, and the PostgreSQL URL in `DIR/*/writ-postgres-1/writ.yaml`): every
+relation's size and every column's bytes of `events`, `tool_calls` and `effect_ledger`, divided by
+its calls (rows of `tool_calls`), and each payload type as stored against its text. These are totals,
+not growth: the first calls' pages and the tables nothing per call writes are in them.
 """
 
 from __future__ import annotations
@@ -205,6 +212,101 @@ def measure(name: str, kind: str, calls: int) -> tuple[dict[str, int], dict[str,
     return per_call, body, sum(grown.values())
 
 
+ACCOUNTED = ("events", "tool_calls", "effect_ledger")
+
+
+def column_bytes(url: str) -> dict[str, dict[str, int]]:
+    """Per table of `ACCOUNTED`, per column: the bytes its values take, as the database counts them."""
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+            return {
+                table: {
+                    col: int(
+                        db.execute(
+                            f'SELECT coalesce(sum(length(CAST("{col}" AS BLOB))), 0) FROM {table}'
+                        ).fetchone()[0]
+                    )
+                    for (col,) in db.execute(f"SELECT name FROM pragma_table_info('{table}')")
+                }
+                for table in ACCOUNTED
+            }
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        out = {}
+        for table in ACCOUNTED:
+            cols = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = current_schema() "
+                    "AND table_name = %s ORDER BY ordinal_position",
+                    (table,),
+                )
+            ]
+            sums = conn.execute(
+                "SELECT "
+                + ", ".join(f'coalesce(sum(pg_column_size("{c}")), 0)' for c in cols)
+                + f" FROM {table}"
+            ).fetchone()
+            assert sums is not None
+            out[table] = {c: int(v) for c, v in zip(cols, sums, strict=True)}
+        return out
+
+
+def payload_types(url: str) -> list[tuple[str, int, int, int]]:
+    """Per event type: events, bytes of payload as stored, bytes of its text."""
+    from store.packing import unpack
+
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+            rows = db.execute("SELECT type, payload FROM events").fetchall()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            rows = conn.execute("SELECT type, payload FROM events").fetchall()
+    found: dict[str, list[int]] = {}
+    for kind, payload in rows:
+        stored = payload.encode() if isinstance(payload, str) else bytes(payload)
+        seen = found.setdefault(kind, [0, 0, 0])
+        seen[0] += 1
+        seen[1] += len(stored)
+        seen[2] += len(unpack(payload).encode())
+    return [(kind, n, stored, text) for kind, (n, stored, text) in sorted(found.items())]
+
+
+def account(url: str) -> None:
+    """Print where an existing store's bytes are, per call."""
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
+            (calls,) = db.execute("SELECT count(*) FROM tool_calls").fetchone()
+        sizes = sqlite_sizes(url.removeprefix("sqlite:///"))
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            found = conn.execute("SELECT count(*) FROM tool_calls").fetchone()
+            assert found is not None
+            (calls,) = found
+        sizes = postgres_sizes(url)
+    calls = max(int(calls), 1)
+    total = sum(pages for pages, _ in sizes.values())
+    print(f"\n{url}: {calls} calls, {total / calls:.0f} bytes per call in all relations")
+    for rel, (pages, cells) in sorted(sizes.items(), key=lambda item: -item[1][0]):
+        if pages:
+            shown = f"{rel} (cells {cells / calls:.0f})" if url.startswith("sqlite") else rel
+            print(f"  {shown:60} {pages / calls:8.1f}")
+    for table, cols in column_bytes(url).items():
+        print(f"  {table}: {sum(cols.values()) / calls:.1f} bytes of values per call")
+        for col, size in sorted(cols.items(), key=lambda item: -item[1]):
+            if size:
+                print(f"    {col:58} {size / calls:8.1f}")
+    print("  payload per event type: events per call, bytes stored and as text per event")
+    for kind, n, stored, text in payload_types(url):
+        print(f"    {kind:40} {n / calls:5.2f} {stored / n:8.1f} {text / n:8.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -213,10 +315,17 @@ def main() -> None:
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--kinds", default="read,write")
     parser.add_argument("--tree", type=Path, default=None, help="import store/ from this source tree")
+    parser.add_argument(
+        "--db", action="append", default=[], help="account for this existing store instead (repeatable)"
+    )
     args = parser.parse_args()
     tree = (args.tree or HERE).resolve()
     sys.path.insert(0, str(HERE))  # tests.store.builders, from this tree
     sys.path.insert(0, str(tree))
+    if args.db:
+        for url in args.db:
+            account(url)
+        return
     print(f"tree {tree}, {args.calls} calls of each kind")
     for name in args.stores.split(","):
         for kind in args.kinds.split(","):

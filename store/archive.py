@@ -35,7 +35,7 @@ from store import events as ev
 from store.log import partition_rows
 from store.model import TERMINAL_STATUSES, StoreError
 from store.partitions import UNPARTITIONED
-from store.schema import events, tool_calls
+from store.schema import events, read_correlation, stored_correlation, tool_calls
 
 MANIFEST = "manifest.jsonl"
 SEGMENT_EVENTS = 100_000
@@ -87,6 +87,10 @@ class ArchivedRow:
     def __init__(self, mapping: Mapping[str, Any]) -> None:
         # A row archived before partitions names neither: it is of partition "", where pseq is seq.
         self._mapping = {"partition": UNPARTITIONED, "pseq": mapping["seq"], **mapping}
+        # The file holds the correlation id itself; the table, its stored form (`stored_correlation`).
+        self._mapping["correlation_id"] = stored_correlation(
+            mapping["correlation_id"], mapping["tool_call_id"]
+        )
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -392,6 +396,7 @@ def _stored(row: Any) -> dict[str, Any]:
     # The row as stored: the payload stays the text that was hashed, so a re-hash reads the same bytes.
     mapping = row._mapping
     return {name: mapping[name] for name in ev.ENVELOPE_FIELDS} | {
+        "correlation_id": read_correlation(mapping["correlation_id"], mapping["tool_call_id"]),
         "partition": mapping["partition"],
         "pseq": mapping["pseq"],
     }

@@ -19,7 +19,7 @@ from store import events as ev
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease
 from store.raw import Record, Statement
-from store.schema import tool_calls
+from store.schema import read_correlation, tool_calls
 from store.views import CALL_BY_ID, call_view
 
 # What the fencing check and a new event's envelope read of the call (`call_envelope`), for writers that
@@ -55,7 +55,7 @@ def call_envelope(row: Record, now: datetime, producer: str) -> dict[str, Any]:
         "capability_id": row.capability_id,
         "capability_version": row.capability_version,
         "policy_version": row.policy_version,
-        "correlation_id": row.correlation_id,
+        "correlation_id": read_correlation(row.correlation_id, row.tool_call_id),
         "causation_id": row.last_event_id,
         "tenant": row.tenant,
     }

@@ -19,7 +19,7 @@ from store.model import TERMINAL_STATUSES, CallView, CorruptEvent, StoredEvent, 
 from store.partitions import UNPARTITIONED, Partitioning, scheme_of
 from store.projector import Pending, apply
 from store.raw import Statement
-from store.schema import events, events_seq, log_head
+from store.schema import events, events_seq, log_head, read_correlation, stored_correlation
 from store.views import call_view, load_call
 
 PAGE_SIZE = 1000
@@ -243,6 +243,7 @@ def _create_head(conn: Connection, partition: str) -> None:
 
 def _row(envelope: dict[str, Any]) -> dict[str, Any]:
     envelope["payload"] = ev.json_for(envelope["schema_version"])(envelope["payload"])
+    envelope["correlation_id"] = stored_correlation(envelope["correlation_id"], envelope["tool_call_id"])
     return envelope
 
 
@@ -257,6 +258,7 @@ def envelope_of(row: Row[Any]) -> dict[str, Any]:
         mapping["payload"] = json.loads(mapping["payload"])
     except (ValueError, TypeError):  # not JSON, or not text at all (SQLite stores whatever it is given)
         raise CorruptEvent(mapping["seq"], "has a payload that is not JSON") from None
+    mapping["correlation_id"] = read_correlation(mapping["correlation_id"], mapping["tool_call_id"])
     return {name: mapping[name] for name in ev.ENVELOPE_FIELDS}
 
 

@@ -11,7 +11,16 @@ from store import events as ev
 from store.canonical import canonical_json
 from store.model import KeyClaimLost, StoreError
 from store.raw import Record, Statement
-from store.schema import approvals, budget_counters, effect_ledger, loop_marks, revocations, runs, tool_calls
+from store.schema import (
+    approvals,
+    budget_counters,
+    effect_ledger,
+    loop_marks,
+    revocations,
+    runs,
+    stored_correlation,
+    tool_calls,
+)
 
 
 class Pending:
@@ -195,7 +204,7 @@ def _requested(conn: Connection, event: ev.ToolCallRequestedEvent, pending: Pend
         "reconcile_attempts": 0,
         "dedupe_window_s": p.dedupe_window_s,
         "contract_hash": p.contract_hash,
-        "correlation_id": event.correlation_id,
+        "correlation_id": stored_correlation(event.correlation_id, tool_call_id),
         "last_event_id": event.event_id,
         "created_at": at,
         "updated_at": at,

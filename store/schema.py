@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.types import TypeEngine
 
@@ -54,6 +55,30 @@ class UTCDateTime(TypeDecorator[datetime]):
             return parse_ts(value)
         moment: datetime = value  # PostgreSQL's timestamptz, which psycopg reads as an aware datetime
         return moment.astimezone(UTC)
+
+
+class CompactUTCDateTime(UTCDateTime):
+    """`UTCDateTime`, but on SQLite the moment as 8 bytes instead of 27 characters of text.
+
+    The microseconds since 0001-01-01 UTC, big-endian, as `EventTime` keeps an event's time: the
+    bytes sort as the text did, and a comparison or an ORDER BY on the column binds the same form.
+    PostgreSQL's timestamptz is 8 bytes already. Text a row kept from before reads as it did.
+    """
+
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name != "sqlite":
+            return super().process_bind_param(value, dialect)
+        if value.tzinfo is None:
+            raise ValueError("timestamps must be timezone-aware")  # as format_ts refuses them
+        naive = value.astimezone(UTC).replace(tzinfo=None)
+        return ((naive - _YEAR_ONE) // _MICRO).to_bytes(8, "big")
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if isinstance(value, bytes):
+            return (_YEAR_ONE + int.from_bytes(value, "big") * _MICRO).replace(tzinfo=UTC)
+        return super().process_result_value(value, dialect)
 
 
 class HexDigest(TypeDecorator[str]):
@@ -91,6 +116,71 @@ class PackedText(TypeDecorator[str]):
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         return None if value is None else unpack(value)
+
+
+_YEAR_ONE = datetime(1, 1, 1)  # noqa: DTZ001 (naive on purpose: micros since it, in UTC)
+_MICRO = timedelta(microseconds=1)
+_TIME_TEXT = 0xFF
+_FORMATTED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
+
+
+class EventTime(TypeDecorator[str]):
+    """An event's `occurred_at`: the moment as 8 bytes instead of its 27 characters; text in Python.
+
+    The text `format_ts` writes (`2026-12-02T11:55:45.285464Z`) is stored as the microseconds since
+    0001-01-01 UTC, big-endian, so the bytes sort as the text did and a range on the column (the audit
+    export's `since` and `until`, archiving's `before`) binds and compares the same form; any other
+    text as byte 0xFF and its UTF-8 (SQLite: the text itself). It reads back as the very text written,
+    which is what the event's hash covers.
+    """
+
+    impl = String(32)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(32))
+        return dialect.type_descriptor(LargeBinary())
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
+        if value is None:
+            return None
+        stored = time_bytes(value)
+        if stored is None:
+            return value if dialect.name == "sqlite" else bytes((_TIME_TEXT,)) + value.encode("utf-8")
+        return stored
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return time_text(bytes(value))
+
+
+def time_bytes(value: str) -> bytes | None:
+    """The 8 bytes `EventTime` keeps for a text as `format_ts` writes it, or None for any other."""
+    if not _FORMATTED.fullmatch(value):
+        return None
+    try:
+        moment = datetime.fromisoformat(value[:-1])
+    except ValueError:  # matches the pattern, names no moment (month 13, second 60)
+        return None
+    return ((moment - _YEAR_ONE) // _MICRO).to_bytes(8, "big")
+
+
+def time_text(stored: bytes) -> str:
+    """The text `EventTime` stored."""
+    if len(stored) == 8 and stored[0] != _TIME_TEXT:
+        try:
+            m = _YEAR_ONE + int.from_bytes(stored, "big") * _MICRO
+        except OverflowError:  # past year 9999: a damaged row, whose hash will not match
+            return stored.hex()
+        return (
+            f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+            f".{m.microsecond:06d}Z"
+        )
+    if stored[:1] == bytes((_TIME_TEXT,)):
+        stored = stored[1:]
+    return stored.decode("utf-8", "replace")
 
 
 _NOT_A_UUID = 0xFF
@@ -139,15 +229,19 @@ def id_text(stored: bytes) -> str:
 
 
 _DIGEST_TAIL = 0xFE
+_SHORT_DIGEST_TAIL = 0xFD
+# (first byte, hex digits at the end): the longer first, so a sha256 keeps its 0xFE form.
+_DIGEST_TAILS = ((_DIGEST_TAIL, 64), (_SHORT_DIGEST_TAIL, 40))
 _HEX = frozenset("0123456789abcdef")
 
 
 class DigestText(TypeDecorator[str]):
-    """Text that ends in a sha256 hex digest (an action hash, a derived key `derived:<hex>`): the
-    digest as its 32 bytes in the database instead of 64 characters; text in Python.
+    """Text that ends in a hex digest (an action hash `sha256:<64 hex>`, a derived key
+    `derived:<40 hex>`): the digest as its bytes in the database instead of its hex; text in Python.
 
-    Stored as byte 0xFE, the text before the digest and the digest's bytes; any other text as it is
-    (PostgreSQL: its UTF-8, which never holds byte 0xFE; SQLite: the text itself).
+    Stored as byte 0xFE, the text before the digest and the 32 bytes of a 64-digit digest, or byte
+    0xFD, the text before it and the 20 bytes of a 40-digit one (the gateway's derived keys); any other
+    text as it is (PostgreSQL: its UTF-8, which never holds byte 0xFE or 0xFD; SQLite: the text itself).
     """
 
     impl = String
@@ -173,20 +267,58 @@ class DigestText(TypeDecorator[str]):
 
 
 def digest_bytes(value: str) -> bytes | None:
-    """`value` as `DigestText` stores it, or None if it does not end in 64 lowercase hex digits."""
-    if len(value) < 64 or not _HEX.issuperset(value[-64:]):
-        return None
-    return bytes((_DIGEST_TAIL,)) + value[:-64].encode("utf-8") + bytes.fromhex(value[-64:])
+    """`value` as `DigestText` stores it, or None if it does not end in 40 lowercase hex digits."""
+    for marker, digits in _DIGEST_TAILS:
+        if len(value) >= digits and _HEX.issuperset(value[-digits:]):
+            return bytes((marker,)) + value[:-digits].encode("utf-8") + bytes.fromhex(value[-digits:])
+    return None
 
 
 def digest_text(stored: bytes) -> str:
     """The text `DigestText` stored."""
-    if stored[:1] == bytes((_DIGEST_TAIL,)) and len(stored) >= 33:
-        return stored[1:-32].decode("utf-8", "replace") + stored[-32:].hex()
+    for marker, digits in _DIGEST_TAILS:
+        if stored[:1] == bytes((marker,)) and len(stored) > digits // 2:
+            return stored[1 : -digits // 2].decode("utf-8", "replace") + stored[-digits // 2 :].hex()
     return stored.decode("utf-8", "replace")
 
 
+_ESCAPED = "\x01"
+
+
+def stored_correlation(correlation_id: str | None, tool_call_id: str | None) -> str | None:
+    """A correlation id as `events` and `tool_calls` keep it: "" for the call's own id.
+
+    The gateway correlates a call in no run by its own tool_call_id, so each of its events and its
+    row would repeat those 31 characters. Read back with `read_correlation`, given the same
+    tool_call_id; a real "" or a text starting with byte 0x01 gets a 0x01 in front, so every value
+    reads back as it was written (rows written before hold neither form and read back as they are).
+    """
+    if correlation_id is None:
+        return None
+    if correlation_id == tool_call_id:
+        return ""
+    if not correlation_id or correlation_id.startswith(_ESCAPED):
+        return _ESCAPED + correlation_id
+    return correlation_id
+
+
+def read_correlation(stored: str | None, tool_call_id: str | None) -> str | None:
+    """The correlation id `stored_correlation` kept."""
+    if not stored:
+        return stored if stored is None or tool_call_id is None else tool_call_id
+    return stored[1:] if stored.startswith(_ESCAPED) else stored
+
+
+def _only(condition: str) -> dict[str, Any]:
+    """A partial index's condition, on both stores."""
+    return {"sqlite_where": text(condition), "postgresql_where": text(condition)}
+
+
 metadata = MetaData()
+
+# The run_id indexes hold only calls in a run (0017): a call of a stateless client that names none
+# is in no run, and nothing looks up the calls or events of no run; `run_id = :id` uses them as before.
+_IN_A_RUN = _only("run_id IS NOT NULL")
 
 events = Table(
     "events",
@@ -201,7 +333,8 @@ events = Table(
     Column("event_id", EventId, nullable=False),
     Column("type", String(64), nullable=False),
     Column("schema_version", Integer, nullable=False),
-    Column("occurred_at", String(32), nullable=False),
+    # 8 bytes, not 27 characters (EventTime): the same text back.
+    Column("occurred_at", EventTime, nullable=False),
     Column("producer", String(128), nullable=False),
     Column("run_id", String(128)),
     Column("tool_call_id", String(128)),
@@ -224,7 +357,7 @@ events = Table(
     Column("partition", String(160), nullable=False, server_default=""),
     Column("pseq", BigInteger, nullable=False),
     Index("ux_events_partition_pseq", "partition", "pseq", unique=True),
-    Index("ix_events_run_id", "run_id"),
+    Index("ix_events_run_id", "run_id", **_IN_A_RUN),
     Index("ix_events_tool_call_id", "tool_call_id"),
     # (tenant, seq): one tenant's events in log order, as the audit export pages them.
     Index("ix_events_tenant_seq", "tenant", "seq"),
@@ -296,8 +429,9 @@ tool_calls = Table(
     Column("correlation_id", String(256)),
     # Lets an outcome name its cause without reading the log.
     Column("last_event_id", EventId, nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    # 8 bytes on SQLite (0019), as the ledger's claimed_at.
+    Column("created_at", CompactUTCDateTime, nullable=False),
+    Column("updated_at", CompactUTCDateTime, nullable=False),
     # The current lease (dispatch or reconciliation): who holds it, until when, and its fencing token.
     # The token only grows; a writer presenting an older one is refused (StaleLease).
     Column("lease_owner", String(128)),
@@ -313,7 +447,7 @@ tool_calls = Table(
     Column("contract_hash", DigestText(80)),
     Index("ix_tool_calls_tenant_status", "tenant", "status"),
     Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
-    Index("ix_tool_calls_run_id", "run_id"),
+    Index("ix_tool_calls_run_id", "run_id", **_IN_A_RUN),
     Index("ix_tool_calls_created_at", "created_at"),
 )
 
@@ -347,7 +481,7 @@ effect_ledger = Table(
     Column("tool_call_id", String(128), nullable=False),
     Column("action_hash", DigestText(128), nullable=False),
     Column("key_source", String(16), nullable=False),
-    Column("claimed_at", UTCDateTime, nullable=False),
+    Column("claimed_at", CompactUTCDateTime, nullable=False),
     # On SQLite the key is the table (WITHOUT ROWID): most of the row, stored once instead of twice.
     sqlite_with_rowid=False,
 )

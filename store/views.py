@@ -9,7 +9,7 @@ from sqlalchemy import Connection, Row, bindparam, select
 
 from store.model import ApprovalView, CallView, PrincipalRecord
 from store.raw import Record
-from store.schema import approvals, tool_calls
+from store.schema import approvals, read_correlation, tool_calls
 
 # Built once, not per read: SQLAlchemy caches the compiled form by the statement's key.
 CALL_BY_ID = select(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
@@ -51,7 +51,7 @@ def call_view(row: Record) -> CallView:
         dedupe_window_s=row.dedupe_window_s,
         attempts=row.attempts,
         effect_class=row.effect_class,
-        correlation_id=row.correlation_id,
+        correlation_id=read_correlation(row.correlation_id, row.tool_call_id),
         principal=PrincipalRecord.from_json(recorded) if (recorded := _loads(row.principal)) else None,
         lease_owner=row.lease_owner,
         lease_token=row.lease_token,

@@ -1,14 +1,20 @@
 """Payloads and a call's JSON columns are stored packed (store.packing) and event ids as 16 bytes
-(migration 0015): the text read back is the text that was hashed, a database of the previous head
-upgrades in place and still verifies, and a damaged packed value is a corrupt event, never a crash."""
+(migration 0015); derived keys, timestamps and a correlation id equal to the call's id in compact
+forms (0016, 0018, 0019, store.schema): the value read back is the value written (for an event, the
+text that was hashed), a database of an earlier head upgrades in place and still verifies, and a
+damaged packed value is a corrupt event, never a crash."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import uuid
 import zlib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
 from alembic import command
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,9 +22,10 @@ from pytest import MonkeyPatch
 
 from store import Store, packing
 from store.canonical import canonical_json
-from store.events import new_event_id
+from store.events import format_ts, new_event_id
+from store.exporting import EventFilter
 from store.packing import DICTIONARY_1, PACKED_1, pack, unpack
-from store.schema import digest_bytes, digest_text, id_bytes, id_text
+from store.schema import digest_bytes, digest_text, id_bytes, id_text, time_bytes, time_text
 from tests.store import tamper
 from tests.store.builders import NOW, call_request, outcome
 
@@ -45,6 +52,24 @@ def test_the_dictionary_packed_rows_need_is_never_edited() -> None:
     )
 
 
+@given(st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))  # format_ts pads no year
+def test_an_event_time_takes_8_bytes_reads_back_as_written_and_sorts_as_its_text(moment: datetime) -> None:
+    text, later = (
+        format_ts(moment),
+        format_ts(moment + timedelta(microseconds=1)) if moment.year < 9999 else None,
+    )
+    stored = time_bytes(text)
+    assert stored is not None and len(stored) == 8 and time_text(stored) == text
+    if later is not None:
+        assert stored < (time_bytes(later) or b"")
+
+
+@given(st.text())
+def test_any_other_event_time_text_reads_back_as_it_is(value: str) -> None:
+    stored = time_bytes(value)
+    assert stored is None or time_text(stored) == value
+
+
 @given(st.one_of(st.text(), st.uuids().map(str), st.uuids().map(lambda u: str(u).upper())))
 def test_any_event_id_reads_back_as_it_was_written(event_id: str) -> None:
     assert id_text(id_bytes(event_id)) == event_id
@@ -56,20 +81,28 @@ def test_a_uuid_event_id_takes_16_bytes_unless_its_first_byte_is_the_marker() ->
     assert id_bytes(marked)[:1] == b"\xff" and id_text(id_bytes(marked)) == marked
 
 
-@given(st.text(), st.binary(min_size=32, max_size=32))
+@given(st.text(), st.one_of(st.binary(min_size=32, max_size=32), st.binary(min_size=20, max_size=20)))
 def test_any_text_ending_in_a_digest_reads_back_as_it_was_written(prefix: str, digest: bytes) -> None:
     value = prefix + digest.hex()
     stored = digest_bytes(value)
-    assert stored is not None and len(stored) == 1 + len(prefix.encode("utf-8")) + 32
+    assert stored is not None and len(stored) == 1 + len(value.encode("utf-8")) - len(digest)
     assert digest_text(stored) == value
 
 
-@given(st.text())
+@given(st.text(alphabet="0123456789abcdefx:", max_size=80))
 def test_text_not_ending_in_a_digest_is_kept_as_it_is(value: str) -> None:
     if digest_bytes(value) is None:
-        assert len(value) < 64 or any(c not in "0123456789abcdef" for c in value[-64:])
+        assert len(value) < 40 or any(c not in "0123456789abcdef" for c in value[-40:])
     else:
         assert digest_text(digest_bytes(value) or b"") == value
+
+
+def test_the_gateways_derived_key_takes_20_bytes_for_its_40_digits() -> None:
+    # gateway.calls.actions.derived_key: "derived:" and the first 40 hex digits of a sha256.
+    key = "derived:" + hashlib.sha256(b"call").hexdigest()[:40]
+    assert digest_bytes(key) == b"\xfdderived:" + bytes.fromhex(key[-40:])
+    action = "sha256:" + hashlib.sha256(b"call").hexdigest()
+    assert digest_bytes(action) == b"\xfesha256:" + hashlib.sha256(b"call").digest()  # as 0015 wrote it
 
 
 def test_text_that_starts_with_the_marker_byte_is_never_mistaken_for_packed_text() -> None:
@@ -104,8 +137,10 @@ def test_a_forged_row_that_unpacks_without_end_reads_as_unreadable_text(monkeypa
 
 
 def _key(n: int) -> str:
-    # Odd calls a derived key (a digest, stored as bytes), even ones a client's own key (text).
-    return "derived:" + hashlib.sha256(str(n).encode()).hexdigest() if n % 2 else f"k{n}"
+    # A key ending in a whole sha256 or in the 40 digits the gateway derives (stored as bytes), or a
+    # client's own key (text).
+    digest = hashlib.sha256(str(n).encode()).hexdigest()
+    return ("derived:" + digest, "derived:" + digest[:40], f"k{n}")[n % 3]
 
 
 def settled_calls(store: Store, count: int, first: int = 1) -> None:
@@ -174,3 +209,117 @@ def test_a_packed_payload_damaged_on_disk_is_named_by_verify(store: Store) -> No
     report = store.verify()
     assert not report.ok
     assert report.first_bad_seq == 2
+
+
+def _ledger_keys(store: Store) -> list[bytes | str]:
+    with store.engine.connect() as conn:
+        return [row[0] for row in conn.exec_driver_sql("SELECT idempotency_key FROM effect_ledger")]
+
+
+def test_keys_written_before_short_digests_are_converted_and_still_claim(own_store: Store) -> None:
+    store = own_store
+    config = store._alembic_config()
+    settled_calls(store, 3)
+    calls = [store.get_call(f"tc-{n}") for n in (1, 2, 3)]
+    short = _key(1)  # n % 3 == 1: the gateway's 40 digits
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0015_packed_values")
+    assert short in _ledger_keys(store) or short.encode() in [bytes(k) for k in _ledger_keys(store)]  # text
+
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+
+    stored = {
+        digest_text(bytes(key)) if not isinstance(key, str) else key: key for key in _ledger_keys(store)
+    }
+    assert bytes(stored[short]) == b"\xfdderived:" + bytes.fromhex(short[-40:])
+    assert bytes(stored[_key(3)]) == b"\xfederived:" + bytes.fromhex(_key(3)[-64:])
+    assert [store.get_call(f"tc-{n}") for n in (1, 2, 3)] == calls
+    for n in (1, 2, 3):  # a second claim of each converted key gets the call that holds it
+        assert store.admit(
+            call_request(tool_call_id=f"again-{n}", idempotency_key=_key(n))
+        ).call.tool_call_id == (f"tc-{n}")
+    assert store.verify().ok
+
+
+def _correlations(store: Store, table: str) -> list[str | None]:
+    with store.engine.connect() as conn:
+        return [row[0] for row in conn.exec_driver_sql(f"SELECT correlation_id FROM {table}")]
+
+
+@pytest.mark.parametrize(
+    ("correlation", "stored"), [("own", ""), ("", "\x01"), ("\x01x", "\x01\x01x"), ("corr-1", "corr-1")]
+)
+def test_a_correlation_id_reads_back_as_written_and_the_calls_own_id_is_stored_as_nothing(
+    store: Store, tmp_path: Path, correlation: str, stored: str
+) -> None:
+    # The gateway correlates a call in no run by its own tool_call_id; every event and the call's row
+    # would repeat it. Whatever the id, every reader gets it back: events, export, the call, the
+    # events written later from the call's row, an archive, verify and rebuild.
+    wanted = "tc-1" if correlation == "own" else correlation
+    store.admit(
+        call_request(
+            tool_call_id="tc-1", idempotency_key="k1", correlation_id=wanted, run_id=None, run_origin=None
+        )
+    )
+    store.record_outcome(outcome("tc-1", "completed", result={"n": 1}, now=NOW))
+
+    assert _correlations(store, "tool_calls") == [stored]
+    assert _correlations(store, "events") == [stored] * 3
+    assert [e.correlation_id for e in store.events()] == [wanted] * 3
+    assert [e["correlation_id"] for e in store.export()] == [wanted] * 3
+    assert store.get_call("tc-1").correlation_id == wanted  # type: ignore[union-attr]
+    assert store.verify().ok
+    before = store.get_call("tc-1")
+    store.rebuild()
+    assert store.get_call("tc-1") == before
+
+    head_seq, _ = store.log_head()
+    assert store.archive(tmp_path, upto_seq=head_seq, before=NOW + timedelta(days=400)) is not None
+    with gzip.open(next(tmp_path.glob("*.gz")), "rt") as archived:
+        assert {
+            json.loads(line)["correlation_id"] for line in archived if json.loads(line)["tool_call_id"]
+        } == {wanted}
+    assert store.verify(archive=tmp_path).ok
+
+
+def test_event_times_are_stored_as_8_bytes_and_the_exports_range_still_selects_by_time(store: Store) -> None:
+    for n, at in enumerate((NOW, NOW + timedelta(hours=1), NOW + timedelta(hours=2)), start=1):
+        store.admit(call_request(tool_call_id=f"tc-{n}", idempotency_key=f"k{n}", now=at))
+    assert {len(bytes(value)) for value in _stored(store, "occurred_at")} == {8}
+    middle = [
+        e["tool_call_id"]
+        for e in store.export(
+            EventFilter(since=NOW + timedelta(minutes=30), until=NOW + timedelta(minutes=90))
+        )
+    ]
+    assert set(middle) == {"tc-2"}
+    assert [e.occurred_at for e in store.events(tool_call_id="tc-3")][0] == format_ts(
+        NOW + timedelta(hours=2)
+    )
+    assert store.verify().ok
+
+
+def test_a_calls_times_take_8_bytes_on_sqlite_and_read_back_as_written(store: Store) -> None:
+    later = NOW + timedelta(seconds=3, microseconds=7)
+    store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))
+    store.record_outcome(outcome("tc-1", "completed", result={"n": 1}, now=later))
+    store.admit(call_request(tool_call_id="tc-0", idempotency_key="k0", now=NOW - timedelta(days=1)))
+
+    call = store.get_call("tc-1")
+    assert call is not None and (call.created_at, call.updated_at) == (NOW, later)
+    assert [c.tool_call_id for c in store.list_calls()] == ["tc-1", "tc-0"]  # newest first, by created_at
+    if store.engine.dialect.name == "sqlite":  # PostgreSQL's timestamptz is 8 bytes already
+        for table, column in (
+            ("tool_calls", "created_at"),
+            ("tool_calls", "updated_at"),
+            ("effect_ledger", "claimed_at"),
+        ):
+            assert {len(bytes(value)) for value in _stored_in(store, table, column)} == {8}
+
+
+def _stored_in(store: Store, table: str, column: str) -> list[bytes | str]:
+    with store.engine.connect() as conn:
+        return [row[0] for row in conn.exec_driver_sql(f"SELECT {column} FROM {table}")]

@@ -190,3 +190,39 @@ def test_stopping_ends_the_runs_calls_awaiting_the_users_confirmation(store: Sto
             )
         )
     assert store.verify().ok
+
+
+def _run_index(store: Store, table: str) -> tuple[str | None, str]:
+    """The condition of the table's run_id index, and the plan of a run's lookup (seq scans off)."""
+    name = f"ix_{table}_run_id"
+    lookup = f"SELECT * FROM {table} WHERE run_id = 'run-1'"
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            (sql,) = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).one()
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {lookup}").all()
+            where = sql.partition(" WHERE ")[2] or None
+            return where, str(plan)
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        plan = conn.exec_driver_sql(f"EXPLAIN {lookup}").all()
+        (where,) = conn.exec_driver_sql(
+            "SELECT pg_get_expr(i.indpred, i.indrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = %(name)s AND c.relnamespace = current_schema()::regnamespace",
+            {"name": name},
+        ).one()
+        return where, str(plan)
+
+
+@pytest.mark.parametrize("table", ["events", "tool_calls"])
+def test_the_run_indexes_leave_out_calls_in_no_run_and_a_runs_lookup_still_uses_them(
+    store: Store, table: str
+) -> None:
+    store.admit(call_request(tool_call_id="in-run", idempotency_key="k1"))
+    store.admit(call_request(tool_call_id="no-run", idempotency_key="k2", run_id=None, run_origin=None))
+
+    where, plan = _run_index(store, table)
+
+    assert where is not None and where.strip("()") == "run_id IS NOT NULL"
+    assert f"ix_{table}_run_id" in plan
+    assert [c.tool_call_id for c in store.run_calls("run-1")] == ["in-run"]
+    assert {e.tool_call_id for e in store.events(run_id="run-1")} == {None, "in-run"}  # with run.started
