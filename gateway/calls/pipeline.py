@@ -285,7 +285,7 @@ class CallPipeline:
         call (`admit`), which records the refusal."""
 
         async def run() -> CallReport:
-            if not await self._run(self._store.admissible_read, request):
+            if not await self._store.admissible_read_async(request):
                 return await self._dispatch_or_join(call, request, await self._store.admit_async(request))
             ran = await self._dispatcher.run_read(call.capability, request, call.arguments)
             admission = await self._store.record_read_async(ran)
