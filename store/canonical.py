@@ -18,10 +18,14 @@ CanonicalizationError = rfc8785.CanonicalizationError
 
 # Where json.dumps already writes what JCS writes: no float (Python writes 1e-07 and 2.0, JCS 1e-7 and
 # 2), and no character from U+D800 up (JCS orders keys by UTF-16 code units, Python by code points; and
-# a lone surrogate must be refused). A number follows `":`, `,` or `[`, so `_MAYBE_FLOAT` misses none
-# (a timestamp's `:00.0` is not one) but may hit inside a string ("1,250.00 EUR"): then the strings are
-# taken out and a float is a digit before `.` or `e`.
-_MAYBE_FLOAT = re.compile(r'(?:^|":|[,\[])-?[0-9]+[.eE]')
+# a lone surrogate must be refused). A number follows `":`, `,` or `[`, or starts the text, so these
+# three patterns miss none (a timestamp's `:00.0` is not one) but may hit inside a string ("1,250.00
+# EUR"): then the strings are taken out and a float is a digit before `.` or `e`. (Three patterns, each
+# found by its literal prefix or first character: one alternation tried at every position of the text
+# cost more than `json.dumps` itself.)
+_AFTER_KEY = re.compile(r'":-?[0-9]+[.eE]')
+_IN_LIST = re.compile(r"[,\[]-?[0-9]+[.eE]")
+_ALONE = re.compile(r"-?[0-9]+[.eE]")
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _FLOAT = re.compile(r"[0-9][.eE]")
 _HIGH = re.compile("[\ud800-\U0010ffff]")
@@ -40,7 +44,8 @@ def canonical_json(value: Any) -> str:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         text = None
-    if text is not None and not _HIGH.search(text) and not _has_float(text):
+    # `isascii` is a flag the string carries: no search at all for the usual all-ASCII text.
+    if text is not None and (text.isascii() or not _HIGH.search(text)) and not _has_float(text):
         return text
     try:
         return rfc8785.dumps(value).decode("utf-8")
@@ -51,7 +56,8 @@ def canonical_json(value: Any) -> str:
 
 
 def _has_float(text: str) -> bool:
-    return _MAYBE_FLOAT.search(text) is not None and _FLOAT.search(_STRING.sub("", text)) is not None
+    maybe = _AFTER_KEY.search(text) or _IN_LIST.search(text) or _ALONE.match(text)
+    return maybe is not None and _FLOAT.search(_STRING.sub("", text)) is not None
 
 
 def _with_wide_integers(value: Any) -> str:

@@ -22,6 +22,7 @@ from store.commands import DecideApproval, ExpireApproval, RecordOutcome, Restor
 from store.db import READ_ONLY, EngineOptions, create_store_engine
 from store.events import parse_event
 from store.log import envelope_of, lock_all_heads, lock_head
+from store.looking import Looks
 from store.model import (
     Admission,
     ApprovalView,
@@ -85,12 +86,18 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(
-        self, engine: Engine, *, producer: str = PRODUCER, writer: GroupWriter | None = None
+        self,
+        engine: Engine,
+        *,
+        producer: str = PRODUCER,
+        writer: GroupWriter | None = None,
+        looks: Looks | None = None,
     ) -> None:
         self._engine = engine
         self._producer = producer
         # Every write of the process goes through one writer: see store.batching (group commit).
         self._writer = writer or GroupWriter(engine)
+        self._looks = looks or Looks(engine)
 
     @classmethod
     def open(
@@ -130,7 +137,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
 
     def with_producer(self, producer: str) -> Store:
         """The same database and connection pool, recording its events as `producer` (a face's own name)."""
-        return type(self)(self._engine, producer=producer, writer=self._writer)
+        return type(self)(self._engine, producer=producer, writer=self._writer, looks=self._looks)
 
     def __enter__(self) -> Store:
         return self
@@ -140,6 +147,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
 
     def close(self) -> None:
         self._writer.close()
+        self._looks.close()
         self._engine.dispose()
 
     def _errors_translated(self) -> contextlib.AbstractContextManager[None]:
@@ -217,6 +225,17 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         """Whether an allowed read may run before it is recorded (no revocation, no budget passed)."""
         _aware(req.identity.now)
         with self._look() as conn:
+            return recording.admissible_read(conn, req)
+
+    async def admissible_read_async(self, req: CallRequest) -> bool:
+        """`admissible_read` for a caller on an event loop. On SQLite it looks right here, on the
+        loop's own connection (store.looking); on PostgreSQL, a round trip away, in a worker thread."""
+        _aware(req.identity.now)
+        if self._engine.dialect.name != "sqlite":
+            import anyio.to_thread
+
+            return await anyio.to_thread.run_sync(self.admissible_read, req)
+        with _translated(), self._looks.look() as conn:
             return recording.admissible_read(conn, req)
 
     def record_read(self, rec: ReadRecord) -> Admission:

@@ -82,13 +82,12 @@ class RateLimiter:
             buckets.append(Bucket(key, limit.per_s, limit.burst))
         return buckets
 
-    def take(self, principal: Principal, capability: Capability, now: datetime) -> None:
-        """Take one call from the principal's buckets (blocking: run it in a worker thread).
+    def take(self, buckets: Sequence[Bucket], now: datetime) -> None:
+        """Take one call from `buckets`, as `buckets` named them (blocking: run it in a worker thread).
 
         Raises:
             RateLimited: a bucket is empty; `retry_after_s` says when the call would pass.
         """
-        buckets = self.buckets(principal, capability)
         if buckets and (wait := self._take(buckets, now.timestamp())) is not None:
             raise RateLimited(wait)
 
