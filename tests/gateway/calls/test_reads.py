@@ -6,6 +6,7 @@ The real pipeline, dispatcher and SQLite store, with a scripted executor (`FakeE
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from capabilities.contract import Capability
 from capabilities.fake import FakeExecutor, completed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor
@@ -35,8 +37,10 @@ ALLOW = {"id": "agents", "tools": ["*"], "roles": ["agent"], "decision": "allow"
 ANSWER = {"order_id": "1001", "amount": "250.00"}
 
 
-def _pipeline(store: Store, executor: FakeExecutor, **policy: Any) -> CallPipeline:
-    registry = Registry({"fake": executor}, [LOOKUP, REFUND])
+def _pipeline(
+    store: Store, executor: FakeExecutor, lookup: Capability = LOOKUP, **policy: Any
+) -> CallPipeline:
+    registry = Registry({"fake": executor}, [lookup, REFUND])
     redactor = Redactor(b"salt")
     rules = Policy.from_mapping({"rules": [ALLOW], **policy})
     clock = lambda: datetime.now(UTC)  # noqa: E731
@@ -229,7 +233,11 @@ async def test_a_read_a_budget_and_a_loop_rule_count_is_still_recorded_in_one_co
 async def test_twenty_concurrent_counted_reads_against_a_limit_of_ten_answer_exactly_ten(
     store: Store, executor: FakeExecutor
 ) -> None:
-    pipeline = _pipeline(store, executor, budgets=[{"id": "lookups", "tools": ["lookup_order"], "limit": 10}])
+    # The backend holds every read until all 20 reached it: a timeout long enough for a loaded machine
+    # to bring the last one there (0.5 s was not always).
+    patient = replace(LOOKUP, timeout_s=30.0)
+    budgets = [{"id": "lookups", "tools": ["lookup_order"], "limit": 10}]
+    pipeline = _pipeline(store, executor, patient, budgets=budgets)
     executor.gate = anyio.Event()
     reports: list[CallReport] = []
 
