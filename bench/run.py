@@ -265,9 +265,10 @@ class Bench:
 
         The upstream is `bench.bare_proxy` over acme-payments, one per operation, shared by its rows;
         each row gets a fresh proxy or gateway (and store), unless --reuse-processes (then one upstream,
-        one bare proxy, one gateway per store and policy-checks setting, and one set of replicas serve
-        every row of the scenario, both operations). Reads are sent as an agent sends them: no
-        idempotency key, arguments of their own; so are writes (a key each, a `reason` of their own).
+        one bare proxy, one gateway per store and policy-checks setting, and one set of replicas whose
+        first is the PostgreSQL one, serve every row of the scenario, both operations). Reads are sent
+        as an agent sends them: no idempotency key, arguments of their own; so are writes (a key each,
+        a `reason` of their own).
         Each Writ row is run once per `--policy-checks` setting, off then on.
         """
         with self._scenario() as shared:
@@ -347,8 +348,11 @@ class Bench:
         """Writ on one PostgreSQL store as `--replicas` processes, the clients spread over them."""
         checks = self.args.policy_checks[0]
         here = workdir / f"writ-postgres-{concurrency}-replicas"
+        # With --reuse-processes the first replica is the scenario's gateway on PostgreSQL with these
+        # checks, already running; the others join its store, secrets and public URL.
+        first = self._reused.get(("writ", "postgres", checks)) if self.args.reuse_processes else None
         with contextlib.ExitStack() as own:
-            start = partial(self._replica_gateways, here, backend, upstream, checks)
+            start = partial(self._replica_gateways, here, backend, upstream, checks, first)
             gateways, token = self._started(own, shared, ("replicas",), start)
             session = load.spread(
                 [
@@ -365,24 +369,34 @@ class Bench:
 
     @contextlib.contextmanager
     def _replica_gateways(
-        self, here: Path, backend: str, upstream: str, checks: bool
+        self,
+        here: Path,
+        backend: str,
+        upstream: str,
+        checks: bool,
+        first: tuple[processes.Gateway, str] | None = None,
     ) -> Iterator[tuple[list[processes.Gateway], str]]:
-        """One PostgreSQL store, `--replicas` gateways on it sharing its secrets and public URL, a token."""
+        """One PostgreSQL store, `--replicas` gateways on it sharing its secrets and public URL, a token;
+        given a `first` gateway running (and its token), the others join its store, secrets and URL."""
         with contextlib.ExitStack() as stack:
-            url = stack.enter_context(processes.store_url("postgres", here))
             gateways: list[processes.Gateway] = []
-            for n in range(self.args.replicas):
+            if first is None:
+                url, secrets = stack.enter_context(processes.store_url("postgres", here)), here
+            else:
+                gateways.append(first[0])
+                url, secrets = first[0].store_url, first[0].workdir
+            for n in range(len(gateways), self.args.replicas):
                 gateway = processes.gateway(
                     here / f"replica-{n}",
                     backend,
                     url,
                     upstream_mcp=upstream,
                     policy_checks=checks,
-                    secrets=here,
+                    secrets=secrets,
                     public_url=gateways[0].url if gateways else None,
                 )
                 gateways.append(stack.enter_context(gateway))
-            yield gateways, gateways[0].token()
+            yield gateways, first[1] if first is not None else gateways[0].token()
 
     def _checks_variant(self, checks: bool) -> dict[str, Any]:
         """Labels a row with its policy-checks setting once both are measured or it is on."""

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests import test_types
+
+# pytest rewrites the asserts of every test module as it imports it (parse, rewrite, compile: about 7 s
+# of CPU per process for the whole tree, in each of the three workers), and keeps the result beside the
+# module (`__pycache__/*-pytest-*.pyc`, which git and the image's context ignore) only where bytecode may
+# be written. This machine's environment sets PYTHONDONTWRITEBYTECODE, which would make every run and
+# every worker rewrite the tree again; the processes the tests start still inherit it.
+sys.dont_write_bytecode = False
 
 POSTGRES_URL = os.environ.get("WRIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
