@@ -122,9 +122,12 @@ async def test_identical_calls_through_two_replicas_cause_one_effect(
         async with anyio.create_task_group() as tg:
             for n in range(6):
                 tg.start_soon(call, a if n % 2 else b)
-    with Store.open(pg_url) as store:
-        call = store.find_call_by_key("acme", "agent-1", "same-key")
-    assert statuses == ["completed"] * 6, (call.error, call.result)
+        with Store.open(pg_url) as store:
+            # A loaded machine may take longer than the capability's 0.5 s for the one refund: then the
+            # calls truthfully answer result_unknown, and reconciliation confirms the refund it finds.
+            settled = await wait_for(store, "same-key", lambda c: c.status in ("completed", "failed"))
+    assert set(statuses) <= {"completed", "result_unknown"} and len(statuses) == 6, statuses
+    assert settled.status == "completed", (settled.error, settled.result)
     assert len(backend.refunds("same-key")) == 1
 
 
