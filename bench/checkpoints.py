@@ -92,7 +92,7 @@ def row(kind: str, partitions: int, counts: list[int], rounds: int, archive: boo
             if name
         }
         sign_s, lines = timed(
-            lambda: signer.sign_pages(
+            lambda: signer.sign(
                 log_id="0" * 64, seq=0, hash_="", from_seq=0, hashes=[], now=AT, heads=covers
             ),
             rounds,
@@ -102,7 +102,7 @@ def row(kind: str, partitions: int, counts: list[int], rounds: int, archive: boo
             f"{kind:8} {partitions:5} partitions (built in {built:.1f} s): {len(sizes)} line(s), "
             f"{max(sizes):,} bytes the longest, {sum(sizes):,} in all; "
             f"write_checkpoint {made_s * 1000:.0f} ms, "
-            f"sign_pages {sign_s * 1000:.1f} ms ({len(lines)} lines)",
+            f"sign {sign_s * 1000:.1f} ms ({len(lines)} lines)",
             flush=True,
         )
         for count in counts:

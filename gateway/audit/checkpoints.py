@@ -152,29 +152,6 @@ class CheckpointSigner:
         hashes: Sequence[str],
         now: datetime,
         heads: Mapping[str, Cover] | None = None,
-    ) -> str:
-        """A checkpoint of one line: as `sign_pages`, for one that fits one.
-
-        Raises:
-            CheckpointError: as `sign_pages`, or it takes more than one line.
-        """
-        lines = self.sign_pages(
-            log_id=log_id, seq=seq, hash_=hash_, from_seq=from_seq, hashes=hashes, now=now, heads=heads
-        )
-        if len(lines) != 1:
-            raise CheckpointError(f"the checkpoint takes {len(lines)} lines: sign it with sign_pages")
-        return lines[0]
-
-    def sign_pages(
-        self,
-        *,
-        log_id: str,
-        seq: int,
-        hash_: str,
-        from_seq: int,
-        hashes: Sequence[str],
-        now: datetime,
-        heads: Mapping[str, Cover] | None = None,
     ) -> list[str]:
         """The lines of a checkpoint of the log at `seq` of partition ""; `hashes` are its event hashes
         of seqs `from_seq`+1 to `seq` (none: the hashes of its archived events are gone, the head vouches).
@@ -537,7 +514,7 @@ def write_checkpoint(
         start, taken = _cover(log, name, max(min(previous.get(name, 0), at), at - room, 0), at)
         covers[name] = Cover(at, last_hash, start, taken)
         room -= at - start
-    lines = signer.sign_pages(
+    lines = signer.sign(
         log_id=log_id, seq=seq, hash_=head_hash, from_seq=from_seq, hashes=hashes, now=now, heads=covers
     )
     path = append(directory, lines, now)

@@ -255,7 +255,7 @@ def test_a_page_stays_within_its_byte_budget_whatever_the_partitions_names(tmp_p
         f"t:{'ž' * 60}{n:05d}": Cover(1, f"{n:064x}", 0, [f"{n:064x}"]) for n in range(2_000)
     }  # 2-byte characters: the budget counts bytes
 
-    lines = signer.sign_pages(log_id="0" * 64, seq=0, hash_="", from_seq=0, hashes=[], now=AT, heads=heads)
+    lines = signer.sign(log_id="0" * 64, seq=0, hash_="", from_seq=0, hashes=[], now=AT, heads=heads)
 
     assert len(lines) >= 4
     assert all(len(base64.urlsafe_b64decode(line.split(".")[1] + "==")) <= PAGE_BYTES for line in lines)

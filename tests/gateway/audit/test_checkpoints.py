@@ -37,7 +37,7 @@ def signer_in(tmp_path: Path) -> CheckpointSigner:
 
 
 def signed(signer: CheckpointSigner, seq: int = 5, from_seq: int = 2) -> str:
-    return signer.sign(
+    (line,) = signer.sign(
         log_id=HASHES[0],
         seq=seq,
         hash_=HASHES[seq - 1],
@@ -45,6 +45,7 @@ def signed(signer: CheckpointSigner, seq: int = 5, from_seq: int = 2) -> str:
         hashes=HASHES[from_seq:seq],
         now=NOW,
     )
+    return line
 
 
 def test_a_checkpoint_round_trips_to_what_it_vouches_for(tmp_path: Path) -> None:
@@ -170,7 +171,7 @@ def test_a_missing_trusted_keys_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_checkpoint_of_the_widest_cover_verifies_and_a_wider_one_is_refused(tmp_path: Path) -> None:
     signer = signer_in(tmp_path)
     hashes = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(MAX_COVER + 1)]
-    widest = signer.sign(
+    (widest,) = signer.sign(
         log_id=hashes[0], seq=MAX_COVER, hash_=hashes[-2], from_seq=0, hashes=hashes[:-1], now=NOW
     )
 
