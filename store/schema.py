@@ -72,12 +72,11 @@ class CompactUTCDateTime(UTCDateTime):
             return super().process_bind_param(value, dialect)
         if value.tzinfo is None:
             raise ValueError("timestamps must be timezone-aware")  # as format_ts refuses them
-        naive = value.astimezone(UTC).replace(tzinfo=None)
-        return ((naive - _YEAR_ONE) // _MICRO).to_bytes(8, "big")
+        return _moment_bytes(value.astimezone(UTC).replace(tzinfo=None))
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if isinstance(value, bytes):
-            return (_YEAR_ONE + int.from_bytes(value, "big") * _MICRO).replace(tzinfo=UTC)
+            return _bytes_moment(value).replace(tzinfo=UTC)
         return super().process_result_value(value, dialect)
 
 
@@ -120,6 +119,23 @@ class PackedText(TypeDecorator[str]):
 
 _YEAR_ONE = datetime(1, 1, 1)  # noqa: DTZ001 (naive on purpose: micros since it, in UTC)
 _MICRO = timedelta(microseconds=1)
+
+
+def _moment_bytes(naive_utc: datetime) -> bytes:
+    """A moment in UTC as `EventTime` and `CompactUTCDateTime` keep it: the microseconds since
+    0001-01-01, 8 bytes big-endian, which sort as the moments do."""
+    return ((naive_utc - _YEAR_ONE) // _MICRO).to_bytes(8, "big")
+
+
+def _bytes_moment(stored: bytes) -> datetime:
+    """The naive UTC moment `_moment_bytes` kept.
+
+    Raises:
+        OverflowError: the bytes name a moment past year 9999.
+    """
+    return _YEAR_ONE + int.from_bytes(stored, "big") * _MICRO
+
+
 _TIME_TEXT = 0xFF
 _FORMATTED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z", re.ASCII)
 
@@ -164,14 +180,14 @@ def time_bytes(value: str) -> bytes | None:
         moment = datetime.fromisoformat(value[:-1])
     except ValueError:  # matches the pattern, names no moment (month 13, second 60)
         return None
-    return ((moment - _YEAR_ONE) // _MICRO).to_bytes(8, "big")
+    return _moment_bytes(moment)
 
 
 def time_text(stored: bytes) -> str:
     """The text `EventTime` stored."""
     if len(stored) == 8 and stored[0] != _TIME_TEXT:
         try:
-            m = _YEAR_ONE + int.from_bytes(stored, "big") * _MICRO
+            m = _bytes_moment(stored)
         except OverflowError:  # past year 9999: a damaged row, whose hash will not match
             return stored.hex()
         return (
