@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, Unpack
 
+import anyio.to_thread
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, func, inspect, select, text
 
@@ -232,8 +233,6 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         loop's own connection (store.looking); on PostgreSQL, a round trip away, in a worker thread."""
         _aware(req.identity.now)
         if self._engine.dialect.name != "sqlite":
-            import anyio.to_thread
-
             return await anyio.to_thread.run_sync(self.admissible_read, req)
         with _translated(), self._looks.look() as conn:
             return recording.admissible_read(conn, req)
