@@ -99,14 +99,6 @@ class ArchivedRow:
             raise AttributeError(name) from None
 
 
-def _manifest(directory: Path) -> list[Segment]:
-    path = directory / MANIFEST
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [_segment(path, number, line) for number, line in enumerate(lines, start=1) if line.strip()]
-
-
 def _segment(path: Path, number: int, line: str) -> Segment:
     try:
         return Segment(**json.loads(line))
@@ -125,89 +117,67 @@ def _gap(directory: Path, segment: Segment, expected: int) -> ArchiveError:
 
 
 class Manifest:
-    """The manifest of a directory as one archiving run follows it: read whole once, then only the lines
-    appended since (the manifest is append-only, and every archiver appends holding partition ""'s
-    head), so that a run over many partitions does not parse it again for each one."""
+    """The manifest of an archive directory, its segments by partition: read whole at the first
+    `refresh`, then only the lines appended since. The manifest is append-only and every archiver
+    appends holding partition ""'s head, so an archiving run over many partitions does not parse it
+    again for each one, and verify and rebuild, which read every partition's segments, read it once.
+    Each partition's segments are checked to follow each other as they are read."""
 
     def __init__(self, directory: Path) -> None:
-        self._directory = directory
+        self.directory = directory
         self._read = 0
         """Bytes of the file read so far: complete lines only."""
         self._lines = 0
-        self._last: dict[str, int] = {}
+        self._chains: dict[str, list[Segment]] = {}
 
-    def refresh(self) -> None:
-        """Read what was appended since the last refresh.
+    def refresh(self) -> Manifest:
+        """Read what was appended since the last refresh; the manifest itself.
 
         Raises:
             ArchiveError: a new line is unreadable, or a partition's segments do not follow each other.
         """
-        path = self._directory / MANIFEST
+        path = self.directory / MANIFEST
         try:
             with path.open("rb") as fh:
                 if os.fstat(fh.fileno()).st_size < self._read:  # not appended to: read it all again
-                    self._read, self._lines, self._last = 0, 0, {}
+                    self._read, self._lines, self._chains = 0, 0, {}
                 fh.seek(self._read)
                 tail = fh.read()
         except FileNotFoundError:
-            self._read, self._lines, self._last = 0, 0, {}
-            return
+            self._read, self._lines, self._chains = 0, 0, {}
+            return self
         complete = tail[: tail.rfind(b"\n") + 1]
         for line in complete.decode("utf-8").splitlines():
             self._lines += 1
             if not line.strip():
                 continue
             segment = _segment(path, self._lines, line)
-            expected = self._last.get(segment.chain, 0) + 1
+            expected = self.archived_seq(segment.chain) + 1
             if segment.first_seq != expected or segment.last_seq < segment.first_seq:
-                raise _gap(self._directory, segment, expected)
-            self._last[segment.chain] = segment.last_seq
-        self._read += len(complete)
-
-    def archived_seq(self, partition: str) -> int:
-        """The last seq of `partition` archived, as of the last refresh (0: none)."""
-        return self._last.get(partition, 0)
-
-
-class Archived:
-    """The manifest of an archive directory read once, its segments by partition: verify and rebuild
-    read every partition's, and parsing the manifest again for each costs partitions x segments."""
-
-    def __init__(self, directory: Path) -> None:
-        """Read the manifest of `directory`.
-
-        Raises:
-            ArchiveError: the manifest is unreadable.
-        """
-        self.directory = directory
-        self._chains: dict[str, list[Segment]] = {}
-        for segment in _manifest(directory):
+                raise _gap(self.directory, segment, expected)
             self._chains.setdefault(segment.chain, []).append(segment)
+        self._read += len(complete)
+        return self
+
+    def archived_seq(self, partition: str | None = UNPARTITIONED) -> int:
+        """The last seq of `partition` archived, as of the last refresh (0: none)."""
+        found = self._chains.get(partition or UNPARTITIONED)
+        return found[-1].last_seq if found else 0
 
     def partitions(self) -> set[str]:
         return set(self._chains)
 
     def segments(self, partition: str | None = UNPARTITIONED) -> list[Segment]:
-        """As `segments`.
-
-        Raises:
-            ArchiveError: the partition's segments do not follow each other.
-        """
-        found = list(self._chains.get(partition or UNPARTITIONED, ()))
-        expected = 1
-        for segment in found:
-            if segment.first_seq != expected or segment.last_seq < segment.first_seq:
-                raise _gap(self.directory, segment, expected)
-            expected = segment.last_seq + 1
-        return found
+        """The segments of `partition`, in seq order, as of the last refresh ([] when none)."""
+        return list(self._chains.get(partition or UNPARTITIONED, ()))
 
 
-ArchiveDir = Path | Archived
+ArchiveDir = Path | Manifest
 """An archive directory, or its manifest already read."""
 
 
-def _archived(directory: ArchiveDir) -> Archived:
-    return directory if isinstance(directory, Archived) else Archived(directory)
+def _archived(directory: ArchiveDir) -> Manifest:
+    return directory if isinstance(directory, Manifest) else Manifest(directory).refresh()
 
 
 def archived_partitions(directory: ArchiveDir | None) -> set[str]:
@@ -230,10 +200,7 @@ def segments(directory: ArchiveDir, partition: str | None = UNPARTITIONED) -> li
 
 def archived_seq(directory: ArchiveDir | None, partition: str | None = UNPARTITIONED) -> int:
     """The last seq of `partition` the archive in `directory` holds (0: none)."""
-    if directory is None:
-        return 0
-    found = segments(directory, partition)
-    return found[-1].last_seq if found else 0
+    return 0 if directory is None else _archived(directory).archived_seq(partition)
 
 
 def read_archive(directory: ArchiveDir, partition: str | None = UNPARTITIONED) -> Iterator[ArchivedRow]:

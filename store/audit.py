@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from store import events as ev
-from store.archive import Archived, ArchiveError, archived_partitions, archived_seq, log_rows, read_archive
+from store.archive import ArchiveError, Manifest, archived_partitions, archived_seq, log_rows, read_archive
 from store.grammar import Grammar
 from store.log import envelope_of, partition_rows
 from store.model import (
@@ -58,7 +58,7 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | Non
     with Replay() as replay:
         follower = _Follower(replay)
         try:
-            index = None if archive is None else Archived(archive)  # the manifest, read once
+            index = None if archive is None else Manifest(archive).refresh()  # read once
             partitions = _partitions(conn, anchors, index)
         except ArchiveError as exc:
             return _archive_finding(exc)
@@ -96,7 +96,7 @@ def verify(conn: Connection, anchors: Iterable[Anchor] = (), archive: Path | Non
         return follower.finish(conn, report)
 
 
-def _partitions(conn: Connection, anchors: tuple[Anchor, ...], archive: Archived | None) -> list[str]:
+def _partitions(conn: Connection, anchors: tuple[Anchor, ...], archive: Manifest | None) -> list[str]:
     """Every partition a head row, an event, an anchor or the archive names, in order ("" first,
     even when all are gone)."""
     named = set(conn.execute(select(log_head.c.partition)).scalars())
@@ -164,7 +164,7 @@ class _Follower:
 
 
 def _verify_chain(
-    conn: Connection, partition: str, vouched: _Vouched, follower: _Follower | None, archive: Archived | None
+    conn: Connection, partition: str, vouched: _Vouched, follower: _Follower | None, archive: Manifest | None
 ) -> AuditReport:
     try:
         done = archived_seq(archive, partition)

@@ -441,7 +441,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
                     select(events.c.partition, func.min(events.c.pseq)).group_by(events.c.partition)
                 )
             }
-            index = None if archive is None else archiving.Archived(archive)  # the manifest, read once
+            index = None if archive is None else archiving.Manifest(archive).refresh()  # read once
             partitions = set(heads) | set(firsts) | archiving.archived_partitions(index)
             for partition in sorted(partitions):
                 done = archiving.archived_seq(index, partition)
