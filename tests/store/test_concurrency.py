@@ -63,8 +63,11 @@ def test_a_writer_frozen_inside_its_transaction_holds_the_log_head_only_until_th
 ) -> None:
     # What PostgreSQL sees of a replica paused (SIGSTOP, a VM pause) in the middle of a write: a session
     # idle inside a transaction that holds the head's row lock. Every other writer queues behind it.
+    with Store.open(pg_schema_url) as setup:
+        # Migrated with the default timeout: alembic imports each migration inside its transaction, which
+        # on a loaded machine can leave the session idle for more than the 1 s this test sets.
+        setup.migrate()
     with Store.open(pg_schema_url, idle_transaction_timeout_s=1) as store:
-        store.migrate()
         frozen = store.engine.connect()
         transaction = frozen.begin()
         log = Append(frozen)  # takes the head lock
