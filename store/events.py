@@ -48,11 +48,37 @@ def json_for(schema_version: int) -> Callable[[Any], str]:
     return legacy_json if schema_version == 1 else canonical_json
 
 
-def compute_hash(envelope: dict[str, Any]) -> str:
-    """sha256 over every envelope field except `hash` itself (seq and prev_hash included)."""
-    body = {name: envelope[name] for name in ENVELOPE_FIELDS if name != "hash"}
-    text = json_for(envelope["schema_version"])(body)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def compute_hash(envelope: dict[str, Any], payload_text: str | None = None) -> str:
+    """sha256 over every envelope field except `hash` itself (seq and prev_hash included).
+
+    `payload_text`, when given, is the payload as `json_for(schema_version)` spells it, which the
+    caller has already (it is the stored row's payload): see `hashed_text`.
+    """
+    return hashlib.sha256(hashed_text(envelope, payload_text).encode("utf-8")).hexdigest()
+
+
+_HASHED_FIELDS = tuple(name for name in ENVELOPE_FIELDS if name != "hash")
+_PAYLOAD_SLOT = '"payload":null'
+
+
+def hashed_text(envelope: dict[str, Any], payload_text: str | None = None) -> str:
+    """The text an envelope's hash is taken over: `json_for(schema_version)` of every field but `hash`.
+
+    With `payload_text` (the payload as that spelling writes it), the rest is spelled with a null
+    payload and the payload's text put in its place, not spelled a second time; a property test holds
+    this to the whole spelled at once. Both spellings write an object as its keys in sorted order,
+    each followed by its value spelled on its own, so the value's text is the same wherever it sits.
+    `"payload":null` occurs once: the key's two quotes are unescaped, and inside a spelled string every
+    quote is escaped, so the match is the envelope's own `payload` key (no other key ends with it).
+    """
+    spell = json_for(envelope["schema_version"])
+    if payload_text is None:
+        return spell({name: envelope[name] for name in _HASHED_FIELDS})
+    rest = spell({name: None if name == "payload" else envelope[name] for name in _HASHED_FIELDS})
+    head, slot, tail = rest.partition(_PAYLOAD_SLOT)
+    if not slot:  # unreachable by the argument above; kept so a mistake fails loudly, not silently
+        raise ValueError("the envelope's spelled text has no payload slot")
+    return f'{head}"payload":{payload_text}{tail}'
 
 
 def format_ts(moment: datetime) -> str:
@@ -471,14 +497,21 @@ class Envelope(BaseModel):
         return self.sealed_with_envelope(seq, prev_hash)[0]
 
     def sealed_with_envelope(self, seq: int, prev_hash: str) -> tuple[Self, dict[str, Any]]:
-        """`sealed`, and the sealed copy's envelope, which is computed on the way (appending needs both)."""
+        """`sealed`, and the sealed copy's envelope, which is computed on the way."""
+        sealed, envelope, _ = self.sealed_with_payload_text(seq, prev_hash)
+        return sealed, envelope
+
+    def sealed_with_payload_text(self, seq: int, prev_hash: str) -> tuple[Self, dict[str, Any], str]:
+        """`sealed_with_envelope`, and the payload as its schema version spells it (the stored row's
+        payload): appending needs all three, and the payload is spelled once for the hash and the row."""
         # The envelope of the placed copy is this one's with the three placement fields set: they are
         # plain ints and strings, so setting them in the dumped dict is what dumping the copy gives.
         envelope = self.envelope()
         envelope.update(seq=seq, prev_hash=prev_hash, hash="")
-        envelope["hash"] = compute_hash(envelope)
+        payload_text = json_for(envelope["schema_version"])(envelope["payload"])
+        envelope["hash"] = compute_hash(envelope, payload_text)
         sealed = self.model_copy(update={"seq": seq, "prev_hash": prev_hash, "hash": envelope["hash"]})
-        return sealed, envelope
+        return sealed, envelope, payload_text
 
 
 class RunStartedEvent(Envelope):

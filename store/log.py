@@ -111,11 +111,11 @@ class Append:
         """Seal `event` at its partition's next seq, project it, and return the sealed copy."""
         partition = self._scheme.partition_of(event)
         chain = self._chain(partition)
-        sealed, envelope = event.sealed_with_envelope(self._seq(chain), chain.hash)
+        sealed, envelope, payload_text = event.sealed_with_payload_text(self._seq(chain), chain.hash)
         apply(self._conn, sealed, self._pending)
         chain.seq += 1
         chain.hash = sealed.hash
-        self._rows.append(_row(envelope) | {"partition": partition, "pseq": chain.seq})
+        self._rows.append(_row(envelope, payload_text) | {"partition": partition, "pseq": chain.seq})
         return sealed
 
     def flush(self) -> None:
@@ -241,8 +241,8 @@ def _create_head(conn: Connection, partition: str) -> None:
         conn.execute(sqlite_insert(log_head).values(values).on_conflict_do_nothing())
 
 
-def _row(envelope: dict[str, Any]) -> dict[str, Any]:
-    envelope["payload"] = ev.json_for(envelope["schema_version"])(envelope["payload"])
+def _row(envelope: dict[str, Any], payload_text: str) -> dict[str, Any]:
+    envelope["payload"] = payload_text
     envelope["correlation_id"] = stored_correlation(envelope["correlation_id"], envelope["tool_call_id"])
     return envelope
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from store import events as ev
+from store.canonical import CanonicalizationError
 
 CONTRACT_TYPES = {
     "run.started",
@@ -146,6 +148,73 @@ def test_changing_any_envelope_field_changes_the_hash(envelope: dict[str, Any], 
 @given(envelopes, text)
 def test_the_hash_does_not_depend_on_the_stored_hash_field(envelope: dict[str, Any], other: str) -> None:
     assert ev.compute_hash({**envelope, "hash": other}) == ev.compute_hash(envelope)
+
+
+def _envelopes(texts: st.SearchStrategy[str], floats: st.SearchStrategy[float]) -> st.SearchStrategy[Any]:
+    # The slot the payload's text is put into, and what escapes a quote, also spelled as values.
+    texts = texts | st.sampled_from(['"payload":null', '","payload":null,"', "\\", '\\"', "\u20ac"])
+    values = st.recursive(
+        st.none() | st.booleans() | st.integers(-(10**30), 10**30) | floats | texts,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+        max_leaves=16,
+    )
+    optional = ("run_id", "tool_call_id", "approval_id", "capability_id", "capability_version")
+    optional += ("policy_version", "correlation_id", "causation_id", "tenant")
+    return st.fixed_dictionaries(
+        {
+            "event_id": texts,
+            "seq": st.integers(min_value=1, max_value=2**63),
+            "type": st.sampled_from(sorted(CONTRACT_TYPES)),
+            "schema_version": st.sampled_from([1, 2]),
+            "occurred_at": texts,
+            "producer": texts,
+            **{name: st.none() | texts for name in optional},
+            "payload": st.dictionaries(texts, values, max_size=5),
+            "prev_hash": texts,
+            "hash": texts,
+        }
+    )
+
+
+# JSON as the log holds it, and anything else a spelling may refuse (lone surrogates, NaN, infinity).
+json_envelopes = _envelopes(st.text(max_size=12), st.floats(allow_nan=False, allow_infinity=False))
+any_envelopes = _envelopes(st.text(max_size=12) | st.sampled_from(["\ud800", "a\udfffb"]), st.floats())
+
+
+def _outcome(spell: Callable[[], str]) -> str | type[Exception]:
+    try:
+        return spell()
+    except (CanonicalizationError, ValueError) as exc:
+        return type(exc)
+
+
+@given(json_envelopes | any_envelopes)
+def test_the_hashed_text_with_the_payload_spelled_apart_is_the_envelope_spelled_whole(
+    envelope: dict[str, Any],
+) -> None:
+    # Appending spells the payload once (the stored row's) and puts it into the envelope's text.
+    spell = ev.json_for(envelope["schema_version"])
+    whole = _outcome(lambda: spell({name: envelope[name] for name in ev.ENVELOPE_FIELDS if name != "hash"}))
+
+    spliced = _outcome(lambda: ev.hashed_text(envelope, spell(envelope["payload"])))
+
+    assert spliced == whole
+    assert _outcome(lambda: ev.hashed_text(envelope)) == whole
+
+
+def test_a_sealed_event_hashes_the_payload_text_it_stores() -> None:
+    event = ev.ToolCallCompletedEvent(
+        occurred_at="2026-11-30T12:00:00.000000Z",
+        producer="writ-gateway",
+        tool_call_id="tc-1",
+        tenant="acme",
+        payload=ev.ToolCallCompleted(result={"b": [1.5, 2**70], "a": "späť"}, evidence={"status": 200}),
+    )
+
+    sealed, envelope, payload_text = event.sealed_with_payload_text(7, "a" * 64)
+
+    assert payload_text == ev.canonical_json(envelope["payload"])
+    assert sealed.hash == ev.compute_hash(envelope) == ev.compute_hash(envelope, payload_text)
 
 
 def test_event_ids_are_uuid7_ordered_by_the_millisecond_they_were_made(
