@@ -39,6 +39,10 @@ DEFAULT_LEVEL: types.LoggingLevel = "info"
 _LEVEL_STATE = "writ/logLevel"
 PASS_ON_WAIT_S = 5.0
 """The longest a call's answer waits for its progress and log messages to reach a slow client."""
+# What `declared` asks the client's session about, for every call to an upstream: built once (the
+# session only reads them).
+_ELICITATION = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+_SAMPLING = types.ClientCapabilities(sampling=types.SamplingCapability())
 
 NOT_DECLARED = "the client did not declare the {0} capability, so Writ cannot ask it"
 NO_BACK_CHANNEL = (
@@ -101,9 +105,7 @@ class ClientRelay:
 
     def declared(self) -> Declared:
         session = self._first.session
-        elicitation = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-        sampling = types.ClientCapabilities(sampling=types.SamplingCapability())
-        return (session.check_client_capability(elicitation), session.check_client_capability(sampling))
+        return (session.check_client_capability(_ELICITATION), session.check_client_capability(_SAMPLING))
 
     def rebind(self, ctx: Any | None) -> None:
         """Pass what the upstream says on to this request of the client's (None: to no request, between
