@@ -17,7 +17,9 @@ _T = TypeVar("_T")
 
 class _Flight(Generic[_T]):
     def __init__(self) -> None:
-        self.done = anyio.Event()
+        # Made by the first caller to join: most flights are joined by no one, and an event costs a
+        # look-up of the running async backend (all on one event loop: no race between the two).
+        self.done: anyio.Event | None = None
         self.value: list[_T] = []
         self.error: BaseException | None = None
 
@@ -39,6 +41,8 @@ class Flights(Generic[_T]):
         """
         joined = self._running.get(key)
         if joined is not None:
+            if joined.done is None:
+                joined.done = anyio.Event()
             await joined.done.wait()
             if joined.error is not None:
                 raise joined.error
@@ -54,5 +58,6 @@ class Flights(Generic[_T]):
             raise
         finally:
             del self._running[key]
-            flight.done.set()
+            if flight.done is not None:
+                flight.done.set()
         return value, False
