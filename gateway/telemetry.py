@@ -377,7 +377,8 @@ class _RoutedTracer(trace.Tracer):
 
     def _target(self) -> trace.Tracer:
         provider = _ACTIVE.get()
-        if provider is None:
+        if provider is None or type(provider) is trace.NoOpTracerProvider:
+            # Telemetry off (its tracer would be a no-op one too): no weak reference made to look it up.
             return _NO_OP
         found = self._tracers.get(provider)
         if found is None:
@@ -387,12 +388,11 @@ class _RoutedTracer(trace.Tracer):
     def start_span(self, *args: Any, **kwargs: Any) -> Span:
         return self._target().start_span(*args, **kwargs)
 
-    @contextlib.contextmanager
     def start_as_current_span(  # type: ignore[override]  # the API's context manager type is private
         self, *args: Any, **kwargs: Any
-    ) -> Iterator[Span]:
-        with self._target().start_as_current_span(*args, **kwargs) as span:
-            yield span
+    ) -> contextlib.AbstractContextManager[Span]:
+        # The target's own context manager, not one more generator around it: several spans a call.
+        return self._target().start_as_current_span(*args, **kwargs)
 
 
 class _RoutingTracerProvider(trace.TracerProvider):
