@@ -6,11 +6,13 @@ import contextlib
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store.model import StoreError
 
@@ -72,6 +74,37 @@ def create_store_engine(
     return _postgres_engine(
         engine, idle_transaction_timeout_s=idle_transaction_timeout_s, ping_after_idle_s=ping_after_idle_s
     )
+
+
+@dataclass(frozen=True)
+class LookOptions:
+    """What an asyncio engine for looks from an event loop (store.looking) takes of `EngineOptions`."""
+
+    idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S
+    ping_after_idle_s: float = PING_AFTER_IDLE_S
+    pool_size: int = POOL_SIZE
+    max_overflow: int = MAX_OVERFLOW
+
+    @classmethod
+    def of(cls, options: EngineOptions) -> LookOptions:
+        return cls(
+            options.get("idle_transaction_timeout_s", IDLE_TRANSACTION_TIMEOUT_S),
+            options.get("ping_after_idle_s", PING_AFTER_IDLE_S),
+            options.get("pool_size", POOL_SIZE),
+            options.get("max_overflow", MAX_OVERFLOW),
+        )
+
+
+def create_look_engine(url: URL, options: LookOptions) -> AsyncEngine:
+    """An asyncio engine over psycopg's async connection for PostgreSQL `url`, configured as the store's
+    synchronous engine is, for reads awaited on an event loop (store.looking)."""
+    engine = create_async_engine(url, pool_size=options.pool_size, max_overflow=options.max_overflow)
+    _postgres_engine(
+        engine.sync_engine,
+        idle_transaction_timeout_s=options.idle_transaction_timeout_s,
+        ping_after_idle_s=options.ping_after_idle_s,
+    )
+    return engine
 
 
 def _postgres_engine(
