@@ -45,6 +45,11 @@ PING_AFTER_IDLE_S = 1.0
 """A pooled PostgreSQL connection idle for longer than this is pinged before it is used again."""
 POOL_SIZE, MAX_OVERFLOW = 10, 10
 """PostgreSQL connections a process keeps open, and may open beyond those under load."""
+LOOK_CONNECTIONS = 4
+"""PostgreSQL connections at most that an event loop's reads look on (store.looking), beside the pool.
+
+A look holds its connection for one round trip, so a few serve many concurrent reads; the rest wait on
+the loop, which costs nothing of a thread."""
 
 
 class EngineOptions(TypedDict, total=False):
@@ -82,23 +87,20 @@ class LookOptions:
 
     idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S
     ping_after_idle_s: float = PING_AFTER_IDLE_S
-    pool_size: int = POOL_SIZE
-    max_overflow: int = MAX_OVERFLOW
+    connections: int = LOOK_CONNECTIONS
 
     @classmethod
     def of(cls, options: EngineOptions) -> LookOptions:
         return cls(
             options.get("idle_transaction_timeout_s", IDLE_TRANSACTION_TIMEOUT_S),
             options.get("ping_after_idle_s", PING_AFTER_IDLE_S),
-            options.get("pool_size", POOL_SIZE),
-            options.get("max_overflow", MAX_OVERFLOW),
         )
 
 
 def create_look_engine(url: URL, options: LookOptions) -> AsyncEngine:
     """An asyncio engine over psycopg's async connection for PostgreSQL `url`, configured as the store's
     synchronous engine is, for reads awaited on an event loop (store.looking)."""
-    engine = create_async_engine(url, pool_size=options.pool_size, max_overflow=options.max_overflow)
+    engine = create_async_engine(url, pool_size=options.connections, max_overflow=0)
     _postgres_engine(
         engine.sync_engine,
         idle_transaction_timeout_s=options.idle_transaction_timeout_s,

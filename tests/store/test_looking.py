@@ -16,7 +16,7 @@ from sqlalchemy import Connection, exc, text
 
 from store import Store
 from store.commands import RevokePrincipal
-from store.db import LookOptions, normalize_url
+from store.db import LOOK_CONNECTIONS, LookOptions, normalize_url
 from store.looking import LoopLooks
 from store.model import StoreError
 from tests.store.builders import NOW
@@ -181,3 +181,21 @@ def test_the_engine_of_a_loop_that_closed_is_disposed_when_the_next_loop_looks(
     assert second != first  # a loop's pool is its own
     # A process that runs one loop after another (tests, CLI commands) keeps one loop's sessions open.
     assert _sessions(postgres_url, first, second, settle_s=10) == {second}
+
+
+async def test_many_looks_at_once_share_a_few_connections_and_all_answer(loop_looks: LoopLooks) -> None:
+    pids: list[int] = []
+
+    def slow_look(conn: Connection) -> int:
+        conn.execute(text("SELECT pg_sleep(0.05)"))
+        return _backend_pid(conn)
+
+    async def look() -> None:
+        pids.append(await loop_looks.run(slow_look))
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(3 * LOOK_CONNECTIONS):
+            tasks.start_soon(look)
+    assert len(pids) == 3 * LOOK_CONNECTIONS
+    # The rest waited on the loop for a connection: replicas x this bound is what the docs budget.
+    assert 1 < len(set(pids)) <= LOOK_CONNECTIONS
