@@ -100,7 +100,11 @@ class LookOptions:
 def create_look_engine(url: URL, options: LookOptions) -> AsyncEngine:
     """An asyncio engine over psycopg's async connection for PostgreSQL `url`, configured as the store's
     synchronous engine is, for reads awaited on an event loop (store.looking)."""
-    engine = create_async_engine(url, pool_size=options.connections, max_overflow=0)
+    # A look is a few plain reads: under READ COMMITTED each statement sees its own snapshot inside a
+    # transaction too, so BEGIN and COMMIT would buy nothing but two round trips.
+    engine = create_async_engine(
+        url, pool_size=options.connections, max_overflow=0, isolation_level="AUTOCOMMIT"
+    )
     _postgres_engine(
         engine.sync_engine,
         idle_transaction_timeout_s=options.idle_transaction_timeout_s,

@@ -12,8 +12,9 @@ that never blocks it:
   kept open: it never waits for the pool, whose connections worker threads may all hold meanwhile.
 - **PostgreSQL** (`LoopLooks`): the look is a round trip away, which may take as long as the network
   does, so the loop awaits it on an asyncio engine over psycopg's async connection, beside the store's
-  synchronous engine, running the same look (`AsyncConnection.run_sync`). An asyncio pool belongs to
-  the loop that uses it, so each loop gets an engine of its own.
+  synchronous engine, running the same look (`AsyncConnection.run_sync`), each statement in a
+  transaction of its own (a round trip each; no BEGIN or COMMIT). An asyncio pool belongs to the loop
+  that uses it, so each loop gets an engine of its own.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ class LoopLooks:
 
     async def run(self, look: Callable[[Connection], T]) -> T:
         engine = await self._engine_for(asyncio.get_running_loop())
-        async with engine.connect() as conn, conn.begin():
+        async with engine.connect() as conn:  # in autocommit: no BEGIN, no COMMIT (store.db)
             return await conn.run_sync(look)
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from psycopg import pq
 from sqlalchemy import Connection, exc, text
 
 from store import Store
@@ -128,6 +129,16 @@ async def test_the_loop_goes_on_while_postgresql_takes_its_time_to_answer_a_look
         tasks.cancel_scope.cancel()
     # A look made synchronously on the loop would have let no tick run until the server answered.
     assert ticks >= 10
+
+
+async def test_a_look_sends_its_statements_alone_without_begin_or_commit(loop_looks: LoopLooks) -> None:
+    def status_after_a_statement(conn: Connection) -> pq.TransactionStatus:
+        conn.execute(text("SELECT 1"))
+        return conn.connection.driver_connection.info.transaction_status  # type: ignore[union-attr]
+
+    # In a transaction it would be INTRANS, its BEGIN a round trip before the statement and its COMMIT one
+    # after; under READ COMMITTED a statement sees its own snapshot either way.
+    assert await loop_looks.run(status_after_a_statement) == pq.TransactionStatus.IDLE
 
 
 async def test_a_look_cancelled_while_the_server_works_leaves_the_next_look_whole(
