@@ -134,7 +134,8 @@ class StoreConfig(_Section):
     Every write holds the log head until it commits, so a replica frozen mid-write (SIGSTOP, a VM pause)
     would stall the writers of every replica until it woke; this bounds the stall."""
     pool_size: int = Field(default=POOL_SIZE, ge=1)
-    """PostgreSQL only: connections each process keeps open to the database."""
+    """PostgreSQL only: connections each process keeps open to the database for its transactions
+    (reads look before they run on at most 4 more, `store.db.LOOK_CONNECTIONS`)."""
     max_overflow: int = Field(default=MAX_OVERFLOW, ge=0)
     """PostgreSQL only: connections opened beyond `pool_size` under load, closed when returned."""
     log: LogConfig = Field(default_factory=LogConfig)

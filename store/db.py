@@ -6,11 +6,13 @@ import contextlib
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store.model import StoreError
 
@@ -43,6 +45,11 @@ PING_AFTER_IDLE_S = 1.0
 """A pooled PostgreSQL connection idle for longer than this is pinged before it is used again."""
 POOL_SIZE, MAX_OVERFLOW = 10, 10
 """PostgreSQL connections a process keeps open, and may open beyond those under load."""
+LOOK_CONNECTIONS = 4
+"""PostgreSQL connections at most that an event loop's reads look on (store.looking), beside the pool.
+
+A look holds its connection for one round trip, so a few serve many concurrent reads; the rest wait on
+the loop, which costs nothing of a thread."""
 
 
 class EngineOptions(TypedDict, total=False):
@@ -72,6 +79,38 @@ def create_store_engine(
     return _postgres_engine(
         engine, idle_transaction_timeout_s=idle_transaction_timeout_s, ping_after_idle_s=ping_after_idle_s
     )
+
+
+@dataclass(frozen=True)
+class LookOptions:
+    """What an asyncio engine for looks from an event loop (store.looking) takes of `EngineOptions`."""
+
+    idle_transaction_timeout_s: float = IDLE_TRANSACTION_TIMEOUT_S
+    ping_after_idle_s: float = PING_AFTER_IDLE_S
+    connections: int = LOOK_CONNECTIONS
+
+    @classmethod
+    def of(cls, options: EngineOptions) -> LookOptions:
+        return cls(
+            options.get("idle_transaction_timeout_s", IDLE_TRANSACTION_TIMEOUT_S),
+            options.get("ping_after_idle_s", PING_AFTER_IDLE_S),
+        )
+
+
+def create_look_engine(url: URL, options: LookOptions) -> AsyncEngine:
+    """An asyncio engine over psycopg's async connection for PostgreSQL `url`, configured as the store's
+    synchronous engine is, for reads awaited on an event loop (store.looking)."""
+    # A look is a few plain reads: under READ COMMITTED each statement sees its own snapshot inside a
+    # transaction too, so BEGIN and COMMIT would buy nothing but two round trips.
+    engine = create_async_engine(
+        url, pool_size=options.connections, max_overflow=0, isolation_level="AUTOCOMMIT"
+    )
+    _postgres_engine(
+        engine.sync_engine,
+        idle_transaction_timeout_s=options.idle_transaction_timeout_s,
+        ping_after_idle_s=options.ping_after_idle_s,
+    )
+    return engine
 
 
 def _postgres_engine(

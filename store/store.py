@@ -9,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, Unpack
 
-import anyio.to_thread
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, func, inspect, select, text
 
@@ -20,10 +19,10 @@ from store import oauth_clients as client_records
 from store.batching import KNOWN_CALLS, GroupWriter
 from store.coming import Coming
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
-from store.db import READ_ONLY, EngineOptions, create_store_engine
+from store.db import READ_ONLY, EngineOptions, LookOptions, create_store_engine
 from store.events import parse_event
 from store.log import envelope_of, lock_all_heads, lock_head
-from store.looking import Looks
+from store.looking import Looks, looks_for
 from store.model import (
     Admission,
     ApprovalView,
@@ -98,7 +97,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         self._producer = producer
         # Every write of the process goes through one writer: see store.batching (group commit).
         self._writer = writer or GroupWriter(engine)
-        self._looks = looks or Looks(engine)
+        self._looks = looks or looks_for(engine)
 
     @classmethod
     def open(
@@ -120,7 +119,7 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         """
         opened = create_store_engine(url, **engine)
         configure(opened, partitioning)
-        return cls(opened, producer=producer)
+        return cls(opened, producer=producer, looks=looks_for(opened, LookOptions.of(engine)))
 
     @property
     def engine(self) -> Engine:
@@ -229,13 +228,11 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
             return recording.admissible_read(conn, req)
 
     async def admissible_read_async(self, req: CallRequest) -> bool:
-        """`admissible_read` for a caller on an event loop. On SQLite it looks right here, on the
-        loop's own connection (store.looking); on PostgreSQL, a round trip away, in a worker thread."""
+        """`admissible_read` for a caller on an event loop, made from the loop without a worker thread:
+        on SQLite on the loop's own connection, on PostgreSQL awaited (store.looking)."""
         _aware(req.identity.now)
-        if self._engine.dialect.name != "sqlite":
-            return await anyio.to_thread.run_sync(self.admissible_read, req)
-        with _translated(), self._looks.look() as conn:
-            return recording.admissible_read(conn, req)
+        with _translated():
+            return await self._looks.run(lambda conn: recording.admissible_read(conn, req))
 
     def record_read(self, rec: ReadRecord) -> Admission:
         """Record a read that already ran, intent to outcome, in one transaction (one commit).
