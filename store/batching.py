@@ -13,8 +13,11 @@ ran before group commit. Under load the writer gathers a fuller batch. When the 
 announce themselves (store.coming: the gateway's pipeline does), it waits, at most `COMING_S`, while
 any call is *coming*: on this process's CPU on its way to a commit, neither queued nor away at its
 backend. Those calls keep the CPU busy meanwhile, so the wait costs no throughput, and one COMMIT
-then serves them too; a call alone in the process is never coming while its own write waits, so one
-client's sequential calls never wait. A process whose calls do not announce themselves (a store used
+then serves them too. It also waits for a call away at its backend that is *due back* within the
+bound, by that backend's usual answer time, until the call turns late (store.coming.AwayTimes): a
+write spends most of its life at its backend, and without this few writes are ever coming at once. A
+call alone in the process is never coming nor due while its own write waits, so one client's
+sequential calls never wait. A process whose calls do not announce themselves (a store used
 directly) falls back on a guess: when the last transaction had company, it waits, at most
 `GATHER_S`, for as many writes as came last time.
 
@@ -214,7 +217,7 @@ class GroupWriter:
         with self._lock:
             if self._pid != os.getpid():  # forked: the parent's thread, queue and connection are not ours
                 self._pid, self._queue, self._thread, self._conn = (os.getpid(), deque(), None, None)
-                self.arrivals = Arrivals()
+                self.arrivals = Arrivals(self.arrivals.clock)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="writ-store-writer", daemon=True)
                 self._thread.start()
@@ -263,14 +266,15 @@ class GroupWriter:
         """Add what is queued to `batch`, waiting a moment for the company expected; True: stop.
 
         Called under the arrivals' condition. When the process's calls announce themselves, wait while
-        any of those coming when the wait began is still coming (not for calls that set out meanwhile:
-        they go in the next transaction), at most `COMING_S`; otherwise, for as many writes as the last
-        transaction served and found queued, at most `GATHER_S`.
+        any of those awaited when the wait began (coming, or away and due back within the bound) is
+        still coming or due (not for calls that set out meanwhile: they go in the next transaction), at
+        most `COMING_S`; otherwise, for as many writes as the last transaction served and found queued,
+        at most `GATHER_S`.
         """
         arrivals = self.arrivals
         deadline: float | None = None
         waited = False
-        awaited: set[Coming] | None = None  # the calls coming when the wait began: not later ones
+        awaited: set[Coming] | None = None  # the calls awaited when the wait began: not later ones
         while len(batch) < MAX_BATCH:
             if self._queue:
                 more = self._queue.popleft()
@@ -278,21 +282,21 @@ class GroupWriter:
                     return True
                 batch.append(more)
                 continue
+            now = arrivals.clock()
+            wake = deadline
             if arrivals.announced:
-                if awaited is None:
-                    awaited = set(arrivals.coming)
-                else:
-                    awaited &= arrivals.coming
+                if deadline is None:
+                    deadline = now + COMING_S
+                awaitable = arrivals.awaitable(now, deadline)
+                awaited = awaitable if awaited is None else awaited & awaitable
                 if not awaited:
                     return False
-                bound = COMING_S
+                wake = min(deadline, arrivals.late_at(awaited))  # then, one awaited may have turned late
             elif len(batch) >= self._expected:
                 return False
-            else:
-                bound = GATHER_S
-            now = time.monotonic()
-            if deadline is None:
-                deadline = now + bound
+            elif deadline is None:
+                deadline = wake = now + GATHER_S
+            assert deadline is not None and wake is not None
             if now >= deadline:
                 return False
             if not waited:
@@ -300,7 +304,7 @@ class GroupWriter:
                 self.waits += 1
             arrivals.watched = True
             try:
-                arrivals.condition.wait(deadline - now)
+                arrivals.condition.wait(max(0.0, wake - now))
             finally:
                 arrivals.watched = False
         return False

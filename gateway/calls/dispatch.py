@@ -110,7 +110,7 @@ class Dispatcher:
         # `dispatching` with its outcome unrecorded.
         with anyio.CancelScope(shield=True):
             if self._lease_covers_dispatch(capability, call):
-                with away():  # the group writer does not wait for this call meanwhile
+                with away(capability.ref):  # the group writer waits for it only while it is due back
                     outcome = await self._execute(capability, invocation)
                 self._faults.reach("after_execute")
             else:
@@ -149,7 +149,7 @@ class Dispatcher:
             attempt=1,
             commit_deadline=sent_at + timedelta(seconds=self.guard_s(capability) + capability.horizon_s),
         )
-        with away():
+        with away(capability.ref):
             outcome = await self._execute(capability, invocation)
         record = self._observed(
             outcome, lambda data: self._redactor.withhold_echoes(capability, arguments, data)

@@ -1,7 +1,9 @@
 """The group writer waits for calls on their way to a commit (store.coming), and only for them.
 
-The bound (`COMING_S`) is raised to 30 s here, so that a wait that should end when a call arrives or
-leaves would show as a test stuck in `anyio.fail_after`, not pass by running out its bound.
+The bound (`COMING_S`) is raised to 30 s here, so that a wait that should end when a call arrives,
+leaves or turns late at its backend would show as a test stuck in `anyio.fail_after`, not pass by
+running out its bound. What is due back from a backend, and when, is tested with an injected clock in
+tests/store/test_away_times.py.
 """
 
 from __future__ import annotations
@@ -116,11 +118,11 @@ async def test_a_call_that_ends_without_writing_stops_being_waited_for(store: St
     assert len(store.writer.arrivals.coming) == 0
 
 
-async def test_a_call_away_at_its_backend_is_not_waited_for(store: Store) -> None:
+async def test_a_call_away_at_a_backend_of_unknown_answer_time_is_not_waited_for(store: Store) -> None:
     back = threading.Event()
 
     def at_backend() -> None:
-        with store.coming(2), away():
+        with store.coming(2), away("never-seen"):
             back.wait(10)
 
     with anyio.fail_after(20):
@@ -148,3 +150,78 @@ async def test_a_call_with_a_write_left_is_coming_again_once_its_first_has_commi
     # While its own write was queued and committing, it was never waited for.
     assert seen_by_writer == [0, 0]
     assert store.writer.waits == 0
+
+
+async def test_a_write_waits_for_a_call_due_back_from_its_backend_and_both_commit_together(
+    store: Store,
+) -> None:
+    store.writer.arrivals.times.observe("usual-5s", 5.0)  # due back 5 s after it left, within the bound
+    back = threading.Event()
+
+    def at_backend() -> str:
+        with store.coming(1):
+            with away("usual-5s"):
+                back.wait(10)
+            return _admit(store, 2)
+
+    batches, writes = store.writer.batches, store.writer.writes
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, at_backend)
+            await _until(lambda: len(store.writer.arrivals.away) == 1)
+            tg.start_soon(anyio.to_thread.run_sync, lambda: _admit(store, 1))
+            await _until(lambda: store.writer.waits == 1)  # held back for the call due back
+            back.set()
+
+    assert (store.writer.batches - batches, store.writer.writes - writes) == (1, 2)
+    assert not store.writer.arrivals.away
+
+
+async def test_a_call_late_at_its_backend_stops_being_waited_for(store: Store) -> None:
+    store.writer.arrivals.times.observe("usual-1s", 1.0)  # late 2 s after it left (1 s + twice its spread)
+    back = threading.Event()
+
+    def stuck() -> None:
+        with store.coming(1), away("usual-1s"):
+            back.wait(20)
+
+    with anyio.fail_after(15):  # far below the 30 s bound: the wait ends as the call turns late
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, stuck)
+            await _until(lambda: len(store.writer.arrivals.away) == 1)
+            assert await anyio.to_thread.run_sync(lambda: _admit(store, 1)) == "dispatching"
+            assert store.writer.waits == 1
+            back.set()
+    # The stuck call's time came back, and it raised the backend's usual time.
+    assert store.writer.arrivals.times.due("usual-1s", 0.0).back_at > 1.0  # type: ignore[union-attr]
+
+
+async def test_a_call_at_a_backend_slower_than_the_bound_is_not_waited_for(store: Store) -> None:
+    store.writer.arrivals.times.observe("usual-60s", 60.0)  # due back after the 30 s bound
+    back = threading.Event()
+
+    def at_slow_backend() -> None:
+        with store.coming(1), away("usual-60s"):
+            back.wait(10)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, at_slow_backend)
+            await _until(lambda: len(store.writer.arrivals.away) == 1)
+            await anyio.to_thread.run_sync(lambda: _admit(store, 1))
+            assert store.writer.waits == 0
+            back.set()
+
+
+async def test_a_call_alone_that_goes_to_its_backend_between_its_writes_never_waits(store: Store) -> None:
+    store.writer.arrivals.times.observe("backend", 5.0)  # a call away there is due back within the bound
+    for i in range(4):
+        with store.coming(1) as coming:
+            coming.also(1)
+            assert _admit(store, i) == "dispatching"
+            with away("backend"):
+                pass
+            store.writer.run(lambda conn: None)  # its outcome
+    assert store.writer.arrivals.times.due("backend", 0.0) is not None
+    assert store.writer.waits == 0
+    assert not store.writer.arrivals.away and not store.writer.arrivals.coming

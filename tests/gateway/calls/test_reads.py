@@ -270,6 +270,8 @@ async def test_sequential_calls_through_the_pipeline_never_hold_a_commit_back(
     assert store.writer.arrivals.announced
     assert store.writer.waits == 0
     assert len(store.writer.arrivals.coming) == 0  # every call counted itself out as it ended
+    assert not store.writer.arrivals.away  # and came back from its backend, whose time was learnt
+    assert store.writer.arrivals.times.due(LOOKUP.ref, 0.0) is not None
 
 
 async def test_a_call_waiting_at_its_backend_does_not_hold_back_another_calls_commit(
@@ -277,7 +279,8 @@ async def test_a_call_waiting_at_its_backend_does_not_hold_back_another_calls_co
 ) -> None:
     from store import batching
 
-    # A wait for a call at its backend would last this bound and fail the test's own bound.
+    # A wait for a call at its backend would last this bound and fail the test's own bound. (The
+    # backend's answer time is not known yet, so the read is not due back: store.coming.AwayTimes.)
     monkeypatch.setattr(batching, "COMING_S", 30.0)
     executor.gate = anyio.Event()
     with anyio.fail_after(10):
