@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Connection, Engine, exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from store.db import READ_ONLY, LookOptions, create_look_engine
 from store.model import StoreError
@@ -120,40 +121,96 @@ class LoopLooks:
         self._url = engine.url
         self._options = options
         self._lock = threading.Lock()
-        self._engines: dict[asyncio.AbstractEventLoop, AsyncEngine] = {}
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopLooks] = {}
         self._closed = False
 
     async def run(self, look: Callable[[Connection], T]) -> T:
-        engine = await self._engine_for(asyncio.get_running_loop())
-        async with engine.connect() as conn:  # in autocommit: no BEGIN, no COMMIT (store.db)
-            return await conn.run_sync(look)
+        looks = await self._looks_of(asyncio.get_running_loop())
+        return await looks.run(look)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            engines, self._engines = list(self._engines.values()), {}
-        if engines:
-            # Disposing awaits each connection's close, and this may run on a loop's own thread (a
-            # caller closing the store synchronously) or after every loop is gone: a loop of its own.
-            _in_own_loop(_dispose(engines))
+            held, self._loops = list(self._loops.values()), {}
+        if held:
+            # Closing awaits each connection's close, and this may run on a loop's own thread (a caller
+            # closing the store synchronously) or after every loop is gone: a loop of its own.
+            _in_own_loop(_close_all(held))
 
-    async def _engine_for(self, loop: asyncio.AbstractEventLoop) -> AsyncEngine:
+    async def _looks_of(self, loop: asyncio.AbstractEventLoop) -> _LoopLooks:
         with self._lock:
             if self._closed:
                 raise StoreError("the store is closed")
-            engine = self._engines.get(loop)
-            if engine is not None:
-                return engine
-            engine = self._engines[loop] = create_look_engine(self._url, self._options)
-            gone = [held for other, held in self._engines.items() if other.is_closed()]
-            self._engines = {other: held for other, held in self._engines.items() if not other.is_closed()}
-        await _dispose(gone)
-        return engine
+            looks = self._loops.get(loop)
+            if looks is not None:
+                return looks
+            options = self._options
+            looks = self._loops[loop] = _LoopLooks(create_look_engine(self._url, options), options)
+            gone = [held for other, held in self._loops.items() if other.is_closed()]
+            self._loops = {other: held for other, held in self._loops.items() if not other.is_closed()}
+        await _close_all(gone)
+        return looks
 
 
-async def _dispose(engines: list[AsyncEngine]) -> None:
-    for engine in engines:
-        await engine.dispose()
+class _LoopLooks:
+    """One loop's looks: its engine, the connections kept between looks, and the bound on looks at once.
+
+    A connection is kept checked out between looks, not returned to the pool: checking out and in costs
+    more than the look's statement (SQLAlchemy's greenlet entered twice more, the reset on return). The
+    pool's ping before it hands out a connection idle for `ping_after_idle_s` is kept in its own way: a
+    look on a kept connection idle that long that finds it dead is made again, once, on a new one (a
+    look only reads). A connection whose look failed otherwise, or was cancelled, is closed, not kept.
+    """
+
+    def __init__(self, engine: AsyncEngine, options: LookOptions) -> None:
+        self.engine = engine
+        self._idle_s = options.ping_after_idle_s
+        self._kept: list[tuple[AsyncConnection, float]] = []  # with when each was last used
+        self._slots = asyncio.Semaphore(options.connections)  # never more connections than the pool's
+
+    async def run(self, look: Callable[[Connection], T]) -> T:
+        async with self._slots:
+            conn, idle_s = await self._take()
+            try:
+                answer = await conn.run_sync(look)
+            except exc.DBAPIError as error:
+                await _shut(conn)
+                if not (error.connection_invalidated and idle_s > self._idle_s):
+                    raise
+                conn = await self.engine.connect()
+                try:
+                    answer = await conn.run_sync(look)
+                except BaseException:
+                    await _shut(conn)
+                    raise
+            except BaseException:
+                await _shut(conn)
+                raise
+            self._kept.append((conn, time.monotonic()))
+            return answer
+
+    async def close(self) -> None:
+        kept, self._kept = self._kept, []
+        for conn, _ in kept:
+            await conn.close()
+        await self.engine.dispose()
+
+    async def _take(self) -> tuple[AsyncConnection, float]:
+        """A kept connection and how long it sat unused, or a new one from the pool (0)."""
+        if self._kept:
+            conn, used_at = self._kept.pop()
+            return conn, time.monotonic() - used_at
+        return await self.engine.connect(), 0.0
+
+
+async def _shut(conn: AsyncConnection) -> None:
+    # Shielded as SQLAlchemy's own `async with` shields it: a cancelled look's connection still closes.
+    await asyncio.shield(conn.close())
+
+
+async def _close_all(loops: list[_LoopLooks]) -> None:
+    for looks in loops:
+        await looks.close()
 
 
 def _in_own_loop(work: Coroutine[Any, Any, None]) -> None:

@@ -13,7 +13,7 @@ import anyio
 import anyio.to_thread
 import pytest
 from psycopg import pq
-from sqlalchemy import Connection, exc, text
+from sqlalchemy import Connection, create_engine, exc, text
 
 from store import Store
 from store.commands import RevokePrincipal
@@ -79,7 +79,6 @@ async def test_a_look_after_the_store_closed_is_refused(store: Store) -> None:
 
 @pytest.fixture
 def loop_looks(postgres_url: str) -> Iterator[LoopLooks]:
-    from sqlalchemy import create_engine
 
     engine = create_engine(normalize_url(postgres_url))
     looks = LoopLooks(engine, LookOptions())
@@ -94,9 +93,19 @@ def _backend_pid(conn: Connection) -> int:
     return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
 
+def _terminate(postgres_url: str, pid: int) -> None:
+
+    engine = create_engine(normalize_url(postgres_url))
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
 def _sessions(postgres_url: str, *pids: int, settle_s: float = 0.0) -> set[int]:
     """Which of `pids` the server still has, after waiting up to `settle_s` for any of them to go."""
-    from sqlalchemy import create_engine
 
     engine = create_engine(normalize_url(postgres_url))
     query = text("SELECT pid FROM pg_stat_activity WHERE pid = ANY(:pids)")
@@ -154,23 +163,33 @@ async def test_a_look_cancelled_while_the_server_works_leaves_the_next_look_whol
 async def test_a_session_the_server_ended_fails_one_look_and_the_next_look_reconnects(
     loop_looks: LoopLooks, postgres_url: str
 ) -> None:
-    from sqlalchemy import create_engine
 
     pid = await loop_looks.run(_backend_pid)
-    engine = create_engine(normalize_url(postgres_url))
-    try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-            conn.commit()
-    finally:
-        engine.dispose()
+    _terminate(postgres_url, pid)
+    # Used a moment ago, it is not pinged (as the pool would not): the failure is the caller's.
     with pytest.raises(exc.OperationalError):  # the store translates it as Unavailable
         await loop_looks.run(_backend_pid)
     assert await loop_looks.run(_backend_pid) != pid
 
 
+async def test_a_kept_session_the_server_ended_while_it_sat_unused_is_replaced_unseen(
+    postgres_url: str,
+) -> None:
+
+    engine = create_engine(normalize_url(postgres_url))
+    looks = LoopLooks(engine, LookOptions(ping_after_idle_s=0.0))  # every kept session counts as idle
+    try:
+        pid = await looks.run(_backend_pid)
+        _terminate(postgres_url, pid)
+        # As the pool pings a connection that sat unused before handing it out: the look is made again
+        # on a new session, once, and answers.
+        assert await looks.run(_backend_pid) != pid
+    finally:
+        await anyio.to_thread.run_sync(looks.close)
+        engine.dispose()
+
+
 def test_closing_after_the_loop_is_gone_closes_the_looks_sessions(postgres_url: str) -> None:
-    from sqlalchemy import create_engine
 
     engine = create_engine(normalize_url(postgres_url))
     looks = LoopLooks(engine, LookOptions())
