@@ -41,13 +41,17 @@ from store.model import CallView
 REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
 
+TLS = ssl.create_default_context()
+"""The CA bundle loaded once: an httpx2 client made without `verify` (each `httpx2.get`, each MCP
+client) loads it again, 20 to 100 ms of CPU, which the suite paid on every session and every probe."""
+
 
 @contextlib.asynccontextmanager
 async def mcp_client(url: str, token: str, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
     """The official MCP client over streamable HTTP, with a bearer token; closes its HTTP client too."""
     headers = {"Authorization": f"Bearer {token}"}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        httpx2.AsyncClient(headers=headers, timeout=30, verify=TLS) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client,
     ):
         yield client
@@ -97,11 +101,6 @@ def stop(process: subprocess.Popen[Any]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
-
-
-TLS = ssl.create_default_context()
-"""The CA bundle loaded once: `httpx2.get` without `verify` loads it again per request (20 to 100 ms of
-CPU), which cases probing a backend in a loop paid on every probe."""
 
 
 @dataclass
