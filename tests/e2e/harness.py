@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -40,13 +41,17 @@ from store.model import CallView
 REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
 
+TLS = ssl.create_default_context()
+"""The CA bundle loaded once: an httpx2 client made without `verify` (each `httpx2.get`, each MCP
+client) loads it again, 20 to 100 ms of CPU, which the suite paid on every session and every probe."""
+
 
 @contextlib.asynccontextmanager
 async def mcp_client(url: str, token: str, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
     """The official MCP client over streamable HTTP, with a bearer token; closes its HTTP client too."""
     headers = {"Authorization": f"Bearer {token}"}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        httpx2.AsyncClient(headers=headers, timeout=30, verify=TLS) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client,
     ):
         yield client
@@ -61,15 +66,18 @@ def free_port() -> int:
 def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
     """Wait until `url` answers 200, failing fast if the process died."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
-        try:
-            if httpx2.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.05)
+    # One client for every probe: each new one (as `httpx2.get` makes) loads the CA bundle again, 20 to
+    # 100 ms of CPU, so probing every 50 ms took half a core from the process that was starting.
+    with httpx2.Client(timeout=1.0) as http:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
+            try:
+                if http.get(url).status_code == 200:
+                    return
+            except httpx2.TransportError:
+                pass
+            time.sleep(0.05)
     raise TimeoutError(f"{url} did not answer within {timeout_s}s")
 
 
@@ -103,14 +111,14 @@ class Backend:
 
     def refunds(self, key: str | None = None) -> list[dict[str, Any]]:
         params = {"idempotency_key": key} if key else None
-        return httpx2.get(f"{self.url}/refunds", params=params, timeout=5).json()["refunds"]
+        return httpx2.get(f"{self.url}/refunds", params=params, timeout=5, verify=TLS).json()["refunds"]
 
     def chaos(self, **settings: int) -> None:
-        httpx2.post(f"{self.url}/_chaos", json=settings, timeout=5).raise_for_status()
+        httpx2.post(f"{self.url}/_chaos", json=settings, timeout=5, verify=TLS).raise_for_status()
 
     def held(self) -> list[str]:
         """The keys of refunds the backend holds (`commit_delay_ms`), read and not yet committed."""
-        held: list[str] = httpx2.get(f"{self.url}/_chaos/held", timeout=5).json()["held"]
+        held: list[str] = httpx2.get(f"{self.url}/_chaos/held", timeout=5, verify=TLS).json()["held"]
         return held
 
 

@@ -4,6 +4,7 @@ emitted; the HTTP status of each comes from the one table; the README lists exac
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,10 +75,14 @@ def _is(node: ast.expr | None, text: str) -> bool:
     return isinstance(node, ast.Constant) and node.value == text
 
 
-def sources() -> Iterator[tuple[Path, ast.Module]]:
-    for package in EMITTERS:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            yield path, ast.parse(path.read_text(), filename=str(path))
+@functools.cache
+def sources() -> tuple[tuple[Path, ast.Module], ...]:
+    """Every module of the emitting packages, parsed once for all the cases (which only read the trees)."""
+    return tuple(
+        (path, ast.parse(path.read_text(), filename=str(path)))
+        for package in EMITTERS
+        for path in sorted((ROOT / package).rglob("*.py"))
+    )
 
 
 def test_every_literal_reason_in_the_tree_is_a_catalogued_code() -> None:

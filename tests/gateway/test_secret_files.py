@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gateway.auth.dev_issuer import DevIssuer
 from gateway.calls.actions import Redactor
 from gateway.errors import ConfigurationError
 from gateway.secret_files import create_once
+from tests.forking import forkserver
+from tests.gateway.secret_racers import kid, salted
 
 RACERS = 8
 ROUNDS = 6
@@ -29,21 +29,12 @@ def test_the_first_creation_wins_and_later_ones_leave_the_file_as_it_is(tmp_path
     assert sorted(p.name for p in path.parent.iterdir()) == ["secret"]  # no temporary file is left
 
 
-def _salted(path: str, start: Any) -> str:
-    start.wait(10)
-    return Redactor.from_file(path).digest("4111 1111 1111 1111")
-
-
-def _kid(path: str, start: Any) -> str:
-    start.wait(10)
-    return str(DevIssuer.load_or_create(path, "http://127.0.0.1/dev-issuer").jwks()["keys"][0]["kid"])
-
-
-@pytest.mark.parametrize("load", [_salted, _kid], ids=["redaction salt", "dev issuer key"])
+@pytest.mark.parametrize("load", [salted, kid], ids=["redaction salt", "dev issuer key"])
 def test_processes_starting_at_once_on_a_new_volume_all_get_the_one_secret_that_won(
     tmp_path: Path, load: Callable[[str, Any], str]
 ) -> None:
-    context = multiprocessing.get_context("spawn")
+    # Processes of their own, forked from a server that imported Writ once instead of each importing it.
+    context = forkserver()
     with context.Manager() as manager, context.Pool(RACERS) as pool:
         for round_ in range(ROUNDS):  # a race is lost only sometimes: run it a few times
             start, path = manager.Event(), str(tmp_path / f"secret-{round_}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from tests.forking import forkserver
 
 _T = TypeVar("_T")
 _A = TypeVar("_A")
@@ -29,8 +30,7 @@ def in_processes(target: Callable[..., None], url: str, processes: int, calls: i
     """What `processes` workers put on their queue, `calls` each: `target(url, barrier, results, n, calls,
     *args)` in processes of their own, with their own connections (tests/store/workers.py), forked from
     a server that imported the store once instead of interpreters importing it side by side."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["tests.store.workers"])
+    context = forkserver()
     barrier = context.Barrier(processes)
     results = context.Queue()
     workers = [

@@ -1,4 +1,4 @@
-"""Code run in spawned processes by the approval concurrency test (importable, so spawn can find it)."""
+"""Code run in other processes by the approval concurrency test (importable, so the forkserver finds it)."""
 
 from __future__ import annotations
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
-
 import anyio
 import pytest
 
 from gateway.calls.pipeline import CallInput
 from policy.model import Principal
+from tests.forking import forkserver
 from tests.gateway.calls.approval_workers import decide_and_resume, parts
 from tests.store import conftest as store_fixtures
 
@@ -32,7 +31,7 @@ def test_concurrent_decisions_from_several_processes_yield_one_execution(pg_sche
             return report.call.approval_id
 
         approval_id = anyio.run(request)
-        context = multiprocessing.get_context("spawn")
+        context = forkserver()  # processes of their own, forked from one that imported Writ once
         barrier = context.Barrier(PROCESSES)
         results = context.Queue()
         workers = [
