@@ -58,7 +58,8 @@ START_TIMEOUT_S = 180.0
 """How long `writ serve` may take to answer: its imports alone take a minute on a saturated machine."""
 
 
-def _wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
+def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
+    """Wait until `url` answers 200, failing fast if the process died (the tests' harness uses it too)."""
     deadline = time.monotonic() + timeout_s
     # One client for every probe: a new one per probe loads the CA bundle again (20 to 100 ms of CPU,
     # taken from the process that is starting).
@@ -113,7 +114,7 @@ def backend(workdir: Path) -> Iterator[Backend]:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
+        wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
         yield Backend(url, process.pid)
     finally:
         _stop(process)
@@ -169,7 +170,7 @@ def bare_proxy(
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
+            wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
             yield BareProxy(f"{url}/mcp", process.pid)
         finally:
             _stop(process)
@@ -327,7 +328,7 @@ def gateway(
         )
         try:
             url = f"http://127.0.0.1:{port}"
-            _wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
+            wait_http(f"{url}/healthz", process, timeout_s=START_TIMEOUT_S)
             # Under strace, the gateway is strace's child: its CPU is what is measured.
             pid = probes.traced_child(process.pid) if prefix else process.pid
             yield Gateway(url, path, workdir, pid, store, trace if prefix else None)

@@ -31,6 +31,7 @@ from click.testing import CliRunner
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from bench.processes import wait_http
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.cli.main import main as writ_main
 from gateway.config import WritConfig, load_config
@@ -61,24 +62,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_http(url: str, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
-    """Wait until `url` answers 200, failing fast if the process died."""
-    deadline = time.monotonic() + timeout_s
-    # One client for every probe: each new one (as `httpx2.get` makes) loads the CA bundle again, 20 to
-    # 100 ms of CPU, so probing every 50 ms took half a core from the process that was starting.
-    with httpx2.Client(timeout=1.0) as http:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"process exited with {process.returncode} before {url} answered")
-            try:
-                if http.get(url).status_code == 200:
-                    return
-            except httpx2.TransportError:
-                pass
-            time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer within {timeout_s}s")
 
 
 def wait_listening(port: int, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
