@@ -172,20 +172,12 @@ class _LoopLooks:
         async with self._slots:
             conn, idle_s = await self._take()
             try:
-                answer = await conn.run_sync(look)
+                answer = await _look_on(conn, look)
             except exc.DBAPIError as error:
-                await _shut(conn)
                 if not (error.connection_invalidated and idle_s > self._idle_s):
                     raise
-                conn = await self.engine.connect()
-                try:
-                    answer = await conn.run_sync(look)
-                except BaseException:
-                    await _shut(conn)
-                    raise
-            except BaseException:
-                await _shut(conn)
-                raise
+                conn = await self.engine.connect()  # found dead after sitting unused: once, anew
+                answer = await _look_on(conn, look)
             self._kept.append((conn, time.monotonic()))
             return answer
 
@@ -203,9 +195,14 @@ class _LoopLooks:
         return await self.engine.connect(), 0.0
 
 
-async def _shut(conn: AsyncConnection) -> None:
-    # Shielded as SQLAlchemy's own `async with` shields it: a cancelled look's connection still closes.
-    await asyncio.shield(conn.close())
+async def _look_on(conn: AsyncConnection, look: Callable[[Connection], T]) -> T:
+    """`look` on `conn`; a connection whose look failed or was cancelled is closed, never kept."""
+    try:
+        return await conn.run_sync(look)
+    except BaseException:
+        # Shielded as SQLAlchemy's own `async with` shields it: a cancelled look's connection still closes.
+        await asyncio.shield(conn.close())
+        raise
 
 
 async def _close_all(loops: list[_LoopLooks]) -> None:
