@@ -118,22 +118,6 @@ async def test_a_call_that_ends_without_writing_stops_being_waited_for(store: St
     assert len(store.writer.arrivals.coming) == 0
 
 
-async def test_a_call_away_at_a_backend_of_unknown_answer_time_is_not_waited_for(store: Store) -> None:
-    back = threading.Event()
-
-    def at_backend() -> None:
-        with store.coming(2), away("never-seen"):
-            back.wait(10)
-
-    with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, at_backend)
-            await _until(lambda: len(store.writer.arrivals.coming) == 0 and store.writer.arrivals.announced)
-            await anyio.to_thread.run_sync(lambda: _admit(store, 1))
-            assert store.writer.waits == 0
-            back.set()
-
-
 async def test_a_call_with_a_write_left_is_coming_again_once_its_first_has_committed(store: Store) -> None:
     seen_by_writer: list[int] = []
 
@@ -196,18 +180,28 @@ async def test_a_call_late_at_its_backend_stops_being_waited_for(store: Store) -
     assert store.writer.arrivals.times.due("usual-1s", 0.0).back_at > 1.0  # type: ignore[union-attr]
 
 
-async def test_a_call_at_a_backend_slower_than_the_bound_is_not_waited_for(store: Store) -> None:
-    store.writer.arrivals.times.observe("usual-60s", 60.0)  # due back after the 30 s bound
+@pytest.mark.parametrize(
+    ("backend", "usual_s", "recorded_away"),
+    [("never-seen", None, 0), ("usual-60s", 60.0, 1)],  # unknown; due back after the 30 s bound
+)
+async def test_a_call_at_a_backend_not_due_back_within_the_bound_is_not_waited_for(
+    store: Store, backend: str, usual_s: float | None, recorded_away: int
+) -> None:
+    if usual_s is not None:
+        store.writer.arrivals.times.observe(backend, usual_s)
+    arrivals = store.writer.arrivals
     back = threading.Event()
 
-    def at_slow_backend() -> None:
-        with store.coming(1), away("usual-60s"):
+    def at_backend() -> None:
+        with store.coming(1), away(backend):
             back.wait(10)
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, at_slow_backend)
-            await _until(lambda: len(store.writer.arrivals.away) == 1)
+            tg.start_soon(anyio.to_thread.run_sync, at_backend)
+            await _until(
+                lambda: arrivals.announced and not arrivals.coming and len(arrivals.away) == recorded_away
+            )
             await anyio.to_thread.run_sync(lambda: _admit(store, 1))
             assert store.writer.waits == 0
             back.set()
