@@ -201,7 +201,11 @@ def test_a_checkpoint_webhook_without_its_secret_is_refused_at_start_naming_the_
         "webhook": {"url": "https://audit.example/writ", "secret_env": "WRIT_CHECKPOINT_SECRET"},
     }
     config = WritConfig.model_validate(
-        {"store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"}, "audit": {"checkpoints": checkpoints}}
+        {
+            "store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"},
+            "privacy": {"salt_file": str(tmp_path / "redaction.salt")},
+            "audit": {"checkpoints": checkpoints},
+        }
     )
 
     with pytest.raises(ConfigurationError) as refused:
