@@ -56,6 +56,15 @@ class Partitioning:
         key = run_id or tool_call_id or ""
         return f"{name}/{zlib.crc32(key.encode('utf-8')) % self.buckets}"
 
+    def tenant_partitions(self, tenant: str) -> tuple[str, ...]:
+        """Every partition a tenant's events may go to, in the order their heads are taken."""
+        if self.by == "none" or not tenant:
+            return (UNPARTITIONED,)
+        name = f"t:{tenant}"
+        if self.buckets == 1:
+            return (name,)
+        return tuple(sorted(f"{name}/{k}" for k in range(self.buckets)))
+
 
 SINGLE = Partitioning()
 

@@ -10,9 +10,10 @@ from sqlalchemy import Connection, select, union
 
 from store import events as ev
 from store.commands import RestorePrincipal, RevokePrincipal
-from store.log import Append
+from store.log import Append, lock_heads
 from store.model import NotFound
 from store.oauth import revoke_principal_grants
+from store.partitions import scheme_of
 from store.schema import approvals, revocations, runs, tool_calls
 
 
@@ -29,7 +30,14 @@ class Revocation:
 
 def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocation:
     """Append `principal.revoked` (a repeated one is recorded too) and revoke the subject's sign-ins
-    at the authorization server (their refresh tokens and access tokens); return the revocation."""
+    at the authorization server (their refresh tokens and access tokens); return the revocation.
+
+    It holds the head of every partition of the tenant to its COMMIT. With buckets
+    (`store.log.buckets`), the subject's calls append under their run's bucket, each reading the
+    subject's standing under that bucket's head: a call in flight in any bucket commits before the
+    revocation, or waits for it and is refused.
+    """
+    lock_heads(conn, scheme_of(conn.engine).tenant_partitions(cmd.tenant))
     log = Append(conn)
     grants = revoke_principal_grants(conn, cmd.tenant, cmd.subject, reason="principal_revoked", now=cmd.now)
     log.add(

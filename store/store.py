@@ -362,7 +362,12 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
 
     def revoke_principal(self, cmd: RevokePrincipal) -> revoking.Revocation:
         """Revoke a subject's standing in a tenant: every later call and resume of theirs is refused."""
-        return self._write(cmd.now, lambda conn: revoking.revoke(conn, cmd, producer=self._producer))
+        _aware(cmd.now)
+        with _translated():
+            return self._writer.run(
+                lambda conn: revoking.revoke(conn, cmd, producer=self._producer),
+                heads=frozenset(scheme_of(self._engine).tenant_partitions(cmd.tenant)),
+            )
 
     def restore_principal(self, cmd: RestorePrincipal) -> revoking.Revocation:
         """Give a revoked subject its standing back in a tenant; returns the revocation it lifted.

@@ -14,6 +14,8 @@ from sqlalchemy.exc import OperationalError
 
 from store import Store
 from store import events as ev
+from store import recording
+from store.commands import RevokePrincipal
 from store.log import Append, PartitionOrder, lock_head
 from store.model import StoreError
 from store.partitions import Partitioning, configure
@@ -323,3 +325,52 @@ def test_concurrent_writers_of_many_tenants_keep_every_chain_gapless(pg_tenants:
     report = store.verify()
     assert report.ok, report
     assert set(_heads(store)) == {"", "t:t0", "t:t1", "t:t2", "t:t3"}
+
+
+def test_a_revocation_in_a_bucketed_log_refuses_the_next_call_in_every_bucket(store: Store) -> None:
+    scheme = Partitioning("tenant", buckets=4)
+    configure(store.engine, scheme)
+    runs = {scheme.partition_for("acme", f"run-{n}", None): f"run-{n}" for n in range(40)}
+    assert sorted(runs) == list(scheme.tenant_partitions("acme"))
+    store.revoke_principal(RevokePrincipal("acme", "alice", revoked_by="root", now=NOW))
+
+    for n, run in enumerate(runs.values()):
+        admitted = store.admit(call_request(tool_call_id=f"tc-{n}", idempotency_key=f"k-{n}", run_id=run))
+        assert (admitted.call.status, admitted.call.reason) == ("denied", "principal_revoked")
+    assert store.verify().ok
+
+
+@pytest.mark.postgres
+def test_a_revocation_waits_for_a_call_in_flight_in_any_bucket_of_its_tenant(pg_schema_url: str) -> None:
+    # A call appends under its run's bucket and reads its subject's standing there. A revocation
+    # recorded under one bucket only would let a call in flight in another commit after it, admitted.
+    scheme = Partitioning("tenant", buckets=4)
+    with Store.open(pg_schema_url, partitioning=scheme) as store:
+        store.migrate()
+        run = next(f"run-{n}" for n in range(40) if scheme.partition_for("acme", f"run-{n}", None) != "t:acme/0")
+        in_flight = store.engine.connect()
+        admitting = in_flight.begin()
+        lock_head(in_flight, scheme.partition_for("acme", run, None))  # as the writer does, first
+        admitted = recording.admit(in_flight, call_request(tool_call_id="tc-1", run_id=run), producer="test")
+        assert admitted.call.status == "dispatching"  # standing read: not revoked yet
+
+        revoked = threading.Event()
+
+        def revoke() -> None:
+            store.revoke_principal(RevokePrincipal("acme", "alice", revoked_by="root", now=NOW))
+            revoked.set()
+
+        revoker = threading.Thread(target=revoke, daemon=True)
+        revoker.start()
+        assert not revoked.wait(timeout=1), "the revocation committed while a call of alice was in flight"
+        admitting.commit()
+        in_flight.close()
+        assert revoked.wait(timeout=20)
+        revoker.join(timeout=20)
+
+        rows = _rows(store)
+        revocation = next(r["seq"] for r in rows if r["type"] == "principal.revoked")
+        assert all(r["seq"] < revocation for r in rows if r["tool_call_id"] == "tc-1")
+        later = store.admit(call_request(tool_call_id="tc-2", idempotency_key="k-2", run_id=run))
+        assert (later.call.status, later.call.reason) == ("denied", "principal_revoked")
+        assert store.verify().ok

@@ -26,6 +26,7 @@ from gateway.audit.checkpoints import (
 )
 from store import Anchor, Store
 from store.canonical import canonical_json
+from store.commands import RevokePrincipal
 from store.events import GENESIS_HASH, compute_hash, json_for
 from store.partitions import Partitioning
 from store.schema import events, log_head
@@ -286,3 +287,31 @@ def test_a_checkpoint_whose_heads_carry_no_digests_still_verifies(store: Store, 
     _reseal_from(store, "t:acme", 1)
     report = store.verify([old])
     assert (report.partition, report.first_bad_seq, report.problem) == ("t:acme", 3, "rewritten")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def bucketed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """A fresh database of either kind, its log partitioned by tenant in 4 buckets."""
+    with fresh_store(request, tmp_path, partitioning=Partitioning("tenant", buckets=4)) as (_, opened):
+        yield opened
+
+
+def test_the_heads_of_buckets_with_no_event_yet_are_checkpointed_and_verified(
+    bucketed: Store, tmp_path: Path
+) -> None:
+    # A revocation takes the head of every bucket of its tenant, making those no call has used yet.
+    bucketed.admit(call_request(tool_call_id="tc-a", idempotency_key="a", run_id="run-a"))
+    bucketed.revoke_principal(RevokePrincipal("acme", "mallory", revoked_by="root", now=NOW))
+    with bucketed.engine.begin() as conn:
+        heads = {row.partition: row.last_seq for row in conn.execute(select(log_head))}
+    assert any(p.startswith("t:acme/") and seq == 0 for p, seq in heads.items())
+    signer = CheckpointSigner.load_or_create(tmp_path / "key.jwk", tmp_path / "trusted.jwks")
+    keys = trusted_keys(tmp_path / "trusted.jwks")
+    write_checkpoint(bucketed, signer, tmp_path / "checkpoints", keys, AT)
+    report = bucketed.verify([c.anchor for c in read_all([tmp_path / "checkpoints"], keys)])
+    assert report.ok, report
+
+    bucketed.admit(call_request(tool_call_id="tc-b", idempotency_key="b", run_id="run-b"))
+    write_checkpoint(bucketed, signer, tmp_path / "checkpoints", keys, AT)
+    report = bucketed.verify([c.anchor for c in read_all([tmp_path / "checkpoints"], keys)])
+    assert report.ok, report
