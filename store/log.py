@@ -41,6 +41,30 @@ _TAKE_HEAD_IF_FREE = Statement(
 _MOVE_HEAD = Statement(update(log_head).where(log_head.c.partition == bindparam("p")))
 _INSERT_EVENTS = Statement(events.insert())
 _NEXT_SEQ = Statement(select(events_seq.next_value()))
+
+# PostgreSQL, several partitions: `events_seq` gives seqs in the order they are taken, not in the order
+# of COMMIT, so a reader that follows the log by seq could pass a seq still in flight and never see it.
+# Before its first seq, a write takes a shared advisory lock (to the end of its transaction, or of the
+# savepoint it runs in) whose key holds the sequence's value then: its floor, below every seq it takes.
+# `settled_seq` reads the sequence, then the floors in flight: every seq up to the lowest is settled.
+# The key is the store's schema's (keys are per database) and the floor's low 32 bits (a write in
+# flight is never 2**32 seqs behind). `events_seq` keeps its default CACHE 1: `last_value` is then the
+# last seq handed out to anyone.
+_FLOOR_CLASS = "hashtext('writ.events_seq:' || current_schema())"
+_LAST_TAKEN = "(last_value - CAST(NOT is_called AS integer))"
+_TAKE_FLOOR = text(
+    f"SELECT pg_advisory_xact_lock_shared({_FLOOR_CLASS}, "
+    f"CAST(({_LAST_TAKEN} + 2147483648) % 4294967296 - 2147483648 AS integer)) FROM events_seq"
+)
+_SETTLED = text(
+    f"SELECT {_LAST_TAKEN} AS taken, ("
+    f"  SELECT min({_LAST_TAKEN} - (({_LAST_TAKEN} - l.objid::bigint) % 4294967296 + 4294967296) % 4294967296)"
+    "   FROM pg_locks AS l"
+    "   WHERE l.locktype = 'advisory' AND l.objsubid = 2"
+    "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    f"  AND l.classid::bigint = ({_FLOOR_CLASS}::bigint + 4294967296) % 4294967296"
+    ") AS floor FROM events_seq"
+)
 _LAST_SEQ = Statement(select(func.max(events.c.seq)))
 
 _HELD = "writ.log_heads"
@@ -77,6 +101,7 @@ class Append:
         self._scheme = scheme_of(conn.engine)
         self._chains: dict[str, _Chain] = {}
         self._next_global: int | None = None
+        self._floored = False  # PostgreSQL, several partitions: this append's floor is held
         self._rows: list[dict[str, Any]] = []
         self._pending = Pending()
         if _CHECKED.get(conn.engine) != self._scheme:
@@ -101,6 +126,9 @@ class Append:
         if self._scheme.single:
             return chain.seq + 1
         if self._conn.dialect.name == "postgresql":
+            if not self._floored:
+                self._conn.execute(_TAKE_FLOOR)
+                self._floored = True
             return int(_NEXT_SEQ.one(self._conn, {})[0])
         if self._next_global is None:  # SQLite: the transaction holds the only write lock
             self._next_global = int(_LAST_SEQ.one(self._conn, {})[0] or 0)
@@ -146,6 +174,20 @@ class Append:
         if call is None:
             raise StoreError(f"call {tool_call_id} vanished inside its own transaction")
         return call
+
+
+def settled_seq(conn: Connection) -> int | None:
+    """The highest seq below which no event is still in flight (PostgreSQL, several partitions), for
+    a reader that follows the log by seq; None where the log commits in seq order (one partition, or
+    SQLite, one writer at a time), so that every committed event is settled.
+
+    Read it before, and apart from, the snapshot that reads the events: a write in flight then is in
+    `pg_locks`, and one that ended is in the later snapshot.
+    """
+    if conn.dialect.name != "postgresql" or scheme_of(conn.engine).single:
+        return None
+    row = conn.execute(_SETTLED).one()
+    return int(row.taken if row.floor is None else min(row.taken, row.floor))
 
 
 _CHECKED: WeakKeyDictionary[Engine, Partitioning] = WeakKeyDictionary()

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, bindparam, func, or_, select
 from store import audit, revoking
 from store.events import parse_ts
 from store.exporting import EventFilter, conditions
-from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
+from store.log import PAGE_SIZE, envelope_of, read_pages, settled_seq, stored_event
 from store.model import Anchor, ApprovalView, AuditReport, CallView, StoredEvent, StoreError
 from store.partitions import UNPARTITIONED
 from store.schema import approvals, budget_counters, effect_ledger, events, runs, tool_calls
@@ -49,9 +49,13 @@ def _unstorable(*keys: str | None) -> bool:
 
 
 class Reads:
-    """Mixed into `Store`, which provides `_read` (one read transaction)."""
+    """Mixed into `Store`, which provides `_read` (one read transaction) and `_look` (a read that needs
+    no snapshot across its statements)."""
 
     def _read(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def _look(self) -> AbstractContextManager[Connection]:
         raise NotImplementedError
 
     def is_revoked(self, tenant: str, subject: str) -> bool:
@@ -249,7 +253,9 @@ class Reads:
         self, given: EventFilter | None = None, *, after_seq: int = 0, limit: int | None = None
     ) -> Iterator[dict[str, Any]]:
         """The events `given` selects after `after_seq` (at most `limit`), as envelope dicts in seq
-        order, one short read per page.
+        order, one short read per page. Where seqs are not taken in the order of COMMIT (PostgreSQL,
+        several partitions), only up to the highest seq below which none is in flight, so a cursor
+        (the last seq read) never passes an event that commits later (`store.log.settled_seq`).
 
         Raises:
             CorruptEvent: a stored payload is not JSON.
@@ -261,8 +267,12 @@ class Reads:
         remaining = limit
         while remaining is None or remaining > 0:
             size = PAGE_SIZE if remaining is None else min(PAGE_SIZE, remaining)
+            # What a cursor may pass: every event up to it has committed, or never will.
+            with self._look() as conn:
+                settled = settled_seq(conn)
+            bound = filters if settled is None else [*filters, events.c.seq <= settled]
             with self._read() as conn:
-                page = list(read_pages(conn, *filters, after_seq=after_seq, limit=size))
+                page = list(read_pages(conn, *bound, after_seq=after_seq, limit=size))
             yield from (envelope_of(row) for row in page)
             if len(page) < size:
                 return

@@ -374,3 +374,38 @@ def test_a_revocation_waits_for_a_call_in_flight_in_any_bucket_of_its_tenant(pg_
         later = store.admit(call_request(tool_call_id="tc-2", idempotency_key="k-2", run_id=run))
         assert (later.call.status, later.call.reason) == ("denied", "principal_revoked")
         assert store.verify().ok
+
+
+@pytest.mark.postgres
+def test_a_follower_by_seq_never_passes_an_event_still_in_flight(pg_tenants: Store) -> None:
+    # acme's write takes its seq first and commits last: a cursor at globex's higher seq would skip it.
+    store = pg_tenants
+    store.admit(call_request(tool_call_id="tc-0", idempotency_key="k-0", tenant="globex", run_id="run-0"))
+    settled = [e["seq"] for e in store.export()]
+    in_flight = store.engine.connect()
+    writing = in_flight.begin()
+    _append(in_flight, "acme", "run-late")
+    store.admit(call_request(tool_call_id="tc-1", idempotency_key="k-1", tenant="globex", run_id="run-1"))
+
+    assert [e["seq"] for e in store.export()] == settled  # nothing past the write in flight
+    assert [e["seq"] for e in store.export(after_seq=settled[-1])] == []
+    writing.commit()
+    in_flight.close()
+
+    rest = list(store.export(after_seq=settled[-1]))
+    assert [e["type"] for e in rest][:1] == ["run.started"]  # the late commit, in its seq's place
+    assert [e["seq"] for e in rest] == sorted(e["seq"] for e in rest)
+    assert [e["seq"] for e in store.export()] == settled + [e["seq"] for e in rest]
+
+
+@pytest.mark.postgres
+def test_a_write_in_flight_rolled_back_holds_the_followers_back_no_longer(pg_tenants: Store) -> None:
+    store = pg_tenants
+    with store.engine.connect() as in_flight:
+        writing = in_flight.begin()
+        _append(in_flight, "acme", "run-abandoned")
+        store.admit(call_request(tool_call_id="tc-1", idempotency_key="k-1", tenant="globex", run_id="run-1"))
+        assert list(store.export()) == []
+        writing.rollback()
+    assert {e["run_id"] for e in store.export()} == {"run-1"}
+    assert store.verify().ok
