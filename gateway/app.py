@@ -437,6 +437,7 @@ def _attach_approvals(runtime: Runtime, owner: str, environ: dict[str, str]) -> 
     clock = runtime.clock
     resumer = Resumer(
         store=runtime.store,
+        agenda=runtime.store,
         dispatcher=runtime.dispatcher,
         registry=runtime.registry,
         policy=runtime.policy_source,
@@ -514,7 +515,9 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
         first_trace=_first_trace(runtime),
         on_outcome=runtime.telemetry.reconciled,
     )
-    return Workers(store=runtime.store, reconciler=reconciler, clock=clock, pruning=runtime.store)
+    return Workers(
+        store=runtime.store, agenda=runtime.store, reconciler=reconciler, clock=clock, pruning=runtime.store
+    )
 
 
 def parked_calls(runtime: Runtime) -> Parked | None:

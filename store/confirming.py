@@ -69,20 +69,21 @@ def answer(
     return log.call(tool_call_id)
 
 
-def _expired_confirmation(now: datetime) -> tuple[Any, ...]:
+def expired_confirmation(now: Any) -> tuple[Any, ...]:
+    """Calls still awaiting confirmation past its expiry at `now` (a datetime, or a bound parameter)."""
     return (tool_calls.c.status == "awaiting_confirmation", tool_calls.c.confirmation_expires_at <= now)
 
 
 def any_due(conn: Connection, *, now: datetime) -> bool:
     """Whether some confirmation is past its expiry: a look that takes no lock."""
-    query = select(tool_calls.c.tool_call_id).where(*_expired_confirmation(now)).exists()
+    query = select(tool_calls.c.tool_call_id).where(*expired_confirmation(now)).exists()
     return conn.execute(select(query)).scalar_one()
 
 
 def expire_due(conn: Connection, *, now: datetime, producer: str, limit: int) -> list[CallView]:
     """Expire every call still awaiting confirmation past its expiry; they will never run."""
     log = Append(conn)
-    rows = overdue_calls(conn, _expired_confirmation(now), tool_calls.c.confirmation_expires_at, limit)
+    rows = overdue_calls(conn, expired_confirmation(now), tool_calls.c.confirmation_expires_at, limit)
     for row in rows:
         payload = ev.ConfirmationExpired(confirmation_id=row.confirmation_id)
         log.add(ev.ConfirmationExpiredEvent(**call_envelope(row, now, producer), payload=payload))

@@ -101,7 +101,8 @@ def fenced(
     return row
 
 
-def _expired_dispatch(now: datetime) -> tuple[Any, ...]:
+def expired_dispatch(now: Any) -> tuple[Any, ...]:
+    """Calls left `dispatching` past their lease at `now` (a datetime, or a bound parameter)."""
     return (tool_calls.c.status == "dispatching", tool_calls.c.lease_expires_at < now)
 
 
@@ -116,7 +117,7 @@ def overdue_calls(conn: Connection, where: tuple[Any, ...], due: Any, limit: int
 def any_expired(conn: Connection, *, now: datetime) -> bool:
     """Whether some call is left dispatching past its lease: a look that takes no lock."""
     return conn.execute(
-        select(select(tool_calls.c.tool_call_id).where(*_expired_dispatch(now)).exists())
+        select(select(tool_calls.c.tool_call_id).where(*expired_dispatch(now)).exists())
     ).scalar_one()
 
 
@@ -130,7 +131,7 @@ def recover_expired(conn: Connection, *, now: datetime, producer: str, limit: in
     # Under the head lock every candidate is re-read at its latest committed state. SKIP LOCKED lets
     # a replica pass over rows another transaction is settling right now (PostgreSQL; SQLite has one
     # writer at a time anyway).
-    rows = overdue_calls(conn, _expired_dispatch(now), tool_calls.c.lease_expires_at, limit)
+    rows = overdue_calls(conn, expired_dispatch(now), tool_calls.c.lease_expires_at, limit)
     for row in rows:
         evidence = {
             "recovered_by": producer,

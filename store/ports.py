@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from store.agenda import Due
 from store.coming import Coming
 from store.commands import (
     ClaimOutbox,
@@ -191,6 +192,13 @@ class Reconciliation(Contradictions, Protocol):
     def redispatch(self, cmd: Redispatch) -> CallView: ...
 
 
+class Agenda(Protocol):
+    """Which kinds of background work are due, in one look from the event loop: a hint for the periodic
+    passes, never a decision (store.agenda)."""
+
+    async def due_work_async(self, *, now: datetime) -> Due: ...
+
+
 class Recovery(Protocol):
     """Calls left `dispatching` past their lease become `result_unknown`."""
 
@@ -235,6 +243,8 @@ class AuditLog(Protocol):
     def event_hashes(self, after_seq: int, upto_seq: int, partition: str = "") -> list[str]: ...
 
     def partition_heads(self) -> dict[str, tuple[int, str]]: ...
+
+    async def appended_async(self) -> int: ...
 
     def verify(self, anchors: Iterable[Anchor] = (), archive: Path | None = None) -> AuditReport: ...
 

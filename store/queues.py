@@ -84,6 +84,11 @@ def message_of(row: Row[Any]) -> OutboxMessage:
     )
 
 
+def expired_approval(now: Any) -> tuple[Any, ...]:
+    """Approvals still awaiting a decision past their expiry at `now` (a datetime, or a bound parameter)."""
+    return (approvals.c.status == "awaiting_approval", approvals.c.expires_at <= now)
+
+
 class Queues:
     """Mixed into `Store`, which provides `_write` (one write transaction) and `_read`."""
 
@@ -110,12 +115,7 @@ class Queues:
 
     def due_approvals(self, *, now: datetime, limit: int = 100) -> list[ApprovalView]:
         """Approvals still awaiting a decision whose expiry has passed, oldest expiry first."""
-        query = (
-            select(approvals)
-            .where(approvals.c.status == "awaiting_approval", approvals.c.expires_at <= now)
-            .order_by(approvals.c.expires_at)
-            .limit(limit)
-        )
+        query = select(approvals).where(*expired_approval(now)).order_by(approvals.c.expires_at).limit(limit)
         with self._read() as conn:
             return [approval_view(row) for row in conn.execute(query)]
 

@@ -34,17 +34,24 @@ from store.schema import events, tool_calls
 from store.views import call_view
 
 
+def due_for_lookup(now: Any) -> tuple[Any, ...]:
+    """Unknown calls waiting for a lookup at `now` (a datetime, or a bound parameter): not escalated,
+    not leased, and past their backoff."""
+    c = tool_calls.c
+    return (
+        c.status == "result_unknown",
+        c.verification_status == "pending",
+        or_(c.next_reconcile_at.is_(None), c.next_reconcile_at <= now),
+        or_(c.lease_expires_at.is_(None), c.lease_expires_at < now),
+    )
+
+
 def due(conn: Connection, *, now: datetime, limit: int) -> list[CallView]:
-    """Unknown calls waiting for a lookup: not escalated, not leased, and past their backoff."""
+    """Unknown calls waiting for a lookup (`due_for_lookup`), the longest waiting first."""
     c = tool_calls.c
     query = (
         select(tool_calls)
-        .where(
-            c.status == "result_unknown",
-            c.verification_status == "pending",
-            or_(c.next_reconcile_at.is_(None), c.next_reconcile_at <= now),
-            or_(c.lease_expires_at.is_(None), c.lease_expires_at < now),
-        )
+        .where(*due_for_lookup(now))
         .order_by(c.next_reconcile_at, c.tool_call_id)
         .limit(limit)
     )

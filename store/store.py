@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeVar, Unpack
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine, delete, exc, func, inspect, select, text
 
-from store import approving, confirming, ports, recording, revoking, security
+from store import agenda, approving, confirming, ports, recording, revoking, security
 from store import archive as archiving
 from store import events as ev
 from store import oauth_clients as client_records
@@ -233,6 +233,24 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         _aware(req.identity.now)
         with _translated():
             return await self._looks.run(lambda conn: recording.admissible_read(conn, req))
+
+    def due_work(self, *, now: datetime) -> agenda.Due:
+        """Which kinds of background work are due at `now`: a hint for the periodic passes (store.agenda)."""
+        _aware(now)
+        with self._look() as conn:
+            return agenda.due(conn, now=now)
+
+    async def due_work_async(self, *, now: datetime) -> agenda.Due:
+        """`due_work` for a pass on an event loop, looked at from the loop without a worker thread."""
+        _aware(now)
+        with _translated():
+            return await self._looks.run(lambda conn: agenda.due(conn, now=now))
+
+    async def appended_async(self) -> int:
+        """How many events were ever appended to the log (every partition's), looked at from the loop:
+        whether the log moved since a checkpoint, without a worker thread."""
+        with _translated():
+            return await self._looks.run(agenda.appended)
 
     def record_read(self, rec: ReadRecord) -> Admission:
         """Record a read that already ran, intent to outcome, in one transaction (one commit).
@@ -595,6 +613,7 @@ _CallLedger: type[ports.CallLedger] = Store
 _Approvals: type[ports.Approvals] = Store
 _Resumption: type[ports.Resumption] = Store
 _Reconciliation: type[ports.Reconciliation] = Store
+_Agenda: type[ports.Agenda] = Store
 _Recovery: type[ports.Recovery] = Store
 _Pruning: type[ports.Pruning] = Store
 _ManualResolutions: type[ports.ManualResolutions] = Store

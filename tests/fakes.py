@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from datetime import datetime
 
+from store.agenda import Due
 from store.commands import (
     ClaimOutbox,
     DecideApproval,
@@ -22,8 +24,20 @@ from store.commands import (
     RevokePrincipal,
 )
 from store.model import ApprovalView, CallView, NotFound, OutboxMessage, StaleLease, StoreError
-from store.ports import Approvals, ManualResolutions, Outbox, Revocations, Standing
+from store.ports import Agenda, Approvals, ManualResolutions, Outbox, Revocations, Standing
 from store.revoking import Revocation
+
+
+class FakeAgenda:
+    """The `Agenda` port: answers what `due` says, and remembers when it was asked."""
+
+    def __init__(self, due: Due | None = None) -> None:
+        self.due = due or Due()
+        self.looks: list[datetime] = []
+
+    async def due_work_async(self, *, now: datetime) -> Due:
+        self.looks.append(now)
+        return self.due
 
 
 class FakeApprovals:
@@ -149,7 +163,11 @@ class FakeRevocations:
 
 
 def _conforms(
-    approvals: FakeApprovals, resolutions: FakeResolutions, outbox: FakeOutbox, standing: FakeRevocations
-) -> tuple[Approvals, ManualResolutions, Outbox, Revocations, Standing]:
+    approvals: FakeApprovals,
+    resolutions: FakeResolutions,
+    outbox: FakeOutbox,
+    standing: FakeRevocations,
+    agenda: FakeAgenda,
+) -> tuple[Approvals, ManualResolutions, Outbox, Revocations, Standing, Agenda]:
     """Never called: mypy fails here when a fake drifts from its port."""
-    return approvals, resolutions, outbox, standing, standing
+    return approvals, resolutions, outbox, standing, standing, agenda

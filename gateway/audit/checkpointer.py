@@ -6,17 +6,24 @@ configured (`audit.checkpoints.webhook`), each checkpoint is also queued in the 
 POSTed, signed and retried like an approval notification, to a receiver the database's operators do
 not control; the outbox is in the database they do control, so the receiver should alert when
 checkpoints stop arriving (`writ.audit.checkpoint.age` says the same on this side).
+
+A pass first looks, from the event loop, at how far the log has grown (`appended_async`, one statement
+on the loop's own connection) and goes to a worker thread, the directory and the trusted keys file only
+when that says a checkpoint may be due; `pass_once` then reads the heads again and decides. The trusted
+keys are read again only when their file changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
 import anyio
+from joserfc.jwk import KeySet
 
 from gateway.audit.checkpoints import (
     Checkpoint,
@@ -91,10 +98,35 @@ class Checkpointer:
         self._last_total = 0
         """Events of every partition the newest checkpoint vouches for (its seq alone with one)."""
         self._last_at: datetime | None = None
+        self._keys: tuple[tuple[int, int, int], KeySet] | None = None
+        """The trusted keys as last read, with the file's (inode, size, mtime) then."""
 
     async def tick(self) -> Checkpoint | None:
         """One pass: a checkpoint if one is due, else nothing."""
+        if self._previous is not None:
+            total = await self._log.appended_async()
+            self._head_seq = total
+            if not self._due(total, self._clock()):
+                return None  # known cheaply, on the loop: no thread, no files
         return await anyio.to_thread.run_sync(self.pass_once)
+
+    def _due(self, total: int, now: datetime) -> bool:
+        """Whether a log of `total` events calls for a checkpoint now (after the first pass)."""
+        if total == 0 or total == self._last_total:
+            return False  # idle: nothing new to vouch for
+        waited = self._last_at is None or (now - self._last_at).total_seconds() >= self._every_s
+        return total - self._last_total >= self._every_events or waited
+
+    def _trusted_keys(self) -> KeySet:
+        """The trusted keys, read again only when their file changed (another inode, size or mtime)."""
+        try:
+            stat = os.stat(self._trusted)
+        except OSError:
+            return trusted_keys(self._trusted)  # says what is wrong with the file
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if self._keys is None or self._keys[0] != stamp:
+            self._keys = (stamp, trusted_keys(self._trusted))
+        return self._keys[1]
 
     def pass_once(self) -> Checkpoint | None:
         """`tick`, on the calling thread (the store and the files are blocking)."""
@@ -102,7 +134,7 @@ class Checkpointer:
         # Progress counts every partition's events: a partitioned log grows mostly outside "".
         total = sum(at for at, _ in heads.values())
         self._head_seq = total
-        keys = trusted_keys(self._trusted)
+        keys = self._trusted_keys()
         if self._previous is None:
             found = read_all([self._directory], keys) if Path(self._directory).is_dir() else []
             if total:
@@ -113,10 +145,7 @@ class Checkpointer:
                 self._previous = {}
             self._last_total = sum(self._previous.values())
         now = self._clock()
-        if total == 0 or total == self._last_total:
-            return None  # idle: nothing new to vouch for
-        waited = self._last_at is None or (now - self._last_at).total_seconds() >= self._every_s
-        if total - self._last_total < self._every_events and not waited:
+        if not self._due(total, now):
             return None
         made, path = write_checkpoint(
             self._log, self._signer, self._directory, keys, now, previous=self._previous

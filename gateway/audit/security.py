@@ -121,11 +121,23 @@ class SecurityEvents:
                     del self._pending[refusal]
                     self._written[refusal] = now
                     taken.append(_note(refusal, tally, self.window_s))
-            for refusal, written in list(self._written.items()):
-                if refusal not in self._pending and now - written >= self._window:
-                    del self._written[refusal]  # quiet for a window: its next refusal is written at once
-                    self._keys.discard(refusal)
+            self._forget_quiet(now)
         return taken
+
+    def _forget_quiet(self, now: datetime) -> None:
+        # Under `_lock`. A key quiet for a window: its next refusal is written at once.
+        for refusal, written in list(self._written.items()):
+            if refusal not in self._pending and now - written >= self._window:
+                del self._written[refusal]
+                self._keys.discard(refusal)
+
+    def _idle(self) -> bool:
+        """Whether nothing is pending (forgetting the keys quiet for a window meanwhile, in memory)."""
+        with self._lock:
+            if self._pending:
+                return False
+            self._forget_quiet(self._clock())
+            return True
 
     async def tick(self, *, flush_all: bool = False) -> int:
         """One pass: write what is due; returns the number of events written.
@@ -133,6 +145,8 @@ class SecurityEvents:
         Raises:
             StoreError: the store could not take them; they are counted again for the next pass.
         """
+        if not flush_all and self._idle():
+            return 0  # nothing to write: no worker thread (a pass in flight writes what it took)
         notes = await anyio.to_thread.run_sync(self._write_due, flush_all)
         for note in notes:
             logger.warning(

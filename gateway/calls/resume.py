@@ -5,6 +5,10 @@ compare-and-set (`approved -> dispatching`, with a dispatch lease), so a call ap
 dispatched once, however many replicas see it. Before claiming, the call is authorized again (DESIGN
 §3.4): the current policy over the held full arguments, the principal's standing, the approval's binding
 to the exact action. A change refuses the call with a recorded reason instead of running it.
+
+A pass asks the store first, in one look from the event loop (store.agenda), whether an approved call
+waits or an approval or confirmation is past its expiry, and reads or writes only for what is due. A
+local decision wakes the next pass (`Wake`), whose look sees the decision: it was committed first.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from gateway.calls.budgets import store_charges, store_loops
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.tracing import ROOT, FirstTrace, links_to, no_first_trace, tracer
 from gateway.reasons import ReasonCode
+from store.agenda import Due
 from store.commands import ExpireApproval
 from store.model import (
     TERMINAL_STATUSES,
@@ -43,7 +48,7 @@ from store.model import (
     StaleLease,
     StoreError,
 )
-from store.ports import Resumption
+from store.ports import Agenda, Resumption
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +66,7 @@ class Resumer:
         self,
         *,
         store: Resumption,
+        agenda: Agenda,
         dispatcher: Dispatcher,
         registry: Capabilities,
         policy: Callable[[], PolicyLike],
@@ -71,6 +77,7 @@ class Resumer:
     ) -> None:
         self._first_trace = first_trace
         self._store = store
+        self._agenda = agenda
         self._dispatcher = dispatcher
         self._registry = registry
         self._policy = policy
@@ -80,10 +87,15 @@ class Resumer:
 
     async def tick(self) -> tuple[int, int]:
         """One pass: expire overdue approvals, then resume approved calls. Returns (expired, resumed)."""
-        expired = await anyio.to_thread.run_sync(self._expire_due)
-        approved = await anyio.to_thread.run_sync(
-            lambda: self._store.list_calls(status="approved", limit=self._batch)
-        )
+        due = await self._agenda.due_work_async(now=self._clock())
+        expired = 0
+        if due.expired_approvals or due.expired_confirmations:
+            expired = await anyio.to_thread.run_sync(self._expire_due, due)
+        approved: list[CallView] = []
+        if due.approved:
+            approved = await anyio.to_thread.run_sync(
+                lambda: self._store.list_calls(status="approved", limit=self._batch)
+            )
         resumed = 0
         for call in reversed(approved):  # oldest first
             try:
@@ -201,9 +213,13 @@ class Resumer:
             now=self._clock(),
         )
 
-    def _expire_due(self) -> int:
-        # Calls whose user never answered the confirmation round: they will never run.
-        expired = len(self._store.expire_confirmations(now=self._clock(), limit=self._batch))
+    def _expire_due(self, due: Due) -> int:
+        expired = 0
+        if due.expired_confirmations:
+            # Calls whose user never answered the confirmation round: they will never run.
+            expired += len(self._store.expire_confirmations(now=self._clock(), limit=self._batch))
+        if not due.expired_approvals:
+            return expired
         for approval in self._store.due_approvals(now=self._clock(), limit=self._batch):
             try:
                 self._store.expire_approval(ExpireApproval(approval.approval_id, now=self._clock()))

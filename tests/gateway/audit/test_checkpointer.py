@@ -6,13 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from pydantic import ValidationError
 
 from gateway.app import build_runtime
+from gateway.audit import checkpointer as checkpointing
 from gateway.audit.checkpointer import Checkpointer, announce
 from gateway.audit.checkpoints import CheckpointSigner, parse, read_all, trusted_keys
 from gateway.config import WritConfig
@@ -93,6 +97,65 @@ def test_a_checkpoint_is_due_after_every_events_or_every_s(tmp_path: Path, store
     anchors = [c.anchor for c in read_all([tmp_path / "cp"], trusted_keys(tmp_path / "trusted.jwks"))]
     assert [(a.from_seq, len(a.digests)) for a in anchors] == [(0, 4), (4, 6), (10, 3)]
     assert store.verify(anchors).ok
+
+
+def test_a_tick_with_nothing_due_looks_from_the_loop_without_a_thread_or_a_file(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    add_call(store, 1)
+    worker = checkpointer(tmp_path, store, clock, every_events=5)
+    assert anyio.run(worker.tick) is not None  # the first pass reads the directory and anchors seq 4
+    handed: list[object] = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        handed.append(args[0])
+        return await real(*args, **kwargs)
+
+    def no_file(path: object) -> object:
+        raise AssertionError("an idle pass read the trusted keys")
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    monkeypatch.setattr(checkpointing, "trusted_keys", no_file)
+    clock.now += timedelta(seconds=30)
+    assert anyio.run(worker.tick) is None  # idle: nothing appended
+    add_call(store, 2)
+    clock.now += timedelta(seconds=1)
+    assert anyio.run(worker.tick) is None  # 3 events, under every_events, before every_s
+    assert handed == []
+    assert worker.age_s() == 31.0  # the look keeps the age gauge current
+
+    monkeypatch.undo()
+    clock.now += timedelta(seconds=30)
+    assert anyio.run(worker.tick) is not None  # every_s passed: the pass runs, in a thread
+    assert written(tmp_path) == [4, 7]
+
+
+def test_the_trusted_keys_are_read_again_only_when_their_file_changed(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[object] = []
+    real = checkpointing.trusted_keys
+
+    def counted(path: Any) -> Any:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(checkpointing, "trusted_keys", counted)
+    clock = Clock()
+    worker = checkpointer(tmp_path, store, clock, every_events=1)
+    for n in range(3):
+        add_call(store, n)
+        assert worker.pass_once() is not None
+    assert len(reads) == 1
+
+    CheckpointSigner.load_or_create(tmp_path / "key.jwk", tmp_path / "trusted.jwks").rotate()
+    add_call(store, 3)
+    made = worker.pass_once()
+
+    assert len(reads) == 2 and made is not None
+    assert store.verify([c.anchor for c in read_all([tmp_path / "cp"], real(tmp_path / "trusted.jwks"))]).ok
 
 
 def test_a_restarted_checkpointer_continues_from_the_newest_checkpoint(tmp_path: Path, store: Store) -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from gateway.audit.security import OTHER_SOURCE, SecurityEvents, SecurityRefusal, shown
@@ -103,6 +105,25 @@ def test_a_key_quiet_for_a_window_is_written_at_once_again() -> None:
     tick(events)
 
     assert [n.count for n in log.notes] == [1, 1]
+
+
+def test_a_pass_with_nothing_counted_hands_nothing_to_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    log, clock = Log(), Clock()
+    events = SecurityEvents(log, clock, window_s=60)
+    handed: list[object] = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        handed.append(args[0])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    assert tick(events) == 0
+    assert handed == []
+
+    events.note(EXPIRED)
+    assert tick(events) == 1
+    assert len(handed) == 1 and len(log.notes) == 1  # what was counted is written in a thread
 
 
 def test_past_max_keys_new_sources_are_counted_as_other_without_detail() -> None:

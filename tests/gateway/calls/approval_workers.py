@@ -55,6 +55,7 @@ def parts(url: str, owner: str) -> tuple[Store, FakeExecutor, CallPipeline, Resu
 
     resumer = Resumer(
         store=store.with_producer(owner),
+        agenda=store,
         dispatcher=Dispatcher(store=store, registry=registry, redactor=Redactor(b"salt"), clock=clock),
         registry=registry,
         policy=lambda: policy,

@@ -126,7 +126,7 @@ def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
         clock=clock,
         policy=ReconcilePolicy(max_attempts=2, backoff_s=10),
     )
-    return Workers(store=store, reconciler=reconciler, clock=clock, pruning=store)
+    return Workers(store=store, agenda=store, reconciler=reconciler, clock=clock, pruning=store)
 
 
 async def unknown_call(pipeline: CallPipeline, executor: FakeExecutor, tool: str = "refund_order") -> str:

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 import sqlalchemy as sa
 
@@ -16,6 +18,7 @@ from capabilities.registry import Registry
 from gateway.calls.actions import Redactor, action_hash, contract_hash
 from gateway.calls.approvals import DecisionInput, Decisions
 from gateway.calls.dispatch import Dispatcher
+from gateway.calls.periodic import Wake, run_periodically
 from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.calls.resume import Resumer
 from gateway.errors import Refused
@@ -25,6 +28,8 @@ from store.canonical import legacy_json
 from store.commands import RevokePrincipal
 from store.schema import approvals, effect_ledger, held_arguments, tool_calls
 from store.store import Store
+from tests.eventually import eventually
+from tests.store.builders import call_request
 
 pytestmark = pytest.mark.anyio
 
@@ -111,6 +116,7 @@ def world(tmp_path: Path) -> Iterator[World]:
     pipeline.prepare()
     resumer = Resumer(
         store=store,
+        agenda=store,
         dispatcher=Dispatcher(
             store=store, registry=registry, redactor=Redactor(b"salt"), clock=lambda: now[0]
         ),
@@ -204,6 +210,61 @@ async def test_the_worker_expires_overdue_approvals(world: World) -> None:
     assert await world.resumer.tick() == (1, 0)
     expired = world.store.get_call(call.tool_call_id)
     assert expired is not None and expired.status == "expired"
+
+
+async def test_the_worker_expires_calls_whose_confirmation_was_never_answered(world: World) -> None:
+    world.store.admit(
+        call_request(
+            tool_call_id="tc-confirm",
+            confirmation_id="cf-1",
+            confirmation_expires_at=T0 + timedelta(minutes=10),
+        )
+    )
+    assert await world.resumer.tick() == (0, 0)
+    world.now[0] = T0 + timedelta(minutes=10)
+
+    assert await world.resumer.tick() == (1, 0)
+    expired = world.store.get_call("tc-confirm")
+    assert expired is not None and (expired.status, expired.reason) == ("expired", "confirmation_expired")
+
+
+async def test_a_pass_with_nothing_due_only_looks_and_hands_nothing_to_a_thread(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.request()  # awaiting its approver, not yet expired: nothing for the worker to do
+    handed: list[object] = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        handed.append(args[0])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+
+    assert await world.resumer.tick() == (0, 0)
+    assert handed == []
+
+
+async def test_a_local_grant_wakes_the_worker_and_its_next_pass_runs_the_call(world: World) -> None:
+    call = await world.request()
+    wake = Wake()
+    decisions = Decisions(world.store, lambda: world.now[0], on_granted=wake)
+    passes: list[tuple[int, int]] = []
+
+    async def tick() -> None:
+        passes.append(await world.resumer.tick())
+
+    async with anyio.create_task_group() as workers:
+        # An hour between passes: only the wake can bring the next one within the test's wait.
+        workers.start_soon(lambda: run_periodically(tick, interval_s=3600, failure="x", wake=wake))
+        await eventually(lambda: passes)  # the first pass is over, and found nothing to run
+        await decisions.decide(DecisionInput(call.approval_id, True, "bob", roles=BOB, tenant="acme"))
+
+        done = await eventually(
+            lambda: world.store.get_call(call.tool_call_id), lambda c: c.status == "completed"
+        )
+        workers.cancel_scope.cancel()
+    assert done is not None and len(world.executor.invocations) == 1
 
 
 async def test_an_approved_call_the_current_policy_denies_is_refused_with_the_reason(world: World) -> None:
