@@ -71,14 +71,16 @@ class _Compiled:
             values.append(value if processor is None else processor(value))
         return values if self.positional else dict(zip(self.names, values, strict=True))
 
-    def rows(self, dialect: Dialect, description: Any, fetched: list[Any]) -> list[Record]:
+    def rows(self, dialect: Dialect, cursor: Any) -> list[Record]:
+        fetched = cursor.fetchall()
         if self.row is None:
             # As SQLAlchemy's result metadata does: by position, each column's processor for the
             # type code the driver reports. The processors are in place before `row` says so, for
-            # any other thread that reads them.
+            # any other thread that reads them. The description is read this once: psycopg builds
+            # it anew, an object per column, each time it is asked for.
             self.result_processors = [
                 column.type._cached_result_processor(dialect, entry[1])
-                for column, entry in zip(self.result_columns, description, strict=True)
+                for column, entry in zip(self.result_columns, cursor.description, strict=True)
             ]
             self.row = namedtuple("Record", [column.keyname for column in self.result_columns])  # type: ignore[misc]
         make, processors = self.row._make, self.result_processors
@@ -148,7 +150,7 @@ class Statement:
             values = compiled.values(params)
             cursor = dbapi_connection.cursor()
             cursor.execute(compiled.sql, values)
-            rows = compiled.rows(conn.dialect, cursor.description, cursor.fetchall()) if fetch else []
+            rows = compiled.rows(conn.dialect, cursor) if fetch else []
             count = cursor.rowcount
         except BaseException as error:
             conn._handle_dbapi_exception(error, compiled.sql, values, cursor, None)
