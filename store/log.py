@@ -40,6 +40,9 @@ _TAKE_HEAD_IF_FREE = Statement(
 )
 _MOVE_HEAD = Statement(update(log_head).where(log_head.c.partition == bindparam("p")))
 _INSERT_EVENTS = Statement(events.insert())
+_ONE_STATEMENT_EVENTS = 8
+"""Events at most that PostgreSQL appends with their head's move in one statement (`_appended`)."""
+_APPENDS: dict[tuple[int, tuple[str, ...]], Statement] = {}
 _NEXT_SEQ = Statement(select(events_seq.next_value()))
 
 # PostgreSQL, several partitions: `events_seq` gives seqs in the order they are taken, not in the order
@@ -156,12 +159,19 @@ class Append:
                 queues.release(self._conn, row.approval_id)
         if not self._rows:
             return
-        _INSERT_EVENTS.execute_many(self._conn, self._rows)
-        moved = {row["partition"] for row in self._rows}
-        for partition in sorted(moved):
+        rows, self._rows = self._rows, []
+        moved = sorted({row["partition"] for row in rows})
+        if self._conn.dialect.name == "postgresql" and len(moved) == 1 and len(rows) <= _ONE_STATEMENT_EVENTS:
+            # One exchange with the server, where the events' insert and the head's move took two.
+            chain = self._chains[moved[0]]
+            params = {f"{name}_{i}": value for i, row in enumerate(rows) for name, value in row.items()}
+            params |= {"p": moved[0], "last_seq": chain.seq, "last_hash": chain.hash}
+            _appended(len(rows), tuple(rows[0])).execute(self._conn, params)
+            return
+        _INSERT_EVENTS.execute_many(self._conn, rows)
+        for partition in moved:
             chain = self._chains[partition]
             _MOVE_HEAD.execute(self._conn, {"p": partition, "last_seq": chain.seq, "last_hash": chain.hash})
-        self._rows = []
 
     def call(self, tool_call_id: str) -> CallView:
         """The call as it stands after `flush`, without reading it again if this append wrote it.
@@ -210,6 +220,29 @@ def _check_scheme(conn: Connection, scheme: Partitioning) -> None:
             )
         )
     _CHECKED[conn.engine] = scheme
+
+
+def _appended(count: int, names: tuple[str, ...]) -> Statement:
+    """PostgreSQL: insert `count` events (their columns `names`, bound as `name_i`) and move their
+    partition's head (`p`, `last_seq`, `last_hash`), in one statement: the insert as a CTE of the update.
+
+    Both run in the statement's one snapshot on tables that read nothing of each other (no trigger, no
+    foreign key between them), so the result is that of the two statements; either failing fails it.
+    """
+    key = (count, names)
+    statement = _APPENDS.get(key)
+    if statement is None:
+        columns = events.c
+        # Typed as their columns, so each value goes through its column's bind processor (a multi-row
+        # VALUES types only the first row's parameters from the columns).
+        rows = [
+            {name: bindparam(f"{name}_{i}", type_=columns[name].type) for name in names} for i in range(count)
+        ]
+        inserted = events.insert().values(rows).cte("appended")
+        statement = _APPENDS[key] = Statement(
+            update(log_head).where(log_head.c.partition == bindparam("p")).add_cte(inserted)
+        )
+    return statement
 
 
 def lock_head(conn: Connection, partition: str) -> _Chain:

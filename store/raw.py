@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Connection, Dialect, exc
 from sqlalchemy.sql import ClauseElement
@@ -71,14 +71,16 @@ class _Compiled:
             values.append(value if processor is None else processor(value))
         return values if self.positional else dict(zip(self.names, values, strict=True))
 
-    def rows(self, dialect: Dialect, description: Any, fetched: list[Any]) -> list[Record]:
+    def rows(self, dialect: Dialect, cursor: Any) -> list[Record]:
+        fetched = cursor.fetchall()
         if self.row is None:
             # As SQLAlchemy's result metadata does: by position, each column's processor for the
             # type code the driver reports. The processors are in place before `row` says so, for
-            # any other thread that reads them.
+            # any other thread that reads them. The description is read this once: psycopg builds
+            # it anew, an object per column, each time it is asked for.
             self.result_processors = [
                 column.type._cached_result_processor(dialect, entry[1])
-                for column, entry in zip(self.result_columns, description, strict=True)
+                for column, entry in zip(self.result_columns, cursor.description, strict=True)
             ]
             self.row = namedtuple("Record", [column.keyname for column in self.result_columns])  # type: ignore[misc]
         make, processors = self.row._make, self.result_processors
@@ -128,37 +130,50 @@ class Statement:
     def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run the statement once per parameter set (at least one, all with the same names)."""
         compiled = self._compile(conn, rows[0])
-        dbapi_connection = _dbapi_connection(conn)
+        cursor = _cursor(conn)
         values: Any = None
-        cursor: Any = None
         try:
             values = [compiled.values(row) for row in rows]
-            cursor = dbapi_connection.cursor()
             cursor.executemany(compiled.sql, values)
         except BaseException as error:
-            conn._handle_dbapi_exception(error, compiled.sql, values, cursor, None)
-        cursor.close()
+            _failed(conn, error, compiled.sql, values, cursor)
 
     def _run(self, conn: Connection, params: Mapping[str, Any], *, fetch: bool) -> tuple[int, list[Record]]:
         compiled = self._compile(conn, params)
-        dbapi_connection = _dbapi_connection(conn)
+        cursor = _cursor(conn)
         values: Any = None
-        cursor: Any = None
         try:
             values = compiled.values(params)
-            cursor = dbapi_connection.cursor()
             cursor.execute(compiled.sql, values)
-            rows = compiled.rows(conn.dialect, cursor.description, cursor.fetchall()) if fetch else []
+            rows = compiled.rows(conn.dialect, cursor) if fetch else []
             count = cursor.rowcount
         except BaseException as error:
-            conn._handle_dbapi_exception(error, compiled.sql, values, cursor, None)
-        cursor.close()
+            _failed(conn, error, compiled.sql, values, cursor)
         return count, rows
 
 
-def _dbapi_connection(conn: Connection) -> Any:
+_CURSOR = "writ.raw_cursor"
+"""The pool record's `info` key of (DBAPI connection, the cursor statements run on there)."""
+
+
+def _cursor(conn: Connection) -> Any:
+    """The cursor statements run on, made once per DBAPI connection and kept with it (psycopg builds a
+    cursor in Python: about a tenth of a statement's CPU). Each execute replaces what the last one left.
+    """
     # As `conn.execute` does before it executes: an invalidated connection raises here, unwrapped.
-    dbapi_connection = conn.connection.dbapi_connection
+    proxied = conn.connection
+    dbapi_connection = proxied.dbapi_connection
     if dbapi_connection is None:
         raise exc.ResourceClosedError("the connection is closed")
-    return dbapi_connection
+    kept = proxied.info.get(_CURSOR)
+    if kept is not None and kept[0] is dbapi_connection:
+        return kept[1]
+    cursor = dbapi_connection.cursor()
+    proxied.info[_CURSOR] = (dbapi_connection, cursor)
+    return cursor
+
+
+def _failed(conn: Connection, error: BaseException, sql: str, values: Any, cursor: Any) -> NoReturn:
+    # The handler closes the cursor (and may invalidate the connection): the next statement makes another.
+    conn.connection.info.pop(_CURSOR, None)
+    conn._handle_dbapi_exception(error, sql, values, cursor, None)

@@ -30,6 +30,22 @@ from store.events import format_ts, parse_ts
 from store.packing import pack, unpack
 
 
+class _Bytea(LargeBinary):
+    """bytea bound as the bytes themselves. SQLAlchemy's `LargeBinary` wraps each value in the driver's
+    `Binary`, which psycopg only unwraps again, in Python, to dump the same bytes as its own `bytes`
+    dumper does (in C): the server receives the same bytea either way."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+
+def _bytes_on(dialect: Dialect, sqlite: TypeEngine[Any]) -> TypeEngine[Any]:
+    """The column type of a value kept as bytes: `sqlite`'s on SQLite (as it ever was), bytea elsewhere."""
+    if dialect.name == "sqlite":
+        return dialect.type_descriptor(sqlite)
+    return _Bytea()
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Aware UTC datetimes on every backend: timestamptz on PostgreSQL, sortable ISO text on SQLite."""
 
@@ -86,6 +102,9 @@ class HexDigest(TypeDecorator[str]):
     impl = LargeBinary(32)
     cache_ok = True
 
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return _bytes_on(dialect, self.impl_instance)
+
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
         return None if value is None else bytes.fromhex(value)
 
@@ -106,9 +125,7 @@ class PackedText(TypeDecorator[str]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(Text())
-        return dialect.type_descriptor(LargeBinary())
+        return _bytes_on(dialect, Text())
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
         return None if value is None else pack(value)
@@ -154,9 +171,7 @@ class EventTime(TypeDecorator[str]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(String(32))
-        return dialect.type_descriptor(LargeBinary())
+        return _bytes_on(dialect, String(32))
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
         if value is None:
@@ -214,9 +229,7 @@ class EventId(TypeDecorator[str]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(String(64))
-        return dialect.type_descriptor(LargeBinary())
+        return _bytes_on(dialect, String(64))
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
         return None if value is None else id_bytes(value)
@@ -264,9 +277,7 @@ class DigestText(TypeDecorator[str]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(self.impl_instance)
-        return dialect.type_descriptor(LargeBinary())
+        return _bytes_on(dialect, self.impl_instance)
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
         if value is None:

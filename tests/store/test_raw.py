@@ -59,3 +59,23 @@ def test_a_unique_violation_is_wrapped_as_core_wraps_it(store: Store) -> None:
     with pytest.raises(exc.IntegrityError), store.engine.begin() as conn:
         INSERT.execute(conn, run_row("run-1"))
         INSERT.execute(conn, run_row("run-1"))
+
+
+def test_statements_run_on_after_one_failed_on_the_same_connection(store: Store) -> None:
+    with store.engine.connect() as conn:
+        with pytest.raises(exc.IntegrityError), conn.begin():
+            INSERT.execute(conn, run_row("run-1"))
+            INSERT.execute(conn, run_row("run-1"))
+        with conn.begin():
+            INSERT.execute_many(conn, [run_row("run-2"), run_row("run-3")])
+            assert [row.run_id for row in BY_TENANT.rows(conn, {"b_tenant": "acme"})] == ["run-2", "run-3"]
+
+
+def test_statements_run_on_a_connection_made_again_after_it_was_invalidated(store: Store) -> None:
+    with store.engine.connect() as conn:
+        with conn.begin():
+            INSERT.execute(conn, run_row("run-1"))
+        conn.invalidate()
+        with conn.begin():  # a new DBAPI connection: the cursor kept for the old one is not used
+            assert COUNT.execute(conn, {"b_tenant": "acme"}) == 1
+            assert [row.call_count for row in BY_TENANT.rows(conn, {"b_tenant": "acme"})] == [1]
