@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -20,6 +19,7 @@ from store.commands import RevokePrincipal
 from store.db import LOOK_CONNECTIONS, LookOptions, normalize_url
 from store.looking import LoopLooks
 from store.model import StoreError
+from tests.handoffs import hand_offs
 from tests.store.builders import NOW
 from tests.store.test_read_records import read_request
 
@@ -42,14 +42,7 @@ async def test_the_look_from_the_loop_answers_as_the_look_in_a_thread_and_sees_a
 async def test_the_look_is_never_handed_to_a_worker_thread(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    handed: list[object] = []
-    real = anyio.to_thread.run_sync
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        handed.append(args[0])
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    handed = hand_offs(monkeypatch)
     assert await store.admissible_read_async(read_request())
     assert await store.admissible_read_async(read_request(2))
     assert handed == []

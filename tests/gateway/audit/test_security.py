@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -16,6 +15,7 @@ import pytest
 from gateway.audit.security import OTHER_SOURCE, SecurityEvents, SecurityRefusal, shown
 from store.model import Unavailable
 from store.security import SecurityNote
+from tests.handoffs import hand_offs
 from tests.store.builders import NOW
 
 
@@ -110,14 +110,7 @@ def test_a_key_quiet_for_a_window_is_written_at_once_again() -> None:
 def test_a_pass_with_nothing_counted_hands_nothing_to_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     log, clock = Log(), Clock()
     events = SecurityEvents(log, clock, window_s=60)
-    handed: list[object] = []
-    real = anyio.to_thread.run_sync
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        handed.append(args[0])
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    handed = hand_offs(monkeypatch)
     assert tick(events) == 0
     assert handed == []
 

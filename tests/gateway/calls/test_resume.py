@@ -29,6 +29,7 @@ from store.commands import RevokePrincipal
 from store.schema import approvals, effect_ledger, held_arguments, tool_calls
 from store.store import Store
 from tests.eventually import eventually
+from tests.handoffs import hand_offs
 from tests.store.builders import call_request
 
 pytestmark = pytest.mark.anyio
@@ -232,14 +233,7 @@ async def test_a_pass_with_nothing_due_only_looks_and_hands_nothing_to_a_thread(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await world.request()  # awaiting its approver, not yet expired: nothing for the worker to do
-    handed: list[object] = []
-    real = anyio.to_thread.run_sync
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        handed.append(args[0])
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    handed = hand_offs(monkeypatch)
 
     assert await world.resumer.tick() == (0, 0)
     assert handed == []

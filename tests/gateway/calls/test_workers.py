@@ -8,13 +8,13 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio.to_thread
 import pytest
 
 from gateway.calls.workers import Workers
 from store.agenda import Due
 from store.model import CallView
 from tests.fakes import FakeAgenda
+from tests.handoffs import hand_offs
 
 pytestmark = pytest.mark.anyio
 
@@ -76,14 +76,7 @@ async def test_an_idle_pass_is_one_look_and_hands_nothing_to_a_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     spy, agenda = Spy(), FakeAgenda()
-    handed: list[object] = []
-    real = anyio.to_thread.run_sync
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        handed.append(args[0])
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    handed = hand_offs(monkeypatch)
 
     assert await workers(spy, agenda).tick() == (0, 0)
     assert (agenda.looks, spy.asked, handed) == ([NOW], [], [])
