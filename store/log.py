@@ -61,7 +61,8 @@ _TAKE_FLOOR = text(
 )
 _SETTLED = text(
     f"SELECT {_LAST_TAKEN} AS taken, ("
-    f"  SELECT min({_LAST_TAKEN} - (({_LAST_TAKEN} - l.objid::bigint) % 4294967296 + 4294967296) % 4294967296)"
+    f"  SELECT min({_LAST_TAKEN}"
+    f"    - (({_LAST_TAKEN} - l.objid::bigint) % 4294967296 + 4294967296) % 4294967296)"
     "   FROM pg_locks AS l"
     "   WHERE l.locktype = 'advisory' AND l.objsubid = 2"
     "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"

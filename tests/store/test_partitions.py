@@ -12,9 +12,8 @@ from alembic import command
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.exc import OperationalError
 
-from store import Store
+from store import Store, recording
 from store import events as ev
-from store import recording
 from store.commands import RevokePrincipal
 from store.log import Append, PartitionOrder, lock_head
 from store.model import StoreError
@@ -347,7 +346,9 @@ def test_a_revocation_waits_for_a_call_in_flight_in_any_bucket_of_its_tenant(pg_
     scheme = Partitioning("tenant", buckets=4)
     with Store.open(pg_schema_url, partitioning=scheme) as store:
         store.migrate()
-        run = next(f"run-{n}" for n in range(40) if scheme.partition_for("acme", f"run-{n}", None) != "t:acme/0")
+        run = next(
+            f"run-{n}" for n in range(40) if scheme.partition_for("acme", f"run-{n}", None) != "t:acme/0"
+        )
         in_flight = store.engine.connect()
         admitting = in_flight.begin()
         lock_head(in_flight, scheme.partition_for("acme", run, None))  # as the writer does, first
