@@ -495,6 +495,7 @@ approvals = Table(
     Column("decided_at", UTCDateTime),
     Column("reason", Text),
     Index("ix_approvals_tenant_status", "tenant", "status"),
+    Index("ix_approvals_status_expires_at", "status", "expires_at"),  # the expiry worker's look (0020)
 )
 
 # The uniqueness of (tenant, subject, idempotency_key) is what refuses a second dispatch. A key is the

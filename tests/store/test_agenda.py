@@ -165,3 +165,17 @@ def test_pruning_with_nothing_ended_takes_no_write_transaction(
     assert store.prune_expired(now=NOW + HOUR) == 0
     monkeypatch.undo()
     assert store.prune_expired(now=NOW + HOUR + GRACE + timedelta(seconds=1)) == 2
+
+
+def test_approvals_past_their_expiry_are_found_from_an_index_not_a_scan(store: Store) -> None:
+    # Every replica asks every second; `approvals` keeps every approval ever made.
+    ask = (
+        "SELECT approval_id FROM approvals WHERE status = 'awaiting_approval' AND expires_at <= '2026-12-02'"
+    )
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {ask}").all()
+        else:
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # a tiny table is scanned otherwise
+            plan = conn.exec_driver_sql(f"EXPLAIN {ask}").all()
+    assert "ix_approvals_status_expires_at" in str(plan), plan
