@@ -40,8 +40,11 @@ _TAKE_HEAD_IF_FREE = Statement(
 )
 _MOVE_HEAD = Statement(update(log_head).where(log_head.c.partition == bindparam("p")))
 _INSERT_EVENTS = Statement(events.insert())
-_ONE_STATEMENT_EVENTS = 8
-"""Events at most that PostgreSQL appends with their head's move in one statement (`_appended`)."""
+_ONE_STATEMENT_PARAMETERS = 50
+"""Parameters at most of the statement that appends events with their head's move on PostgreSQL
+(`_appended`): psycopg caches a statement's placeholders converted only up to 50 parameters (and 4 KiB
+of text), and converting them again on every execute costs more than the round trip it saves. So two
+events of 18 columns go in one statement, and a read's three in two, as before."""
 _APPENDS: dict[tuple[int, tuple[str, ...]], Statement] = {}
 _NEXT_SEQ = Statement(select(events_seq.next_value()))
 
@@ -162,7 +165,11 @@ class Append:
             return
         rows, self._rows = self._rows, []
         moved = sorted({row["partition"] for row in rows})
-        if self._conn.dialect.name == "postgresql" and len(moved) == 1 and len(rows) <= _ONE_STATEMENT_EVENTS:
+        if (
+            self._conn.dialect.name == "postgresql"
+            and len(moved) == 1
+            and len(rows) * len(rows[0]) + 3 <= _ONE_STATEMENT_PARAMETERS
+        ):
             # One exchange with the server, where the events' insert and the head's move took two.
             chain = self._chains[moved[0]]
             params = {f"{name}_{i}": value for i, row in enumerate(rows) for name, value in row.items()}
