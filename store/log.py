@@ -194,16 +194,19 @@ class Append:
         return call
 
 
-def settled_seq(conn: Connection) -> int | None:
-    """The highest seq below which no event is still in flight (PostgreSQL, several partitions), for
-    a reader that follows the log by seq; None where the log commits in seq order (one partition, or
-    SQLite, one writer at a time), so that every committed event is settled.
+def commits_in_seq_order(engine: Engine) -> bool:
+    """Whether every write commits in the order of its seqs: SQLite (one writer at a time) and a log
+    of one partition (every write holds its one head to COMMIT). Not PostgreSQL with several."""
+    return engine.dialect.name != "postgresql" or scheme_of(engine).single
+
+
+def settled_seq(conn: Connection) -> int:
+    """The highest seq below which no event is still in flight, for a reader that follows a log that
+    does not commit in seq order (`commits_in_seq_order`) by seq.
 
     Read it before, and apart from, the snapshot that reads the events: a write in flight then is in
     `pg_locks`, and one that ended is in the later snapshot.
     """
-    if conn.dialect.name != "postgresql" or scheme_of(conn.engine).single:
-        return None
     row = conn.execute(_SETTLED).one()
     return int(row.taken if row.floor is None else min(row.taken, row.floor))
 

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, bindparam, func, or_, select
 from store import audit, revoking
 from store.events import parse_ts
 from store.exporting import EventFilter, conditions
-from store.log import PAGE_SIZE, envelope_of, read_pages, settled_seq, stored_event
+from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
 from store.model import Anchor, ApprovalView, AuditReport, CallView, StoredEvent, StoreError
 from store.partitions import UNPARTITIONED
 from store.schema import approvals, budget_counters, effect_ledger, events, runs, tool_calls
@@ -49,13 +49,16 @@ def _unstorable(*keys: str | None) -> bool:
 
 
 class Reads:
-    """Mixed into `Store`, which provides `_read` (one read transaction) and `_look` (a read that needs
-    no snapshot across its statements)."""
+    """Mixed into `Store`, which provides `_read` (one read transaction), `_look` (a read that needs no
+    snapshot across its statements) and `_settled_seq` (how far a reader by seq may go)."""
 
     def _read(self) -> AbstractContextManager[Connection]:
         raise NotImplementedError
 
     def _look(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def _settled_seq(self) -> int | None:
         raise NotImplementedError
 
     def is_revoked(self, tenant: str, subject: str) -> bool:
@@ -267,9 +270,7 @@ class Reads:
         remaining = limit
         while remaining is None or remaining > 0:
             size = PAGE_SIZE if remaining is None else min(PAGE_SIZE, remaining)
-            # What a cursor may pass: every event up to it has committed, or never will.
-            with self._look() as conn:
-                settled = settled_seq(conn)
+            settled = self._settled_seq()
             bound = filters if settled is None else [*filters, events.c.seq <= settled]
             with self._read() as conn:
                 page = list(read_pages(conn, *bound, after_seq=after_seq, limit=size))

@@ -21,7 +21,7 @@ from store.coming import Coming
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
 from store.db import READ_ONLY, EngineOptions, LookOptions, create_store_engine
 from store.events import parse_event
-from store.log import envelope_of, lock_all_heads, lock_head
+from store.log import commits_in_seq_order, envelope_of, lock_all_heads, lock_head, settled_seq
 from store.looking import Looks, looks_for
 from store.model import (
     Admission,
@@ -583,6 +583,14 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         # A unique-key conflict means a concurrent claim won; the second attempt sees it and joins.
         with _translated():
             return self._writer.run(work, retry=True)
+
+    def _settled_seq(self) -> int | None:
+        """What a cursor by seq may pass: every event up to it has committed, or never will (None: every
+        committed event, where the log commits in seq order, asked of no connection)."""
+        if commits_in_seq_order(self._engine):
+            return None
+        with self._look() as conn:
+            return settled_seq(conn)
 
     @contextmanager
     def _look(self) -> Iterator[Connection]:
