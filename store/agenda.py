@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, Exists, Table, bindparam, func, literal_column, or_, select
+from sqlalchemy import BindParameter, Connection, Exists, Table, bindparam, func, literal_column, select
 
 from store.confirming import expired_confirmation
 from store.leasing import expired_dispatch
-from store.pruning import GRACE, ended
+from store.pruning import GRACE, some_ended
 from store.queues import expired_approval
 from store.raw import Statement
 from store.reconciling import due_for_lookup
-from store.schema import approvals, budget_counters, log_head, loop_marks, tool_calls
+from store.schema import approvals, log_head, tool_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +65,7 @@ _DUE = Statement(
         _any(tool_calls, tool_calls.c.status == "approved").label("approved"),
         _any(approvals, *expired_approval(_NOW)).label("expired_approvals"),
         _any(tool_calls, *expired_confirmation(_NOW)).label("expired_confirmations"),
-        or_(
-            _any(budget_counters, ended(budget_counters, _BEFORE)),
-            _any(loop_marks, ended(loop_marks, _BEFORE)),
-        ).label("prunable"),
+        some_ended(_BEFORE).label("prunable"),
     )
 )
 """Built once, compiled once per dialect (store.raw): a pass's look builds no SQL."""

@@ -49,18 +49,17 @@ def prune(conn: Connection, table: Table, before: datetime, limit: int) -> int:
     return conn.execute(statement).rowcount or 0
 
 
+def some_ended(before: Any) -> ColumnElement[bool]:
+    """Whether some counter or mark's window ended before `before` (a datetime, or a bound parameter)."""
+    return or_(
+        select(budget_counters.c.resets_at).where(ended(budget_counters, before)).exists(),
+        select(loop_marks.c.resets_at).where(ended(loop_marks, before)).exists(),
+    )
+
+
 def any_ended(conn: Connection, before: datetime) -> bool:
     """Whether some counter or mark's window ended before `before`: a look that takes no lock."""
-    return bool(
-        conn.execute(
-            select(
-                or_(
-                    select(budget_counters.c.resets_at).where(ended(budget_counters, before)).exists(),
-                    select(loop_marks.c.resets_at).where(ended(loop_marks, before)).exists(),
-                )
-            )
-        ).scalar_one()
-    )
+    return bool(conn.execute(select(some_ended(before))).scalar_one())
 
 
 class Pruning:
