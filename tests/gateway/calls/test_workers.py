@@ -5,7 +5,7 @@ in tests/store/test_agenda.py, the work itself in test_reconcile.py)."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -14,37 +14,13 @@ from gateway.calls.workers import Workers
 from store.agenda import Due
 from store.model import CallView
 from tests.fakes import FakeAgenda
+from tests.gateway.calls.test_resolutions import NOW, UNKNOWN
 from tests.handoffs import hand_offs
 
 pytestmark = pytest.mark.anyio
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-LEFT = CallView(
-    tool_call_id="tc-1",
-    run_id="run-1",
-    tenant="acme",
-    subject="alice",
-    tool_name="refund_order",
-    capability_id="refund-order",
-    capability_version="1",
-    action_hash="h",
-    idempotency_key="k",
-    key_source="client",
-    status="result_unknown",
-    verification_status="pending",
-    decision_effect="allow",
-    reason=None,
-    policy_version="p1",
-    arguments={},
-    summary="",
-    external_request_id="x",
-    approval_id=None,
-    result=None,
-    error=None,
-    created_at=NOW,
-    updated_at=NOW,
-    lease_owner="gw-a",
-)
+LEFT = dataclasses.replace(UNKNOWN, verification_status="pending", lease_owner="gw-a")
+"""A call recovery just made `result_unknown`, its lookup still to come."""
 
 
 class Spy:
