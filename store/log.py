@@ -45,6 +45,8 @@ _ONE_STATEMENT_PARAMETERS = 50
 (`_appended`): psycopg caches a statement's placeholders converted only up to 50 parameters (and 4 KiB
 of text), and converting them again on every execute costs more than the round trip it saves. So two
 events of 18 columns go in one statement, and a read's three in two, as before."""
+_HEAD_MOVE = ("p", "last_seq", "last_hash")
+"""The head's parameters in that statement, beside the events'."""
 _APPENDS: dict[tuple[int, tuple[str, ...]], Statement] = {}
 _NEXT_SEQ = Statement(select(events_seq.next_value()))
 
@@ -168,12 +170,12 @@ class Append:
         if (
             self._conn.dialect.name == "postgresql"
             and len(moved) == 1
-            and len(rows) * len(rows[0]) + 3 <= _ONE_STATEMENT_PARAMETERS
+            and len(rows) * len(rows[0]) + len(_HEAD_MOVE) <= _ONE_STATEMENT_PARAMETERS
         ):
             # One exchange with the server, where the events' insert and the head's move took two.
             chain = self._chains[moved[0]]
             params = {f"{name}_{i}": value for i, row in enumerate(rows) for name, value in row.items()}
-            params |= {"p": moved[0], "last_seq": chain.seq, "last_hash": chain.hash}
+            params |= dict(zip(_HEAD_MOVE, (moved[0], chain.seq, chain.hash), strict=True))
             _appended(len(rows), tuple(rows[0])).execute(self._conn, params)
             return
         _INSERT_EVENTS.execute_many(self._conn, rows)
