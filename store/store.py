@@ -234,14 +234,9 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
         with _translated():
             return await self._looks.run(lambda conn: recording.admissible_read(conn, req))
 
-    def due_work(self, *, now: datetime) -> agenda.Due:
-        """Which kinds of background work are due at `now`: a hint for the periodic passes (store.agenda)."""
-        _aware(now)
-        with self._look() as conn:
-            return agenda.due(conn, now=now)
-
     async def due_work_async(self, *, now: datetime) -> agenda.Due:
-        """`due_work` for a pass on an event loop, looked at from the loop without a worker thread."""
+        """Which kinds of background work are due at `now`, a hint for the periodic passes
+        (store.agenda), looked at from the event loop without a worker thread."""
         _aware(now)
         with _translated():
             return await self._looks.run(lambda conn: agenda.due(conn, now=now))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from store import Store
+from store import Store, agenda
 from store.agenda import Due
 from store.commands import DecideApproval, StartReconciliation
 from store.model import Charge, LoopKey
@@ -24,9 +24,11 @@ START = NOW.replace(minute=0, second=0, microsecond=0)
 
 
 async def looked(store: Store, at: Any) -> Due:
-    """The look from the event loop, which the passes make, checked against the look in a thread."""
+    """The look from the event loop, which the passes make, checked against the same statement run on
+    a pooled connection."""
     due = await store.due_work_async(now=at)
-    assert store.due_work(now=at) == due
+    with store.engine.connect() as conn:
+        assert agenda.due(conn, now=at) == due
     return due
 
 
