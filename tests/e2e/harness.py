@@ -43,6 +43,15 @@ REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
 
 TLS = ssl.create_default_context()
+
+QUICK_LEASE_MARGIN_S = 3.0
+"""The lease margin of gateways whose tests settle unknown refunds in seconds rather than minutes.
+
+A dispatch is sent only while its lease still covers it, and the lease counts from when the call was
+prepared, before its policy ran and its admission committed. A margin of 1 s was too little on a
+loaded CI machine (three workers on two cores): a hung refund was answered `failed` where the test
+needed it sent and unknown, which is what a call refused unsent (`lease_expired_before_dispatch`)
+truthfully answers. Three seconds keep the waits short and outlast such a stall."""
 """The CA bundle loaded once: an httpx2 client made without `verify` (each `httpx2.get`, each MCP
 client) loads it again, 20 to 100 ms of CPU, which the suite paid on every session and every probe."""
 

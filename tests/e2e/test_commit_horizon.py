@@ -2,8 +2,8 @@
 against the real acme-payments process and the real gateway.
 
 The first two cases share one backend and gateway per store (each with keys and counts of its own);
-the lease margin, which the horizon adds to, is 1 s rather than the default 10 s: the same rule, waited
-for a tenth as long.
+the lease margin, which the horizon adds to, is `QUICK_LEASE_MARGIN_S` rather than the default 10 s: the
+same rule, waited for less long.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from playwright.async_api import Browser, expect
 from gateway.config import load_config
 from gateway.mcp.results import CONTRADICTED, FAILED_BY
 from store import Store
-from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, writ_gateway
 from tests.e2e.test_console import browser, logged_in
 from tests.eventually import eventually
 
@@ -33,7 +33,7 @@ TIMEOUT_S = 1.0
 HORIZON_S = 4.0
 COMMIT_DELAY_MS = 2000
 ARGS = {"order_id": "1002", "amount": 20, "currency": "EUR", "reason": "damaged"}
-WORKERS = {"interval_s": 0.2, "reconcile_backoff_s": 0.5, "lease_margin_s": 1.0}
+WORKERS = {"interval_s": 0.2, "reconcile_backoff_s": 0.5, "lease_margin_s": QUICK_LEASE_MARGIN_S}
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +87,12 @@ async def test_a_refund_committed_after_the_timeout_completes_once_and_identical
     backend.chaos(commit_delay_ms=COMMIT_DELAY_MS)
     async with gateway.client(gateway.token("alice")) as client:
         first = await client.call_tool("refund_order", ARGS)  # no key: Writ derives one
-        assert first.structured_content["status"] == "result_unknown"
+        assert first.structured_content["status"] == "result_unknown", first.structured_content
         tool_call_id = first.meta["writ/toolCallId"]
         # The model re-sends the identical call while the outcome is unknown: it joins, never dispatches.
         before = await client.call_tool("refund_order", ARGS)
         assert before.meta["writ/toolCallId"] == tool_call_id
-        assert before.structured_content["status"] == "result_unknown"
+        assert before.structured_content["status"] == "result_unknown", before.structured_content
 
         settled = await status_until(client, tool_call_id, lambda s: s["status"] != "result_unknown")
         after = await client.call_tool("refund_order", ARGS)
@@ -116,7 +116,7 @@ async def test_a_refund_the_backend_never_executes_fails_only_after_the_horizon_
     backend.chaos(hang=1)
     async with gateway.client(gateway.token("alice")) as client:
         first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "never"})
-        assert first.structured_content["status"] == "result_unknown"
+        assert first.structured_content["status"] == "result_unknown", first.structured_content
         assert "never answered" in first.structured_content["next"]
         tool_call_id = first.meta["writ/toolCallId"]
         settled = await status_until(client, tool_call_id, lambda s: s["status"] != "result_unknown")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from store import Store
-from tests.e2e.harness import Backend, Gateway, writ_gateway
+from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, writ_gateway
 from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -19,7 +19,12 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late delivery"}
 TIMEOUT_S = 0.5
 """The backend's timeout (its commit horizon twice that): what a hung refund waits before it is unknown."""
-WORKERS = {"interval_s": 0.5, "executor_grace_s": 0.3, "lease_margin_s": 1.0, "reconcile_backoff_s": 0.5}
+WORKERS = {
+    "interval_s": 0.5,
+    "executor_grace_s": 0.3,
+    "lease_margin_s": QUICK_LEASE_MARGIN_S,
+    "reconcile_backoff_s": 0.5,
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +60,7 @@ async def test_a_refund_whose_answer_was_lost_becomes_unknown_then_reconciles_to
     backend.chaos(**{fault: 1})
     async with gateway.client(gateway.token("alice")) as client:
         first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": f"lost-{fault}"})
-        assert first.structured_content["status"] == "result_unknown"
+        assert first.structured_content["status"] == "result_unknown", first.structured_content
         assert first.structured_content["reconciliation"] == "pending"
 
         settled = await settled_status(client, first.meta["writ/toolCallId"])
@@ -76,7 +81,7 @@ async def test_a_refund_the_backend_never_executed_reconciles_to_failed(
     backend.chaos(hang=1)
     async with gateway.client(gateway.token("alice")) as client:
         first = await client.call_tool("refund_order", ARGS, meta={"writ/idempotencyKey": "hung"})
-        assert first.structured_content["status"] == "result_unknown"
+        assert first.structured_content["status"] == "result_unknown", first.structured_content
 
         settled = await settled_status(client, first.meta["writ/toolCallId"])
 

@@ -35,7 +35,7 @@ from gateway.app import build_app, build_runtime
 from gateway.config import load_config
 from gateway.serve import uvicorn_config
 from gateway.telemetry import Telemetry
-from tests.e2e.harness import Backend, demo_config, free_port
+from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, demo_config, free_port
 from tests.eventually import eventually
 from tests.gateway.mcp.inproc import Writ, serving
 
@@ -50,7 +50,7 @@ REASON = "parcel lost in transit, photos 7731"
 QUICK_WORKERS = {
     "interval_s": 0.2,
     "executor_grace_s": 0.3,
-    "lease_margin_s": 1.0,
+    "lease_margin_s": QUICK_LEASE_MARGIN_S,
     "reconcile_backoff_s": 0.3,
 }
 
@@ -349,7 +349,7 @@ async def test_a_reconciliation_is_a_trace_linked_to_the_request_and_its_outcome
                 lost = await mcp.call_tool(
                     "refund_order", refund(15, "1002"), meta={"writ/idempotencyKey": "t-rec"}
                 )
-            assert lost.structured_content["status"] == "result_unknown"
+            assert lost.structured_content["status"] == "result_unknown", lost.structured_content
             settled = await eventually(
                 lambda: [s for s in recorded.spans("reconcile refund_order") if s.attributes]
             )
@@ -392,7 +392,7 @@ async def test_calls_of_unknown_outcome_are_measured_while_they_wait(tmp_path: P
                 lost = await mcp.call_tool("refund_order", refund(15, "1002"))
             (after,) = recorded.points("writ.calls.result_unknown")
 
-    assert lost.structured_content["status"] == "result_unknown"
+    assert lost.structured_content["status"] == "result_unknown", lost.structured_content
     assert (before.value, after.value) == (0, 1)
     failed = [p.attributes for p in recorded.points("gen_ai.execute_tool.duration")]
     assert failed == [
