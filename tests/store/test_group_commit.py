@@ -1,5 +1,6 @@
-"""Group commit: the writes queued while a transaction commits are committed together, and one write's
-refusal or failure is its own."""
+"""Group commit: the writes queued while a transaction commits are committed together, those queued
+while a group transaction runs join it when it holds their heads, and one write's refusal or failure
+is its own."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import Connection
+from sqlalchemy import Connection, event
 
 from store import StaleLease, Store
+from store.partitions import Partitioning, configure
 from tests.store.builders import NOW, call_request, outcome
 
 LATER = NOW + timedelta(seconds=2)
@@ -52,6 +54,39 @@ async def _until_queued(store: Store, count: int) -> None:
     with anyio.fail_after(30):
         while store.writer.pending() < count:
             await anyio.sleep(0.01)
+
+
+def group_joined_by(
+    store: Store, members: list[Callable[[], Any]], joiners: list[Callable[[], Any]]
+) -> tuple[int, list[Future[Any]], list[Future[Any]]]:
+    """Commit `members` as one group transaction, held open by a write of its own until every one of
+    `joiners` has been queued behind it; return the transaction's number (`GroupWriter.batches`) and
+    the futures of the members and of the joiners."""
+    writer = store.writer
+    running = threading.Event()
+    group: list[int] = []
+
+    def keep_open(conn: Connection) -> None:
+        group.append(writer.batches)
+        running.set()
+        with writer.arrivals.condition:
+            assert writer.arrivals.condition.wait_for(lambda: writer.pending() >= len(joiners), 30)
+
+    with ThreadPoolExecutor(len(joiners)) as joining, ThreadPoolExecutor(1) as starter:
+
+        def join_once_running() -> list[Future[Any]]:
+            assert running.wait(30)
+            return [joining.submit(joiner) for joiner in joiners]
+
+        joined = starter.submit(join_once_running)
+        with writer_held(store) as submit:
+            grouped = [submit(lambda: writer.run(keep_open))] + [submit(member) for member in members]
+        for future in grouped:
+            future.exception(30)
+        later = joined.result(30)
+        for future in later:
+            future.exception(30)
+    return group[0], grouped[1:], later
 
 
 def test_writes_queued_behind_a_commit_are_committed_together(store: Store) -> None:
@@ -185,3 +220,75 @@ def test_only_a_transaction_after_one_with_company_waits_for_more(store: Store) 
     assert store.writer.waits == 2  # after the three, it waited (at most GATHER_S); none came
     store.admit(call_request(tool_call_id="tc-alone-2", idempotency_key="k-alone-2"))
     assert store.writer.waits == 2  # the last had no company: no wait
+
+
+def test_a_write_queued_while_a_group_commits_joins_it_and_hears_only_after_its_commit(store: Store) -> None:
+    heard = threading.Event()
+    heard_before_commit: list[bool] = []
+    group_batch = store.writer.batches + 2  # after the write that holds the writer
+
+    def on_commit(conn: Connection) -> None:  # as the writer's COMMIT is about to be sent
+        if threading.current_thread().name == "writ-store-writer" and store.writer.batches == group_batch:
+            heard_before_commit.append(heard.wait(0.2))
+
+    def joiner() -> str:
+        status = store.admit(call_request(tool_call_id="tc-3", idempotency_key="k-3")).call.status
+        heard.set()
+        return status
+
+    writes = store.writer.writes
+    event.listen(store.engine, "commit", on_commit)
+    try:
+        group, members, joined = group_joined_by(
+            store, [lambda: store.admit(call_request(tool_call_id="tc-1", idempotency_key="k-1"))], [joiner]
+        )
+    finally:
+        event.remove(store.engine, "commit", on_commit)
+
+    assert group == group_batch
+    assert (store.writer.batches, store.writer.writes - writes) == (group, 4)  # held, then 3 in one
+    assert members[0].result().call.status == joined[0].result() == "dispatching"
+    assert heard_before_commit == [False]
+    assert store.verify().ok
+
+
+def test_a_queued_write_joins_a_group_only_if_it_holds_the_write_s_heads(store: Store) -> None:
+    configure(store.engine, Partitioning("tenant"))
+
+    def in_batch(heads: frozenset[str]) -> Callable[[], int]:
+        return lambda: store.writer.run(lambda conn: store.writer.batches, heads=heads)
+
+    acme = call_request(tool_call_id="tc-a1", idempotency_key="k-a1")  # its heads: t:acme
+    group, _, joined = group_joined_by(
+        store,
+        [lambda: store.admit(acme)],
+        [in_batch(frozenset({"t:acme"})), in_batch(frozenset({"t:globex"})), in_batch(frozenset())],
+    )
+
+    held, other, unknown = (future.result() for future in joined)
+    assert held == group
+    assert other > group and unknown > group  # each in a later transaction
+    assert store.get_call("tc-a1").status == "dispatching"  # type: ignore[union-attr]
+    assert store.verify().ok
+
+
+def test_a_write_that_joins_a_group_and_is_refused_hears_only_its_own_error(store: Store) -> None:
+    store.admit(call_request(tool_call_id="tc-done", idempotency_key="k-tc-done"))
+    store.record_outcome(outcome("tc-done", "completed", now=LATER))
+    before = store.writer.batches
+
+    group, members, (stale, last) = group_joined_by(
+        store,
+        [lambda: store.admit(call_request(tool_call_id="tc-a", idempotency_key="k-tc-a"))],
+        [
+            lambda: store.record_outcome(outcome("tc-done", "failed", now=LATER)),
+            lambda: store.admit(call_request(tool_call_id="tc-b", idempotency_key="k-tc-b")),
+        ],
+    )
+
+    assert store.writer.batches - before == 2  # the held write, then the group with both joiners
+    with pytest.raises(StaleLease, match="completed, not dispatching"):
+        stale.result()
+    assert members[0].result().call.status == last.result().call.status == "dispatching"
+    assert store.get_call("tc-done").status == "completed"  # type: ignore[union-attr]
+    assert store.verify().ok
