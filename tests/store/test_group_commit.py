@@ -13,10 +13,13 @@ from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, event, select
 
 from store import StaleLease, Store
+from store import events as ev
+from store.log import Append, lock_head
 from store.partitions import Partitioning, configure
+from store.schema import events
 from tests.store.builders import NOW, call_request, outcome
 
 LATER = NOW + timedelta(seconds=2)
@@ -292,3 +295,66 @@ def test_a_write_that_joins_a_group_and_is_refused_hears_only_its_own_error(stor
     assert members[0].result().call.status == last.result().call.status == "dispatching"
     assert store.get_call("tc-done").status == "completed"  # type: ignore[union-attr]
     assert store.verify().ok
+
+
+@pytest.mark.postgres
+def test_a_joiner_that_needs_a_head_it_cannot_take_in_order_runs_once_in_a_later_transaction(
+    pg_schema_url: str,
+) -> None:
+    with Store.open(pg_schema_url, partitioning=Partitioning("tenant")) as store:
+        store.migrate()
+        store.admit(call_request(tool_call_id="tc-a0", idempotency_key="k-a0"))  # t:acme's head exists
+        acme_held, member_heard, joiner_heard = threading.Event(), threading.Event(), threading.Event()
+        joiner_heard_while_acme_held: list[bool] = []
+        runs: list[int] = []
+
+        def hold_acme() -> None:  # another transaction holds t:acme's head until the group has committed
+            with store.engine.connect() as other, other.begin():
+                lock_head(other, "t:acme")
+                acme_held.set()
+                assert member_heard.wait(30)
+                joiner_heard_while_acme_held.append(joiner_heard.is_set())
+
+        def zeta_then_acme(conn: Connection) -> int:
+            runs.append(store.writer.batches)
+            for tenant in ("zeta", "acme"):  # its hint names t:zeta only: t:acme sorts below it
+                log = Append(conn)
+                log.add(
+                    ev.RunStartedEvent(
+                        occurred_at=ev.format_ts(NOW),
+                        producer="test",
+                        run_id=f"run-joiner-{tenant}",
+                        tenant=tenant,
+                        payload=ev.RunStarted(tenant=tenant, subject="agent-1"),
+                    )
+                )
+                log.flush()
+            return store.writer.batches
+
+        def member() -> str:
+            status = store.admit(
+                call_request(tool_call_id="tc-z1", idempotency_key="k-z1", tenant="zeta", run_id="run-z")
+            ).call.status
+            member_heard.set()
+            return status
+
+        def joiner() -> int:
+            batch = store.writer.run(zeta_then_acme, heads=frozenset({"t:zeta"}))
+            joiner_heard.set()
+            return batch
+
+        with ThreadPoolExecutor(1) as holding:
+            held = holding.submit(hold_acme)
+            assert acme_held.wait(30)
+            group, (admitted,), (joined,) = group_joined_by(store, [member], [joiner])
+            held.result(30)
+
+        assert admitted.result() == "dispatching"
+        assert joiner_heard_while_acme_held == [False]  # the group committed without it
+        assert runs[0] == group and joined.result() == runs[1] > group and len(runs) == 2
+        with store.engine.connect() as conn:
+            mine = conn.execute(
+                select(events.c.partition).where(events.c.run_id.like("run-joiner-%")).order_by("partition")
+            ).scalars()
+            assert list(mine) == ["t:acme", "t:zeta"]  # once each: its first run was rolled back
+        assert store.verify().ok
