@@ -83,6 +83,9 @@ _scan = scanstring
 _escape = encode_basestring
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _WRITTEN_OUT = re.compile("\x02([^\x03]*)\x03")
+# Control characters that JSON escapes in six characters (`\u0001`), and the two marker bytes: a string
+# holding one is not written out (`\b`, `\t`, `\n`, `\f` and `\r` escape in two and may be).
+_WIDE = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
 
 _LEVEL = 6
 _WINDOW = 12  # a 4 KiB window holds the dictionary and the texts stored here
@@ -166,7 +169,7 @@ def _written_out(text: str, raw: bytes) -> bytes:
             inner, end = _scan(token, 1)
         except ValueError:  # not a JSON string (the text is not JSON): left as it is
             end = 0
-        if end == len(token) and _OPEN not in inner and _CLOSE not in inner and _escape(inner) == token:
+        if end == len(token) and not _WIDE.search(inner) and _escape(inner) == token:
             parts += (text[last : found.start()], _OPEN, inner, _CLOSE)
             last = found.end()
         at = text.find('\\"', found.end())
@@ -179,10 +182,28 @@ def _written_out(text: str, raw: bytes) -> bytes:
         return raw
 
 
-def _escaped_again(text: str) -> str:
+def _escaped_again(text: str, limit: int) -> str | None:
+    """The text `_written_out` was given; None if it could be longer than `limit` (as `_unpack`).
+
+    A string written out holds no character that escapes to more than two (`_WIDE`), so the text
+    grows at most by the strings' own length: checked before each is escaped, so that a forged row
+    cannot make a reader allocate more than twice the bound.
+    """
     if _OPEN not in text:
         return text
-    return _WRITTEN_OUT.sub(lambda found: _escape(found.group(1)), text)
+    parts: list[str] = []
+    size, last = len(text), 0
+    for found in _WRITTEN_OUT.finditer(text):
+        inner = found.group(1)
+        size += len(inner)
+        if size > limit:
+            return None
+        if _WIDE.search(inner):  # never written out so: a damaged or forged row
+            return _unreadable(text.encode("utf-8"))
+        parts += (text[last : found.start()], _escape(inner))
+        last = found.end()
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 def _unpack(stored: bytes, limit: int) -> str | None:
@@ -199,7 +220,7 @@ def _unpack(stored: bytes, limit: int) -> str | None:
             if not unpacker.eof or unpacker.unused_data or len(data) > limit:
                 return _unreadable(stored)
             if stored[0] == PACKED_2:
-                return _escaped_again(data.decode("utf-8"))
+                return _escaped_again(data.decode("utf-8"), limit)
         return data.decode("utf-8")
     except (zlib.error, UnicodeDecodeError):
         return _unreadable(stored)

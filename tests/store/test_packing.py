@@ -215,6 +215,22 @@ def test_a_forged_row_that_unpacks_without_end_reads_as_unreadable_text(monkeypa
     assert len(pack(long)) <= 1024 and unpack(pack(long)) == long
 
 
+def test_a_forged_row_whose_written_out_text_escapes_past_the_bound_reads_as_unreadable(
+    monkeypatch: MonkeyPatch,
+) -> None:
+    # Escaped again, a written-out string grows: the bound holds for the text a reader gets, and a
+    # character that escapes in six (never written out by Writ) marks the row as forged.
+    monkeypatch.setattr(packing, "MAX_UNPACKED", 1024 * 1024)
+    for inner in (b'"' * (600 * 1024), b"\x01" * 10):
+        packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_2)
+        forged = bytes((PACKED_2,)) + packer.compress(b"[\x02" + inner + b"\x03]") + packer.flush()
+        text = unpack(forged)
+        assert len(text) < 100 and text.startswith("\ufffdunreadable stored text")
+    # A big result of Writ's own, with a JSON text beside it, still reads back whole.
+    long = canonical_json({"content": [{"text": json.dumps({"a": "x" * 100_000}), "type": "text"}]})
+    assert pack(long)[:1] == bytes((PACKED_2,)) and unpack(pack(long)) == long
+
+
 def _key(n: int) -> str:
     # A key ending in a whole sha256 or in the 40 digits the gateway derives (stored as bytes), or a
     # client's own key (text).
