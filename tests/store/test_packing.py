@@ -1,8 +1,9 @@
 """Payloads and a call's JSON columns are stored packed (store.packing) and event ids as 16 bytes
-(migration 0015); derived keys, timestamps and a correlation id equal to the call's id in compact
-forms (0016, 0018, 0019, store.schema): the value read back is the value written (for an event, the
-text that was hashed), a database of an earlier head upgrades in place and still verifies, and a
-damaged packed value is a corrupt event, never a crash."""
+(migration 0015), embedded JSON written out against a second dictionary (0021); derived keys,
+timestamps and a correlation id equal to the call's id in compact forms (0016, 0018, 0019,
+store.schema): the value read back is the value written (for an event, the text that was hashed), a
+database of an earlier head upgrades in place and still verifies, and a damaged packed value is a
+corrupt event, never a crash."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from store import Store, packing
 from store.canonical import canonical_json
 from store.events import format_ts, new_event_id
 from store.exporting import EventFilter
-from store.packing import DICTIONARY_1, PACKED_1, pack, unpack
+from store.packing import DICTIONARY_1, DICTIONARY_2, PACKED_1, PACKED_2, pack, unpack
 from store.schema import digest_bytes, digest_text, id_bytes, id_text, time_bytes, time_text
 from tests.store import tamper
 from tests.store.builders import NOW, call_request, outcome
@@ -45,11 +46,86 @@ def test_any_json_object_unpacks_to_its_canonical_text(value: dict[str, object])
     assert len(stored) <= len(text.encode("utf-8"))  # never longer than the text itself
 
 
-def test_the_dictionary_packed_rows_need_is_never_edited() -> None:
-    # Rows packed against it are unreadable with any other: a new dictionary needs a new marker byte.
+def test_the_dictionaries_packed_rows_need_are_never_edited() -> None:
+    # Rows packed against one are unreadable with any other: a new dictionary needs a new marker byte.
     assert hashlib.sha256(DICTIONARY_1).hexdigest() == (
         "7aeae9edb9e2b173e9dd954d85bd810e560169562ec03b1a95e370090395f25a"
     )
+    assert hashlib.sha256(DICTIONARY_2).hexdigest() == (
+        "c43b9deb31fa72bb21ad653a8bf01fb12b48046e57734a209fb77238be80e737"
+    )
+
+
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text()),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(), inner, max_size=4)),
+    max_leaves=12,
+)
+
+
+@given(_JSON, st.sampled_from([{}, {"ensure_ascii": False}, {"indent": 2}, {"separators": (",", ":")}]))
+def test_a_result_whose_text_is_json_reads_back_as_its_canonical_text(
+    value: object, dumps: dict[str, object]
+) -> None:
+    # Whatever JSON a tool puts in its text content, however it spells it (the string written out
+    # whenever escaping it again gives it back), the stored form reads back as the very text.
+    text = canonical_json(
+        {"content": [{"type": "text", "text": json.dumps(value, **dumps)}], "structuredContent": value}  # type: ignore[arg-type]
+    )
+    assert unpack(pack(text)) == text
+
+
+def test_a_result_echoing_its_structured_content_as_text_packs_smaller_than_before() -> None:
+    answer = {
+        "refund_id": "rf_8c1ab8f49701434c9a94",
+        "order_id": "1003",
+        "amount": 0.01,
+        "currency": "USD",
+        "reason": "benchmark 999-a3d2091c",
+        "idempotency_key": "bench-writ-999-f8d8f815d66f",
+        "status": "succeeded",
+    }
+    text = canonical_json(
+        {
+            "content": [{"type": "text", "text": json.dumps(answer, separators=(",", ":"))}],
+            "isError": False,
+            "structuredContent": answer,
+        }
+    )
+    first = zlib.compressobj(6, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_1)
+    before = 1 + len(first.compress(text.encode()) + first.flush())
+    stored = pack(text)
+    assert stored[:1] == bytes((PACKED_2,)) and unpack(stored) == text
+    assert len(stored) <= before - 40
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\x02x",
+        '{"a":"\x02","b":"q\\"u"}',
+        '{"a":"\\"\\u0002\\""}',
+        '{"a":"\\"\\u0003"}',
+        'not "json\\" at all"\x03',
+        '{"a":"\\"\\ud800\\""}',
+        '{"a":"\\"\\x"}',
+    ],
+)
+def test_text_holding_the_bytes_that_mark_written_out_strings_reads_back_as_it_is(text: str) -> None:
+    assert unpack(pack(text)) == text
+
+
+@given(st.text(alphabet='"\\{}:,ab', max_size=40))
+def test_text_of_quotes_and_backslashes_reads_back_as_it_is(text: str) -> None:
+    # Strings are found from escaped quotes, in text that need not be JSON: whatever is written out
+    # must give back the very text, or it is not written out.
+    assert unpack(pack(text)) == text
+
+
+def test_rows_packed_against_the_first_dictionary_still_read_back() -> None:
+    text = canonical_json({"result": {"content": [{"type": "text", "text": '{"a": 1}'}]}})
+    packer = zlib.compressobj(6, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_1)
+    assert unpack(bytes((PACKED_1,)) + packer.compress(text.encode()) + packer.flush()) == text
 
 
 @given(st.datetimes(min_value=datetime(1000, 1, 1), timezones=st.just(UTC)))  # format_ts pads no year
@@ -85,7 +161,9 @@ def test_a_uuid_event_id_takes_16_bytes_unless_its_first_byte_is_the_marker() ->
 def test_any_text_ending_in_a_digest_reads_back_as_it_was_written(prefix: str, digest: bytes) -> None:
     value = prefix + digest.hex()
     stored = digest_bytes(value)
-    assert stored is not None and len(stored) == 1 + len(value.encode("utf-8")) - len(digest)
+    # At least the digest's digits as bytes; more when the prefix ends in hex digits that make the
+    # tail 64 digits long (a 20-byte digest after 24 of them is kept as a 32-byte one).
+    assert stored is not None and len(stored) <= 1 + len(value.encode("utf-8")) - len(digest)
     assert digest_text(stored) == value
 
 
@@ -105,9 +183,10 @@ def test_the_gateways_derived_key_takes_20_bytes_for_its_40_digits() -> None:
     assert digest_bytes(action) == b"\xfesha256:" + hashlib.sha256(b"call").digest()  # as 0015 wrote it
 
 
-def test_text_that_starts_with_the_marker_byte_is_never_mistaken_for_packed_text() -> None:
-    text = chr(PACKED_1) + "x"
-    assert pack(text)[:1] == bytes((PACKED_1,))
+@pytest.mark.parametrize("marker", [PACKED_1, PACKED_2])
+def test_text_that_starts_with_a_marker_byte_is_never_mistaken_for_packed_text(marker: int) -> None:
+    text = chr(marker) + "x"
+    assert pack(text)[:1] in (bytes((PACKED_1,)), bytes((PACKED_2,)))
     assert unpack(pack(text)) == text
 
 
@@ -134,6 +213,22 @@ def test_a_forged_row_that_unpacks_without_end_reads_as_unreadable_text(monkeypa
     # Within the bound, a long text packed by Writ itself (a big result) still reads back whole.
     long = canonical_json({"result": "x" * (512 * 1024)})
     assert len(pack(long)) <= 1024 and unpack(pack(long)) == long
+
+
+def test_a_forged_row_whose_written_out_text_escapes_past_the_bound_reads_as_unreadable(
+    monkeypatch: MonkeyPatch,
+) -> None:
+    # Escaped again, a written-out string grows: the bound holds for the text a reader gets, and a
+    # character that escapes in six (never written out by Writ) marks the row as forged.
+    monkeypatch.setattr(packing, "MAX_UNPACKED", 1024 * 1024)
+    for inner in (b'"' * (600 * 1024), b"\x01" * 10):
+        packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, DICTIONARY_2)
+        forged = bytes((PACKED_2,)) + packer.compress(b"[\x02" + inner + b"\x03]") + packer.flush()
+        text = unpack(forged)
+        assert len(text) < 100 and text.startswith("\ufffdunreadable stored text")
+    # A big result of Writ's own, with a JSON text beside it, still reads back whole.
+    long = canonical_json({"content": [{"text": json.dumps({"a": "x" * 100_000}), "type": "text"}]})
+    assert pack(long)[:1] == bytes((PACKED_2,)) and unpack(pack(long)) == long
 
 
 def _key(n: int) -> str:
@@ -180,7 +275,7 @@ def test_a_database_of_the_previous_head_upgrades_in_place_and_still_verifies(ow
     assert store.verify().ok
     settled_calls(store, 1, first=4)
     new = _stored(store)[len(before) :]
-    assert new and all(bytes(value)[:1] == bytes((PACKED_1,)) for value in new)
+    assert new and all(bytes(value)[:1] == bytes((PACKED_2,)) for value in new)
     assert all(len(bytes(value)) == 16 for value in _stored(store, "event_id"))  # old rows converted too
     assert store.get_call("tc-4").result == {"n": 4, "text": "a" * 200}  # type: ignore[union-attr]
     # The ledger still finds each key, derived or not: a second claim gets the call that holds it.
@@ -323,3 +418,30 @@ def test_a_calls_times_take_8_bytes_on_sqlite_and_read_back_as_written(store: St
 def _stored_in(store: Store, table: str, column: str) -> list[bytes | str]:
     with store.engine.connect() as conn:
         return [row[0] for row in conn.exec_driver_sql(f"SELECT {column} FROM {table}")]
+
+
+def test_a_downgrade_before_embedded_json_leaves_text_the_earlier_revisions_read(own_store: Store) -> None:
+    store = own_store  # the downgrade changes the schema: never the suite's shared one
+    config = store._alembic_config()
+    echoed = {"content": [{"type": "text", "text": '{"id": "rf_1"}'}], "structuredContent": {"id": "rf_1"}}
+    store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))
+    store.record_outcome(outcome("tc-1", "completed", result=echoed, now=NOW))
+    before, call = tamper.rows(store), store.get_call("tc-1")
+    assert bytes(_stored(store)[-1])[:1] == bytes((PACKED_2,))
+    assert bytes(_stored_in(store, "tool_calls", "result")[0])[:1] == bytes((PACKED_2,))
+
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0020_approvals_by_expiry")
+    # No 0x02 is left for a gateway of an earlier revision, which unpacks only 0x01 and reads the rest
+    # as the text it is; the 0x01 rows stay packed.
+    for value in [*_stored(store), *_stored_in(store, "tool_calls", "result")]:
+        assert bytes(value if not isinstance(value, str) else value.encode())[:1] != bytes((PACKED_2,))
+    assert json.loads(_text(_stored_in(store, "tool_calls", "result")[0])) == echoed
+
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+    assert tamper.rows(store) == before  # the same texts, the same hashes
+    assert store.get_call("tc-1") == call
+    assert store.verify().ok

@@ -1,0 +1,39 @@
+"""SQLite stores: a new file gets 8 KiB pages, one created before keeps its own (issue 16 item 8)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from store import Store
+from store.db import SQLITE_PAGE_SIZE
+from tests.store.builders import NOW, call_request, outcome
+
+
+def _pragma(path: Path, name: str) -> object:
+    with sqlite3.connect(path) as db:
+        return db.execute(f"PRAGMA {name}").fetchone()[0]
+
+
+def test_a_new_sqlite_store_has_pages_of_8_kib_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "writ.db"
+    with Store.open(f"sqlite:///{path}") as store:
+        store.migrate()
+    assert SQLITE_PAGE_SIZE == 8192
+    assert _pragma(path, "page_size") == SQLITE_PAGE_SIZE
+    assert _pragma(path, "journal_mode") == "wal"
+
+
+def test_a_sqlite_store_made_with_4_kib_pages_keeps_them_and_records_calls(tmp_path: Path) -> None:
+    path = tmp_path / "writ.db"
+    with sqlite3.connect(path) as db:  # as every store before: SQLite's default page, then WAL
+        db.execute("PRAGMA page_size=4096")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE made_before (x)")
+    with Store.open(f"sqlite:///{path}") as store:
+        store.migrate()
+        store.admit(call_request(tool_call_id="tc-1", idempotency_key="k1"))
+        store.record_outcome(outcome("tc-1", "completed", result={"n": 1}, now=NOW))
+        assert store.get_call("tc-1").status == "completed"  # type: ignore[union-attr]
+        assert store.verify().ok
+    assert _pragma(path, "page_size") == 4096
