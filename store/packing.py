@@ -77,10 +77,9 @@ DICTIONARY_2 = DICTIONARY_1 + (
 )
 
 _OPEN, _CLOSE = "\x02", "\x03"
-# What `json.loads` and `json.dumps(..., ensure_ascii=False)` do to one string (the json module's own
-# C functions), without their Python frames or a new encoder per call.
-_scan = scanstring
-_escape = encode_basestring
+# `scanstring` and `encode_basestring` are what `json.loads` and `json.dumps(..., ensure_ascii=False)`
+# do to one string, without a new encoder per call: the json module's C functions, which `json.decoder`
+# and `json.encoder` hand out under the same names but which only `_json` declares to a type checker.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _WRITTEN_OUT = re.compile("\x02([^\x03]*)\x03")
 # Control characters that JSON escapes in six characters (`\u0001`), and the two marker bytes: a string
@@ -166,10 +165,10 @@ def _written_out(text: str, raw: bytes) -> bytes:
             continue
         token = found.group()
         try:
-            inner, end = _scan(token, 1)
+            inner, end = scanstring(token, 1)
         except ValueError:  # not a JSON string (the text is not JSON): left as it is
             end = 0
-        if end == len(token) and not _WIDE.search(inner) and _escape(inner) == token:
+        if end == len(token) and not _WIDE.search(inner) and encode_basestring(inner) == token:
             parts += (text[last : found.start()], _OPEN, inner, _CLOSE)
             last = found.end()
         at = text.find('\\"', found.end())
@@ -200,7 +199,7 @@ def _escaped_again(text: str, limit: int) -> str | None:
             return None
         if _WIDE.search(inner):  # never written out so: a damaged or forged row
             return _unreadable(text.encode("utf-8"))
-        parts += (text[last : found.start()], _escape(inner))
+        parts += (text[last : found.start()], encode_basestring(inner))
         last = found.end()
     parts.append(text[last:])
     return "".join(parts)
