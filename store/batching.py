@@ -345,14 +345,7 @@ class GroupWriter:
                 with self._begin() as conn, self._in_batch(conn):
                     lock_heads(conn, prelock)
                     for job in batch:
-                        try:
-                            done.append((job, self._savepointed(conn, job)))
-                        except PartitionOrder:
-                            raise
-                        except Exception as error:  # noqa: BLE001 (delivered to its caller, after the commit)
-                            if conn.invalidated:
-                                raise
-                            failed.append((job, error))
+                        self._run_one(conn, job, done, failed)
                     self._join(conn, prelock, len(batch), joined, done, failed)
             except PartitionOrder as order:  # nothing committed, nobody joined: again, every head in order
                 prelock |= order.partitions
@@ -360,21 +353,39 @@ class GroupWriter:
                 self.reorders += 1
                 continue
             except BaseException as error:  # the COMMIT (or the connection) failed: nothing is durable
-                self.writes += len(joined)
                 self._fail(batch + joined, error)
                 if not isinstance(error, Exception):
                     raise
-                return len(batch) + len(joined)
+            else:
+                self._committed()
+                for job, result in done:
+                    job.future.set_result(result)
+                for job, refused in failed:
+                    job.future.set_exception(refused)
             self.writes += len(joined)
-            self._committed()
-            for job, result in done:
-                job.future.set_result(result)
-            for job, refused in failed:
-                job.future.set_exception(refused)
             return len(batch) + len(joined)
         assert unordered is not None
         self._fail(batch, unordered)
         return len(batch)
+
+    def _run_one(
+        self,
+        conn: Connection,
+        job: _Job[Any],
+        done: list[tuple[_Job[Any], Any]],
+        failed: list[tuple[_Job[Any], BaseException]],
+    ) -> None:
+        """Run `job` in a savepoint of the open transaction: its result goes to `done`, its refusal or
+        failure to `failed` (each delivered to its caller after the COMMIT). Raises `PartitionOrder`
+        (its statements rolled back), and what ends the transaction (a lost connection)."""
+        try:
+            done.append((job, self._savepointed(conn, job)))
+        except PartitionOrder:
+            raise
+        except Exception as error:  # noqa: BLE001 (delivered to its caller, after the commit)
+            if conn.invalidated:
+                raise
+            failed.append((job, error))
 
     def _join(
         self,
@@ -405,15 +416,11 @@ class GroupWriter:
                 joined.extend(taken)
                 for job in taken:
                     try:
-                        done.append((job, self._savepointed(conn, job)))
+                        self._run_one(conn, job, done, failed)
                     except PartitionOrder as order:  # rolled back, never answered: the next transaction's
                         job.heads |= order.partitions
                         joined.remove(job)
                         put_back.append(job)
-                    except Exception as error:  # noqa: BLE001 (delivered to its caller, after the commit)
-                        if conn.invalidated:
-                            raise
-                        failed.append((job, error))
         finally:
             if put_back:
                 with self.arrivals.condition:
