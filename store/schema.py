@@ -309,6 +309,55 @@ def digest_text(stored: bytes) -> str:
     return stored.decode("utf-8", "replace")
 
 
+_MINTED_ID = 0xFC
+_MINTED = re.compile("([a-z]{1,16})_([0-9a-f]{28})", re.ASCII)
+
+
+class CallId(TypeDecorator[str]):
+    """A tool call's id: an id the gateway mints (`tc_` and 28 hex digits) in 17 bytes instead of 31
+    characters; text in Python.
+
+    Every column that holds a tool_call_id has this type, so a join or a lookup compares one stored
+    form with the same. Stored as byte 0xFC, the prefix before `_` and the 14 bytes of the digits (which
+    sort as the digits did); any other id as it is (PostgreSQL: its UTF-8, which never holds byte
+    0xFC; SQLite: the text itself), so every id reads back as it was written.
+    """
+
+    impl = String(128)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return _bytes_on(dialect, self.impl_instance)
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
+        if value is None:
+            return None
+        packed = call_id_bytes(value)
+        if packed is None:
+            return value if dialect.name == "sqlite" else value.encode("utf-8")
+        return packed
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return call_id_text(bytes(value))
+
+
+def call_id_bytes(value: str) -> bytes | None:
+    """`value` as `CallId` stores it, or None if it is not a minted id (`<prefix>_<28 hex digits>`)."""
+    minted = _MINTED.fullmatch(value)
+    if minted is None:
+        return None
+    return bytes((_MINTED_ID,)) + minted[1].encode("ascii") + bytes.fromhex(minted[2])
+
+
+def call_id_text(stored: bytes) -> str:
+    """The id `CallId` stored."""
+    if stored[:1] == bytes((_MINTED_ID,)) and 16 <= len(stored) <= 31:
+        return stored[1:-14].decode("ascii", "replace") + "_" + stored[-14:].hex()
+    return stored.decode("utf-8", "replace")
+
+
 _ESCAPED = "\x01"
 
 
@@ -364,7 +413,7 @@ events = Table(
     Column("occurred_at", EventTime, nullable=False),
     Column("producer", String(128), nullable=False),
     Column("run_id", String(128)),
-    Column("tool_call_id", String(128)),
+    Column("tool_call_id", CallId),
     Column("approval_id", String(128)),
     Column("capability_id", String(256)),
     Column("capability_version", String(64)),
@@ -424,7 +473,7 @@ runs = Table(
 tool_calls = Table(
     "tool_calls",
     metadata,
-    Column("tool_call_id", String(128), primary_key=True),
+    Column("tool_call_id", CallId, primary_key=True),
     # None: a call in no run (a stateless client that named none).
     Column("run_id", String(128)),
     Column("tenant", String(128), nullable=False),
@@ -482,7 +531,7 @@ approvals = Table(
     "approvals",
     metadata,
     Column("approval_id", String(128), primary_key=True),
-    Column("tool_call_id", String(128), nullable=False),
+    Column("tool_call_id", CallId, nullable=False),
     Column("tenant", String(128), nullable=False),
     Column("status", String(32), nullable=False),
     Column("requester", String(256), nullable=False),
@@ -506,7 +555,7 @@ effect_ledger = Table(
     Column("tenant", String(128), primary_key=True),
     Column("subject", String(256), primary_key=True),
     Column("idempotency_key", DigestText(256), primary_key=True),
-    Column("tool_call_id", String(128), nullable=False),
+    Column("tool_call_id", CallId, nullable=False),
     Column("action_hash", DigestText(128), nullable=False),
     Column("key_source", String(16), nullable=False),
     Column("claimed_at", CompactUTCDateTime, nullable=False),
@@ -521,7 +570,7 @@ held_arguments = Table(
     "held_arguments",
     metadata,
     Column("approval_id", String(128), primary_key=True),
-    Column("tool_call_id", String(128), nullable=False),
+    Column("tool_call_id", CallId, nullable=False),
     Column("arguments", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
 )
@@ -535,7 +584,7 @@ outbox = Table(
     Column("topic", String(64), nullable=False),
     Column("tenant", String(128), nullable=False),
     Column("approval_id", String(128)),
-    Column("tool_call_id", String(128)),
+    Column("tool_call_id", CallId),
     Column("payload", Text, nullable=False),
     Column("status", String(16), nullable=False),
     Column("attempts", Integer, nullable=False),
@@ -590,7 +639,7 @@ loop_marks = Table(
     "loop_marks",
     metadata,
     Column("pattern_key", String(64), primary_key=True),
-    Column("tool_call_id", String(128), primary_key=True),
+    Column("tool_call_id", CallId, primary_key=True),
     Column("kind", String(16), nullable=False),
     Column("tenant", String(128), nullable=False),
     Column("seq", BigInteger, nullable=False),

@@ -1,9 +1,9 @@
 """Payloads and a call's JSON columns are stored packed (store.packing) and event ids as 16 bytes
 (migration 0015), embedded JSON written out against a second dictionary (0021); derived keys,
-timestamps and a correlation id equal to the call's id in compact forms (0016, 0018, 0019,
-store.schema): the value read back is the value written (for an event, the text that was hashed), a
-database of an earlier head upgrades in place and still verifies, and a damaged packed value is a
-corrupt event, never a crash."""
+timestamps, a correlation id equal to the call's id and the ids of calls in compact forms (0016,
+0018, 0019, 0022, store.schema): the value read back is the value written (for an event, the text
+that was hashed), a database of an earlier head upgrades in place and still verifies, and a damaged
+packed value is a corrupt event, never a crash."""
 
 from __future__ import annotations
 
@@ -26,9 +26,18 @@ from store.canonical import canonical_json
 from store.events import format_ts, new_event_id
 from store.exporting import EventFilter
 from store.packing import DICTIONARY_1, DICTIONARY_2, PACKED_1, PACKED_2, pack, unpack
-from store.schema import digest_bytes, digest_text, id_bytes, id_text, time_bytes, time_text
+from store.schema import (
+    call_id_bytes,
+    call_id_text,
+    digest_bytes,
+    digest_text,
+    id_bytes,
+    id_text,
+    time_bytes,
+    time_text,
+)
 from tests.store import tamper
-from tests.store.builders import NOW, call_request, outcome
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, new_id, outcome
 
 PREVIOUS_HEAD = "0014_expiring_marks"
 
@@ -181,6 +190,30 @@ def test_the_gateways_derived_key_takes_20_bytes_for_its_40_digits() -> None:
     assert digest_bytes(key) == b"\xfdderived:" + bytes.fromhex(key[-40:])
     action = "sha256:" + hashlib.sha256(b"call").hexdigest()
     assert digest_bytes(action) == b"\xfesha256:" + hashlib.sha256(b"call").digest()  # as 0015 wrote it
+
+
+@given(st.text())
+def test_any_call_id_reads_back_as_it_was_written(value: str) -> None:
+    stored = call_id_bytes(value)
+    assert stored is None or call_id_text(stored) == value
+
+
+@given(st.from_regex(r"[a-z]{1,16}_[0-9a-f]{28}", fullmatch=True))
+def test_a_minted_call_id_takes_its_prefix_and_14_bytes(value: str) -> None:
+    prefix = value.split("_")[0]
+    assert call_id_bytes(value) == b"\xfc" + prefix.encode() + bytes.fromhex(value[-28:])
+    assert call_id_text(call_id_bytes(value) or b"") == value
+
+
+@given(st.lists(st.from_regex(r"tc_[0-9a-f]{28}", fullmatch=True), min_size=2))
+def test_minted_call_ids_sort_stored_as_they_sort_as_text(values: list[str]) -> None:
+    # `running` and `reconciling` break ties by tool_call_id: the order is the order it was.
+    assert sorted(values, key=lambda v: call_id_bytes(v) or b"") == sorted(values)
+
+
+@pytest.mark.parametrize("value", ["tc-1", "TC_" + "a" * 28, "tc_" + "A" * 28, "tc_" + "a" * 27, "\xfc", ""])
+def test_an_id_the_gateway_did_not_mint_is_kept_as_its_text(value: str) -> None:
+    assert call_id_bytes(value) is None
 
 
 @pytest.mark.parametrize("marker", [PACKED_1, PACKED_2])
@@ -444,4 +477,57 @@ def test_a_downgrade_before_embedded_json_leaves_text_the_earlier_revisions_read
         command.upgrade(config, "head")
     assert tamper.rows(store) == before  # the same texts, the same hashes
     assert store.get_call("tc-1") == call
+    assert store.verify().ok
+
+
+_CALL_ID_TABLES = ("events", "tool_calls", "effect_ledger", "approvals")
+
+
+def _call_ids(store: Store) -> dict[str, list[bytes | str]]:
+    with store.engine.connect() as conn:
+        return {
+            table: [
+                row[0]
+                for row in conn.exec_driver_sql(
+                    f"SELECT tool_call_id FROM {table} WHERE tool_call_id IS NOT NULL"
+                )
+            ]
+            for table in _CALL_ID_TABLES
+        }
+
+
+def test_minted_call_ids_take_17_bytes_in_every_table_and_a_downgrade_leaves_text(own_store: Store) -> None:
+    store = own_store  # the downgrade changes the schema: never the suite's shared one
+    config = store._alembic_config()
+    settled, held = new_id("tc"), new_id("tc")
+    store.admit(call_request(tool_call_id=settled, idempotency_key="k-settled"))
+    store.record_outcome(outcome(settled, "completed", result={"ok": True}, now=NOW))
+    store.admit(call_request(tool_call_id=held, idempotency_key="k-held", decision=REQUIRE_APPROVAL))
+    stored = _call_ids(store)
+    assert all(stored.values()), stored  # each table holds a call's id
+    for table, values in stored.items():
+        assert all(bytes(value)[:1] == b"\xfc" and len(bytes(value)) == 17 for value in values), table
+    before = tamper.rows(store)
+    calls = [store.get_call(settled), store.get_call(held)]
+    timelines = [store.events(tool_call_id=settled), store.events(tool_call_id=held)]
+
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0021_embedded_json")
+    # What the revisions before read: each id as its text.
+    for table, values in _call_ids(store).items():
+        assert sorted(_text(value) for value in values) == sorted(
+            call_id_text(bytes(value)) for value in stored[table]
+        ), table
+
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+    assert _call_ids(store) == stored
+    assert tamper.rows(store) == before  # the same texts, the same hashes
+    assert [store.get_call(settled), store.get_call(held)] == calls
+    assert [store.events(tool_call_id=settled), store.events(tool_call_id=held)] == timelines
+    assert store.list_approvals()[0].tool_call_id == held
+    # The ledger's holder is found by its converted id: a second claim of the key gets that call.
+    assert store.admit(call_request(tool_call_id=new_id("tc"), idempotency_key="k-settled")).call == calls[0]
     assert store.verify().ok
