@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -343,14 +344,19 @@ class CallId(TypeDecorator[str]):
         return call_id_text(bytes(value))
 
 
+@functools.lru_cache(maxsize=4096)
 def call_id_bytes(value: str) -> bytes | None:
-    """`value` as `CallId` stores it, or None if it is not a minted id (`<prefix>_<28 hex digits>`)."""
+    """`value` as `CallId` stores it, or None if it is not a minted id (`<prefix>_<28 hex digits>`).
+
+    Both ways are remembered: a write binds and reads its call's id a dozen times, and on PostgreSQL
+    the match and the spelling cost about 90,000 instructions a write (+1.7 %) unremembered."""
     minted = _MINTED.fullmatch(value)
     if minted is None:
         return None
     return bytes((_MINTED_ID,)) + minted[1].encode("ascii") + bytes.fromhex(minted[2])
 
 
+@functools.lru_cache(maxsize=4096)
 def call_id_text(stored: bytes) -> str:
     """The id `CallId` stored."""
     if stored[:1] == bytes((_MINTED_ID,)) and 16 <= len(stored) <= 31:
