@@ -265,7 +265,39 @@ _DIGEST_TAILS = ((_DIGEST_TAIL, 64), (_SHORT_DIGEST_TAIL, 40))
 _HEX = frozenset("0123456789abcdef")
 
 
-class DigestText(TypeDecorator[str]):
+class _CompactText(TypeDecorator[str]):
+    """Text kept in a compact form of bytes where it has one (`compact`), and as it is where it has
+    none: on PostgreSQL its UTF-8, on SQLite the text itself. Read back as the text written."""
+
+    impl: TypeEngine[Any] | type[TypeEngine[Any]] = String
+    cache_ok = True
+
+    @staticmethod
+    def compact(value: str) -> bytes | None:
+        raise NotImplementedError
+
+    @staticmethod
+    def expand(stored: bytes) -> str:
+        raise NotImplementedError
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return _bytes_on(dialect, self.impl_instance)
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
+        if value is None:
+            return None
+        packed = self.compact(value)
+        if packed is None:
+            return value if dialect.name == "sqlite" else value.encode("utf-8")
+        return packed
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return self.expand(bytes(value))
+
+
+class DigestText(_CompactText):
     """Text that ends in a hex digest (an action hash `sha256:<64 hex>`, a derived key
     `derived:<40 hex>`): the digest as its bytes in the database instead of its hex; text in Python.
 
@@ -274,24 +306,15 @@ class DigestText(TypeDecorator[str]):
     text as it is (PostgreSQL: its UTF-8, which never holds byte 0xFE or 0xFD; SQLite: the text itself).
     """
 
-    impl = String
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        return _bytes_on(dialect, self.impl_instance)
+    @staticmethod
+    def compact(value: str) -> bytes | None:
+        return digest_bytes(value)
 
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
-        if value is None:
-            return None
-        packed = digest_bytes(value)
-        if packed is None:
-            return value if dialect.name == "sqlite" else value.encode("utf-8")
-        return packed
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
-        if value is None or isinstance(value, str):
-            return value
-        return digest_text(bytes(value))
+    @staticmethod
+    def expand(stored: bytes) -> str:
+        return digest_text(stored)
 
 
 def digest_bytes(value: str) -> bytes | None:
@@ -314,7 +337,7 @@ _MINTED_ID = 0xFC
 _MINTED = re.compile("([a-z]{1,16})_([0-9a-f]{28})", re.ASCII)
 
 
-class CallId(TypeDecorator[str]):
+class CallId(_CompactText):
     """A tool call's id: an id the gateway mints (`tc_` and 28 hex digits) in 17 bytes instead of 31
     characters; text in Python.
 
@@ -327,21 +350,13 @@ class CallId(TypeDecorator[str]):
     impl = String(128)
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        return _bytes_on(dialect, self.impl_instance)
+    @staticmethod
+    def compact(value: str) -> bytes | None:
+        return call_id_bytes(value)
 
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | str | None:
-        if value is None:
-            return None
-        packed = call_id_bytes(value)
-        if packed is None:
-            return value if dialect.name == "sqlite" else value.encode("utf-8")
-        return packed
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
-        if value is None or isinstance(value, str):
-            return value
-        return call_id_text(bytes(value))
+    @staticmethod
+    def expand(stored: bytes) -> str:
+        return call_id_text(stored)
 
 
 @functools.lru_cache(maxsize=4096)
