@@ -297,26 +297,6 @@ class _CompactText(TypeDecorator[str]):
         return self.expand(bytes(value))
 
 
-class DigestText(_CompactText):
-    """Text that ends in a hex digest (an action hash `sha256:<64 hex>`, a derived key
-    `derived:<40 hex>`): the digest as its bytes in the database instead of its hex; text in Python.
-
-    Stored as byte 0xFE, the text before the digest and the 32 bytes of a 64-digit digest, or byte
-    0xFD, the text before it and the 20 bytes of a 40-digit one (the gateway's derived keys); any other
-    text as it is (PostgreSQL: its UTF-8, which never holds byte 0xFE or 0xFD; SQLite: the text itself).
-    """
-
-    cache_ok = True
-
-    @staticmethod
-    def compact(value: str) -> bytes | None:
-        return digest_bytes(value)
-
-    @staticmethod
-    def expand(stored: bytes) -> str:
-        return digest_text(stored)
-
-
 def digest_bytes(value: str) -> bytes | None:
     """`value` as `DigestText` stores it, or None if it does not end in 40 lowercase hex digits."""
     for marker, digits in _DIGEST_TAILS:
@@ -333,30 +313,22 @@ def digest_text(stored: bytes) -> str:
     return stored.decode("utf-8", "replace")
 
 
-_MINTED_ID = 0xFC
-_MINTED = re.compile("([a-z]{1,16})_([0-9a-f]{28})", re.ASCII)
+class DigestText(_CompactText):
+    """Text that ends in a hex digest (an action hash `sha256:<64 hex>`, a derived key
+    `derived:<40 hex>`): the digest as its bytes in the database instead of its hex; text in Python.
 
-
-class CallId(_CompactText):
-    """A tool call's id: an id the gateway mints (`tc_` and 28 hex digits) in 17 bytes instead of 31
-    characters; text in Python.
-
-    Every column that holds a tool_call_id has this type, so a join or a lookup compares one stored
-    form with the same. Stored as byte 0xFC, the prefix before `_` and the 14 bytes of the digits (which
-    sort as the digits did); any other id as it is (PostgreSQL: its UTF-8, which never holds byte
-    0xFC; SQLite: the text itself), so every id reads back as it was written.
+    Stored as byte 0xFE, the text before the digest and the 32 bytes of a 64-digit digest, or byte
+    0xFD, the text before it and the 20 bytes of a 40-digit one (the gateway's derived keys); any other
+    text as it is (PostgreSQL: its UTF-8, which never holds byte 0xFE or 0xFD; SQLite: the text itself).
     """
 
-    impl = String(128)
     cache_ok = True
+    compact = staticmethod(digest_bytes)
+    expand = staticmethod(digest_text)
 
-    @staticmethod
-    def compact(value: str) -> bytes | None:
-        return call_id_bytes(value)
 
-    @staticmethod
-    def expand(stored: bytes) -> str:
-        return call_id_text(stored)
+_MINTED_ID = 0xFC
+_MINTED = re.compile("([a-z]{1,16})_([0-9a-f]{28})", re.ASCII)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -377,6 +349,22 @@ def call_id_text(stored: bytes) -> str:
     if stored[:1] == bytes((_MINTED_ID,)) and 16 <= len(stored) <= 31:
         return stored[1:-14].decode("ascii", "replace") + "_" + stored[-14:].hex()
     return stored.decode("utf-8", "replace")
+
+
+class CallId(_CompactText):
+    """A tool call's id: an id the gateway mints (`tc_` and 28 hex digits) in 17 bytes instead of 31
+    characters; text in Python.
+
+    Every column that holds a tool_call_id has this type, so a join or a lookup compares one stored
+    form with the same. Stored as byte 0xFC, the prefix before `_` and the 14 bytes of the digits (which
+    sort as the digits did); any other id as it is (PostgreSQL: its UTF-8, which never holds byte
+    0xFC; SQLite: the text itself), so every id reads back as it was written.
+    """
+
+    impl = String(128)
+    cache_ok = True
+    compact = staticmethod(call_id_bytes)
+    expand = staticmethod(call_id_text)
 
 
 _ESCAPED = "\x01"

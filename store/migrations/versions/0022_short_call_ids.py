@@ -7,6 +7,11 @@ the 14 bytes of its digits, any other id as it is. Every column that holds a too
 at once, so lookups and joins compare one form with the same; this converts the rows written before.
 The text read back is the text written: nothing hashed changes.
 
+On PostgreSQL the ALTERs rewrite the seven tables and their indexes under an exclusive lock, so calls
+wait for `writ store migrate` to finish. A gateway of an earlier revision would still write and look
+up ids as text, which no longer matches the stored form: stop every replica, migrate, then start them
+on this revision (as for 0015's ids and digests).
+
 Revision ID: 0022_short_call_ids
 Revises: 0021_embedded_json
 Create Date: 2026-12-03

@@ -24,6 +24,7 @@ from gateway.calls.actions import (
 )
 from policy.model import Principal
 from store.canonical import legacy_json
+from store.schema import call_id_bytes, call_id_text
 
 CAP = Capability(id="refund-order", version="2", tool_name="refund_order", backend="acme", input_schema={})
 ALICE = Principal(subject="alice", tenant="acme")
@@ -183,6 +184,15 @@ def test_without_redacted_fields_nothing_is_touched() -> None:
 def test_new_ids_are_prefixed_and_unique() -> None:
     ids = {new_id("tc") for _ in range(1000)}
     assert len(ids) == 1000 and all(i.startswith("tc_") for i in ids)
+
+
+def test_the_ids_the_gateway_mints_take_the_stores_compact_form() -> None:
+    # store.schema.CallId keeps `<prefix>_<28 hex digits>` in 17 bytes (migration 0022); an id of
+    # another form would be stored, and read back, as its 31 characters.
+    for _ in range(100):
+        tool_call_id = new_id("tc")
+        assert len(call_id_bytes(tool_call_id) or b"") == 17
+        assert call_id_text(call_id_bytes(tool_call_id) or b"") == tool_call_id
 
 
 def test_the_action_hash_covers_the_contract_so_a_changed_contract_under_one_version_is_another_action() -> (
