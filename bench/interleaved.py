@@ -1,12 +1,19 @@
-"""Gateway CPU per read from two source trees and the bare proxy, interleaved under the same load.
+"""Gateway CPU per read from source trees, stores and the bare proxy, interleaved under the same load.
 
-    python bench/interleaved.py --before DIR --after DIR [--store sqlite|postgres] [--rounds 6] [--block 50]
+    python bench/interleaved.py [--before DIR --after DIR] [--stores sqlite,postgres] [--rounds 6]
+        [--block 50]
 
 One backend and one upstream MCP server (the issue 16 scenario); in front of it the bare proxy and one
-`writ serve` per tree (each with its own store), all started at once. Sequential agent-style reads go
-to each in turn, a block at a time (the order reversed every round), so that all of them see the same
-load: on a shared machine the load moves each run's figures by more than most changes do. CPU per call
-is the server process's user+system time (`/proc/PID/stat`) over its blocks; nothing is asserted.
+`writ serve` per tree and store (each with a store of its own), all started at once. Without --before
+and --after the one tree is this checkout: the run then measures the read aims (Writ against the bare
+proxy, PostgreSQL against SQLite) with each target seeing the same moments of the machine.
+
+Sequential agent-style reads go to each in turn, a block at a time (the order reversed every round), so
+that all of them see the same load. On this VM that matters more than anything a change does: the same
+fixed work costs up to twice the CPU from one 5-second window to the next (bench/README.md), which is
+as long as one of `run.py`'s rows. CPU per call is the server process's user+system time
+(`/proc/PID/stat`) over its blocks; beside the ratio of the totals, each target's ratio to the bare
+proxy is taken in every round and the median of those given. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -77,41 +84,72 @@ async def drive(targets: dict[str, Target], rounds: int, block: int) -> None:
                 t.blocks.append(1000 * spent / block)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="a source tree (e.g. git archive main | tar -x)")
-    parser.add_argument("--after", required=True, help="another source tree")
-    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--before", help="a source tree (e.g. git archive main | tar -x)")
+    parser.add_argument("--after", help="another source tree, measured beside --before")
+    parser.add_argument("--stores", "--store", default="sqlite", help="comma-separated: sqlite,postgres")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--block", type=int, default=50, help="calls per block")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if (args.before is None) != (args.after is None):
+        parser.error("--before and --after go together (without them, this checkout is measured)")
+    trees = {"before": args.before, "after": args.after} if args.before else {"": str(processes.REPO)}
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    if not stores or set(stores) - {"sqlite", "postgres"}:
+        parser.error("--stores takes sqlite, postgres or both")
     out = Path(tempfile.mkdtemp(prefix="writ-interleaved-"))
     with contextlib.ExitStack() as stack:
         backend = stack.enter_context(processes.backend(out / "backend"))
         upstream = stack.enter_context(processes.bare_proxy(out / "upstream", backend.url))
         proxy = stack.enter_context(processes.bare_proxy(out / "bare", upstream_mcp=upstream.mcp_url))
         targets = {"bare proxy": Target(proxy.mcp_url, "none", proxy.pid, writ=False)}
-        for name, tree in (("before", args.before), ("after", args.after)):
+        for label, tree in trees.items():
             processes.use_tree(Path(tree))
-            url = stack.enter_context(processes.store_url(args.store, out / name))
-            gw = stack.enter_context(
-                processes.gateway(out / name, backend.url, url, upstream_mcp=upstream.mcp_url)
-            )
-            targets[name] = Target(gw.mcp_url, gw.token(), gw.pid, writ=True)
+            for store in stores:
+                name = " ".join(filter(None, (label, store if len(stores) > 1 or not label else "")))
+                here = out / name.replace(" ", "-")
+                url = stack.enter_context(processes.store_url(store, here))
+                gw = stack.enter_context(
+                    processes.gateway(here, backend.url, url, upstream_mcp=upstream.mcp_url)
+                )
+                targets[name] = Target(gw.mcp_url, gw.token(), gw.pid, writ=True)
         start = os.getloadavg()[0]
         anyio.run(drive, targets, args.rounds, args.block)
         end = os.getloadavg()[0]
     bare = targets["bare proxy"]
     print(
-        f"{args.store}: {args.rounds} rounds of {args.block} sequential reads each, "
+        f"{','.join(stores)}: {args.rounds} rounds of {args.block} sequential reads each, "
         f"load {start:.1f} -> {end:.1f}"
     )
     for name, t in targets.items():
         print(
             f"  {name:10s} CPU {t.cpu_ms():6.2f} ms/call (median block {statistics.median(t.blocks):.2f}), "
-            f"{t.calls_per_s():6.1f} calls/s; vs bare proxy: CPU {t.cpu_ms() / bare.cpu_ms():.2f}x, "
-            f"calls/s {t.calls_per_s() / bare.calls_per_s():.2f}x"
+            f"{t.calls_per_s():6.1f} calls/s; vs bare proxy: CPU {t.cpu_ms() / bare.cpu_ms():.2f}x "
+            f"(median of rounds {median_ratio(t.blocks, bare.blocks):.2f}x, "
+            f"range {min_max(t.blocks, bare.blocks)}), calls/s {t.calls_per_s() / bare.calls_per_s():.2f}x"
         )
+    if "sqlite" in targets and "postgres" in targets:
+        sqlite, postgres = targets["sqlite"], targets["postgres"]
+        print(
+            f"  postgres against sqlite: CPU {postgres.cpu_ms() / sqlite.cpu_ms():.2f}x "
+            f"(median of rounds {median_ratio(postgres.blocks, sqlite.blocks):.2f}x), "
+            f"SQLite's calls/s {sqlite.calls_per_s() / postgres.calls_per_s():.2f}x PostgreSQL's"
+        )
+
+
+def _round_ratios(blocks: list[float], yardstick: list[float]) -> list[float]:
+    return [b / y for b, y in zip(blocks, yardstick, strict=True) if y > 0]
+
+
+def median_ratio(blocks: list[float], yardstick: list[float]) -> float:
+    """The median over rounds of one target's CPU per call against another's in the same round."""
+    return statistics.median(_round_ratios(blocks, yardstick))
+
+
+def min_max(blocks: list[float], yardstick: list[float]) -> str:
+    ratios = _round_ratios(blocks, yardstick)
+    return f"{min(ratios):.2f} to {max(ratios):.2f}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,37 @@
+"""`bench/interleaved.py`'s arithmetic and arguments (its runs start gateways: they are for the benchmark,
+not the suite)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import interleaved
+
+
+def test_each_round_is_compared_with_the_yardstick_of_the_same_round() -> None:
+    # A slow window doubles both targets' blocks in round 2: the round's ratio is unmoved by it.
+    writ, bare = [4.0, 8.0, 4.4], [2.0, 4.0, 2.0]
+    assert interleaved.median_ratio(writ, bare) == 2.0
+    assert interleaved.min_max(writ, bare) == "2.00 to 2.20"
+
+
+def test_blocks_of_different_rounds_are_never_paired() -> None:
+    with pytest.raises(ValueError):
+        interleaved.median_ratio([1.0, 2.0], [1.0])
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--before", "/tmp"], "--before and --after go together"),
+        (["--stores", "mysql"], "--stores takes sqlite, postgres or both"),
+        (["--stores", ","], "--stores takes sqlite, postgres or both"),
+    ],
+)
+def test_arguments_it_cannot_run_are_refused_before_anything_starts(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        interleaved.main(argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
