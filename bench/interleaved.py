@@ -1,14 +1,15 @@
-"""Gateway CPU per read from source trees, stores and the bare proxy, interleaved under the same load.
+"""Gateway CPU per call from source trees, stores and the bare proxy, interleaved under the same load.
 
-    python bench/interleaved.py [--before DIR --after DIR] [--stores sqlite,postgres] [--rounds 6]
-        [--block 50]
+    python bench/interleaved.py [--before DIR --after DIR] [--stores sqlite,postgres] [--op read|write]
+        [--rounds 6] [--block 50]
 
 One backend and one upstream MCP server (the issue 16 scenario); in front of it the bare proxy and one
 `writ serve` per tree and store (each with a store of its own), all started at once. Without --before
 and --after the one tree is this checkout: the run then measures the read aims (Writ against the bare
-proxy, PostgreSQL against SQLite) with each target seeing the same moments of the machine.
+proxy, PostgreSQL against SQLite) with each target seeing the same moments of the machine. `--op
+write` sends refunds instead, each with a key and a reason of its own (the write aim).
 
-Sequential agent-style reads go to each in turn, a block at a time (the order reversed every round), so
+Sequential agent-style calls go to each in turn, a block at a time (the order reversed every round), so
 that all of them see the same load. On this VM that matters more than anything a change does: the same
 fixed work costs up to twice the CPU from one 5-second window to the next (bench/README.md), which is
 as long as one of `run.py`'s rows. CPU per call is the server process's user+system time
@@ -61,11 +62,13 @@ class Target:
         return self.calls / self.wall_s
 
 
-async def drive(targets: dict[str, Target], rounds: int, block: int) -> None:
+async def drive(targets: dict[str, Target], op: str, rounds: int, block: int) -> None:
     async with contextlib.AsyncExitStack() as stack:
         calls = {}
         for name, t in targets.items():
-            session = load.through_writ(t.url, t.token, "read", MODERN, writ=t.writ, agent_reads=True)
+            session = load.through_writ(
+                t.url, t.token, op, MODERN, writ=t.writ, agent_reads=True, agent_writes=True
+            )
             calls[name] = await stack.enter_async_context(session())
             for i in range(40):  # warm-up
                 await calls[name](-1 - i)
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--before", help="a source tree (e.g. git archive main | tar -x)")
     parser.add_argument("--after", help="another source tree, measured beside --before")
     parser.add_argument("--stores", "--store", default="sqlite", help="comma-separated: sqlite,postgres")
+    parser.add_argument("--op", choices=["read", "write"], default="read")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--block", type=int, default=50, help="calls per block")
     args = parser.parse_args(argv)
@@ -115,11 +119,11 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 targets[name] = Target(gw.mcp_url, gw.token(), gw.pid, writ=True)
         start = os.getloadavg()[0]
-        anyio.run(drive, targets, args.rounds, args.block)
+        anyio.run(drive, targets, args.op, args.rounds, args.block)
         end = os.getloadavg()[0]
     bare = targets["bare proxy"]
     print(
-        f"{','.join(stores)}: {args.rounds} rounds of {args.block} sequential reads each, "
+        f"{','.join(stores)}: {args.rounds} rounds of {args.block} sequential {args.op}s each, "
         f"load {start:.1f} -> {end:.1f}"
     )
     for name, t in targets.items():

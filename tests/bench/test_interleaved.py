@@ -26,6 +26,7 @@ def test_blocks_of_different_rounds_are_never_paired() -> None:
         (["--before", "/tmp"], "--before and --after go together"),
         (["--stores", "mysql"], "--stores takes sqlite, postgres or both"),
         (["--stores", ","], "--stores takes sqlite, postgres or both"),
+        (["--op", "delete"], "argument --op: invalid choice: 'delete'"),
     ],
 )
 def test_arguments_it_cannot_run_are_refused_before_anything_starts(
