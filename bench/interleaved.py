@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import sys
@@ -62,7 +63,7 @@ class Target:
         return self.calls / self.wall_s
 
 
-async def drive(targets: dict[str, Target], op: str, rounds: int, block: int) -> None:
+async def drive(targets: dict[str, Target], op: str, rounds: int, block: int, warmup: int = 40) -> None:
     async with contextlib.AsyncExitStack() as stack:
         calls = {}
         for name, t in targets.items():
@@ -70,7 +71,7 @@ async def drive(targets: dict[str, Target], op: str, rounds: int, block: int) ->
                 t.url, t.token, op, MODERN, writ=t.writ, agent_reads=True, agent_writes=True
             )
             calls[name] = await stack.enter_async_context(session())
-            for i in range(40):  # warm-up
+            for i in range(warmup):
                 await calls[name](-1 - i)
         index = 0
         for r in range(rounds):
@@ -147,13 +148,15 @@ def _round_ratios(blocks: list[float], yardstick: list[float]) -> list[float]:
 
 
 def median_ratio(blocks: list[float], yardstick: list[float]) -> float:
-    """The median over rounds of one target's CPU per call against another's in the same round."""
-    return statistics.median(_round_ratios(blocks, yardstick))
+    """The median over rounds of one target's CPU per call against another's in the same round; NaN
+    where no round of the yardstick lasted a clock tick of CPU (blocks of a few calls)."""
+    ratios = _round_ratios(blocks, yardstick)
+    return statistics.median(ratios) if ratios else math.nan
 
 
 def min_max(blocks: list[float], yardstick: list[float]) -> str:
     ratios = _round_ratios(blocks, yardstick)
-    return f"{min(ratios):.2f} to {max(ratios):.2f}"
+    return f"{min(ratios):.2f} to {max(ratios):.2f}" if ratios else "-"
 
 
 if __name__ == "__main__":

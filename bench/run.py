@@ -13,6 +13,9 @@ official client against it directly (MCP-direct), through the bare MCP proxy and
 each Writ row's calls/s and gateway CPU against the bare proxy's of the same run. With
 `--policy-checks off,on` (issue 13), each of its Writ rows runs without and then with the demo's loop
 rules and budgets, and the on/off ratios of calls/s and gateway CPU per call are printed per pair.
+After each operation's rows, `--interleave` rounds (default 8) measure its sequential aims side by
+side: the bare proxy and Writ on each store take turns, a block of calls each (`bench.interleaved`),
+so that every target sees the same moments of the machine; their aim lines follow the rows' own.
 
 Prints a markdown table and writes JSON. Nothing here asserts a speed: it reports what it measures.
 """
@@ -38,7 +41,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import load, probes, processes  # noqa: E402
+from bench import interleaved, load, probes, processes  # noqa: E402
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 POLICY_CHECKS = "policy_checks"
@@ -123,11 +126,48 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+@dataclass(frozen=True)
+class SideBySide:
+    """One operation measured interleaved (`bench.interleaved`): the bare proxy and Writ on each store,
+    a block of sequential calls each in turn, so that every target sees the same moments of the machine."""
+
+    op: str
+    rounds: int
+    block: int
+    targets: dict[str, interleaved.Target]
+    """`bare proxy`, then one per store."""
+
+    def cpu_vs_bare(self, name: str) -> float:
+        """The median over rounds of the target's CPU per call against the bare proxy's that round."""
+        return interleaved.median_ratio(self.targets[name].blocks, self.targets["bare proxy"].blocks)
+
+    def calls_vs_bare(self, name: str) -> float:
+        return self.targets[name].calls_per_s() / self.targets["bare proxy"].calls_per_s()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "rounds": self.rounds,
+            "block": self.block,
+            "targets": {
+                name: {
+                    "calls_per_s": round(t.calls_per_s(), 2),
+                    "server_cpu_ms_per_call": round(t.cpu_ms(), 3),
+                    "cpu_per_call_by_round_ms": [round(b, 3) for b in t.blocks],
+                    "calls_per_s_vs_bare": round(self.calls_vs_bare(name), 3),
+                    "cpu_vs_bare_median_of_rounds": round(self.cpu_vs_bare(name), 3),
+                }
+                for name, t in self.targets.items()
+            },
+        }
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args = args
         self.workdir = workdir
         self.rows: list[Row] = []
+        self.side_by_side: list[SideBySide] = []
         self._n = 0
         self._reused: dict[tuple[Any, ...], Any] = {}
 
@@ -288,6 +328,8 @@ class Bench:
                         self._mcp_rows(op, concurrency, workdir, backend, upstream, shared)
                         if concurrency > 1 and "postgres" in self.args.stores and self.args.replicas > 1:
                             self._replicas(op, concurrency, workdir, backend.url, upstream.mcp_url, shared)
+                    if self.args.interleave:
+                        self._interleaved(op, workdir, backend, upstream, shared)
 
     def _mcp_rows(
         self,
@@ -322,6 +364,38 @@ class Bench:
                     m = self._measure(session, concurrency, [gw.pid], gw)
                 variant = self._checks_variant(checks)
                 self._record(Row(op, "writ", store, MODERN, concurrency, m, variant, upstream="mcp"))
+
+    def _interleaved(
+        self,
+        op: str,
+        workdir: Path,
+        backend: processes.Backend,
+        upstream: processes.BareProxy,
+        shared: contextlib.ExitStack,
+    ) -> None:
+        """The operation's aims measured side by side (`--interleave` rounds): the bare proxy and Writ
+        on each store (policy checks off), in a process each (with --reuse-processes, the rows' own)."""
+        rounds, block = self.args.interleave, self.args.interleave_block
+        with contextlib.ExitStack() as own:
+            bare = partial(processes.bare_proxy, workdir / "bare-interleaved", upstream_mcp=upstream.mcp_url)
+            proxy = self._started(own, shared, ("bare",), bare)
+            targets = {"bare proxy": interleaved.Target(proxy.mcp_url, "none", proxy.pid, writ=False)}
+            for store in self.args.stores:
+                here = workdir / f"writ-{store}-interleaved"
+                start = partial(self._mcp_gateway, here, backend.url, upstream.mcp_url, store, False)
+                gw, token = self._started(own, shared, ("writ", store, False), start)
+                targets[store] = interleaved.Target(gw.mcp_url, token, gw.pid, writ=True)
+            anyio.run(interleaved.drive, targets, op, rounds, block, self.args.warmup)
+        measured = SideBySide(op, rounds, block, targets)
+        self.side_by_side.append(measured)
+        for store in self.args.stores:
+            print(
+                f"  {op} via Writ -> MCP {store:<8} interleaved with the bare proxy, {rounds} rounds of "
+                f"{block}: {measured.calls_vs_bare(store):.2f}x its calls/s, "
+                f"{measured.cpu_vs_bare(store):.2f}x its CPU (median of rounds)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     @contextlib.contextmanager
     def _mcp_gateway(
@@ -636,6 +710,33 @@ def mcp_aims(rows: list[Row]) -> list[str]:
     return out
 
 
+def side_by_side_aims(measured: list[SideBySide]) -> list[str]:
+    """Issue 16's aims from the interleaved runs: the same comparisons as `mcp_aims`' sequential ones,
+    without the machine's moment in them (each target's blocks ran between the bare proxy's)."""
+    out = []
+    for m in measured:
+        aim = 0.7 if m.op == "read" else 0.55
+        stores = [name for name in m.targets if name != "bare proxy"]
+        for store in stores:
+            calls = m.calls_vs_bare(store)
+            line = (
+                f"MCP {m.op} on {store}, interleaved: {calls:.2f}x the bare proxy's calls/s "
+                f"(aim >= {aim}x): {_verdict(calls >= aim)}"
+            )
+            if m.op == "read":
+                cpu = m.cpu_vs_bare(store)
+                line += f"; gateway CPU {cpu:.2f}x the bare proxy's (aim <= 2x): {_verdict(cpu <= 2)}"
+            out.append(line + f" ({m.rounds} rounds of {m.block})")
+        if m.op == "read" and {"sqlite", "postgres"} <= set(stores):
+            sqlite, postgres = m.targets["sqlite"], m.targets["postgres"]
+            slower = sqlite.calls_per_s() / postgres.calls_per_s()
+            out.append(
+                f"MCP read on postgres, interleaved: SQLite's calls/s are {slower:.2f}x PostgreSQL's "
+                f"(aim <= 1.3x): {_verdict(slower <= 1.3)}"
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="measured calls per scenario (default 200)")
@@ -671,6 +772,16 @@ def main(argv: list[str] | None = None) -> None:
         help="the MCP scenario's Writ rows with the demo's loop rules and budgets off, on, or both "
         "(off,on: each row twice, side by side, with the on/off ratios printed; default off)",
     )
+    parser.add_argument(
+        "--interleave",
+        type=int,
+        default=8,
+        help="rounds of the MCP scenario's sequential aims measured side by side after each "
+        "operation's rows: the bare proxy and Writ on each store in turn (default 8; 0 leaves them out)",
+    )
+    parser.add_argument(
+        "--interleave-block", type=int, default=50, help="calls per target and round (default 50)"
+    )
     parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
     parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
     parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")
@@ -688,6 +799,8 @@ def main(argv: list[str] | None = None) -> None:
     if not settings or not set(settings) <= {"off", "on"}:
         parser.error(f"--policy-checks: {args.policy_checks!r}: use off, on or off,on")
     args.policy_checks = [c == "on" for c in dict.fromkeys(settings)]
+    if args.interleave < 0 or args.interleave_block < 1:
+        parser.error("--interleave takes 0 or more rounds, --interleave-block 1 or more calls")
 
     if args.tree:
         processes.use_tree(Path(args.tree))
@@ -706,7 +819,8 @@ def main(argv: list[str] | None = None) -> None:
         print("Policy checks (the demo's loop rules and budgets), off and on:\n")
         print(checks_table(bench.rows))
         print()
-    for line in aims(bench.rows):
+    every_aim = aims(bench.rows) + side_by_side_aims(bench.side_by_side)
+    for line in every_aim:
         print(f"- {line}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -737,7 +851,8 @@ def main(argv: list[str] | None = None) -> None:
                     }
                     for on, _ in checks_pairs(bench.rows)
                 ],
-                "aims": aims(bench.rows),
+                "interleaved": [m.to_json() for m in bench.side_by_side],
+                "aims": every_aim,
             },
             indent=2,
         )

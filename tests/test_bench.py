@@ -24,7 +24,12 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
     completed = subprocess.run(
         # One gateway per store serves all its rows: this checks the benchmark runs, not its figures.
         # The MCP scenario's Writ rows run with the demo's loop rules and budgets off, then on.
-        [*command, "--no-extras", "--reuse-processes", "--policy-checks", "off,on", "--out", str(out)],
+        # Each operation's aims are then measured side by side, in two rounds of three calls a target.
+        [
+            *command,
+            *("--no-extras", "--reuse-processes", "--policy-checks", "off,on"),
+            *("--interleave", "2", "--interleave-block", "3", "--out", str(out)),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -60,6 +65,20 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
             assert {(op, "writ", "sqlite", concurrency), (op, "writ", "postgres", concurrency)} <= reached
     assert all(r["ratio_vs_bare"] is not None for r in mcp if r["target"] == "writ")
     assert any(line.startswith("MCP read on postgres: ") for line in report["aims"])
+
+    # After each operation's rows, the bare proxy and Writ on each store took turns, a block each round;
+    # the aims are also given from those turns.
+    side_by_side = {m["op"]: m for m in report["interleaved"]}
+    assert set(side_by_side) == {"read", "write"}
+    for op, m in side_by_side.items():
+        assert (m["rounds"], m["block"]) == (2, 3)
+        assert set(m["targets"]) == {"bare proxy", "sqlite", "postgres"}
+        for target in m["targets"].values():
+            assert len(target["cpu_per_call_by_round_ms"]) == 2 and target["calls_per_s"] > 0
+        for store in ("sqlite", "postgres"):
+            assert any(aim.startswith(f"MCP {op} on {store}, interleaved: ") for aim in report["aims"])
+    postgres_against_sqlite = "MCP read on postgres, interleaved: SQLite's calls/s"
+    assert any(aim.startswith(postgres_against_sqlite) for aim in report["aims"])
 
     # Its concurrent rows on PostgreSQL ran again as two Writ processes sharing one store, the
     # clients spread over both, whose CPU is counted together; each is compared with one process.

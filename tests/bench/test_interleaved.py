@@ -3,6 +3,8 @@ not the suite)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from bench import interleaved
@@ -13,6 +15,12 @@ def test_each_round_is_compared_with_the_yardstick_of_the_same_round() -> None:
     writ, bare = [4.0, 8.0, 4.4], [2.0, 4.0, 2.0]
     assert interleaved.median_ratio(writ, bare) == 2.0
     assert interleaved.min_max(writ, bare) == "2.00 to 2.20"
+
+
+def test_rounds_whose_yardstick_took_no_clock_tick_are_left_out_and_none_left_is_nan() -> None:
+    assert interleaved.median_ratio([3.0, 5.0], [0.0, 2.5]) == 2.0
+    assert math.isnan(interleaved.median_ratio([3.0, 5.0], [0.0, 0.0]))
+    assert interleaved.min_max([3.0], [0.0]) == "-"
 
 
 def test_blocks_of_different_rounds_are_never_paired() -> None:
