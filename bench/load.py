@@ -254,7 +254,9 @@ def spread(sessions: Sequence[Session]) -> Session:
 def _check(result: Any) -> None:
     status = (result.meta or {}).get("writ/status")
     if result.is_error or status != "completed":
-        raise BadAnswer(f"tool call not completed: status={status!r} is_error={result.is_error}")
+        # What Writ said, so that a run that stops on it says why (its reason is in the text).
+        said = " ".join(getattr(part, "text", "") for part in result.content or ())[:500]
+        raise BadAnswer(f"tool call not completed: status={status!r} is_error={result.is_error}: {said}")
 
 
 def _check_bare(result: Any) -> None:
