@@ -62,6 +62,14 @@ class Target:
     def calls_per_s(self) -> float:
         return self.calls / self.wall_s
 
+    def cpu_vs(self, yardstick: Target) -> float:
+        """Its CPU per call against the yardstick's: the median over rounds of the two blocks of each."""
+        return median_ratio(self.blocks, yardstick.blocks)
+
+    def calls_vs(self, yardstick: Target) -> float:
+        """Its calls/s against the yardstick's, over all its blocks."""
+        return self.calls_per_s() / yardstick.calls_per_s()
+
 
 async def drive(targets: dict[str, Target], op: str, rounds: int, block: int, warmup: int = 40) -> None:
     async with contextlib.AsyncExitStack() as stack:
@@ -131,15 +139,15 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"  {name:10s} CPU {t.cpu_ms():6.2f} ms/call (median block {statistics.median(t.blocks):.2f}), "
             f"{t.calls_per_s():6.1f} calls/s; vs bare proxy: CPU {t.cpu_ms() / bare.cpu_ms():.2f}x "
-            f"(median of rounds {median_ratio(t.blocks, bare.blocks):.2f}x, "
-            f"range {min_max(t.blocks, bare.blocks)}), calls/s {t.calls_per_s() / bare.calls_per_s():.2f}x"
+            f"(median of rounds {t.cpu_vs(bare):.2f}x, range {min_max(t.blocks, bare.blocks)}), "
+            f"calls/s {t.calls_vs(bare):.2f}x"
         )
     if "sqlite" in targets and "postgres" in targets:
         sqlite, postgres = targets["sqlite"], targets["postgres"]
         print(
             f"  postgres against sqlite: CPU {postgres.cpu_ms() / sqlite.cpu_ms():.2f}x "
-            f"(median of rounds {median_ratio(postgres.blocks, sqlite.blocks):.2f}x), "
-            f"SQLite's calls/s {sqlite.calls_per_s() / postgres.calls_per_s():.2f}x PostgreSQL's"
+            f"(median of rounds {postgres.cpu_vs(sqlite):.2f}x), "
+            f"SQLite's calls/s {sqlite.calls_vs(postgres):.2f}x PostgreSQL's"
         )
 
 

@@ -138,11 +138,10 @@ class SideBySide:
     """`bare proxy`, then one per store."""
 
     def cpu_vs_bare(self, name: str) -> float:
-        """The median over rounds of the target's CPU per call against the bare proxy's that round."""
-        return interleaved.median_ratio(self.targets[name].blocks, self.targets["bare proxy"].blocks)
+        return self.targets[name].cpu_vs(self.targets["bare proxy"])
 
     def calls_vs_bare(self, name: str) -> float:
-        return self.targets[name].calls_per_s() / self.targets["bare proxy"].calls_per_s()
+        return self.targets[name].calls_vs(self.targets["bare proxy"])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -729,7 +728,7 @@ def side_by_side_aims(measured: list[SideBySide]) -> list[str]:
             out.append(line + f" ({m.rounds} rounds of {m.block})")
         if m.op == "read" and {"sqlite", "postgres"} <= set(stores):
             sqlite, postgres = m.targets["sqlite"], m.targets["postgres"]
-            slower = sqlite.calls_per_s() / postgres.calls_per_s()
+            slower = sqlite.calls_vs(postgres)
             out.append(
                 f"MCP read on postgres, interleaved: SQLite's calls/s are {slower:.2f}x PostgreSQL's "
                 f"(aim <= 1.3x): {_verdict(slower <= 1.3)}"
