@@ -17,6 +17,8 @@ from tests import test_types
 # every worker rewrite the tree again; the processes the tests start still inherit it.
 sys.dont_write_bytecode = False
 
+pytest_plugins = ["tests.browser"]  # `browser` and `chromium`, for the console's and the sign-in pages' tests
+
 POSTGRES_URL = os.environ.get("WRIT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -82,7 +84,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         cache.set(MODULE_SECONDS, {**cache.get(MODULE_SECONDS, {}), **_durations})
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # session-wide, so a module-scoped async fixture may use it (tests.browser)
 def anyio_backend() -> str:
     return "asyncio"
 

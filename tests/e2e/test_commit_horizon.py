@@ -21,12 +21,10 @@ from gateway.config import load_config
 from gateway.mcp.results import CONTRADICTED, FAILED_BY
 from store import Store
 from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, writ_gateway
-from tests.e2e.test_console import browser, logged_in
+from tests.e2e.test_console import logged_in
 from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-__all__ = ["browser"]  # the fixture, shared with test_console
 
 # The timeout is 1 s, the backend commits 2 s after it got the request, the horizon is 4 s.
 TIMEOUT_S = 1.0

@@ -3,39 +3,14 @@ gateway served in this process (`inproc_sqlite_gateway`, the CLI run by its own 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import httpx2
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_approvals import request_refund
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    assert CHROMIUM.exists(), "the browser tests need Debian's chromium (apt-get install chromium)"
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 async def logged_in(browser: Browser, gateway: Gateway, token: str) -> Page:

@@ -13,13 +13,11 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, expect
 
-from tests.e2e.test_console import browser, logged_in
+from tests.e2e.test_console import logged_in
 from tests.gateway.mcp import inproc
 from tests.postgres import fresh_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-__all__ = ["browser"]  # the fixture, shared with test_console
 
 BUDGET = {"id": "refunds-a-day", "tools": ["refund_order"], "scope": "principal", "window": "1d", "limit": 50}
 

@@ -13,11 +13,9 @@ from playwright.async_api import Browser, expect
 
 from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_approvals import fresh, request_refund
-from tests.e2e.test_console import browser, logged_in
+from tests.e2e.test_console import logged_in
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-__all__ = ["browser"]  # the fixture, shared with test_console
 
 
 def revoke(gateway: Gateway, subject: str) -> None:

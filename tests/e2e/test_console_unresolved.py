@@ -14,13 +14,11 @@ import yaml
 from playwright.async_api import Browser, expect
 
 from tests.e2e.harness import REPO, Backend, Gateway
-from tests.e2e.test_console import browser, logged_in
+from tests.e2e.test_console import logged_in
 from tests.eventually import eventually
 from tests.gateway.mcp import inproc
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-__all__ = ["browser"]  # the fixture, shared with test_console
 
 ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late delivery"}
 

@@ -26,11 +26,9 @@ from playwright.async_api import Browser, expect
 from store import Store
 from store.schema import held_arguments, metadata
 from tests.e2e.harness import REPO, Backend, Gateway
-from tests.e2e.test_console import browser, logged_in
+from tests.e2e.test_console import logged_in
 from tests.eventually import eventually
 from tests.gateway.mcp import inproc
-
-__all__ = ["browser"]  # the fixture, shared with the console's own tests
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,7 @@ its refresh token no longer works, through the SDK too. Each revocation is an ev
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -15,7 +15,7 @@ import httpx2
 import pytest
 from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 from pydantic import AnyUrl
 from typer.testing import CliRunner
 
@@ -25,7 +25,7 @@ from tests.gateway.oauth.documents_host import DocumentsHost, documents_host
 from tests.gateway.oauth.flow import Pkce, exchange, redirected, refresh, register, sign_in, tools_list
 from tests.gateway.oauth.flow import authorization_params as params_for
 from tests.gateway.oauth.test_documents import authorization_server
-from tests.gateway.oauth.test_sign_in import ARGS, CHROMIUM, WAIT_S, Callback, Storage, signed_in_client
+from tests.gateway.oauth.test_sign_in import WAIT_S, Callback, Storage, signed_in_client
 from tests.gateway.oauth.test_sign_in import callback as callback  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio
@@ -44,17 +44,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, host: DocumentsHost) -> It
         auth = authorization_server(workdir, allow_private_addresses=True, ca_file=str(host.ca_file))
         with writ(workdir, backend, f"sqlite:///{workdir / 'writ.db'}", auth=auth) as g:
             yield g
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    assert CHROMIUM.exists(), "the browser tests need Debian's chromium (apt-get install chromium)"
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 def signed_in_by_hand(gateway: Writ, name: str, user: int = 0) -> tuple[str, dict[str, Any]]:

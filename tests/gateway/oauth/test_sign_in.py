@@ -10,7 +10,6 @@ import queue
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio.to_thread
 import httpx2
@@ -25,7 +24,7 @@ from mcp.shared.auth import (
     OAuthClientMetadata,
     OAuthToken,
 )
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 from pydantic import AnyUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -37,8 +36,6 @@ from tests.gateway.mcp.inproc import Writ, acme, serving, writ
 
 pytestmark = pytest.mark.anyio
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 WAIT_S = 30
 
 
@@ -93,17 +90,6 @@ def callback() -> Iterator[Callback]:
     app = Starlette(routes=[Route("/callback", arrived)])
     with serving(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")):
         yield target
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    assert CHROMIUM.exists(), "the browser tests need Debian's chromium (apt-get install chromium)"
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 def provider(

@@ -13,7 +13,7 @@ import contextlib
 import html
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import pytest
 import uvicorn
 from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 from pydantic import AnyUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -46,7 +46,7 @@ from tests.gateway.oauth.flow import (
     register,
 )
 from tests.gateway.oauth.idp_process import CLIENT_ID, SECRET, Idp, idp
-from tests.gateway.oauth.test_sign_in import ARGS, CHROMIUM, WAIT_S, Callback, Storage, signed_in_client
+from tests.gateway.oauth.test_sign_in import WAIT_S, Callback, Storage, signed_in_client
 from tests.postgres import fresh_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -127,17 +127,6 @@ def client_id(gateways: Gateways) -> str:
 
 
 # -- the whole way, with the official client and a browser ----------------------------------------
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    assert CHROMIUM.exists(), "the browser tests need Debian's chromium (apt-get install chromium)"
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @pytest.fixture
