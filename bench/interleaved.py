@@ -1,7 +1,7 @@
 """Gateway CPU per call from source trees, stores and the bare proxy, interleaved under the same load.
 
     python bench/interleaved.py [--before DIR --after DIR] [--stores sqlite,postgres] [--op read|write]
-        [--rounds 6] [--block 50]
+        [--rounds 6] [--block 50] [--clients N]
 
 One backend and one upstream MCP server (the issue 16 scenario); in front of it the bare proxy and one
 `writ serve` per tree and store (each with a store of its own), all started at once. Without --before
@@ -15,6 +15,11 @@ fixed work costs up to twice the CPU from one 5-second window to the next (bench
 as long as one of `run.py`'s rows. CPU per call is the server process's user+system time
 (`/proc/PID/stat`) over its blocks; beside the ratio of the totals, each target's ratio to the bare
 proxy is taken in every round and the median of those given. Nothing is asserted.
+
+`--clients N` measures instead how each target scales (the aim: Writ with 8 clients at least 1.3x its
+own sequential calls/s): in every round each target gets a block from one client and a block of the
+same size shared by N clients, which of the two first alternating, and the ratio of their calls/s is
+taken round by round. Two rows of `run.py`, a minute apart, can differ by the machine's noise alone.
 """
 
 from __future__ import annotations
@@ -96,6 +101,40 @@ async def drive(targets: dict[str, Target], op: str, rounds: int, block: int, wa
                 t.blocks.append(1000 * spent / block)
 
 
+@dataclass
+class Scaling:
+    """One target's calls/s from one client and from several, a block of each in every round."""
+
+    clients: int
+    sequential: list[float] = field(default_factory=list)
+    concurrent: list[float] = field(default_factory=list)
+
+    def ratio(self) -> float:
+        """The median over rounds of its calls/s with `clients` clients against one client's."""
+        return median_ratio(self.concurrent, self.sequential)
+
+
+async def scale(
+    targets: dict[str, Target], op: str, rounds: int, block: int, clients: int, warmup: int = 40
+) -> dict[str, Scaling]:
+    """Each round, each target a block of `block` calls from one client and one from `clients` clients
+    (`load.measure`: each client's session opened, and warmed up, before the clock starts)."""
+    scaling = {name: Scaling(clients) for name in targets}
+    sessions = {
+        name: load.through_writ(t.url, t.token, op, MODERN, writ=t.writ, agent_reads=True, agent_writes=True)
+        for name, t in targets.items()
+    }
+    for session in sessions.values():  # each process's first calls do lazy work: not in a round
+        await load.measure(session, calls=warmup, concurrency=1, warmup=0)
+    for r in range(rounds):
+        for name in list(targets) if r % 2 == 0 else list(reversed(targets)):
+            for n in (1, clients) if r % 2 == 0 else (clients, 1):
+                measured = await load.measure(sessions[name], calls=block, concurrency=n, warmup=n)
+                rates = scaling[name].sequential if n == 1 else scaling[name].concurrent
+                rates.append(block / measured.wall_s)
+    return scaling
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", help="a source tree (e.g. git archive main | tar -x)")
@@ -104,7 +143,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--op", choices=["read", "write"], default="read")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--block", type=int, default=50, help="calls per block")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="N > 1: how each target scales from one client to N, instead of its CPU against the bare proxy",
+    )
     args = parser.parse_args(argv)
+    if args.clients < 1:
+        parser.error("--clients takes 1 (CPU against the bare proxy) or more (how each target scales)")
+    if args.block < args.clients:
+        parser.error(f"--block {args.block} cannot give each of --clients {args.clients} a call")
     if (args.before is None) != (args.after is None):
         parser.error("--before and --after go together (without them, this checkout is measured)")
     trees = {"before": args.before, "after": args.after} if args.before else {"": str(processes.REPO)}
@@ -128,8 +177,14 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 targets[name] = Target(gw.mcp_url, gw.token(), gw.pid, writ=True)
         start = os.getloadavg()[0]
-        anyio.run(drive, targets, args.op, args.rounds, args.block)
+        if args.clients > 1:
+            scaling = anyio.run(scale, targets, args.op, args.rounds, args.block, args.clients)
+        else:
+            anyio.run(drive, targets, args.op, args.rounds, args.block)
         end = os.getloadavg()[0]
+    if args.clients > 1:
+        _report_scaling(scaling, stores, args, start, end)
+        return
     bare = targets["bare proxy"]
     print(
         f"{','.join(stores)}: {args.rounds} rounds of {args.block} sequential {args.op}s each, "
@@ -149,6 +204,22 @@ def main(argv: list[str] | None = None) -> None:
             f"(median of rounds {postgres.cpu_vs(sqlite):.2f}x), "
             f"SQLite's calls/s {sqlite.calls_vs(postgres):.2f}x PostgreSQL's"
         )
+
+
+def _report_scaling(
+    scaling: dict[str, Scaling], stores: list[str], args: argparse.Namespace, start: float, end: float
+) -> None:
+    print(
+        f"{','.join(stores)}: {args.rounds} rounds, each a block of {args.block} {args.op}s from one client "
+        f"and one shared by {args.clients} clients, load {start:.1f} -> {end:.1f}"
+    )
+    for name, s in scaling.items():
+        print(
+            f"  {name:10s} 1 client {statistics.median(s.sequential):6.1f} calls/s, "
+            f"{args.clients} clients {statistics.median(s.concurrent):6.1f} calls/s (medians of blocks): "
+            f"{s.ratio():.2f}x (median of rounds, range {min_max(s.concurrent, s.sequential)})"
+        )
+    print(f"  aim: Writ with 8 clients at least 1.3x its own sequential calls/s (here: {args.clients})")
 
 
 def _round_ratios(blocks: list[float], yardstick: list[float]) -> list[float]:

@@ -28,6 +28,12 @@ def test_blocks_of_different_rounds_are_never_paired() -> None:
         interleaved.median_ratio([1.0, 2.0], [1.0])
 
 
+def test_scaling_is_compared_round_by_round_with_the_same_targets_one_client() -> None:
+    # A slow window halves both blocks of round 2: its ratio is still 1.5.
+    scaling = interleaved.Scaling(8, sequential=[100.0, 50.0, 100.0], concurrent=[150.0, 75.0, 170.0])
+    assert scaling.ratio() == 1.5
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
@@ -35,6 +41,8 @@ def test_blocks_of_different_rounds_are_never_paired() -> None:
         (["--stores", "mysql"], "--stores takes sqlite, postgres or both"),
         (["--stores", ","], "--stores takes sqlite, postgres or both"),
         (["--op", "delete"], "argument --op: invalid choice: 'delete'"),
+        (["--clients", "0"], "--clients takes 1 (CPU against the bare proxy) or more"),
+        (["--clients", "8", "--block", "5"], "--block 5 cannot give each of --clients 8 a call"),
     ],
 )
 def test_arguments_it_cannot_run_are_refused_before_anything_starts(
