@@ -16,6 +16,9 @@ rules and budgets, and the on/off ratios of calls/s and gateway CPU per call are
 After each operation's rows, `--interleave` rounds (default 8) measure its sequential aims side by
 side: the bare proxy and Writ on each store take turns, a block of calls each (`bench.interleaved`),
 so that every target sees the same moments of the machine; their aim lines follow the rows' own.
+The same turns then measure the 8-client aim (`--interleave-clients`, default 8): each target, every
+round, a block from one client and a block from that many, the ratio of their calls/s taken round by
+round (`interleaved.scale`).
 
 Prints a markdown table and writes JSON. Nothing here asserts a speed: it reports what it measures.
 """
@@ -136,6 +139,8 @@ class SideBySide:
     block: int
     targets: dict[str, interleaved.Target]
     """`bare proxy`, then one per store."""
+    scaling: dict[str, interleaved.Scaling] | None = None
+    """Each target's calls/s from one client and from `--interleave-clients`, round by round."""
 
     def cpu_vs_bare(self, name: str) -> float:
         return self.targets[name].cpu_vs(self.targets["bare proxy"])
@@ -157,6 +162,17 @@ class SideBySide:
                     "cpu_vs_bare_median_of_rounds": round(self.cpu_vs_bare(name), 3),
                 }
                 for name, t in self.targets.items()
+            },
+            "scaling": None
+            if self.scaling is None
+            else {
+                name: {
+                    "clients": sc.clients,
+                    "one_client_calls_per_s_by_round": [round(r, 2) for r in sc.sequential],
+                    "clients_calls_per_s_by_round": [round(r, 2) for r in sc.concurrent],
+                    "ratio_median_of_rounds": round(sc.ratio(), 3),
+                }
+                for name, sc in self.scaling.items()
             },
         }
 
@@ -385,13 +401,18 @@ class Bench:
                 gw, token = self._started(own, shared, ("writ", store, False), start)
                 targets[store] = interleaved.Target(gw.mcp_url, token, gw.pid, writ=True)
             anyio.run(interleaved.drive, targets, op, rounds, block, self.args.warmup)
-        measured = SideBySide(op, rounds, block, targets)
+            clients = self.args.interleave_clients
+            scaling = None
+            if clients > 1:
+                scaling = anyio.run(interleaved.scale, targets, op, rounds, block, clients, self.args.warmup)
+        measured = SideBySide(op, rounds, block, targets, scaling)
         self.side_by_side.append(measured)
         for store in self.args.stores:
+            scaled = "" if scaling is None else f"; {clients} clients {scaling[store].ratio():.2f}x one"
             print(
                 f"  {op} via Writ -> MCP {store:<8} interleaved with the bare proxy, {rounds} rounds of "
                 f"{block}: {measured.calls_vs_bare(store):.2f}x its calls/s, "
-                f"{measured.cpu_vs_bare(store):.2f}x its CPU (median of rounds)",
+                f"{measured.cpu_vs_bare(store):.2f}x its CPU (median of rounds){scaled}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -726,6 +747,14 @@ def side_by_side_aims(measured: list[SideBySide]) -> list[str]:
                 cpu = m.cpu_vs_bare(store)
                 line += f"; gateway CPU {cpu:.2f}x the bare proxy's (aim <= 2x): {_verdict(cpu <= 2)}"
             out.append(line + f" ({m.rounds} rounds of {m.block})")
+            if m.scaling is not None:
+                scaled = m.scaling[store]
+                ratio = scaled.ratio()
+                out.append(
+                    f"MCP {m.op} on {store} with {scaled.clients} clients, interleaved: {ratio:.2f}x its "
+                    f"calls/s from one client (aim >= 1.3x with 8): {_verdict(ratio >= 1.3)} "
+                    f"({m.rounds} rounds of {m.block})"
+                )
         if m.op == "read" and {"sqlite", "postgres"} <= set(stores):
             sqlite, postgres = m.targets["sqlite"], m.targets["postgres"]
             slower = sqlite.calls_vs(postgres)
@@ -781,6 +810,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--interleave-block", type=int, default=50, help="calls per target and round (default 50)"
     )
+    parser.add_argument(
+        "--interleave-clients",
+        type=int,
+        default=8,
+        help="clients of the interleaved turns that measure how Writ scales: a block from one client "
+        "and one from this many, each round (default 8; 0 or 1 leaves them out)",
+    )
     parser.add_argument("--out", default="bench/results/latest.json", help="where to write the JSON")
     parser.add_argument("--tree", help="run the gateway from this source tree (default: this checkout)")
     parser.add_argument("--workdir", help="keep every process's files and logs here (default: a temp dir)")
@@ -798,8 +834,11 @@ def main(argv: list[str] | None = None) -> None:
     if not settings or not set(settings) <= {"off", "on"}:
         parser.error(f"--policy-checks: {args.policy_checks!r}: use off, on or off,on")
     args.policy_checks = [c == "on" for c in dict.fromkeys(settings)]
-    if args.interleave < 0 or args.interleave_block < 1:
-        parser.error("--interleave takes 0 or more rounds, --interleave-block 1 or more calls")
+    if args.interleave < 0 or args.interleave_block < 1 or args.interleave_clients < 0:
+        parser.error(
+            "--interleave takes 0 or more rounds, --interleave-block 1 or more calls, "
+            "--interleave-clients 0 or more"
+        )
 
     if args.tree:
         processes.use_tree(Path(args.tree))

@@ -24,11 +24,12 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
     completed = subprocess.run(
         # One gateway per store serves all its rows: this checks the benchmark runs, not its figures.
         # The MCP scenario's Writ rows run with the demo's loop rules and budgets off, then on.
-        # Each operation's aims are then measured side by side, in two rounds of three calls a target.
+        # Each operation's aims are then measured side by side, in two rounds of three calls a target,
+        # and how each target scales, a block from one client and one from two, in two rounds.
         [
             *command,
             *("--no-extras", "--reuse-processes", "--policy-checks", "off,on"),
-            *("--interleave", "2", "--interleave-block", "3", "--out", str(out)),
+            *("--interleave", "2", "--interleave-block", "3", "--interleave-clients", "2", "--out", str(out)),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -75,8 +76,16 @@ def test_a_small_benchmark_run_measures_every_scenario_on_both_stores(tmp_path: 
         assert set(m["targets"]) == {"bare proxy", "sqlite", "postgres"}
         for target in m["targets"].values():
             assert len(target["cpu_per_call_by_round_ms"]) == 2 and target["calls_per_s"] > 0
+        assert set(m["scaling"]) == {"bare proxy", "sqlite", "postgres"}
+        for scaled in m["scaling"].values():
+            assert scaled["clients"] == 2
+            assert len(scaled["one_client_calls_per_s_by_round"]) == 2
+            assert len(scaled["clients_calls_per_s_by_round"]) == 2
+            assert scaled["ratio_median_of_rounds"] > 0
         for store in ("sqlite", "postgres"):
             assert any(aim.startswith(f"MCP {op} on {store}, interleaved: ") for aim in report["aims"])
+            scales = f"MCP {op} on {store} with 2 clients, interleaved: "
+            assert any(aim.startswith(scales) for aim in report["aims"])
     postgres_against_sqlite = "MCP read on postgres, interleaved: SQLite's calls/s"
     assert any(aim.startswith(postgres_against_sqlite) for aim in report["aims"])
 
