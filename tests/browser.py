@@ -1,10 +1,10 @@
 """Debian's Chromium, driven by Playwright, for the console's and the sign-in pages' tests.
 
-Launching the browser (and Playwright's driver beside it) costs about 4 s of CPU, which the suite
-paid once per browser test: one browser now serves a whole module (`chromium`), and each test gets
-it through `browser`, which closes every context the test opened when it ends, so no page of one test
-(its cookies, its storage, a console still refreshing) outlives it. A test opens its own context
-(`browser.new_context()`), as Playwright's own fixtures do: contexts share nothing.
+The suite launched the browser, and Playwright's driver beside it, once per browser test: about 11 s
+of the ten browser modules' 111 s of CPU. One browser now serves a whole module (`chromium`), and
+each test gets it through `browser`, which closes every context the test opened when it ends, so no
+page of one test (its cookies, its storage, a console still refreshing) outlives it. A test opens its
+own context (`browser.new_context()`), as Playwright's own fixtures do: contexts share nothing.
 """
 
 from __future__ import annotations

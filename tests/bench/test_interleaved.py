@@ -28,7 +28,7 @@ def test_blocks_of_different_rounds_are_never_paired() -> None:
         interleaved.median_ratio([1.0, 2.0], [1.0])
 
 
-def test_scaling_is_compared_round_by_round_with_the_same_targets_one_client() -> None:
+def test_scaling_compares_each_round_with_its_own_one_client_block() -> None:
     # A slow window halves both blocks of round 2: its ratio is still 1.5.
     scaling = interleaved.Scaling(8, sequential=[100.0, 50.0, 100.0], concurrent=[150.0, 75.0, 170.0])
     assert scaling.ratio() == 1.5
