@@ -839,6 +839,11 @@ def main(argv: list[str] | None = None) -> None:
             "--interleave takes 0 or more rounds, --interleave-block 1 or more calls, "
             "--interleave-clients 0 or more"
         )
+    if args.interleave and args.interleave_clients > 1 and args.interleave_block < args.interleave_clients:
+        parser.error(
+            f"--interleave-block {args.interleave_block} cannot give each of "
+            f"--interleave-clients {args.interleave_clients} a call"
+        )
 
     if args.tree:
         processes.use_tree(Path(args.tree))
