@@ -32,23 +32,3 @@ def test_scaling_compares_each_round_with_its_own_one_client_block() -> None:
     # A slow window halves both blocks of round 2: its ratio is still 1.5.
     scaling = interleaved.Scaling(8, sequential=[100.0, 50.0, 100.0], concurrent=[150.0, 75.0, 170.0])
     assert scaling.ratio() == 1.5
-
-
-@pytest.mark.parametrize(
-    ("argv", "says"),
-    [
-        (["--before", "/tmp"], "--before and --after go together"),
-        (["--stores", "mysql"], "--stores takes sqlite, postgres or both"),
-        (["--stores", ","], "--stores takes sqlite, postgres or both"),
-        (["--op", "delete"], "argument --op: invalid choice: 'delete'"),
-        (["--clients", "0"], "--clients takes 1 (CPU against the bare proxy) or more"),
-        (["--clients", "8", "--block", "5"], "--block 5 cannot give each of --clients 8 a call"),
-    ],
-)
-def test_arguments_it_cannot_run_are_refused_before_anything_starts(
-    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exited:
-        interleaved.main(argv)
-    assert exited.value.code == 2
-    assert says in capsys.readouterr().err
