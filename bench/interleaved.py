@@ -40,14 +40,9 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import load, processes  # noqa: E402
+from bench.load import cpu_s  # noqa: E402
 
 MODERN = "2026-07-28"
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 @dataclass
@@ -75,15 +70,18 @@ class Target:
         """Its calls/s against the yardstick's, over all its blocks."""
         return self.calls_per_s() / yardstick.calls_per_s()
 
+    def session(self, op: str) -> load.Session:
+        """Its MCP client (2026-07-28) making `op` calls as an agent does, each one its own."""
+        return load.through_writ(
+            self.url, self.token, op, MODERN, writ=self.writ, agent_reads=True, agent_writes=True
+        )
+
 
 async def drive(targets: dict[str, Target], op: str, rounds: int, block: int, warmup: int = 40) -> None:
     async with contextlib.AsyncExitStack() as stack:
         calls = {}
         for name, t in targets.items():
-            session = load.through_writ(
-                t.url, t.token, op, MODERN, writ=t.writ, agent_reads=True, agent_writes=True
-            )
-            calls[name] = await stack.enter_async_context(session())
+            calls[name] = await stack.enter_async_context(t.session(op)())
             for i in range(warmup):
                 await calls[name](-1 - i)
         index = 0
@@ -120,10 +118,7 @@ async def scale(
     """Each round, each target a block of `block` calls from one client and one from `clients` clients
     (`load.measure`: each client's session opened, and warmed up, before the clock starts)."""
     scaling = {name: Scaling(clients) for name in targets}
-    sessions = {
-        name: load.through_writ(t.url, t.token, op, MODERN, writ=t.writ, agent_reads=True, agent_writes=True)
-        for name, t in targets.items()
-    }
+    sessions = {name: t.session(op) for name, t in targets.items()}
     for session in sessions.values():  # each process's first calls do lazy work: not in a round
         await load.measure(session, calls=warmup, concurrency=1, warmup=0)
     for r in range(rounds):

@@ -76,17 +76,22 @@ class Probe(Protocol):
     def stop(self) -> dict[str, int | None]: ...
 
 
+def cpu_s(pid: int) -> float:
+    """The process's user + system CPU so far, in seconds (Linux /proc).
+
+    Raises:
+        OSError: no such process, or no /proc.
+    """
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _process_cpu_s(pids: Sequence[int]) -> float | None:
     """User + system CPU seconds of these processes (Linux /proc), None where unavailable."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    try:
+        return sum(cpu_s(pid) for pid in pids)
+    except OSError:
+        return None
 
 
 async def measure(

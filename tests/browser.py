@@ -42,10 +42,8 @@ async def chromium() -> AsyncIterator[Browser]:
 @pytest.fixture
 async def browser(chromium: Browser) -> AsyncIterator[Browser]:
     """The module's browser for one test; the contexts the test opened are closed after it."""
-    before = set(chromium.contexts)
     try:
         yield chromium
     finally:
-        for context in chromium.contexts:
-            if context not in before:
-                await context.close()
+        for context in chromium.contexts:  # only this test's: each test's are closed after it
+            await context.close()
