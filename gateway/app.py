@@ -58,7 +58,7 @@ from gateway.calls.faults import FaultPoints
 from gateway.calls.outbox import Notifier
 from gateway.calls.periodic import Wake, run_periodically
 from gateway.calls.pipeline import CallPipeline
-from gateway.calls.policy_source import policy_provider
+from gateway.calls.policy_source import policy_provider, vet_tool_names
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
@@ -143,6 +143,12 @@ class Runtime:
         """Start executors (and discover upstream tools), then check every schema; close on exit."""
         await self.registry.start()
         try:
+            in_force = self.policy_source()
+            if isinstance(in_force, Policy):  # checked now that every upstream's tools are known
+                try:
+                    vet_tool_names(in_force, self.registry.capabilities())
+                except PolicyError as exc:
+                    raise ConfigurationError(f"{self.config.source or 'config'}: {exc}") from exc
             self.pipeline.prepare()
             async with anyio.create_task_group() as workers:
                 # The workers' spans (approved dispatches, reconciliations) go to this runtime's exporter.
@@ -205,7 +211,12 @@ def build_runtime(
             base_dir=base_dir,
             reserved=frozenset({STATUS_TOOL}),
         )
-        policy_source = policy_provider(config.policy, config.policy_file, base_dir=base_dir)
+        policy_source = policy_provider(
+            config.policy,
+            config.policy_file,
+            base_dir=base_dir,
+            vet=lambda policy: vet_tool_names(policy, registry.capabilities()),
+        )
         policy = policy_source()
     except (CapabilityError, PolicyError) as exc:
         raise ConfigurationError(f"{config.source or 'config'}: {exc}") from exc

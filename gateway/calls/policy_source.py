@@ -12,25 +12,57 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from capabilities.contract import Capability
 from policy.engine import Policy, load_policy_file
 from policy.model import PolicyError
+from policy.naming import unmatched_tools
 from policy.rules import PolicyConfig
 
 logger = logging.getLogger(__name__)
 
 PolicyProvider = Callable[[], Policy]
+Vet = Callable[[Policy], None]
+"""A check a policy must pass before it is put in force (raises PolicyError)."""
+
+
+def vet_tool_names(policy: Policy, capabilities: Iterable[Capability]) -> None:
+    """Refuse a policy whose deny or approval rule, budget or loop rule names a tool no capability
+    has: a misspelled name covers no call, so a rule meant to hold refunds back would let them all
+    through. Warn of the rest (a glob, or an allow rule, which fails closed): either may be written
+    for tools an upstream has yet to offer.
+
+    Raises:
+        PolicyError: a plain name that holds calls back matches no tool name, capability id or ref.
+    """
+    names = {n for c in capabilities if c.kind == "tool" for n in (c.tool_name, c.id, c.ref)}
+    unmatched = unmatched_tools(policy.config, names)
+    refused = [u for u in unmatched if u.fails_open and not u.is_glob]
+    for entry in unmatched:
+        if entry not in refused:
+            logger.warning("policy %s: %s; it covers no call until one does", policy.version, entry)
+    if refused:
+        raise PolicyError(
+            f"{'; '.join(map(str, refused))}: a misspelled name would cover no call and hold nothing "
+            "back. Correct it, or write a glob (`refund_*`) for a tool an upstream has yet to offer"
+        )
 
 
 class WatchedPolicyFile:
     """The policy in a YAML file, reloaded when it changes: edited in place, or replaced by a rename."""
 
     def __init__(
-        self, path: str | Path, *, interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+        self,
+        path: str | Path,
+        *,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        vet: Vet | None = None,
     ):
-        """Load the file now.
+        """Load the file now; `vet` checks each reloaded policy before it is put in force (the first is
+        checked by whoever starts the gateway, once its upstreams' tools are known).
 
         Raises:
             PolicyError: the file cannot be read or holds an invalid policy.
@@ -38,6 +70,7 @@ class WatchedPolicyFile:
         self._path = Path(path)
         self._interval_s = interval_s
         self._clock = clock
+        self._vet = vet
         self._lock = threading.Lock()
         self._stamp = self._stat()
         self._policy = load_policy_file(self._path)
@@ -70,6 +103,8 @@ class WatchedPolicyFile:
         self._stamp = stamp  # a bad file is reported once, not every second
         try:
             policy = load_policy_file(self._path)
+            if self._vet is not None:
+                self._vet(policy)
         except PolicyError as exc:
             logger.error(
                 "policy file %s not loaded, keeping policy %s: %s", self._path, self._policy.version, exc
@@ -91,9 +126,15 @@ class WatchedPolicyFile:
 
 
 def policy_provider(
-    inline: PolicyConfig, policy_file: str | None, *, base_dir: Path, interval_s: float = 1.0
+    inline: PolicyConfig,
+    policy_file: str | None,
+    *,
+    base_dir: Path,
+    interval_s: float = 1.0,
+    vet: Vet | None = None,
 ) -> PolicyProvider:
-    """The policy in force: from `policy_file` (relative to the config's directory) if set, else inline.
+    """The policy in force: from `policy_file` (relative to the config's directory) if set, else inline;
+    a reloaded file is put in force only if it passes `vet`.
 
     Raises:
         PolicyError: the policy does not load.
@@ -102,4 +143,4 @@ def policy_provider(
         policy = Policy.from_config(inline)
         return lambda: policy
     path = Path(policy_file)
-    return WatchedPolicyFile(path if path.is_absolute() else base_dir / path, interval_s=interval_s)
+    return WatchedPolicyFile(path if path.is_absolute() else base_dir / path, interval_s=interval_s, vet=vet)

@@ -8,14 +8,17 @@ import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from gateway.calls.policy_source import WatchedPolicyFile, policy_provider
+from capabilities.contract import Capability
+from gateway.app import build_runtime
+from gateway.calls.policy_source import WatchedPolicyFile, policy_provider, vet_tool_names
 from gateway.cli.policy_check import check_policy
 from gateway.config import WritConfig, load_config
-from gateway.errors import UnknownTool
+from gateway.errors import ConfigurationError, UnknownTool
 from policy.model import PolicyError
 from policy.rules import PolicyConfig
 
@@ -149,3 +152,76 @@ def test_policy_check_names_the_decision_reason_version_and_deciding_rule(tmp_pa
     assert json.loads(json.dumps(denied.to_json()))["reason"] == "no_matching_rule"
     with pytest.raises(UnknownTool):
         check_policy(config, subject="alice", roles=["agent"], tool="nope", arguments={}, now=NOW)
+
+
+def demo_rules_with(tmp_path: Path, rule_id: str, **changes: Any) -> WritConfig:
+    """The demo's config (its policy in a file), with one of its rules changed."""
+    config = config_with_demo_capabilities(tmp_path)
+    rules = yaml.safe_load((tmp_path / "policy.yaml").read_text())
+    [changed] = [r for r in rules["rules"] if r["id"] == rule_id]
+    changed.update(changes)
+    write(tmp_path / "policy.yaml", rules, bump=1)
+    return config
+
+
+@pytest.mark.anyio
+async def test_a_gateway_refuses_to_start_on_an_approval_rule_naming_a_tool_it_does_not_have(
+    tmp_path: Path,
+) -> None:
+    # The rule that holds refunds over 100 for a person, misspelled: it would cover no call, and every
+    # refund would run on the next rule's allow.
+    runtime = build_runtime(
+        demo_rules_with(tmp_path, "refunds-over-100-need-approval", tools=["refund_ordr"])
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        async with runtime.running():
+            pytest.fail("the gateway started")
+    message = str(refused.value)
+    assert (
+        "rule 'refunds-over-100-need-approval' names tool 'refund_ordr', which no capability has" in message
+    )
+    assert "did you mean 'refund_order'" in message
+    assert "write a glob" in message
+
+
+@pytest.mark.anyio
+async def test_an_allow_rule_or_a_glob_naming_no_tool_starts_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An allow rule that covers nothing fails closed, and a glob may be written for tools an upstream
+    # has yet to offer: both are said, neither refused.
+    config = demo_rules_with(tmp_path, "agents-refund", tools=["refund_order", "notes_extra"])
+    rules = yaml.safe_load((tmp_path / "policy.yaml").read_text())
+    rules["rules"].insert(0, {"id": "no-notes", "tools": ["notes.*"], "decision": "deny"})
+    write(tmp_path / "policy.yaml", rules, bump=2)
+    with caplog.at_level(logging.WARNING, logger="gateway.calls.policy_source"):
+        async with build_runtime(config).running():
+            pass
+    warned = [r.message for r in caplog.records if "covers no call until one does" in r.message]
+    assert len(warned) == 2
+    assert "rule 'no-notes' names tool 'notes.*'" in warned[0]  # in the policy's order
+    assert "rule 'agents-refund' names tool 'notes_extra'" in warned[1]
+
+
+def test_a_reloaded_file_with_a_misspelled_deny_rule_is_not_put_in_force(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    refund = Capability(
+        id="refund-order", version="2", tool_name="refund_order", backend="acme", input_schema={}
+    )
+    path, clock = tmp_path / "policy.yaml", Clock()
+    write(path, ALLOW)
+    source = WatchedPolicyFile(
+        path, interval_s=1.0, clock=clock, vet=lambda policy: vet_tool_names(policy, [refund])
+    )
+    version = source().version
+    misspelled = {"rules": [{**DENY["rules"][0], "tools": ["refund_orders"]}, *ALLOW["rules"]]}
+    write(path, misspelled, bump=1)
+    clock.now = 1.5
+    with caplog.at_level(logging.ERROR, logger="gateway.calls.policy_source"):
+        assert source().version == version
+    assert "rule 'refunds-frozen' names tool 'refund_orders'" in caplog.text
+    assert f"keeping policy {version}" in caplog.text
+    write(path, DENY, bump=2)
+    clock.now = 3.0
+    assert source().config.rules[0].id == "refunds-frozen"
