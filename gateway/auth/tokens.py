@@ -255,7 +255,10 @@ class JwtVerifier:
             token=token,
             client_id=str(claims.get("client_id") or claims.get("azp") or ""),
             scopes=scopes,
-            expires_at=int(claims["exp"]),
+            # When this gateway stops taking it: `exp` and the leeway. The SDK's bearer backend checks
+            # `expires_at` again, and given the bare `exp` it refused a token in its leeway with a
+            # bare 401, before the verifier could say why 30 s later.
+            expires_at=int(claims["exp"]) + self._leeway,
             resource=self._audience,
             subject=str(claims["sub"]),
             claims=dict(claims),

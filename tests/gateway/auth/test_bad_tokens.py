@@ -170,6 +170,24 @@ def test_every_kind_of_bad_token_is_refused_with_401_and_nothing_is_dispatched(
     assert len(backend.refunds()) == 2
 
 
+def test_a_token_a_few_seconds_past_its_exp_is_taken_within_the_leeway_and_refused_with_its_reason_after(
+    guarded: Writ, backend: Backend, auth_server: AuthServer
+) -> None:
+    # The verifier allows 30 s of clock skew; the SDK's bearer backend checks the token's expiry again.
+    # It was handed the bare `exp`, so a token in its leeway got a bare 401 "Authentication required",
+    # neither taken nor refused with the reason the verifier would give 30 s later.
+    aud, now = guarded.mcp_url, int(time.time())
+    payload = auth_server.token("agent-es", scope=SCOPE, resource=aud).split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    within = auth_server.mint(**{**claims, "iat": now - 3600, "nbf": now - 3600, "exp": now - 5})
+    assert anyio.run(refund, guarded, within, "within-the-leeway") == "completed"
+    past = auth_server.mint(**{**claims, "iat": now - 3600, "nbf": now - 3600, "exp": now - 40})
+    response = call_refund(guarded, past)
+    assert_refused(guarded, response)
+    assert response.json() == {"error": "invalid_token", "error_description": "the token has expired"}
+    assert len(backend.refunds()) == 1
+
+
 def test_a_token_without_the_required_scope_gets_403_naming_the_scope(
     guarded: Writ, backend: Backend, auth_server: AuthServer
 ) -> None:
