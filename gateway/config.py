@@ -6,6 +6,7 @@ module owns the rest (server, store, auth), holds them all in one model, and fin
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -97,6 +98,23 @@ class ServerConfig(_Section):
     max_argument_bytes: int = Field(default=MAX_ARGUMENT_BYTES, ge=1024)
     """A tools/call whose arguments are larger, as compact JSON, is refused as `invalid_arguments`
     naming the limit (recorded as a digest and a preview). Arguments nest at most 64 levels."""
+    forwarded_allow_ips: list[str] = Field(default_factory=list)
+    """The proxies in front whose `X-Forwarded-For` and `X-Forwarded-Proto` Writ believes, as addresses
+    or networks (`10.0.0.5`, `10.0.0.0/24`; `*` for any peer); uvicorn's setting of that name. Default:
+    none, so the client's address (rate limits, security events) is the connection's own: a client
+    able to reach the port directly could otherwise name any address it liked."""
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _addresses(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry)  # an address is a network of one
+            except ValueError:
+                raise ValueError(f"forwarded_allow_ips: {entry!r} is not an IP address or network") from None
+        return entries
 
     @property
     def base_url(self) -> str:

@@ -27,6 +27,10 @@ def uvicorn_config(app: ASGIApp, server: ServerConfig) -> uvicorn.Config:
         ws="none",  # Writ serves no WebSockets; without them no upgrade path can skip the deadline
         timeout_keep_alive=server.keep_alive_timeout_s,
         limit_concurrency=server.limit_concurrency,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: any local client
+        # could then choose the address its rate limits and security events are counted under.
+        proxy_headers=bool(server.forwarded_allow_ips),
+        forwarded_allow_ips=server.forwarded_allow_ips,
         log_level="warning",
         access_log=False,
     )
