@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import httpx2
 import pytest
 from pydantic import ValidationError
@@ -14,8 +17,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import ServerConfig
 from gateway.http.header_deadline import protocol_class
-from gateway.serve import uvicorn_config
+from gateway.serve import WritServer, uvicorn_config
 from tests.e2e.harness import free_port
+from tests.eventually import eventually_sync
 from tests.gateway.mcp.inproc import serving
 
 
@@ -74,3 +78,16 @@ def test_forwarded_allow_ips_takes_only_addresses_and_networks(entry: str) -> No
 def test_forwarded_allow_ips_takes_addresses_networks_and_any_peer() -> None:
     entries = ["10.0.0.1", "10.0.0.0/24", "::1", "*"]
     assert ServerConfig(forwarded_allow_ips=entries).forwarded_allow_ips == entries
+
+
+def test_writ_says_it_is_ready_once_uvicorn_listens(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.serve")
+    server = WritServer(uvicorn_config(Starlette(), ServerConfig(port=free_port())), "http://writ.test/mcp")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        ready = eventually_sync(lambda: [r.getMessage() for r in caplog.records if r.name == "gateway.serve"])
+        assert ready == ["writ ready: MCP at http://writ.test/mcp"] and server.started
+    finally:
+        server.should_exit = True
+        thread.join(10)
