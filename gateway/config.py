@@ -42,6 +42,8 @@ from store.oauth_clients import Liveness
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
+CONFIG_FILES = (Path("writ.yaml"), DEMO_CONFIG)
+"""Where a config is looked for, in the directory Writ starts in, after `-c` and $WRIT_CONFIG."""
 
 
 # Here, not in gateway.telemetry, so that reading a config loads no OpenTelemetry SDK (and no
@@ -551,10 +553,19 @@ def find_config_file(explicit: str | None) -> Path | None:
         return Path(explicit)
     if env := os.environ.get("WRIT_CONFIG"):
         return Path(env)
-    for candidate in (Path("writ.yaml"), DEMO_CONFIG):
+    for candidate in CONFIG_FILES:
         if candidate.exists():
             return candidate
     return None
+
+
+def no_config_file() -> str:
+    """What to say when `find_config_file` found none: where it looked, and what that means."""
+    looked = ", ".join(str(path.absolute()) for path in CONFIG_FILES)
+    return (
+        f"no config file found (no -c, $WRIT_CONFIG unset, none of {looked}); "
+        "serving the defaults: no backends, no capabilities"
+    )
 
 
 def load_config(path: str | Path | None) -> WritConfig:
