@@ -24,7 +24,7 @@ import uvicorn
 from gateway.app import build_app, build_runtime
 from gateway.config import DEFAULT_STATE_DIR, DEMO_CONFIG, load_config
 from gateway.errors import ConfigurationError
-from gateway.serve import uvicorn_config
+from gateway.serve import WritServer, uvicorn_config
 
 AGENT = ("demo-agent", "agent")
 APPROVER = ("demo-approver", "approver")
@@ -156,9 +156,9 @@ Audit the log: writ audit verify    Ctrl-C stops everything.
 """
 
 
-class _AnnouncingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, message: str) -> None:
-        super().__init__(config)
+class _AnnouncingServer(WritServer):
+    def __init__(self, config: uvicorn.Config, resource_url: str, message: str) -> None:
+        super().__init__(config, resource_url)
         self._message = message
 
     async def startup(self, sockets=None) -> None:  # type: ignore[no-untyped-def]
@@ -193,6 +193,7 @@ def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
         message = banner(audience, f"http://127.0.0.1:{backend_port}", agent, approver)
         server = _AnnouncingServer(
             uvicorn_config(build_app(runtime), config.server),
+            audience,
             message,
         )
         server.run()

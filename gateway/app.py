@@ -652,8 +652,7 @@ def build_app(runtime: Runtime) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with runtime.running(), session_manager.run():
-            logger.info("writ ready: MCP at %s", server_config.resource_url)
-            yield
+            yield  # `writ serve` says it is ready once uvicorn listens (gateway/serve.py)
 
     return Starlette(
         routes=routes,

@@ -6,6 +6,7 @@ module owns the rest (server, store, auth), holds them all in one model, and fin
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -41,6 +42,8 @@ from store.oauth_clients import Liveness
 
 DEFAULT_STATE_DIR = Path(".writ")
 DEMO_CONFIG = DEFAULT_STATE_DIR / "demo.yaml"
+CONFIG_FILES = (Path("writ.yaml"), DEMO_CONFIG)
+"""Where a config is looked for, in the directory Writ starts in, after `-c` and $WRIT_CONFIG."""
 
 
 # Here, not in gateway.telemetry, so that reading a config loads no OpenTelemetry SDK (and no
@@ -97,6 +100,23 @@ class ServerConfig(_Section):
     max_argument_bytes: int = Field(default=MAX_ARGUMENT_BYTES, ge=1024)
     """A tools/call whose arguments are larger, as compact JSON, is refused as `invalid_arguments`
     naming the limit (recorded as a digest and a preview). Arguments nest at most 64 levels."""
+    forwarded_allow_ips: list[str] = Field(default_factory=list)
+    """The proxies in front whose `X-Forwarded-For` and `X-Forwarded-Proto` Writ believes, as addresses
+    or networks (`10.0.0.5`, `10.0.0.0/24`; `*` for any peer); uvicorn's setting of that name. Default:
+    none, so the client's address (rate limits, security events) is the connection's own: a client
+    able to reach the port directly could otherwise name any address it liked."""
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _addresses(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry)  # an address is a network of one
+            except ValueError:
+                raise ValueError(f"forwarded_allow_ips: {entry!r} is not an IP address or network") from None
+        return entries
 
     @property
     def base_url(self) -> str:
@@ -533,10 +553,19 @@ def find_config_file(explicit: str | None) -> Path | None:
         return Path(explicit)
     if env := os.environ.get("WRIT_CONFIG"):
         return Path(env)
-    for candidate in (Path("writ.yaml"), DEMO_CONFIG):
+    for candidate in CONFIG_FILES:
         if candidate.exists():
             return candidate
     return None
+
+
+def no_config_file() -> str:
+    """What to say when `find_config_file` found none: where it looked, and what that means."""
+    looked = ", ".join(str(path.absolute()) for path in CONFIG_FILES)
+    return (
+        f"no config file found (no -c, $WRIT_CONFIG unset, none of {looked}); "
+        "serving the defaults: no backends, no capabilities"
+    )
 
 
 def load_config(path: str | Path | None) -> WritConfig:

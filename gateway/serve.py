@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
+import socket
 import sys
 
 import uvicorn
@@ -16,6 +18,22 @@ from gateway.http.header_deadline import protocol_class
 STARTUP_FAILURE = 3
 """The exit status `uvicorn.run` uses when the server did not start."""
 
+logger = logging.getLogger(__name__)
+
+
+class WritServer(uvicorn.Server):
+    """uvicorn's server, saying Writ is ready once it listens: the app's lifespan (where the store,
+    workers and upstreams start) runs before uvicorn binds the port, which may then be taken."""
+
+    def __init__(self, config: uvicorn.Config, resource_url: str) -> None:
+        super().__init__(config)
+        self.resource_url = resource_url
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            logger.info("writ ready: MCP at %s", self.resource_url)
+
 
 def uvicorn_config(app: ASGIApp, server: ServerConfig) -> uvicorn.Config:
     """uvicorn's settings for the `server:` section (the body's deadline is in the app itself)."""
@@ -27,6 +45,10 @@ def uvicorn_config(app: ASGIApp, server: ServerConfig) -> uvicorn.Config:
         ws="none",  # Writ serves no WebSockets; without them no upgrade path can skip the deadline
         timeout_keep_alive=server.keep_alive_timeout_s,
         limit_concurrency=server.limit_concurrency,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise: any local client
+        # could then choose the address its rate limits and security events are counted under.
+        proxy_headers=bool(server.forwarded_allow_ips),
+        forwarded_allow_ips=server.forwarded_allow_ips,
         log_level="warning",
         access_log=False,
     )
@@ -34,7 +56,7 @@ def uvicorn_config(app: ASGIApp, server: ServerConfig) -> uvicorn.Config:
 
 def serve_http(config: WritConfig) -> None:
     runtime = build_runtime(config)
-    server = uvicorn.Server(uvicorn_config(build_app(runtime), config.server))
+    server = WritServer(uvicorn_config(build_app(runtime), config.server), config.server.resource_url)
     # What startup built (modules, config, policy, models) lives as long as the process: frozen, the
     # collector no longer walks it in every full collection, which under load cost about 0.5 ms of
     # CPU per call (bench/README.md, "Gateway CPU per read").

@@ -31,7 +31,7 @@ from gateway.cli.identity import policy_app, principals_app
 from gateway.cli.refusals import exit_refused
 from gateway.cli.retries import calls_retry
 from gateway.cli.runs import runs_app
-from gateway.config import WritConfig, find_config_file, load_config
+from gateway.config import WritConfig, find_config_file, load_config, no_config_file
 from gateway.display import visible
 from gateway.errors import GatewayError, Refused
 from store.commands import ResolveManually
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from gateway.audit.checkpoints import Checkpoint
     from store.model import AuditReport
     from store.ports import Standing
+
+logger = logging.getLogger(__name__)
 
 app = typer.Typer(help="Writ: a guarded MCP tool gateway.", no_args_is_help=True, add_completion=False)
 store_app = typer.Typer(help="Manage the event store.", no_args_is_help=True)
@@ -87,7 +89,10 @@ def serve(
     """Run the gateway over streamable HTTP at /mcp."""
     from gateway.serve import serve_http
 
-    cfg = _config(config)
+    path = find_config_file(config)
+    if path is None:  # else a typo in a file's name would serve nothing, and say nothing of it
+        logger.warning(no_config_file())
+    cfg = load_config(path)
     updates = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     if updates:
         cfg = cfg.model_copy(update={"server": cfg.server.model_copy(update=updates)})

@@ -104,6 +104,9 @@ def test_the_compose_balancer_fronts_both_replicas_at_the_public_url(tmp_path: P
     upstreams = re.findall(r"^\s*server\s+([\w.-]+:\d+);", nginx, re.MULTILINE)
     assert upstreams == [f"{name}:{config.server.port}" for name in WRIT_SERVICES]
     assert "proxy_set_header Host $http_host;" in nginx, "allowed_hosts sees the client's Host"
+    # Writ believes nginx's X-Forwarded-For, so nginx must say who connected, never pass on a claim.
+    assert config.server.forwarded_allow_ips
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in nginx
     public = urlsplit(config.server.public_url or "")
     listen = re.search(r"listen\s+(\d+);", nginx)
     assert listen and compose["services"]["lb"]["ports"] == [f"127.0.0.1:{public.port}:{listen.group(1)}"]

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -240,6 +241,24 @@ def test_writ_serve_with_an_upstream_it_cannot_reach_says_why_in_one_line(tmp_pa
     assert result.returncode != 0
     assert "writ cannot start: mcp backend 'files': cannot connect" in result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_writ_serve_on_a_port_already_taken_fails_without_saying_it_is_ready(tmp_path: Path) -> None:
+    # "writ ready" was said in the app's lifespan, which uvicorn runs before it binds the port: the
+    # log said ready, then "address already in use", and the process exited.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        path = demo_config(
+            tmp_path,
+            gateway_port=taken.getsockname()[1],
+            backend_url=f"http://127.0.0.1:{free_port()}",
+            store_url=f"sqlite:///{tmp_path / 'writ.db'}",
+        )
+        result = writ("serve", "-c", str(path), cwd=tmp_path, check=False)
+    assert result.returncode == 3, result.stderr
+    assert "address already in use" in result.stderr
+    assert "writ ready" not in result.stdout + result.stderr
 
 
 def test_a_command_whose_database_is_down_says_so_in_one_line(tmp_path: Path) -> None:

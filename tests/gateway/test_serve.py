@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+
+import httpx2
 import pytest
+from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.config import ServerConfig
 from gateway.http.header_deadline import protocol_class
-from gateway.serve import uvicorn_config
+from gateway.serve import WritServer, uvicorn_config
+from tests.e2e.harness import free_port
+from tests.eventually import eventually_sync
+from tests.gateway.mcp.inproc import serving
 
 
 def test_the_server_section_sets_uvicorns_timeouts_and_concurrency_cap() -> None:
@@ -35,3 +46,48 @@ def test_each_parser_setting_gets_uvicorns_protocol_for_it_with_the_deadline(par
     assert issubclass(cls, base) and cls.header_timeout_s == 2.5  # type: ignore[attr-defined]
     assert protocol_class(parser, 4).header_timeout_s == 4  # type: ignore[attr-defined]
     assert cls.header_timeout_s == 2.5  # type: ignore[attr-defined]
+
+
+async def _client_address(request: Request) -> Response:
+    return PlainTextResponse(request.client.host if request.client else "")
+
+
+def _address_seen(server: ServerConfig, forwarded_for: str) -> str:
+    """The client address an app served with `server`'s settings sees for a request from 127.0.0.1."""
+    app = Starlette(routes=[Route("/", _client_address)])
+    with serving(uvicorn_config(app, server.model_copy(update={"port": free_port()}))) as running:
+        url = f"http://127.0.0.1:{running.config.port}/"
+        return httpx2.get(url, headers={"X-Forwarded-For": forwarded_for}, timeout=10).text
+
+
+def test_by_default_a_local_client_cannot_choose_its_address_with_x_forwarded_for() -> None:
+    assert _address_seen(ServerConfig(), "10.0.0.7") == "127.0.0.1"
+
+
+def test_a_proxy_named_in_forwarded_allow_ips_says_who_its_client_is() -> None:
+    assert _address_seen(ServerConfig(forwarded_allow_ips=["127.0.0.0/8"]), "10.0.0.7") == "10.0.0.7"
+    assert _address_seen(ServerConfig(forwarded_allow_ips=["10.9.9.9"]), "10.0.0.7") == "127.0.0.1"
+
+
+@pytest.mark.parametrize("entry", ["localhost", "10.0.0.1/24", "10.0.0.300", ""])
+def test_forwarded_allow_ips_takes_only_addresses_and_networks(entry: str) -> None:
+    with pytest.raises(ValidationError, match="forwarded_allow_ips"):
+        ServerConfig(forwarded_allow_ips=[entry])
+
+
+def test_forwarded_allow_ips_takes_addresses_networks_and_any_peer() -> None:
+    entries = ["10.0.0.1", "10.0.0.0/24", "::1", "*"]
+    assert ServerConfig(forwarded_allow_ips=entries).forwarded_allow_ips == entries
+
+
+def test_writ_says_it_is_ready_once_uvicorn_listens(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.serve")
+    server = WritServer(uvicorn_config(Starlette(), ServerConfig(port=free_port())), "http://writ.test/mcp")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        ready = eventually_sync(lambda: [r.getMessage() for r in caplog.records if r.name == "gateway.serve"])
+        assert ready == ["writ ready: MCP at http://writ.test/mcp"] and server.started
+    finally:
+        server.should_exit = True
+        thread.join(10)

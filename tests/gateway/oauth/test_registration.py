@@ -37,3 +37,19 @@ def test_registrations_past_the_burst_from_one_address_get_429_with_retry_after(
     assert 1 <= int(answers[-1].headers["retry-after"]) <= 60
     registered = {a.json()["client_id"] for a in answers[:3]}
     assert all(gateway.runtime.store.get_client(c) is not None for c in registered)
+
+
+def test_a_client_past_the_burst_gets_no_more_by_naming_other_addresses_in_x_forwarded_for(
+    gateway: Writ,
+) -> None:
+    body = {"redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"}
+    for _ in range(4):  # the burst is 3: spent here unless a case before this one spent it
+        if httpx2.post(f"{gateway.url}/register", json=body, timeout=10).status_code == 429:
+            break
+    spoofed = [
+        httpx2.post(
+            f"{gateway.url}/register", json=body, headers={"X-Forwarded-For": f"10.0.0.{i}"}, timeout=10
+        )
+        for i in range(1, 4)
+    ]
+    assert [a.status_code for a in spoofed] == [429, 429, 429]
