@@ -9,6 +9,36 @@ from hypothesis import strategies as st
 
 from gateway.display import visible
 
+# Default_Ignorable_Code_Point (Unicode 14.0) beyond the bidi, zero-width and tag characters, and
+# U+2800: each renders as nothing or as blank, so "1002\ufe0f" read as "1002". Most are not Cf.
+SHOWN_AS_NOTHING_OR_BLANK = (
+    "\u034f",  # combining grapheme joiner
+    "\u115f\u1160\u3164\uffa0",  # Hangul fillers
+    "\u17b4\u17b5",  # Khmer inherent vowels
+    "\u180b\u180c\u180d\u180f",  # Mongolian free variation selectors
+    "\u2065",  # reserved, default ignorable
+    "".join(map(chr, range(0xFE00, 0xFE10))),  # variation selectors 1-16
+    "".join(map(chr, range(0xFFF0, 0xFFF9))),  # reserved, default ignorable
+    "".join(map(chr, range(0x1D173, 0x1D17B))),  # musical beam and phrase controls
+    "".join(map(chr, range(0xE0100, 0xE01F0))),  # variation selectors 17-256
+    "\U000e0000\U000e0002\U000e0080\U000e01f0\U000e0fff",  # reserved tags and selectors
+    "\u2800",  # braille pattern blank
+)
+
+UNSEEN = frozenset("".join(SHOWN_AS_NOTHING_OR_BLANK))
+# Any text, with what must be marked drawn far more often than st.characters() alone would.
+TEXT = st.text(st.characters() | st.sampled_from(sorted(UNSEEN)))
+
+ORDINARY = (
+    "refund 250 EUR, naïve ﷽ 👍🏽\tok\n",
+    "Ærøskøbing, façade, Łódź, Ελληνικά, Кириллица",
+    "漢字かなカナ 中文 订单",
+    "العربية طلب استرداد",
+    "עברית החזר",
+    "한국어 환불 주문",
+    "🎉👍🚀 ☕",
+)
+
 
 def test_bidi_controls_zero_width_and_control_characters_become_code_points() -> None:
     assert visible("\u202e2001") == "<U+202E>2001"
@@ -17,13 +47,30 @@ def test_bidi_controls_zero_width_and_control_characters_become_code_points() ->
     assert visible("tag\U000e0041") == "tag<U+E0041>"
 
 
+def test_variation_selectors_and_hangul_fillers_become_code_points() -> None:
+    assert visible("1002\ufe0f") == "1002<U+FE0F>"
+    assert visible("dup\u3164check") == "dup<U+3164>check"
+    assert visible("a\u034fb\U000e0100") == "a<U+034F>b<U+E0100>"
+
+
+def test_every_character_that_renders_as_nothing_or_blank_becomes_a_code_point() -> None:
+    for ch in sorted(UNSEEN):
+        assert visible(f"a{ch}b") == f"a<U+{ord(ch):04X}>b"
+
+
 def test_ordinary_text_numbers_and_none_are_unchanged_and_objects_are_json() -> None:
     assert visible("refund 250 EUR, naïve ﷽ 👍🏽\tok\n") == "refund 250 EUR, naïve ﷽ 👍🏽\tok\n"
     assert visible(250) == 250 and visible(None) is None
     assert visible({"b": ["\u202e"], "a": 1}) == '{"a": 1, "b": ["<U+202E>"]}'
 
 
-@given(st.text())
+def test_ordinary_text_in_many_scripts_is_unchanged() -> None:
+    for text in ORDINARY:
+        assert visible(text) == text
+
+
+@given(TEXT)
 def test_no_hidden_character_survives(text: str) -> None:
     shown = visible(text)
     assert all(ch in "\t\n" or unicodedata.category(ch) not in {"Cc", "Cf", "Zl", "Zp"} for ch in shown)
+    assert not UNSEEN & set(shown)
