@@ -18,7 +18,7 @@ from gateway.cli.authority import CLI, AsOption, BreakGlassOption, TokenOption, 
 from gateway.cli.clock import CLOCK
 from gateway.cli.refusals import exit_refused
 from gateway.config import WritConfig, find_config_file, load_config
-from gateway.display import visible
+from gateway.display import visible_line
 from gateway.errors import Refused
 from gateway.reasons import ReasonCode
 from store.limits import TENANT_CHARS, refusal, text_unfit
@@ -83,8 +83,8 @@ def clients_list(
         typer.echo("no clients have signed anyone in" + (f" in tenant {scope}" if scope else ""))
     for c in clients:
         typer.echo(
-            f"{visible(c.client_id)}  live={c.live_sign_ins} last={_time(c.last_sign_in_at)} "
-            f"{c.kind} {visible(c.name or '(no name)')}"
+            f"{visible_line(c.client_id)}  live={c.live_sign_ins} last={_time(c.last_sign_in_at)} "
+            f"{c.kind} {visible_line(c.name or '(no name)')}"
         )
 
 
@@ -118,12 +118,12 @@ def clients_show(
         typer.echo(json.dumps(detail.to_json(), indent=2))
         return
     c = detail.client
-    typer.echo(f"client {visible(c.client_id)}: {visible(c.name or '(no name)')} ({c.kind})")
-    typer.echo(f"redirect URIs: {', '.join(visible(u) for u in detail.redirect_uris) or '-'}")
+    typer.echo(f"client {visible_line(c.client_id)}: {visible_line(c.name or '(no name)')} ({c.kind})")
+    typer.echo(f"redirect URIs: {', '.join(visible_line(u) for u in detail.redirect_uris) or '-'}")
     typer.echo(f"live sign-ins: {len(detail.sign_ins)}")
     for s in detail.sign_ins:
         typer.echo(
-            f"  {s.family_id}  {visible(s.subject)} tenant={s.tenant} signed_in={_time(s.signed_in_at)} "
+            f"  {s.family_id}  {visible_line(s.subject)} tenant={s.tenant} signed_in={_time(s.signed_in_at)} "
             f"refreshed={_time(s.last_refreshed_at)} refresh_expires={_time(s.refresh_expires_at)}"
         )
 
@@ -191,6 +191,6 @@ def clients_revoke(
     mark = " (break-glass)" if revoked.break_glass else ""
     ended = body["signInsEnded"]
     typer.echo(
-        f"revoked client {visible(client_id)} in tenant {scope} at {body['revokedAt']} by {who.name}{mark}: "
-        f"ended {ended} sign-in{'s' if ended != 1 else ''}"
+        f"revoked client {visible_line(client_id)} in tenant {scope} at {body['revokedAt']} "
+        f"by {who.name}{mark}: ended {ended} sign-in{'s' if ended != 1 else ''}"
     )

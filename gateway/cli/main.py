@@ -32,7 +32,7 @@ from gateway.cli.refusals import exit_refused
 from gateway.cli.retries import calls_retry
 from gateway.cli.runs import runs_app
 from gateway.config import WritConfig, find_config_file, load_config, no_config_file
-from gateway.display import visible
+from gateway.display import visible_line
 from gateway.errors import GatewayError, Refused
 from store.commands import ResolveManually
 from store.limits import NAME_CHARS, SUBJECT_CHARS, TENANT_CHARS, refusal, text_unfit
@@ -495,7 +495,7 @@ def calls_list(
             waiting = "  CONTRADICTED: later evidence disagrees; check, then `writ calls resolve`"
         typer.echo(
             f"{c.tool_call_id}  {c.status:<16} verification={c.verification_status:<17} "
-            f"tenant={c.tenant} {visible(c.summary)}{waiting}"
+            f"tenant={c.tenant} {visible_line(c.summary)}{waiting}"
         )
 
 
@@ -585,9 +585,9 @@ def approvals_list(
         typer.echo("no approvals")
     for a in approvals:
         call = calls[a.tool_call_id]
-        effect = visible(call.summary) if call else ""
+        effect = visible_line(call.summary) if call else ""
         typer.echo(
-            f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={a.requester} "
+            f"{a.approval_id}  {a.status:<18} call={a.tool_call_id} requester={visible_line(a.requester)} "
             f"role={a.approver_role} expires={a.expires_at.isoformat()}  {effect}"
         )
 

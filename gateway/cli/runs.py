@@ -17,7 +17,7 @@ from gateway.cli.authority import CLI, BreakGlassOption, TokenOption, authority,
 from gateway.cli.clock import CLOCK
 from gateway.cli.refusals import exit_refused
 from gateway.config import find_config_file, load_config
-from gateway.display import visible
+from gateway.display import visible_line
 from gateway.errors import Refused
 
 runs_app = typer.Typer(help="See, stop and resume runs.", no_args_is_help=True)
@@ -47,12 +47,12 @@ def runs_list(
         typer.echo("no runs")
     for r in runs:
         stopped = (
-            f"  stopped by {visible(r.stopped_by or '')}: {visible(r.stop_reason or '')}"
+            f"  stopped by {visible_line(r.stopped_by or '')}: {visible_line(r.stop_reason or '')}"
             if r.status == "stopped"
             else ""
         )
         typer.echo(
-            f"{r.run_id}  {r.status:<7} tenant={r.tenant} subject={visible(r.subject)} "
+            f"{r.run_id}  {r.status:<7} tenant={r.tenant} subject={visible_line(r.subject)} "
             f"origin={r.origin or '-'} calls={r.call_count} started={r.started_at.isoformat()}{stopped}"
         )
 

@@ -110,9 +110,10 @@ async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
     inproc_sqlite_gateway: Gateway, browser: Browser
 ) -> None:
     # U+202E made the approver read order "1002" and reason "live" where "\u202e2001" and "\u202eevil"
-    # would be sent; U+200B is not seen at all.
+    # would be sent; U+200B, U+FE0F (a variation selector) and U+3164 (a Hangul filler) are not seen.
     gateway = inproc_sqlite_gateway
-    arguments = {"order_id": "\u202e2001", "amount": 250, "currency": "EUR", "reason": "\u202eevil\u200b"}
+    order, reason = "\u202e2001\ufe0f", "\u202eevil\u200b\u3164"
+    arguments = {"order_id": order, "amount": 250, "currency": "EUR", "reason": reason}
     async with gateway.client(gateway.token("alice")) as client:
         result = await client.call_tool("refund_order", arguments)
     pending = result.structured_content
@@ -121,10 +122,10 @@ async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
     await page.goto(f"{gateway.url}/console/approvals/{pending['approvalId']}")
 
     card = page.locator(f"article#{pending['approvalId']}")
-    await expect(card.locator("tr[data-name=order_id] td")).to_have_text("<U+202E>2001")
-    await expect(card.locator("tr[data-name=reason] td")).to_have_text("<U+202E>evil<U+200B>")
-    await expect(card.locator("h2.summary")).to_contain_text("to order <U+202E>2001")
-    assert "<U+202E>2001" in gateway.cli("approvals", "list").stdout
+    await expect(card.locator("tr[data-name=order_id] td")).to_have_text("<U+202E>2001<U+FE0F>")
+    await expect(card.locator("tr[data-name=reason] td")).to_have_text("<U+202E>evil<U+200B><U+3164>")
+    await expect(card.locator("h2.summary")).to_contain_text("to order <U+202E>2001<U+FE0F>")
+    assert "<U+202E>2001<U+FE0F>" in gateway.cli("approvals", "list").stdout
 
 
 def test_a_login_posted_from_another_site_is_refused(inproc_sqlite_gateway: Gateway) -> None:

@@ -16,7 +16,7 @@ from gateway.opening import dev_issuer_for
 from store import Store
 from store.commands import EscalateReconciliation, RevokePrincipal, StartReconciliation
 from store.model import StoredEvent
-from tests.store.builders import NOW, call_request, outcome
+from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
 
 
 def escalated_store(tmp_path: Path) -> Path:
@@ -89,6 +89,29 @@ def test_unresolved_lists_only_unknown_calls_and_marks_the_escalated_ones(tmp_pa
     assert out.exit_code == 0, out.output
     assert "tc-lost" in out.output and "ESCALATED" in out.output
     assert "tc-done" not in out.output
+
+
+def test_a_value_in_a_summary_cannot_add_a_row_to_a_list(tmp_path: Path) -> None:
+    config = escalated_store(tmp_path)
+    forged = "\nap_fake  awaiting_approval  call=tc-fake  refund 5.00 EUR to order 1001"
+    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
+        store.admit(
+            call_request(
+                tool_call_id="tc-odd",
+                idempotency_key="k-odd",
+                decision=REQUIRE_APPROVAL,
+                summary=f"refund 250.00 EUR to order 1002\ufe0f{forged}",
+            )
+        )
+
+    calls = CliRunner().invoke(app, ["calls", "list", "-c", str(config)])
+    approvals = CliRunner().invoke(app, ["approvals", "list", "-c", str(config)])
+
+    assert calls.exit_code == 0 and approvals.exit_code == 0, calls.output + approvals.output
+    assert len(calls.output.splitlines()) == 3 and len(approvals.output.splitlines()) == 1
+    for listed in (calls.output, approvals.output):
+        assert "order 1002<U+FE0F><U+000A>ap_fake" in listed
+        assert not any(line.startswith("ap_fake") for line in listed.splitlines())
 
 
 def test_a_resolution_with_a_token_is_recorded_under_the_tokens_subject(tmp_path: Path) -> None:
