@@ -70,6 +70,17 @@ def outcome_text(call: CallView) -> str:
     return NEXT.get(call.status, "")
 
 
+_WRIT_REASONS = frozenset(ReasonCode)
+
+
+def rule_message(call: CallView) -> str | None:
+    """The `message` of the policy rule that denied `call`, as the operator wrote it for the user; None
+    when no rule did (Writ's own refusals: their text is for the record, not the model) or it has none."""
+    if call.status != "denied" or call.reason is None or call.reason in _WRIT_REASONS:
+        return None
+    return call.error or None
+
+
 def _meta(call: CallView) -> dict[str, Any]:
     meta = {
         "writ/toolCallId": call.tool_call_id,
@@ -267,6 +278,8 @@ def status_model(call: CallView, *, include_result: bool = False) -> StatusDocum
             said["expires_at"] = call.approval_expires_at.isoformat()
     if call.status == "denied":
         said["reason"] = call.reason
+        if (message := rule_message(call)) is not None:
+            said["message"] = message
         said["policy_version"] = call.policy_version
     if call.status == "result_unknown":
         # Escalated: reconciliation gave up and a person must settle it (`writ calls resolve`).
@@ -311,7 +324,9 @@ def _headline(call: CallView) -> str:
                 f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."
             )
         case "denied":
-            return f"Denied by policy ({call.reason}): {summary}."
+            message = rule_message(call)
+            says = f" The policy says: {message.rstrip()}" if message else ""
+            return f"Denied by policy ({call.reason}): {summary}.{says}"
         case "dispatching":
             return f"In progress: {summary}."
         case _:
