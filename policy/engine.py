@@ -189,17 +189,16 @@ class Policy:
         strictest = max(RESTRICTIVENESS[t.decision] for t in matched)
         winner = next(t for t in matched if RESTRICTIVENESS[t.decision] == strictest)
         rule = self._rule(winner.rule_id)
-        also = [t.rule_id for t in matched if t is not winner]
-        message = rule.message or f"decided by rule {rule.id!r}"
-        if also:
-            message += f" (also matched: {', '.join(also)})"
+        # The rule's `message` is the operator's text for the user, shown as written; which other rules
+        # matched is Writ's own account, kept apart so that neither is mistaken for the other.
         return Decision(
             effect=rule.decision,
             reason=rule.reason_code,
             policy_version=self._version,
             rule_id=rule.id,
             approval=_approval(rule),
-            message=message,
+            message=rule.message,
+            also_matched=tuple(t.rule_id for t in matched if t is not winner),
         )
 
     def _rule(self, rule_id: str) -> Rule:

@@ -71,4 +71,7 @@ class Decision:
     rule_id: str | None = None
     approval: ApprovalRequirement | None = None
     message: str | None = field(default=None, compare=False)
-    """Optional human text explaining the decision."""
+    """Human text explaining the decision: the deciding rule's `message` (the operator's words for the
+    user), or Writ's own for `no_matching_rule` and `policy_error`; None when the rule has none."""
+    also_matched: tuple[str, ...] = field(default=(), compare=False)
+    """The other rules that matched, less restrictive or later in the file than `rule_id`."""

@@ -121,9 +121,14 @@ class DecisionRecord:
     approval: ApprovalNeed | None = None
     """Set when the effect is `require_approval`."""
     message: str | None = None
+    """The deciding rule's `message` (the operator's words), or Writ's own text for its own reasons."""
+    also_matched: tuple[str, ...] = ()
+    """The other rules that matched the call."""
 
     def to_json(self) -> dict[str, Any]:
         """The `decision` of a `tool_call.requested` payload; its keys and their order are hashed."""
+        # `also_matched` only when some did: a decision of one rule is written as it always was.
+        also = {"also_matched": list(self.also_matched)} if self.also_matched else {}
         return {
             "effect": self.effect,
             "reason": self.reason,
@@ -139,6 +144,7 @@ class DecisionRecord:
                 else None
             ),
             "message": self.message,
+            **also,
         }
 
 

@@ -148,6 +148,7 @@ def decision_record(decision: Decision) -> DecisionRecord:
             ApprovalNeed(need.approver_role, need.expires_in_s, need.requester_may_approve) if need else None
         ),
         message=decision.message,
+        also_matched=decision.also_matched,
     )
 
 

@@ -28,7 +28,7 @@ from gateway.calls.retries import RETRY_ROLES, RetryRequest, retry_links
 from gateway.clock import Clock
 from gateway.console.clients import ClientPages
 from gateway.console.runs import RunPages
-from gateway.console.views import InForce, approval_card, timeline, unresolved_card
+from gateway.console.views import InForce, approval_card, status_note, timeline, unresolved_card
 from gateway.display import visible
 from gateway.errors import Refused
 from gateway.mcp.results import outcome_text
@@ -376,6 +376,7 @@ class Console:
             events=timeline(events),
             settled=settled,
             outcome=outcome_text(found),
+            note=status_note(found),
             links=links,
             may_retry=may_retry,
             error=error,

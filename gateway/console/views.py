@@ -73,7 +73,7 @@ def approval_card(
         "arguments": arguments,
         "rule": decision.get("rule_id"),
         "reason": decision.get("reason"),
-        "message": decision.get("message"),
+        **_policy_words(decision),
         "policy_version": decision.get("policy_version"),
         "expires_at": approval.expires_at.isoformat(),
         "seconds_left": max(int((approval.expires_at - now).total_seconds()), 0),
@@ -87,6 +87,29 @@ def approval_card(
             else []
         ),
     }
+
+
+def status_note(call: CallView) -> str | None:
+    """What the bracket after a call's status names: what failed, or was not heard, for a call that
+    failed or is unknown; the refusal's reason for a denied one. The policy's decision that let a call
+    run is not its outcome's reason: the call page shows that on a line of its own."""
+    if call.status in ("failed", "result_unknown"):
+        return call.error
+    if call.status == "denied":
+        return call.reason
+    return None
+
+
+def _policy_words(decision: dict[str, Any]) -> dict[str, Any]:
+    """The deciding rule's message and the other rules that matched, each said once."""
+    message = decision.get("message")
+    also = ", ".join(decision.get("also_matched") or ())
+    legacy = f"decided by rule {decision.get('rule_id')!r}"
+    if isinstance(message, str) and message.startswith(legacy):
+        # Recorded before the two were kept apart: Writ's own sentence, which named the rule again.
+        also = message.removeprefix(legacy).strip().removeprefix("(also matched: ").removesuffix(")")
+        message = None
+    return {"message": message, "also_matched": also}
 
 
 def unresolved_card(store: CallReads, call: CallView) -> dict[str, Any]:

@@ -69,6 +69,7 @@ class StatusDocument(BaseModel):
     expires_at: str | None = Field(default=None, description="ISO 8601")
     effect: Effect | None = None
     reason: str | None = None
+    message: str | None = Field(default=None, description="The policy rule's message for the user")
     policy_version: str | None = None
     reconciliation: Reconciliation | None = None
     error: str | None = None

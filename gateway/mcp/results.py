@@ -55,6 +55,45 @@ FAILED_BY = {
     ),
 }
 
+# A failure the backend did not answer: "answered with an error" would be untrue. Writ knows these
+# requests were never delivered (or never started), or, for reads, which change nothing, went unanswered;
+# a write that may have been delivered and went unanswered is `result_unknown`, never `failed`.
+_NOT_SENT = (
+    "Nothing was done: the request never reached the backend. Try again later, or tell the user if it "
+    "keeps failing."
+)
+FAILED_UNANSWERED = {
+    "backend_unreachable": (
+        "The backend could not be reached (it may be down), so the request was never delivered. " + _NOT_SENT
+    ),
+    "request_error": "Writ could not send the request. " + _NOT_SENT,
+    "threads_busy": "The backend had no free thread and the call never started. " + _NOT_SENT,
+    "invalid_arguments": "Writ could not build the request from the arguments. " + _NOT_SENT,
+    "lease_expired_before_dispatch": "Writ's dispatch lease ran out before the request was sent. "
+    + _NOT_SENT,
+    "unknown_capability": "The backend does not serve this tool. " + _NOT_SENT,
+    "timeout": "The backend did not answer this read in time. A read changes nothing; it may be tried again.",
+    "connection_lost": (
+        "The connection to the backend was lost before it answered this read. A read changes nothing; "
+        "it may be tried again."
+    ),
+    "cancelled_by_client": "This read was cancelled before the backend answered. It changes nothing.",
+    "executor_timeout": "No outcome of this read came back in time. A read changes nothing; try again.",
+    "executor_error": "Writ failed to run this read (see its log). A read changes nothing; tell the user.",
+    "undecodable_response": (
+        "The backend answered this read with something Writ could not decode. Read the error before "
+        "deciding whether to try again."
+    ),
+    "response_too_large": (
+        "The backend's answer to this read was larger than Writ accepts. Read the error before deciding "
+        "whether to try again."
+    ),
+    "invalid_response": (
+        "The backend's answer to this read was not a valid result. Read the error before deciding "
+        "whether to try again."
+    ),
+}
+
 CONTRADICTED = (
     "Do not call again: Writ's recorded outcome of this call is contradicted by later evidence (it may "
     "have taken effect after all, or not). A person is checking; check with writ_call_status."
@@ -66,8 +105,20 @@ def outcome_text(call: CallView) -> str:
     if call.contradicted:
         return CONTRADICTED
     if call.status == "failed":
-        return FAILED_BY.get(call.error or "", NEXT["failed"])
+        error = call.error or ""
+        return FAILED_BY.get(error) or FAILED_UNANSWERED.get(error) or NEXT["failed"]
     return NEXT.get(call.status, "")
+
+
+_WRIT_REASONS = frozenset(ReasonCode)
+
+
+def rule_message(call: CallView) -> str | None:
+    """The `message` of the policy rule that denied `call`, as the operator wrote it for the user; None
+    when no rule did (Writ's own refusals: their text is for the record, not the model) or it has none."""
+    if call.status != "denied" or call.reason is None or call.reason in _WRIT_REASONS:
+        return None
+    return call.error or None
 
 
 def _meta(call: CallView) -> dict[str, Any]:
@@ -236,7 +287,7 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
         result = dict(call.result or {})
         said = (
             outcome_text(call)
-            if call.error in FAILED_BY
+            if call.error in FAILED_BY or call.error in FAILED_UNANSWERED
             else f"The backend answered with an error: {call.error or 'unknown error'}."
         )
         content = result.get("content") or [{"type": "text", "text": said}]
@@ -267,6 +318,8 @@ def status_model(call: CallView, *, include_result: bool = False) -> StatusDocum
             said["expires_at"] = call.approval_expires_at.isoformat()
     if call.status == "denied":
         said["reason"] = call.reason
+        if (message := rule_message(call)) is not None:
+            said["message"] = message
         said["policy_version"] = call.policy_version
     if call.status == "result_unknown":
         # Escalated: reconciliation gave up and a person must settle it (`writ calls resolve`).
@@ -311,7 +364,9 @@ def _headline(call: CallView) -> str:
                 f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."
             )
         case "denied":
-            return f"Denied by policy ({call.reason}): {summary}."
+            message = rule_message(call)
+            says = f" The policy says: {message.rstrip()}" if message else ""
+            return f"Denied by policy ({call.reason}): {summary}.{says}"
         case "dispatching":
             return f"In progress: {summary}."
         case _:

@@ -37,6 +37,8 @@ async def test_an_approver_approves_a_pending_refund_in_the_inbox_and_sees_it_co
     await expect(card.locator(".requester")).to_have_text("alice")
     await expect(card.locator(".rule")).to_contain_text("refunds-over-100-need-approval")
     await expect(card.locator(".rule")).to_contain_text("amount_over_approval_threshold")
+    await expect(card.locator(".rule")).to_contain_text("(also matched: agents-refund)")
+    assert (await card.locator(".rule").inner_text()).count("refunds-over-100-need-approval") == 1
     await expect(card.locator("tr[data-name=amount] td")).to_have_text("250")
     await expect(card.locator("tr[data-name=order_id] td")).to_have_text("1002")
     await expect(card.locator("time.countdown")).to_contain_text("59m")
@@ -58,6 +60,25 @@ async def test_an_approver_approves_a_pending_refund_in_the_inbox_and_sees_it_co
     )
     await expect(page.locator("#timeline li[data-type='approval.granted']")).to_contain_text("decided_by=bob")
     assert len(backend.refunds("console-1")) == 1
+
+
+async def test_an_approved_call_the_backend_refuses_shows_the_failure_not_the_approvals_reason(
+    inproc_sqlite_gateway: Gateway, browser: Browser
+) -> None:
+    gateway = inproc_sqlite_gateway
+    args = {"order_id": "1002", "amount": 250.005, "currency": "EUR", "reason": "damaged in transit"}
+    async with gateway.client(gateway.token("alice")) as client:
+        pending = (await client.call_tool("refund_order", args)).structured_content
+    assert pending["status"] == "approval_pending"
+    page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
+    await page.locator(f"article#{pending['approvalId']} button.approve").click()
+
+    await expect(page).to_have_url(f"{gateway.url}/console/calls/{pending['toolCallId']}")
+    await expect(page.locator("#call-status")).to_have_text("failed")
+    await expect(page.locator("#call-status-note")).to_have_text("http_422")  # acme: three decimals
+    await expect(page.locator("#call-policy")).to_contain_text(
+        "require_approval (amount_over_approval_threshold)"
+    )
 
 
 async def test_the_requesters_own_approval_is_refused_in_the_page(

@@ -80,11 +80,14 @@ def test_may_list_ignores_conditions_but_honours_unconditional_denies() -> None:
     assert not policy.may_list(AGENT, LOOKUP)
 
 
-def test_the_message_says_which_rule_decided_and_what_else_matched(demo: Policy) -> None:
-    decision = demo.evaluate(call(amount=250))
-    assert decision.message == (
-        "decided by rule 'refunds-need-approval-over-100' (also matched: agents-refund)"
-    )
+def test_the_message_is_the_deciding_rules_own_and_the_other_matches_are_kept_apart(demo: Policy) -> None:
+    denied = demo.evaluate(call(amount=20000))
+    assert denied.message == "Refunds over 10000 need a manual process."
+    assert denied.also_matched == ("agents-refund", "refunds-need-approval-over-100")
+    approval = demo.evaluate(call(amount=250))  # its rule has no message: Writ says none for it
+    assert approval.rule_id == "refunds-need-approval-over-100"
+    assert approval.message is None
+    assert approval.also_matched == ("agents-refund",)
 
 
 def test_a_condition_that_cannot_be_evaluated_denies_and_names_the_rule(demo: Policy) -> None:

@@ -10,7 +10,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from capabilities.config import McpBackend
-from capabilities.fake import FakeExecutor, completed, fake_capability
+from capabilities.fake import FakeExecutor, completed, failed, fake_capability
 from capabilities.mcp_relays import resource_capability
 from capabilities.mcp_upstream import McpExecutor
 from capabilities.registry import Registry
@@ -125,3 +125,32 @@ async def test_an_unexpected_error_in_a_relayed_read_or_get_names_no_detail(
         store.close()
     assert raised.value.error.code == -32603
     assert "hunter2" not in str(raised.value) and "secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "told"),
+    [
+        ("backend_unreachable", "could not be reached (it may be down), so the request was never delivered"),
+        ("http_422", "The backend answered with an error."),
+    ],
+)
+async def test_a_failed_write_says_the_backend_answered_only_when_it_did(
+    tmp_path: Path, error: str, told: str
+) -> None:
+    # Connection refused: Writ knows nothing was delivered, and said "The backend answered with an error."
+    store = Store.open(f"sqlite:///{tmp_path / 'writ.db'}")
+    store.migrate()
+    detail = "acme: ConnectError: All connection attempts failed" if error == "backend_unreachable" else "no"
+    registry = Registry(
+        {"fake": FakeExecutor(default=failed(error, detail))}, [fake_capability("refund_order")]
+    )
+    policy = Policy.from_mapping({"rules": [{"id": "all", "roles": ["agent"], "decision": "allow"}]})
+    try:
+        async with Client(face(store, registry, policy, ALICE)) as client:
+            result = await client.call_tool("refund_order", {"order_id": "1"})
+    finally:
+        store.close()
+    assert result.is_error
+    assert result.structured_content["error"] == error
+    assert told in result.structured_content["next"]
+    assert result.content[0].text == detail

@@ -100,6 +100,38 @@ async def test_a_refund_over_the_limit_is_denied_with_a_reason_and_never_dispatc
     assert backend.refunds() == before
 
 
+async def test_a_denial_by_a_rule_with_a_message_tells_the_client_that_message_and_records_it(
+    gateway: Writ,
+) -> None:
+    said = "Refunds over 10000 go through finance, not an agent."  # demo.yaml's rule, as written
+    async with gateway.client(gateway.token(fresh("alice"))) as client:
+        result = await client.call_tool("refund_order", refund_args(20000, order="1003", currency="USD"))
+        status = await client.call_tool(
+            "writ_call_status", {"toolCallId": result.structured_content["toolCallId"]}
+        )
+    body = result.structured_content
+    assert (body["status"], body["reason"], body["message"]) == ("denied", "amount_over_limit", said)
+    assert body["policyVersion"]
+    text = result.content[0].text
+    assert text.startswith("Denied by policy (amount_over_limit): refund 20000 USD to order 1003.")
+    assert said in text and "also matched" not in text
+    assert status.structured_content["message"] == said
+    with gateway.store() as store:
+        events = store.events(tool_call_id=body["toolCallId"])
+    denied = next(e for e in events if e.type == "tool_call.denied")
+    assert (denied.payload["rule_id"], denied.payload["message"]) == ("refunds-over-10000-denied", said)
+    decision = next(e for e in events if e.type == "tool_call.requested").payload["decision"]
+    assert decision["message"] == said
+    assert decision["also_matched"] == ["agents-refund", "refunds-over-100-need-approval"]
+
+
+async def test_a_denial_without_a_rules_message_gives_the_client_no_message(gateway: Writ) -> None:
+    async with gateway.client(gateway.token(fresh("mallory"), roles="viewer")) as client:
+        result = await client.call_tool("refund_order", refund_args())
+    assert result.structured_content["reason"] == "no_matching_rule"
+    assert "message" not in result.structured_content
+
+
 async def test_a_principal_without_the_agent_role_sees_no_backend_tools_and_is_denied(
     gateway: Writ, backend: Backend
 ) -> None:
