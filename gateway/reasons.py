@@ -94,6 +94,8 @@ class ReasonCode(StrEnum):
     """The approval expired before it was decided; nothing changed."""
     NOT_UNRESOLVED = "not_unresolved"
     """The call to resolve by hand is no longer of unknown outcome."""
+    SELF_RESOLUTION_FORBIDDEN = "self_resolution_forbidden"
+    """The person resolving a call's outcome by hand is the one who made the call."""
     NOT_REVOKED = "not_revoked"
     """The principal to restore has no revocation to lift."""
     RUN_ALREADY_STOPPED = "run_already_stopped"

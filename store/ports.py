@@ -214,6 +214,8 @@ class Pruning(Protocol):
 class ManualResolutions(Protocol):
     """A human settling an unresolved call with evidence."""
 
+    def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None: ...
+
     def resolve_manually(self, cmd: ResolveManually) -> CallView: ...
 
 

@@ -98,6 +98,10 @@ class FakeResolutions:
         self.calls = {c.tool_call_id: c for c in calls}
         self.resolved: list[ResolveManually] = []
 
+    def get_call(self, tool_call_id: str, *, tenant: str | None = None) -> CallView | None:
+        call = self.calls.get(tool_call_id)
+        return None if call is None or (tenant is not None and call.tenant != tenant) else call
+
     def resolve_manually(self, cmd: ResolveManually) -> CallView:
         call = self.calls.get(cmd.tool_call_id)
         if call is None or (cmd.tenant is not None and call.tenant != cmd.tenant):

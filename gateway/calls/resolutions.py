@@ -1,7 +1,11 @@
 """A person settles a call whose outcome is unknown (usually escalated by the reconciler), with evidence.
 
-One service behind `POST /api/calls/{id}/resolution` and the console's resolution form: who may
-resolve, tenant scoping, and the refusals both faces translate.
+One service behind `POST /api/calls/{id}/resolution`, the console's resolution form and `writ calls
+resolve` with a token: who may resolve, tenant scoping, and the refusals the faces translate.
+
+Never the call's own maker. A verdict of `failed` frees the call's key and lets the same call, or a
+retry, be sent again: a principal holding the approver role beside the agent's could otherwise settle
+its own unanswered refund as failed and send it once more. As with approvals, someone else decides.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ async def resolve_call(store: ManualResolutions, resolution: ResolutionInput, no
     """Record the person's verdict on an unknown call of their tenant.
 
     Raises:
-        Refused: the role is missing, the evidence empty, the call not found in the tenant,
-            or no longer unknown.
+        Refused: the role is missing, the evidence empty, the call not found in the tenant, made by
+            the resolver, or no longer unknown.
     """
     if not resolution.roles & RESOLVER_ROLES:
         raise Refused(ReasonCode.INSUFFICIENT_ROLE, "Resolving a call needs the approver or admin role")
@@ -49,6 +53,17 @@ async def resolve_call(store: ManualResolutions, resolution: ResolutionInput, no
         raise Refused(ReasonCode.INVALID_REQUEST, f"the evidence {why}")
     if (message := refusal("the resolver", resolution.resolved_by, SUBJECT_CHARS)) is not None:
         raise Refused(ReasonCode.INVALID_REQUEST, message)
+    # Who made a call never changes: read before the resolution's own transaction, it stays true.
+    call = await anyio.to_thread.run_sync(
+        lambda: store.get_call(resolution.tool_call_id, tenant=resolution.tenant)
+    )
+    if call is None:
+        raise Refused(ReasonCode.NOT_FOUND, "No such tool call")
+    if call.subject == resolution.resolved_by:
+        raise Refused(
+            ReasonCode.SELF_RESOLUTION_FORBIDDEN,
+            f"{resolution.resolved_by} made this call; someone else settles its outcome",
+        )
     try:
         return await anyio.to_thread.run_sync(
             lambda: store.resolve_manually(

@@ -1,6 +1,7 @@
 """A person settles an unknown call over the real gateway's API, in process (`gateway/mcp/inproc.py`):
-an approver may, an agent may not, another tenant's approver does not see the call, and a second answer
-is a conflict. The rules themselves: `gateway/calls/test_resolutions.py`."""
+an approver may, an agent may not (nor the agent holding the approver role too, its own call), another
+tenant's approver does not see the call, and a second answer is a conflict. The rules themselves:
+`gateway/calls/test_resolutions.py`."""
 
 from __future__ import annotations
 
@@ -29,10 +30,13 @@ async def test_an_approver_resolves_an_unknown_call_over_the_api_and_an_agent_ma
         url = f"{gateway.url}/api/calls/{tool_call_id}/resolution"
         body = {"outcome": "failed", "evidence": "no refund in the bank statement"}
         agent = {"Authorization": f"Bearer {gateway.token('alice')}"}
+        maker = {"Authorization": f"Bearer {gateway.token('alice', roles='agent,approver')}"}
         approver = {"Authorization": f"Bearer {gateway.token('bob', roles='approver')}"}
         outsider = {"Authorization": f"Bearer {gateway.token('eve', roles='approver', tenant='other')}"}
 
         assert httpx2.post(url, json=body, headers=agent, timeout=10).status_code == 403
+        own = httpx2.post(url, json=body, headers=maker, timeout=10)
+        assert (own.status_code, own.json()["error"]) == (403, "self_resolution_forbidden")
         assert httpx2.post(url, json=body, headers=outsider, timeout=10).status_code == 404
         answer = httpx2.post(url, json=body, headers=approver, timeout=10)
         again = httpx2.post(url, json=body, headers=approver, timeout=10)

@@ -96,6 +96,19 @@ async def test_another_tenants_call_is_not_found() -> None:
     assert await refusal(store, resolution(tool_call_id="tc-none")) == ("not_found", 404)
 
 
+async def test_the_principal_who_made_the_call_may_not_settle_it_even_holding_the_role() -> None:
+    # alice also holds approver: a `failed` she recorded would free her refund's key to be sent again.
+    store = FakeResolutions([UNKNOWN])
+
+    assert await refusal(store, resolution(resolved_by="alice")) == ("self_resolution_forbidden", 403)
+    assert await refusal(store, resolution(resolved_by="alice", succeeded=True)) == (
+        "self_resolution_forbidden",
+        403,
+    )
+    assert store.resolved == []
+    assert (await resolve_call(store, resolution(resolved_by="carol"), NOW)).resolved_by == "carol"
+
+
 async def test_a_call_no_longer_unknown_is_refused_as_not_unresolved() -> None:
     store = FakeResolutions(
         [dataclasses.replace(UNKNOWN, status="completed", verification_status="confirmed_success")]
