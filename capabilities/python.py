@@ -52,7 +52,10 @@ def import_callable(ref: str, *, owner: str) -> Callable[..., Any]:
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"{owner}: cannot import module {module_name!r} ({exc})") from exc
+        raise ConfigError(
+            f"{owner}: cannot import module {module_name!r} ({exc}); it is imported as Python imports "
+            "any module, from the installed packages and $PYTHONPATH, not from the config's directory"
+        ) from exc
     for attr in attr_path.split("."):
         try:
             target = getattr(target, attr)
@@ -61,6 +64,13 @@ def import_callable(ref: str, *, owner: str) -> Callable[..., Any]:
     if not callable(target):
         raise ConfigError(f"{owner}: {ref!r} is not callable")
     return cast(Callable[..., Any], target)
+
+
+def docstring_summary(func: Callable[..., Any]) -> str:
+    """The first paragraph of `func`'s docstring, on one line: the tool's description when the config
+    gives none, as a model reads a tool's description to choose it."""
+    doc = inspect.getdoc(func) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
 
 
 def schema_from_signature(func: Callable[..., Any], *, owner: str) -> dict[str, Any]:

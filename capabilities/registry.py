@@ -39,7 +39,7 @@ from capabilities.credentials import resolve_credentials, resolve_env
 from capabilities.http import HttpExecutor, HttpRoute
 from capabilities.mcp_changes import Listing
 from capabilities.mcp_upstream import McpExecutor
-from capabilities.python import PythonExecutor, import_callable, schema_from_signature
+from capabilities.python import PythonExecutor, docstring_summary, import_callable, schema_from_signature
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +118,7 @@ class Registry:
             backend = config.backends[cap.backend]
             owner = f"capability {cap.id!r}"
             schema = cap.input_schema
+            description = cap.description
             if isinstance(backend, PythonBackend):
                 assert cap.callable is not None
                 func = import_callable(cap.callable, owner=owner)
@@ -126,6 +127,7 @@ class Registry:
                 python.register(cap.id, func)
                 if schema is None:
                     schema = schema_from_signature(func, owner=owner)
+                description = description or docstring_summary(func)
             else:
                 assert isinstance(backend, HttpBackend) and cap.request is not None and schema is not None
                 _check_path_fields(cap, schema, owner)
@@ -141,7 +143,7 @@ class Registry:
             timeout = cap.timeout_s or (backend.timeout_s if isinstance(backend, HttpBackend) else 30.0)
             horizon = cap.commit_horizon_s or backend.commit_horizon_s
             check_horizon(owner, timeout, horizon)
-            static.append(_capability(cap, schema, timeout, horizon, backend))
+            static.append(_capability(cap, schema, timeout, horizon, backend, description))
         registry = cls(executors, static, reserved=reserved)
         mcp = [b for b in config.backends.values() if isinstance(b, McpBackend)]
         registry.relays_resources = any(b.resources is not None for b in mcp)
@@ -341,6 +343,7 @@ def _capability(
     timeout_s: float,
     commit_horizon_s: float | None,
     backend: HttpBackend | PythonBackend,
+    description: str,
 ) -> Capability:
     return Capability(
         id=cap.id,
@@ -349,7 +352,7 @@ def _capability(
         backend=cap.backend,
         input_schema=schema,
         effect=cap.effect,
-        description=cap.description,
+        description=description,
         title=cap.title,
         dedupes_on_key=cap.dedupes_on_key,
         dedupe_window_s=cap.dedupe_window_s,

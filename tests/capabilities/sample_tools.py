@@ -18,6 +18,15 @@ def add(a: int, b: int = 1) -> dict[str, int]:
     return {"sum": a + b}
 
 
+def word_count(text: str) -> int:
+    """Count the words of a text,
+    split on white space.
+
+    A second paragraph, for people reading the code: not the tool's description.
+    """
+    return len(text.split())
+
+
 async def greet(name: str) -> str:
     await anyio.sleep(0)
     return f"hello {name}"

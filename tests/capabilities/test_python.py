@@ -141,6 +141,24 @@ def test_the_input_schema_is_derived_from_the_signature_unless_given() -> None:
     assert registry.get("add_given").input_schema == given  # type: ignore[union-attr]
 
 
+def test_a_callables_description_is_its_docstrings_first_paragraph_unless_the_config_gives_one() -> None:
+    registry = build(
+        {"id": "words", "callable": f"{MODULE}:word_count"},
+        {"id": "words2", "tool": "words_given", "callable": f"{MODULE}:word_count", "description": "Mine."},
+        {"id": "hold", "callable": f"{MODULE}:hold"},
+    )
+
+    assert registry.get("words").description == "Count the words of a text, split on white space."  # type: ignore[union-attr]
+    assert registry.get("words_given").description == "Mine."  # type: ignore[union-attr]
+    hold = registry.get("hold")
+    assert hold is not None and "\n" not in hold.description
+
+
+def test_a_module_that_cannot_be_imported_says_where_modules_are_looked_for() -> None:
+    with pytest.raises(ConfigError, match=r"\$PYTHONPATH, not from the config's directory"):
+        build({"id": "broken", "callable": "mytools:word_count"})
+
+
 @pytest.mark.parametrize(
     ("ref", "message"),
     [
