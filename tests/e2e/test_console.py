@@ -133,7 +133,8 @@ async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
     # U+202E made the approver read order "1002" and reason "live" where "\u202e2001" and "\u202eevil"
     # would be sent; U+200B, U+FE0F (a variation selector) and U+3164 (a Hangul filler) are not seen.
     gateway = inproc_sqlite_gateway
-    order, reason = "\u202e2001\ufe0f", "\u202eevil\u200b\u3164"
+    # A run of spaces and a newline are shown as they are, not collapsed as HTML would collapse them.
+    order, reason = "\u202e2001\ufe0f", "\u202eevil\u200b\u3164  and\nmore"
     arguments = {"order_id": order, "amount": 250, "currency": "EUR", "reason": reason}
     async with gateway.client(gateway.token("alice")) as client:
         result = await client.call_tool("refund_order", arguments)
@@ -144,7 +145,8 @@ async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
 
     card = page.locator(f"article#{pending['approvalId']}")
     await expect(card.locator("tr[data-name=order_id] td")).to_have_text("<U+202E>2001<U+FE0F>")
-    await expect(card.locator("tr[data-name=reason] td")).to_have_text("<U+202E>evil<U+200B><U+3164>")
+    shown = await card.locator("tr[data-name=reason] td").inner_text()
+    assert shown == "<U+202E>evil<U+200B><U+3164>  and\nmore"
     await expect(card.locator("h2.summary")).to_contain_text("to order <U+202E>2001<U+FE0F>")
     assert "<U+202E>2001<U+FE0F>" in gateway.cli("approvals", "list").stdout
 
