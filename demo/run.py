@@ -145,7 +145,7 @@ Or with a token:
                        "command": "{Path(sys.executable).parent / "writ"}",
                        "args": ["stdio", "-c", "{DEMO_CONFIG.resolve()}"],
                        "env": {{"WRIT_TOKEN": "<agent token>"}}}}}}}}
-  MCP Inspector    npx @modelcontextprotocol/inspector@0.21 --cli {url} --method tools/list \\
+  MCP Inspector    npx -y @modelcontextprotocol/inspector@0.21 --cli {url} --method tools/list \\
                      --header "Authorization: Bearer $TOKEN"
   (set TOKEN to the agent token above; `writ token --sub NAME --roles agent --tenant {TENANT}` mints more)
 
