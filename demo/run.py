@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -167,6 +168,23 @@ class _AnnouncingServer(WritServer):
             print(self._message, flush=True)
 
 
+def watch_backend(process: subprocess.Popen[bytes], port: int, stopping: threading.Event) -> None:
+    """Say so if acme-payments ends while the demo runs: every refund and lookup would fail as
+    `backend_unreachable` from then on, and nothing else would tell the user why."""
+
+    def wait() -> None:
+        code = process.wait()
+        if not stopping.is_set():
+            print(
+                f"writ demo: acme-payments (port {port}) exited with code {code}; every refund and lookup "
+                "now fails as backend_unreachable. Stop the demo (Ctrl-C) and run `writ demo` again.",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    threading.Thread(target=wait, name="acme-payments watch", daemon=True).start()
+
+
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -181,6 +199,8 @@ def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
     # kills the process on the spot and the `finally` below would never stop the backend.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     backend = start_backend(backend_port)
+    stopping = threading.Event()
+    watch_backend(backend, backend_port, stopping)
     try:
         runtime = build_runtime(config, environ=dict(os.environ))
         issuer = runtime.dev_issuer
@@ -198,6 +218,7 @@ def run_demo(*, port: int = 8080, backend_port: int = 8081) -> None:
         )
         server.run()
     finally:
+        stopping.set()
         backend.terminate()
         try:
             backend.wait(timeout=5)

@@ -31,6 +31,7 @@ from tests.e2e.harness import (
     wait_http,
     writ,
 )
+from tests.eventually import eventually_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -195,6 +196,31 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
     assert process.returncode != -signal.SIGKILL, "writ demo ignored SIGTERM"
     with pytest.raises(httpx2.ConnectError):
         httpx2.get(f"http://127.0.0.1:{backend_port}/healthz", timeout=2)
+
+
+def test_writ_demo_says_so_when_its_backend_dies(tmp_path: Path) -> None:
+    # Killed (OOM, a stray kill), acme-payments left the demo answering every refund
+    # backend_unreachable with nothing to say why.
+    port, backend_port = free_port(), free_port()
+    log = (tmp_path / "demo.log").open("w+")
+    process = subprocess.Popen(
+        [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        [backend] = [int(p) for p in children if "acme_payments" in Path(f"/proc/{p}/cmdline").read_text()]
+        os.kill(backend, signal.SIGKILL)
+        said = f"acme-payments (port {backend_port}) exited with code -9"
+        eventually_sync(lambda: said in (tmp_path / "demo.log").read_text())
+        assert process.poll() is None  # the gateway still answers, and says why its calls fail
+    finally:
+        stop(process)
+        log.close()
+    assert "Stop the demo (Ctrl-C) and run `writ demo` again" in (tmp_path / "demo.log").read_text()
 
 
 def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -> None:
