@@ -594,7 +594,7 @@ def approvals_list(
 
 @approvals_app.command("show")
 def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
-    """Show one approval and the exact action it is bound to."""
+    """Show one approval, the exact action it is bound to, and the policy's decision that asked for it."""
     from dataclasses import asdict
 
     with _store(config) as store:
@@ -603,9 +603,19 @@ def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
             _fail(f"no approval {approval_id!r}", code=1)
             return
         call = store.get_call(approval.tool_call_id)
+        # As recorded with the request: the rule, its reason and its message for the approver.
+        decision = next(
+            (
+                e.payload.get("decision")
+                for e in store.events(tool_call_id=approval.tool_call_id)
+                if e.type == "tool_call.requested"
+            ),
+            None,
+        )
     body = asdict(approval) | {
         "effect": call.summary if call else None,
         "arguments": dict(call.arguments) if call else None,
+        "decision": decision,
     }
     typer.echo(json.dumps(body, indent=2, default=str))
 
