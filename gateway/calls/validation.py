@@ -1,4 +1,11 @@
-"""Arguments against a capability's input schema: checked once at startup, applied on every call."""
+"""Arguments against a capability's input schema: checked once at startup, applied on every call.
+
+A schema is used whole, as it came: a `$ref` is resolved only within it. jsonschema given no registry
+fetches a `$ref` to a URL itself, synchronously: an upstream's tool whose schema pointed at a server
+that never answered froze the event loop (every tenant's calls, the API, the workers) and made Writ
+send a request wherever the upstream chose. A schema that refers outside itself is refused like an
+invalid one, and validators are built on a registry that retrieves nothing.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
 
 from capabilities.contract import Capability
 from gateway.calls.actions import PerCapability, canonical_json
@@ -45,14 +54,54 @@ class InputSchemas:
                 Draft202012Validator.check_schema(dict(capability.input_schema))
             except SchemaError as exc:
                 raise ConfigurationError(f"{capability.ref}: invalid input schema: {exc.message}") from exc
-            validator = Draft202012Validator(dict(capability.input_schema))
+            if outside := external_refs(capability.input_schema):
+                named = ", ".join(map(repr, outside))
+                raise ConfigurationError(
+                    f"{capability.ref}: input schema refers outside itself ({named}), which Writ does "
+                    "not fetch: a tool's schema must be whole"
+                )
+            # A registry of nothing, which retrieves nothing (referencing's default): no `$ref` is
+            # ever fetched, whatever the schema says.
+            validator = Draft202012Validator(dict(capability.input_schema), registry=Registry())
             self._validators[key] = validator
         return validator
 
     def errors(self, capability: Capability, arguments: Mapping[str, Any]) -> list[str]:
-        """Every way `arguments` break the schema (at most ten), as `path: message`; empty if valid."""
-        found = sorted(self.check(capability).iter_errors(arguments), key=lambda e: list(e.path))
+        """Every way `arguments` break the schema (at most ten), as `path: message`; empty if valid.
+
+        Raises:
+            ConfigurationError: the schema is invalid, or a `$ref` in it names nothing within it.
+        """
+        try:
+            found = sorted(self.check(capability).iter_errors(arguments), key=lambda e: list(e.path))
+        except Unresolvable as exc:
+            raise ConfigurationError(f"{capability.ref}: input schema: {exc}") from exc
         return [_clipped(_described(e, capability.redact)) for e in found[:MAX_ERRORS]]
+
+
+_REFS = ("$ref", "$dynamicRef")
+
+
+def external_refs(schema: Any) -> list[str]:
+    """The `$ref`s (and `$dynamicRef`s) of `schema` that point outside it: anything but a fragment
+    (`#/$defs/x`, `#anchor`) or an `$id` the schema itself declares."""
+    refs: list[str] = []
+    ids: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key in _REFS and isinstance(value, str):
+                    refs.append(value)
+                elif key == "$id" and isinstance(value, str):
+                    ids.add(value.split("#", 1)[0])
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(schema)
+    return [ref for ref in refs if not ref.startswith("#") and ref.split("#", 1)[0] not in ids]
 
 
 _NAMES_ONLY = frozenset({"required", "additionalProperties", "unevaluatedProperties", "dependentRequired"})

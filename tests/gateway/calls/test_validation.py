@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import pytest
+
 from capabilities.contract import Capability
 from gateway.calls.validation import MAX_ERROR_CHARS, MAX_ERRORS, InputSchemas
+from gateway.errors import ConfigurationError
 
 SCHEMA = {
     "type": "object",
@@ -79,3 +87,58 @@ def test_errors_on_other_fields_and_missing_fields_keep_their_messages() -> None
     errors = InputSchemas().errors(CARD_CAP, {"note": "long"})
 
     assert errors == ["(arguments): 'card' is a required property", "note: 'long' is too long"]
+
+
+class _Recording(BaseHTTPRequestHandler):
+    hits: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.hits.append(self.path)
+        body = json.dumps({"type": "string"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/schema+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_schema_referring_to_a_url_is_refused_and_the_url_is_never_fetched() -> None:
+    # jsonschema fetched such a `$ref` itself, on the event loop: an upstream's tool pointing at a server
+    # that never answered froze the gateway, and Writ sent requests wherever the upstream chose.
+    server = HTTPServer(("127.0.0.1", 0), _Recording)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/schema.json"
+        schema = {"type": "object", "properties": {"s": {"$ref": url}}}
+        cap = Capability(id="remote", version="1", tool_name="remote", backend="b", input_schema=schema)
+        with pytest.raises(ConfigurationError, match="refers outside itself") as refused:
+            InputSchemas().check(cap)
+        assert url in str(refused.value)
+        with pytest.raises(ConfigurationError):
+            InputSchemas().errors(cap, {"s": "x"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _Recording.hits == []
+
+
+def test_refs_within_the_schema_resolve_and_one_naming_nothing_is_a_configuration_error() -> None:
+    within = {
+        "$id": "https://example.com/refund",
+        "type": "object",
+        "$defs": {"amount": {"type": "number", "minimum": 0}, "id": {"$id": "order-id", "type": "string"}},
+        "properties": {"amount": {"$ref": "#/$defs/amount"}, "order": {"$ref": "order-id"}},
+    }
+    cap = Capability(id="r", version="1", tool_name="r", backend="b", input_schema=within)
+    assert InputSchemas().errors(cap, {"amount": 5, "order": "1001"}) == []
+    assert InputSchemas().errors(cap, {"amount": -1, "order": 7}) == [
+        "amount: -1 is less than the minimum of 0",
+        "order: 7 is not of type 'string'",
+    ]
+    dangling = {"type": "object", "properties": {"amount": {"$ref": "#/$defs/missing"}}}
+    cap = Capability(id="d", version="1", tool_name="d", backend="b", input_schema=dangling)
+    with pytest.raises(ConfigurationError, match="d@1: input schema"):
+        InputSchemas().errors(cap, {"amount": 5})
