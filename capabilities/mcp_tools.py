@@ -131,8 +131,18 @@ def _first(override: _T | None, default: _T | None, fallback: _T) -> _T:
 def _effect(
     override: McpToolSettings, defaults: McpToolSettings, annotations: mcp_types.ToolAnnotations | None
 ) -> EffectClass:
+    """The operator's word first (the tool's override, then the backend's default), the upstream's
+    `readOnlyHint` only where the operator said nothing, and `write` where nobody did.
+
+    MCP calls annotations hints, untrusted unless their server is. A read runs before its intent is
+    recorded and a lost answer to it is `failed`, not reconciled, so an upstream's hint may not turn a
+    tool the operator declared a write into a read: a tester's `delete_account` marked read-only reached
+    the upstream twice under one key, and a changed listing could do so after the operator's review.
+    """
     if override.effect is not None:
         return override.effect
+    if defaults.effect is not None:
+        return defaults.effect
     if annotations is not None and annotations.read_only_hint:
         return "read"
-    return defaults.effect or "write"
+    return "write"

@@ -101,14 +101,25 @@ async def test_discovery_exposes_the_subset_renamed_with_upstream_schemas_and_de
     assert tools["fs_write"].id == "files.write_file"
 
 
-async def test_effects_come_from_overrides_then_read_only_hints_then_defaults(files: Registry) -> None:
+async def test_effects_come_from_overrides_then_defaults_then_read_only_hints(
+    files: Registry, upstream_url: str
+) -> None:
     effects = {cap.tool_name: cap.effect for cap in files.capabilities()}
 
-    assert effects["read_file"] == "read"  # readOnlyHint, no override
+    # The operator's default holds against the upstream's hint: read_file says readOnlyHint, and a
+    # hint may not make a tool the operator declared a write into a read, which runs before its intent
+    # is recorded.
+    assert effects["read_file"] == "write"
     assert effects["fs_write"] == "write"  # defaults
     assert effects["slow"] == "read"  # override
     assert effects["boom"] == "irreversible"
     assert files.get("hang") is not None and files.get("hang").timeout_s == 0.5  # type: ignore[union-attr]
+    # Where the operator said nothing, the hint decides; with no hint, a tool is a write.
+    async with build(files_backend(upstream_url, tools=["read_file", "write_file"])) as hinted:
+        assert {cap.tool_name: cap.effect for cap in hinted.capabilities()} == {
+            "read_file": "read",
+            "write_file": "write",
+        }
 
 
 async def test_a_call_returns_the_upstream_content_and_structured_result_with_key_and_deadline_in_meta(

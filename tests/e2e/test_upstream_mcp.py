@@ -57,7 +57,8 @@ def notes_backend(transport: str, notes: Path, url: str | None = None) -> dict:
     common = {
         "tools": ["add_note", "list_notes"],
         "rename": {"add_note": "notes_add"},
-        "defaults": {"effect": "write", "version": "3"},
+        # No default effect: list_notes is a read by its readOnlyHint, add_note a write by default.
+        "defaults": {"version": "3"},
     }
     if transport == "stdio":
         return {"type": "mcp", "command": [sys.executable, str(UPSTREAM), str(notes)], **common}
