@@ -26,8 +26,9 @@ from gateway.config import WritConfig
 from gateway.errors import ConfigurationError, UnknownTool
 from policy.budgets import BudgetCharge
 from policy.cel import ExpressionError
-from policy.engine import POLICY_ERROR, RuleTrace
+from policy.engine import POLICY_ERROR, Policy, RuleTrace
 from policy.model import CallContext, Decision, PolicyError, PolicyInput, Principal
+from policy.naming import unmatched_tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,8 @@ class PolicyCheck:
     """What each of `charges`' counters holds now, in the store; None where it could not be read."""
     use_note: str | None = None
     """Why `used` is None, or where it was read."""
+    tool_names: tuple[str, ...] = ()
+    """What `writ serve` says at start of the policy's `tools` entries that name no capability."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +73,7 @@ class PolicyCheck:
                 for n, c in enumerate(self.charges)
             ],
             "budget_use": self.use_note,
+            "tool_names": list(self.tool_names),
         }
 
     def to_text(self) -> str:
@@ -88,6 +92,7 @@ class PolicyCheck:
             )
         if d.message:
             lines.append(f"message: {d.message}")
+        lines.extend(f"tool names: {said}" for said in self.tool_names)
         lines.append("rules:")
         width = max((len(t.rule_id) for t in self.traces), default=0)
         for t in self.traces:
@@ -165,7 +170,21 @@ def check_policy(
         except ExpressionError as exc:
             # As the pipeline does: an amount that cannot be counted denies the call.
             decision = Decision("deny", POLICY_ERROR, decision.policy_version, exc.rule_id, message=str(exc))
-    return PolicyCheck(decision, policy.trace(inp), capability.ref, charges)
+    return PolicyCheck(
+        decision, policy.trace(inp), capability.ref, charges, tool_names=_names(config, policy, registry)
+    )
+
+
+def _names(config: WritConfig, policy: Policy, registry: Registry) -> tuple[str, ...]:
+    """What `writ serve` will say of the policy's tool names (`vet_tool_names`), where it can be known
+    without starting: an upstream MCP server's tools are known once a gateway has discovered them."""
+    if any(isinstance(backend, McpBackend) for backend in config.backends.values()):
+        return ("checked when `writ serve` starts and has discovered its upstreams' tools",)
+    names = {n for c in registry.capabilities() if c.kind == "tool" for n in (c.tool_name, c.id, c.ref)}
+    return tuple(
+        f"{'writ serve refuses to start: ' if u.fails_open and not u.is_glob else 'warning: '}{u}"
+        for u in unmatched_tools(policy.config, names)
+    )
 
 
 def _tool_capability(config: WritConfig, registry: Registry, tool: str) -> Capability:

@@ -225,3 +225,27 @@ def test_a_reloaded_file_with_a_misspelled_deny_rule_is_not_put_in_force(
     write(path, DENY, bump=2)
     clock.now = 3.0
     assert source().config.rules[0].id == "refunds-frozen"
+
+
+def test_policy_check_says_what_writ_serve_will_say_of_a_misspelled_tool(tmp_path: Path) -> None:
+    # `writ store migrate` cannot know an upstream's tools; `writ policy check` says before a deploy what
+    # the gateway's start would refuse, where every tool is configured rather than discovered.
+    config = demo_rules_with(tmp_path, "refunds-over-100-need-approval", tools=["refund_ordr"])
+    refund = {"order_id": "1001", "amount": 5, "currency": "EUR", "reason": "r"}
+    checked = check_policy(
+        config, subject="alice", roles=["agent"], tool="refund_order", arguments=refund, now=NOW
+    )
+    [said] = checked.tool_names
+    assert said.startswith("writ serve refuses to start: rule 'refunds-over-100-need-approval' names tool")
+    assert "did you mean 'refund_order'" in said
+    assert f"tool names: {said}" in checked.to_text()
+    assert checked.to_json()["tool_names"] == [said]
+
+    raw = yaml.safe_load((tmp_path / "writ.yaml").read_text())
+    raw["backends"]["notes"] = {"type": "mcp", "url": "http://127.0.0.1:9/mcp"}
+    (tmp_path / "writ.yaml").write_text(yaml.safe_dump(raw))
+    revalidated = load_config(tmp_path / "writ.yaml")
+    unknown = check_policy(
+        revalidated, subject="alice", roles=["agent"], tool="refund_order", arguments=refund, now=NOW
+    )
+    assert unknown.tool_names == ("checked when `writ serve` starts and has discovered its upstreams' tools",)
