@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store.model import StoreError
@@ -27,9 +28,15 @@ def normalize_url(url: str) -> URL:
     """Accept `sqlite:///path` and `postgresql://...`; PostgreSQL always goes through psycopg 3.
 
     Raises:
-        StoreError: the URL names a backend the store does not support.
+        StoreError: the URL is not a URL, or names a backend the store does not support.
     """
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        # SQLAlchemy's own message names no remedy, and reached the user as a traceback.
+        raise StoreError(
+            f"store URL {url!r} is not a URL: use sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
+        ) from None
     if parsed.drivername in ("postgresql", "postgres", "postgresql+psycopg"):
         return parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername in ("sqlite", "sqlite+pysqlite"):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from store import Store
-from store.db import SQLITE_PAGE_SIZE
+from store.db import SQLITE_PAGE_SIZE, normalize_url
+from store.model import StoreError
 from tests.store.builders import NOW, call_request, outcome
 
 
@@ -36,3 +40,16 @@ def test_a_sqlite_store_made_with_4_kib_pages_keeps_them_and_records_calls(tmp_p
         assert store.get_call("tc-1").status == "completed"  # type: ignore[union-attr]
         assert store.verify().ok
     assert _pragma(path, "page_size") == 4096
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("127.0.0.1:5432/writ", "is not a URL: use sqlite:///PATH or postgresql://"),
+        ("mysql://writ@db/writ", "unsupported store URL scheme 'mysql'"),
+    ],
+)
+def test_a_store_url_writ_cannot_use_is_a_store_error_saying_what_to_write(url: str, said: str) -> None:
+    # Without a scheme, SQLAlchemy's ArgumentError reached the user as a traceback.
+    with pytest.raises(StoreError, match=re.escape(said)):
+        normalize_url(url)
