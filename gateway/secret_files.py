@@ -9,9 +9,12 @@ process ends up with the one secret that won.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 def private_dir(path: Path) -> None:
@@ -26,8 +29,12 @@ def private_dir(path: Path) -> None:
             directory.mkdir(mode=0o700)
 
 
-def create_once(path: Path, content: str) -> bool:
+def create_once(path: Path, content: str, *, what: str) -> bool:
     """Create `path` (mode 0600) holding `content` unless it exists; True if this call created it.
+
+    Said at WARNING, naming `what` was made and where: a replica whose secret was not mounted would
+    otherwise make its own in silence (a salt its peers do not share, a checkpoint key added to the
+    keys verify trusts), and only its first use on purpose is expected.
 
     Raises:
         OSError: the directory cannot be created or written.
@@ -44,6 +51,7 @@ def create_once(path: Path, content: str) -> bool:
             os.link(temporary, path)
         except FileExistsError:
             return False
+        logger.warning("%s did not exist: made a new %s there (mode 0600)", path, what)
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):

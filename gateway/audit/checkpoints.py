@@ -123,7 +123,8 @@ class CheckpointSigner:
         """
         key_path, trusted_path = Path(key_file), Path(trusted_keys)
         if not key_path.exists():
-            create_once(key_path, _private_jwk(_generate()))  # or another process's wins
+            # Or another process's wins; its public key goes into the trusted keys below.
+            create_once(key_path, _private_jwk(_generate()), what="checkpoint signing key")
         signer = cls(_read_private(key_path), key_path, trusted_path)
         signer._trust(signer._key)
         return signer

@@ -34,7 +34,8 @@ class DevIssuer:
         path = Path(key_file)
         if not path.exists():
             created = ECKey.generate_key("P-256", auto_kid=True)
-            create_once(path, json.dumps(created.as_dict(private=True)))  # or another process's wins
+            # Or another process's wins.
+            create_once(path, json.dumps(created.as_dict(private=True)), what="dev issuer signing key")
         return cls(ECKey.import_key(json.loads(path.read_text())), issuer)
 
     @property

@@ -186,7 +186,7 @@ class Redactor:
         """
         path = Path(path)
         if not path.exists():
-            create_once(path, secrets.token_hex(32))
+            create_once(path, secrets.token_hex(32), what="redaction salt")
         text = path.read_text().strip()
         try:
             salt = bytes.fromhex(text)

@@ -45,7 +45,9 @@ class SigningKeys:
         """
         path = Path(path)
         if not path.exists():
-            create_once(path, json.dumps({"keys": [_new_key(time.time())]}))  # or another process's wins
+            # Or another process's wins.
+            keys = json.dumps({"keys": [_new_key(time.time())]})
+            create_once(path, keys, what="authorization server key set")
         return cls._read(path)
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,20 @@ RACERS = 8
 ROUNDS = 6
 
 
-def test_the_first_creation_wins_and_later_ones_leave_the_file_as_it_is(tmp_path: Path) -> None:
+def test_the_first_creation_wins_and_later_ones_leave_the_file_as_it_is(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "state" / "secret"
 
-    assert create_once(path, "first") is True
-    assert create_once(path, "second") is False
+    with caplog.at_level(logging.WARNING, logger="gateway.secret_files"):
+        assert create_once(path, "first", what="redaction salt") is True
+        assert create_once(path, "second", what="redaction salt") is False
+
+    # Said once, by the one that made it: a replica whose secret was not mounted does not make its own
+    # in silence.
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path} did not exist: made a new redaction salt there (mode 0600)"
+    ]
 
     assert path.read_text() == "first"
     assert path.stat().st_mode & 0o777 == 0o600
@@ -60,7 +70,7 @@ def test_a_salt_file_without_a_usable_salt_is_refused_instead_of_salting_with_no
 def test_the_directories_a_secret_is_created_in_are_readable_by_their_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "state" / "keys" / "redaction.salt"
 
-    create_once(path, "00" * 32)
+    create_once(path, "00" * 32, what="redaction salt")
 
     modes = {p.name: p.stat().st_mode & 0o777 for p in (path, path.parent, path.parent.parent)}
     assert modes == {"redaction.salt": 0o600, "keys": 0o700, "state": 0o700}
