@@ -148,7 +148,10 @@ class Runtime:
                 try:
                     vet_tool_names(in_force, self.registry.capabilities())
                 except PolicyError as exc:
-                    raise ConfigurationError(f"{self.config.source or 'config'}: {exc}") from exc
+                    where = self.config.source or "config"
+                    if self.config.policy_file is not None:  # the file to correct is the policy's
+                        where = f"{where}: policy_file {self.config.policy_file}"
+                    raise ConfigurationError(f"{where}: {exc}") from exc
             self.pipeline.prepare()
             async with anyio.create_task_group() as workers:
                 # The workers' spans (approved dispatches, reconciliations) go to this runtime's exporter.

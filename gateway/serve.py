@@ -32,7 +32,9 @@ class WritServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
-            logger.info("writ ready: MCP at %s", self.resource_url)
+            # The public URL may name another port (a proxy, a second replica's `--port`): say both.
+            listening = f"{self.config.host}:{self.config.port}"
+            logger.info("writ ready: MCP at %s (listening on %s)", self.resource_url, listening)
 
 
 def uvicorn_config(app: ASGIApp, server: ServerConfig) -> uvicorn.Config:

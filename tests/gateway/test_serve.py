@@ -82,12 +82,14 @@ def test_forwarded_allow_ips_takes_addresses_networks_and_any_peer() -> None:
 
 def test_writ_says_it_is_ready_once_uvicorn_listens(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gateway.serve")
-    server = WritServer(uvicorn_config(Starlette(), ServerConfig(port=free_port())), "http://writ.test/mcp")
+    port = free_port()
+    server = WritServer(uvicorn_config(Starlette(), ServerConfig(port=port)), "http://writ.test/mcp")
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         ready = eventually_sync(lambda: [r.getMessage() for r in caplog.records if r.name == "gateway.serve"])
-        assert ready == ["writ ready: MCP at http://writ.test/mcp"] and server.started
+        assert ready == [f"writ ready: MCP at http://writ.test/mcp (listening on 127.0.0.1:{port})"]
+        assert server.started
     finally:
         server.should_exit = True
         thread.join(10)

@@ -177,6 +177,7 @@ async def test_a_gateway_refuses_to_start_on_an_approval_rule_naming_a_tool_it_d
         async with runtime.running():
             pytest.fail("the gateway started")
     message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'writ.yaml'}: policy_file policy.yaml: rule")  # the file to fix
     assert (
         "rule 'refunds-over-100-need-approval' names tool 'refund_ordr', which no capability has" in message
     )
