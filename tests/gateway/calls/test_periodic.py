@@ -33,6 +33,47 @@ async def test_a_failed_pass_is_logged_and_the_next_pass_runs(caplog: pytest.Log
 
 
 @pytest.mark.anyio
+async def test_a_failure_that_recurs_is_said_whole_once_then_in_a_line_and_its_end_is_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A database outage of seconds: every worker's every pass raised, each logged with its traceback.
+    passes: list[int] = []
+    done = anyio.Event()
+    clock = [0.0]
+
+    async def tick() -> None:
+        passes.append(len(passes))
+        clock[0] += 10.0  # ten seconds a pass: passes 1 to 7 of the outage span its first minute
+        if len(passes) <= 8:
+            raise RuntimeError("the store is down")
+        if len(passes) == 9:
+            raise ValueError("another failure")
+        done.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                lambda: run_periodically(
+                    tick, interval_s=0, failure="test pass failed", clock=lambda: clock[0]
+                )
+            )
+            await done.wait()
+            group.cancel_scope.cancel()
+
+    said = [(r.levelno, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert said == [
+        (logging.ERROR, "test pass failed", True),  # the outage, whole, when it starts
+        (
+            logging.ERROR,
+            "test pass failed again (7 passes failed so far): RuntimeError: the store is down",
+            False,
+        ),
+        (logging.ERROR, "test pass failed", True),  # another failure is said whole
+        (logging.WARNING, "test pass failed: passes run again, after 9 failed", False),
+    ]
+
+
+@pytest.mark.anyio
 async def test_a_wake_runs_the_next_pass_before_the_interval_is_over() -> None:
     wake = Wake()
     passes = 0
