@@ -35,7 +35,7 @@ from gateway.errors import UnknownTool
 from gateway.mcp import rounds
 from gateway.mcp.midcall import ClientRelay
 from gateway.mcp.parked import Parked, reply
-from gateway.mcp.results import status_document
+from gateway.mcp.results import status_document, writ_meta
 from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import Unavailable
@@ -303,7 +303,7 @@ class RelayFace:
 
 
 def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    """The relayed answer of a completed read or get.
+    """The relayed answer of a completed read or get, with Writ's `_meta`.
 
     Raises:
         MCPError: the call was refused, is waiting, or failed: its status document (with `said`, a
@@ -311,7 +311,9 @@ def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mappi
     """
     call = report.reported
     if call.status == "completed" and call.result is not None:
-        return call.result.get("structuredContent") or {}
+        # As for a tool result: Writ's ids in `_meta`, never the upstream's, which could claim to be
+        # Writ's (`writ/status`, `writ/toolCallId`) or Writ itself (the `serverInfo` stamp).
+        return {**(call.result.get("structuredContent") or {}), "_meta": writ_meta(call)}
     document = {**status_document(call), **(said or {})}
     if report.kind == "invalid_arguments":
         raise MCPError(INVALID_PARAMS, "Invalid arguments: " + "; ".join(report.validation_errors), document)
