@@ -25,7 +25,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from capabilities.contract import BackendUnavailable, Capability
 from capabilities.mcp_midcall import relaying
-from capabilities.mcp_relays import prompt_of
+from capabilities.mcp_relays import prompt_of, uri_problem
 from capabilities.registry import Registry
 from gateway.auth.standing import is_revoked
 from gateway.calls.catalogue import Catalogue
@@ -53,6 +53,19 @@ STORE_UNAVAILABLE = (
     "Writ's store is unavailable, so this request was not carried out: the upstream may have been asked, "
     "but its answer could not be recorded and is not given. Try again later."
 )
+
+
+def check_uri(registry: Registry, uri: str) -> None:
+    """Refuse a URI an upstream could resolve to another than the one policy is asked about.
+
+    Raises:
+        MCPError: invalid params, with the URI as `data.uri` (as for an unknown one, SEP-2164).
+    """
+    capability = registry.resource_capability(uri)
+    relay = registry.relay(capability) if capability is not None else None
+    problem = uri_problem(uri, (relay.uri_prefix or "") if relay is not None else "")
+    if problem is not None:
+        raise MCPError(INVALID_PARAMS, f"Invalid resource URI, not read: {problem}: {uri}", {"uri": uri})
 
 
 _Params = TypeVar("_Params")
@@ -178,6 +191,7 @@ class RelayFace:
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         """resources/read: a call decided by policy over the URI, read upstream and recorded (a read:
         one commit after it ran, or admitted first when a budget or loop rule counts it)."""
+        check_uri(self.registry, params.uri)  # before policy sees it, the record holds it, or it is sent
         inp = CallInput(
             principal=self.caller(), tool_name=params.uri, arguments={"uri": params.uri}, kind="resource"
         )
