@@ -11,6 +11,7 @@ asks; only what it may read is shown (`gateway.mcp.relays`).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -22,6 +23,9 @@ from pydantic import BaseModel, ValidationError
 
 from capabilities.config import McpBackend, McpPrompts
 from capabilities.contract import NAME_CHARS, BackendUnavailable, Capability, ConfigError
+from capabilities.names import logged, name_problem, shown_text
+
+logger = logging.getLogger(__name__)
 
 READ_RESOURCE = "resources/read"
 """The tool name a resource read is recorded under (what `writ calls list` shows)."""
@@ -95,7 +99,19 @@ def prompt_capabilities(
             f"(it lists {', '.join(sorted(names)) or 'none'})"
         )
     wanted = names if settings.names == "*" else set(settings.names)
-    return [_prompt(backend, config, settings, p) for p in prompts if p.name in wanted]
+    return [
+        _prompt(backend, config, settings, p)
+        for p in prompts
+        if p.name in wanted and _takes(backend, settings, p)
+    ]
+
+
+def _takes(backend: str, settings: McpPrompts, prompt: mcp_types.Prompt) -> bool:
+    # As for tools (`capabilities.names`): a name Writ cannot record or a person cannot read is left out.
+    problem = name_problem(settings.shown(prompt.name), prompt_id(backend, prompt.name))
+    if problem is not None:
+        logger.error("mcp backend %r: prompt %s left out: its name %s", backend, logged(prompt.name), problem)
+    return problem is None
 
 
 def _prompt(backend: str, config: McpBackend, settings: McpPrompts, prompt: mcp_types.Prompt) -> Capability:
@@ -128,8 +144,8 @@ def _prompt(backend: str, config: McpBackend, settings: McpPrompts, prompt: mcp_
         backend=backend,
         input_schema=schema,
         effect="read",
-        description=prompt.description or "",
-        title=prompt.title,
+        description=shown_text(prompt.description or ""),
+        title=shown_text(prompt.title) if prompt.title else None,
         dedupe_window_s=0,
         timeout_s=config.timeout_s,
         redact=tuple(redact),
