@@ -185,6 +185,10 @@ DEFAULT_HORIZON_MARGIN_S = 600.0
 """Without a declared horizon, a request is presumed able to land up to ten minutes past its timeout:
 queues, lock waits and paused processes hold requests far longer than a client waits for them."""
 
+NAME_CHARS = 256
+"""The longest capability id and tool name (a relayed read's URI) Writ records: the store's columns
+hold this many (tests/store/test_scoping.py checks), and PostgreSQL refuses a longer value."""
+
 MAX_SUMMARY = 300
 """The summary is a line: it is stored with the call, shown to approvers and told to the model. Built
 from arguments as they came, it was as long as they were (a 4 MB argument, a 4 MB summary)."""

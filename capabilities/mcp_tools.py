@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -9,6 +10,9 @@ import mcp_types
 
 from capabilities.config import McpBackend, McpReconcile, McpToolSettings, check_horizon
 from capabilities.contract import Capability, ConfigError, EffectClass
+from capabilities.names import logged, name_problem, shown_text
+
+logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
@@ -20,7 +24,7 @@ def capabilities_from_tools(
 
     The id is `<backend>.<upstream name>`; the tool name is the renamed one. The effect comes from
     an override, else `read` when the upstream marks the tool read-only, else the defaults, else
-    `write`.
+    `write`. A tool whose name Writ cannot take (`capabilities.names`) is left out, logged as an error.
 
     Raises:
         ConfigError: `tools:`, `rename:` or `overrides:` names a tool the upstream does not list.
@@ -28,7 +32,18 @@ def capabilities_from_tools(
     names = [tool.name for tool in tools]
     _check_known(backend, config, set(names))
     wanted = set(names) if config.tools == "*" else set(config.tools)
-    return [_capability(backend, config, tool) for tool in tools if tool.name in wanted]
+    return [
+        _capability(backend, config, tool)
+        for tool in tools
+        if tool.name in wanted and _takes(backend, config, tool)
+    ]
+
+
+def _takes(backend: str, config: McpBackend, tool: mcp_types.Tool) -> bool:
+    problem = name_problem(config.rename.get(tool.name, tool.name), f"{backend}.{tool.name}")
+    if problem is not None:
+        logger.error("mcp backend %r: tool %s left out: its name %s", backend, logged(tool.name), problem)
+    return problem is None
 
 
 def _check_known(backend: str, config: McpBackend, upstream: set[str]) -> None:
@@ -69,7 +84,8 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
     defaults = config.defaults
     annotations = tool.annotations
     effect = _effect(override, defaults, annotations)
-    title = override.title or tool.title or (annotations.title if annotations else None) or defaults.title
+    upstream_title = tool.title or (annotations.title if annotations else None)
+    title = override.title or (shown_text(upstream_title) if upstream_title else None) or defaults.title
     timeout_s = _first(override.timeout_s, defaults.timeout_s, config.timeout_s)
     horizon = override.commit_horizon_s or defaults.commit_horizon_s or config.commit_horizon_s
     check_horizon(f"backend {backend!r} tool {tool.name!r}", timeout_s, horizon)
@@ -80,7 +96,8 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         backend=backend,
         input_schema=dict(tool.input_schema),
         effect=effect,
-        description=override.description or tool.description or defaults.description or "",
+        # The upstream's words reach clients and models: what a person cannot see in them is marked.
+        description=override.description or shown_text(tool.description or "") or defaults.description or "",
         title=title,
         dedupes_on_key=_first(override.dedupes_on_key, defaults.dedupes_on_key, False),
         dedupe_window_s=_first(override.dedupe_window_s, defaults.dedupe_window_s, 600),

@@ -494,6 +494,7 @@ class McpExecutor:
             return unanswered_outcome(invocation, True, "invalid_response", self._describe(exc))
         body = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
         body.pop("resultType", None)
+        body.pop("_meta", None)  # as from a tool result: the gateway answers with Writ's own
         result = ToolResult(structured=self._credentials.scrub_json(body))
         if not is_json(result.to_json()):
             detail = f"{self.name}: the answer holds NaN or Infinity, which JSON cannot carry"

@@ -29,6 +29,7 @@ from capabilities.config import (
     template_fields,
 )
 from capabilities.contract import (
+    NAME_CHARS,
     BackendUnavailable,
     Capability,
     CapabilityError,
@@ -301,6 +302,12 @@ class Registry:
         for capability in capabilities:
             if capability.backend not in self._executors:
                 raise ConfigError(f"capability {capability.id!r}: unknown backend {capability.backend!r}")
+            if (longest := max(len(capability.id), len(capability.tool_name))) > NAME_CHARS:
+                # The store could not record a call of it (PostgreSQL refuses it, after a read ran).
+                raise ConfigError(
+                    f"capability {capability.id[:64]!r}...: its id or tool name is {longest} characters "
+                    f"long, over the {NAME_CHARS} Writ can record"
+                )
             if capability.kind != "tool":
                 self._add_relayed(capability)
                 continue

@@ -25,7 +25,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from capabilities.contract import BackendUnavailable, Capability
 from capabilities.mcp_midcall import relaying
-from capabilities.mcp_relays import prompt_of
+from capabilities.mcp_relays import prompt_of, uri_problem
 from capabilities.registry import Registry
 from gateway.auth.standing import is_revoked
 from gateway.calls.catalogue import Catalogue
@@ -35,7 +35,7 @@ from gateway.errors import UnknownTool
 from gateway.mcp import rounds
 from gateway.mcp.midcall import ClientRelay
 from gateway.mcp.parked import Parked, reply
-from gateway.mcp.results import status_document
+from gateway.mcp.results import status_document, writ_meta
 from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import Unavailable
@@ -53,6 +53,19 @@ STORE_UNAVAILABLE = (
     "Writ's store is unavailable, so this request was not carried out: the upstream may have been asked, "
     "but its answer could not be recorded and is not given. Try again later."
 )
+
+
+def check_uri(registry: Registry, uri: str) -> None:
+    """Refuse a URI an upstream could resolve to another than the one policy is asked about.
+
+    Raises:
+        MCPError: invalid params, with the URI as `data.uri` (as for an unknown one, SEP-2164).
+    """
+    capability = registry.resource_capability(uri)
+    relay = registry.relay(capability) if capability is not None else None
+    problem = uri_problem(uri, (relay.uri_prefix or "") if relay is not None else "")
+    if problem is not None:
+        raise MCPError(INVALID_PARAMS, f"Invalid resource URI, not read: {problem}: {uri}", {"uri": uri})
 
 
 _Params = TypeVar("_Params")
@@ -178,6 +191,7 @@ class RelayFace:
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         """resources/read: a call decided by policy over the URI, read upstream and recorded (a read:
         one commit after it ran, or admitted first when a budget or loop rule counts it)."""
+        check_uri(self.registry, params.uri)  # before policy sees it, the record holds it, or it is sent
         inp = CallInput(
             principal=self.caller(), tool_name=params.uri, arguments={"uri": params.uri}, kind="resource"
         )
@@ -303,7 +317,7 @@ class RelayFace:
 
 
 def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    """The relayed answer of a completed read or get.
+    """The relayed answer of a completed read or get, with Writ's `_meta`.
 
     Raises:
         MCPError: the call was refused, is waiting, or failed: its status document (with `said`, a
@@ -311,7 +325,9 @@ def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mappi
     """
     call = report.reported
     if call.status == "completed" and call.result is not None:
-        return call.result.get("structuredContent") or {}
+        # As for a tool result: Writ's ids in `_meta`, never the upstream's, which could claim to be
+        # Writ's (`writ/status`, `writ/toolCallId`) or Writ itself (the `serverInfo` stamp).
+        return {**(call.result.get("structuredContent") or {}), "_meta": writ_meta(call)}
     document = {**status_document(call), **(said or {})}
     if report.kind == "invalid_arguments":
         raise MCPError(INVALID_PARAMS, "Invalid arguments: " + "; ".join(report.validation_errors), document)

@@ -121,7 +121,8 @@ def rule_message(call: CallView) -> str | None:
     return call.error or None
 
 
-def _meta(call: CallView) -> dict[str, Any]:
+def writ_meta(call: CallView) -> dict[str, Any]:
+    """Writ's ids of a call, the `_meta` of what it answers (an upstream's own `_meta` is not passed on)."""
     meta = {
         "writ/toolCallId": call.tool_call_id,
         "writ/status": call.status,
@@ -159,7 +160,7 @@ def shape_report(report: CallReport) -> dict[str, Any]:
                 next="Fix the arguments to match the tool's input schema and call again.",
             ).dump(),
             "isError": True,
-            "_meta": _meta(call),
+            "_meta": writ_meta(call),
         }
     if report.kind == "conflict":
         existing = report.existing
@@ -281,7 +282,7 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
             "content": result.get("content") or [],
             "structuredContent": result.get("structuredContent"),
             "isError": False,
-            "_meta": _meta(call),
+            "_meta": writ_meta(call),
         }
     if call.status == "failed":
         result = dict(call.result or {})
@@ -298,7 +299,7 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
                 status="failed", tool_call_id=call.tool_call_id, error=call.error, next=outcome_text(call)
             ).dump(),
             "isError": True,
-            "_meta": _meta(call),
+            "_meta": writ_meta(call),
         }
     body = status_document(call)
     return _status_result(call, body, _headline(call))
@@ -350,7 +351,7 @@ def _status_result(call: CallView, body: Mapping[str, Any], text: str) -> dict[s
         "content": [{"type": "text", "text": f"{text} {body.get('next', '')}".strip()}],
         "structuredContent": dict(body),
         "isError": False,
-        "_meta": _meta(call),
+        "_meta": writ_meta(call),
     }
 
 

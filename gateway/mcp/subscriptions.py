@@ -27,7 +27,7 @@ from gateway.auth.standing import is_revoked
 from gateway.calls.catalogue import Catalogue
 from gateway.clock import Clock
 from gateway.mcp.changes import Notices
-from gateway.mcp.relays import REFUSED, RESOURCE_NOT_FOUND
+from gateway.mcp.relays import REFUSED, RESOURCE_NOT_FOUND, check_uri
 from gateway.mcp.sdk import connection_of
 from policy.model import Principal
 from store.ports import CallStatus
@@ -114,6 +114,7 @@ class Subscriptions:
                         logger.warning("subscriptions/listen: %s: %s", uri, exc.message)
 
     async def _check(self, who: Principal, uri: str) -> None:
+        check_uri(self._registry, uri)  # policy decides on what the upstream would watch
         capability = self._registry.resource_capability(uri)
         if capability is None:
             raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}", {"uri": uri})

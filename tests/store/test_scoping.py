@@ -7,6 +7,7 @@ from typing import Any
 from alembic import command
 from sqlalchemy import Column, select
 
+from capabilities.contract import NAME_CHARS
 from store import PrincipalRecord, Store
 from store.limits import CLIENT_ID_CHARS, SUBJECT_CHARS, TENANT_CHARS
 from store.schema import effect_ledger, metadata
@@ -89,12 +90,14 @@ def _columns(*names: str) -> list[Column[Any]]:
 def test_every_column_holding_an_identifier_is_at_least_its_documented_limit() -> None:
     # PostgreSQL refuses a longer value (a database error mid-call); SQLite keeps it: the limits the
     # edges enforce must fit the narrower of the two.
-    limits = {
-        TENANT_CHARS: _columns("tenant"),
-        SUBJECT_CHARS: _columns("subject", "requester", "decided_by", "revoked_by", "resolved_by"),
-        CLIENT_ID_CHARS: _columns("idempotency_key"),
-    }
-    for limit, columns in limits.items():
+    # Pairs, not a dict keyed by limit: two limits of one length would keep only the last's columns.
+    limits = [
+        (TENANT_CHARS, _columns("tenant")),
+        (SUBJECT_CHARS, _columns("subject", "requester", "decided_by", "revoked_by", "resolved_by")),
+        (CLIENT_ID_CHARS, _columns("idempotency_key")),
+        (NAME_CHARS, _columns("tool_name", "capability_id")),  # what capabilities let be called
+    ]
+    for limit, columns in limits:
         for column in columns:
             length = getattr(column.type, "length", None)
             assert length is not None and length >= limit, (column.table.name, column.name, length, limit)

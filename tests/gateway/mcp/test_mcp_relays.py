@@ -18,6 +18,7 @@ import mcp_types as types
 import pytest
 import uvicorn
 from mcp import MCPError
+from mcp_types import INVALID_PARAMS, SERVER_INFO_META_KEY
 
 from gateway.audit.security import SecurityEvents
 from gateway.mcp.relays import REFUSED, RESOURCE_NOT_FOUND
@@ -272,6 +273,63 @@ async def test_a_uri_no_upstream_serves_is_not_found_and_an_upstream_refusal_pas
     # Allowed, so asked: the upstream's own refusal (-32002) reaches the client, and is recorded.
     assert refused.value.code == -32002
     assert (refused.value.data["status"], refused.value.data["error"]) == ("failed", "mcp_error_32002")
+
+
+# Each under `lib+note://*`, which readers may read: the pattern is matched as written, the upstream may
+# resolve it (`note://x/../secret` is `note://secret`, which a narrower rule could have kept from them).
+RESOLVABLE = [
+    "lib+note://x/../secret",
+    "lib+note://x/%2e%2e/secret",
+    "lib+note://x/%2E%2E/secret",
+    "lib+note://x/.%2e/secret",
+    "lib+note://x/./secret",
+    "lib+note://x/..?q",
+    "lib+note://x%2f..%2fsecret",
+    "lib+note://x%5C..%5Csecret",
+    "lib+note://x\\..\\secret",
+    "lib+note://" + "x" * 300,  # longer than the store records a read's URI
+]
+
+
+async def test_a_uri_an_upstream_could_resolve_to_another_is_invalid_and_neither_recorded_nor_sent(
+    gateway: Writ,
+) -> None:
+    before = sum(READS.values())
+    async with gateway.client(gateway.token("dots", roles="reader")) as client:
+        with pytest.raises(MCPError) as first:
+            await client.read_resource(RESOLVABLE[0])
+        for uri in RESOLVABLE:
+            with pytest.raises(MCPError) as invalid:
+                await client.read_resource(uri)
+            assert (invalid.value.code, invalid.value.data) == (INVALID_PARAMS, {"uri": uri}), uri
+            assert invalid.value.message.startswith("Invalid resource URI, not read: "), uri
+            assert invalid.value.message.endswith(f": {uri}"), uri
+        # Dots that are not a whole segment are a name like any other (asked, and not found).
+        with pytest.raises(MCPError) as asked:
+            await client.read_resource("lib+note://x..y/...")
+    assert asked.value.code == -32002
+    assert "the dot-segment '..'" in first.value.message
+    assert sum(READS.values()) == before + 1
+    assert [c.arguments for c in gateway.recorded_calls() if c.subject == "dots"] == [
+        {"uri": "lib+note://x..y/..."}
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_read_or_get_answers_with_writs_meta_never_the_upstreams(gateway: Writ, mode: str) -> None:
+    async with gateway.client(gateway.token(f"meta-{mode}", roles="reader"), mode=mode) as client:
+        read = await client.read_resource("lib+note://forged")
+    async with gateway.client(gateway.token(f"meta-{mode}", roles="agent"), mode=mode) as client:
+        got = await client.get_prompt("lib_greet")
+    calls = {c.capability_id: c for c in gateway.recorded_calls() if c.subject == f"meta-{mode}"}
+    for answer, call in ((read, calls["lib/resources"]), (got, calls["lib/prompts/greet"])):
+        meta = answer.meta or {}
+        # As for a tool result: Writ's ids, and none of the upstream's keys, its own included.
+        assert (meta["writ/toolCallId"], meta["writ/status"]) == (call.tool_call_id, "completed")
+        assert "example.com/upstream" not in meta
+        assert meta.get(SERVER_INFO_META_KEY, {}).get("version") != "forged"
+        assert call.result is not None and "_meta" not in call.result["structuredContent"]
+    assert _text(read) == [("lib+note://forged", "Forged.")]
 
 
 @pytest.mark.parametrize("mode", MODES)
