@@ -25,7 +25,7 @@ from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_c
 from gateway.calls.retries import RETRY_ROLES, RetryRequest, retry_links
 from gateway.clock import Clock
 from gateway.console.clients import ClientPages
-from gateway.console.csrf import csrf_token, token_ok
+from gateway.console.csrf import csrf_token, from_origin, origin_of, token_ok
 from gateway.console.runs import RunPages
 from gateway.console.views import InForce, approval_card, status_note, timeline, unresolved_card
 from gateway.display import visible
@@ -83,6 +83,7 @@ class Console:
         verify: TokenVerifier,
         clock: Clock,
         secure_cookies: bool = False,
+        public_url: str | None = None,
         in_force: InForce | None = None,
         clients: ClientPages | None = None,
         security: SecuritySink | None = None,
@@ -98,6 +99,7 @@ class Console:
         self.decisions = decisions
         self.verify = verify
         self.secure_cookies = secure_cookies
+        self.public_origin = origin_of(public_url) if public_url else None
         self.in_force = in_force
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         # Every value a page prints, argument or summary or name, shows hidden characters as code points.
@@ -171,9 +173,18 @@ class Console:
             )
         )
 
+    def from_console(self, request: Request) -> bool:
+        """Whether a POST came from the console's own pages (or from no browser): its `Origin` is the
+        console's, and its `Sec-Fetch-Site` says the same. Refused otherwise, before any token counts."""
+        # The public URL's origin where one is configured (behind a proxy the request's own scheme may
+        # be plain http). Without one nothing proxies: the origin the browser asked for, as its Host
+        # header names it, which no other page can choose (127.0.0.1 or localhost, as the user typed).
+        expected = self.public_origin or origin_of(str(request.url))
+        return from_origin(request.headers.get("origin"), request.headers.get("sec-fetch-site"), expected)
+
     def form_ok(self, request: Request, form: Any) -> bool:
-        """Whether a signed-in form may act: it carries its session's token."""
-        return token_ok(request.cookies.get(SESSION_COOKIE), form.get("csrf"))
+        """Whether a signed-in form may act: posted from the console, carrying its session's token."""
+        return self.from_console(request) and token_ok(request.cookies.get(SESSION_COOKIE), form.get("csrf"))
 
     def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         """A page, never cached, framed or posting elsewhere."""
@@ -198,10 +209,11 @@ class Console:
 
     async def login(self, request: Request) -> Response:
         """POST /console/login: a pasted token opens a session."""
-        # The login form has no CSRF token (there is no session yet): another site could post its own
+        # The login form has no CSRF token (there is no session yet): another page could post its own
         # token here and have the approver's browser work, unknowingly, in that session. Browsers say
-        # where a request comes from; one from another site is refused.
-        if request.headers.get("sec-fetch-site") == "cross-site":
+        # where a request comes from; one from any other origin is refused, a sibling port or
+        # subdomain (`Sec-Fetch-Site: same-site`) too.
+        if not self.from_console(request):
             return self.render(
                 request, "login.html", 403, error="Log in from this page, not from another site."
             )
@@ -422,6 +434,7 @@ def console_routes(
     verify: TokenVerifier,
     clock: Clock,
     secure_cookies: bool = False,
+    public_url: str | None = None,
     in_force: InForce | None = None,
     clients: tuple[OAuthClients, Liveness] | None = None,
     security: SecuritySink | None = None,
@@ -436,6 +449,7 @@ def console_routes(
         verify=verify,
         clock=clock,
         secure_cookies=secure_cookies,
+        public_url=public_url,
         in_force=in_force,
         security=security,
         runs=runs,

@@ -207,6 +207,20 @@ def test_a_login_posted_from_another_site_is_refused(inproc_sqlite_gateway: Gate
     assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"]
 
 
+def test_a_login_from_another_port_of_the_same_host_is_refused(inproc_sqlite_gateway: Gateway) -> None:
+    # Another port of the console's host, or a sibling subdomain, is the same site: it can plant
+    # cookies and would otherwise log the approver in as the attacker.
+    gateway = inproc_sqlite_gateway
+    form = {"token": gateway.token("mallory", roles="approver")}
+    url = f"{gateway.url}/console/login"
+    same_site = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "same-site"}, timeout=10)
+    other_port = httpx2.post(url, data=form, headers={"Origin": OTHER_PORT}, timeout=10)
+    for forged in (same_site, other_port):
+        assert forged.status_code == 403 and "writ_session" not in forged.headers.get("set-cookie", "")
+    own = httpx2.post(url, data=form, headers=from_console(gateway), timeout=10)
+    assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"]
+
+
 async def test_a_csrf_cookie_planted_from_another_port_decides_nothing_in_the_approvers_name(
     inproc_sqlite_gateway: Gateway,
 ) -> None:
@@ -256,3 +270,22 @@ async def test_the_csrf_token_of_another_session_is_refused(inproc_sqlite_gatewa
 
     assert forged.status_code == 403
     assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
+
+
+async def test_the_sessions_own_token_is_refused_from_another_port_and_accepted_from_the_console(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    gateway = inproc_sqlite_gateway
+    pending = await request_refund(gateway, "console-csrf-4")
+    cookies, csrf = await signed_in(gateway, gateway.token("bob", roles="approver"))
+
+    other_port = await post_decision(gateway, pending["approvalId"], cookies, csrf, {"Origin": OTHER_PORT})
+    same_site = await post_decision(
+        gateway, pending["approvalId"], cookies, csrf, {"Sec-Fetch-Site": "same-site"}
+    )
+    assert (other_port.status_code, same_site.status_code) == (403, 403)
+    assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
+
+    own = await post_decision(gateway, pending["approvalId"], cookies, csrf, from_console(gateway))
+    assert own.status_code == 303, own.text
+    assert approval_status(gateway, pending["approvalId"]) == "approved"
