@@ -626,6 +626,7 @@ def build_app(runtime: Runtime) -> Starlette:
                 security=runtime.security,
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
+                public_url=server_config.public_url,
                 in_force=InForce(runtime.registry.in_force, lambda: runtime.policy_source().version),
                 clients=(
                     (runtime.store.with_producer(CONSOLE), config.auth.authorization_server.liveness())

@@ -67,13 +67,13 @@ class ClientPages:
 
     async def revoke(self, request: Request, who: Principal) -> Response:
         """POST /console/clients/revoke: end every sign-in of one client in the tenant."""
-        from gateway.console.routes import STALE_FORM, csrf_ok
+        from gateway.console.routes import STALE_FORM
 
         if ADMIN_ROLE not in who.roles:
             message = "Revoking a client's sign-ins needs the admin role."
             return self.console.render(request, "message.html", 403, who=who, message=message)
         form = await request.form()
-        if not csrf_ok(request, form):
+        if not self.console.form_ok(request, form):
             return await self.show(request, who, status_code=403, error=STALE_FORM)
         client_id = str(form.get("client_id", ""))
         reason = str(form.get("reason", "")).strip()[:500] or None

@@ -3,8 +3,6 @@ the runs pages are `gateway.console.runs`."""
 
 from __future__ import annotations
 
-import hmac
-import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from gateway.calls.resolutions import RESOLVER_ROLES, ResolutionInput, resolve_c
 from gateway.calls.retries import RETRY_ROLES, RetryRequest, retry_links
 from gateway.clock import Clock
 from gateway.console.clients import ClientPages
+from gateway.console.csrf import csrf_token, from_origin, origin_of, token_ok
 from gateway.console.runs import RunPages
 from gateway.console.views import InForce, approval_card, status_note, timeline, unresolved_card
 from gateway.display import visible
@@ -40,7 +39,8 @@ from store.ports import OAuthClients, Oversight, RunControls
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
-CSRF_COOKIE = "writ_csrf"
+OLD_CSRF_COOKIE = "writ_csrf"
+"""The random double-submit token earlier versions kept; logging out still drops it."""
 
 TokenVerifier = Callable[[str], Awaitable[Principal | None]]
 """The principal of a token; None, or `TokenRejected` saying why, for one that is not acceptable."""
@@ -83,6 +83,7 @@ class Console:
         verify: TokenVerifier,
         clock: Clock,
         secure_cookies: bool = False,
+        public_url: str | None = None,
         in_force: InForce | None = None,
         clients: ClientPages | None = None,
         security: SecuritySink | None = None,
@@ -98,6 +99,7 @@ class Console:
         self.decisions = decisions
         self.verify = verify
         self.secure_cookies = secure_cookies
+        self.public_origin = origin_of(public_url) if public_url else None
         self.in_force = in_force
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         # Every value a page prints, argument or summary or name, shows hidden characters as code points.
@@ -171,9 +173,23 @@ class Console:
             )
         )
 
+    def from_console(self, request: Request) -> bool:
+        """Whether a POST came from the console's own pages (or from no browser): its `Origin` is the
+        console's, and its `Sec-Fetch-Site` says the same. Refused otherwise, before any token counts."""
+        # The public URL's origin where one is configured (behind a proxy the request's own scheme may
+        # be plain http). Without one nothing proxies: the origin the browser asked for, as its Host
+        # header names it, which no other page can choose (127.0.0.1 or localhost, as the user typed).
+        expected = self.public_origin or origin_of(str(request.url))
+        return from_origin(request.headers.get("origin"), request.headers.get("sec-fetch-site"), expected)
+
+    def form_ok(self, request: Request, form: Any) -> bool:
+        """Whether a signed-in form may act: posted from the console, carrying its session's token."""
+        return self.from_console(request) and token_ok(request.cookies.get(SESSION_COOKIE), form.get("csrf"))
+
     def render(self, request: Request, name: str, status_code: int = 200, **context: Any) -> Response:
         """A page, never cached, framed or posting elsewhere."""
-        context.setdefault("csrf", request.cookies.get(CSRF_COOKIE, ""))
+        session = request.cookies.get(SESSION_COOKIE)
+        context.setdefault("csrf", csrf_token(session) if session else "")
         context.setdefault("who", None)
         response = self.templates.TemplateResponse(request, name, context, status_code=status_code)
         response.headers["Cache-Control"] = "no-store"
@@ -193,10 +209,11 @@ class Console:
 
     async def login(self, request: Request) -> Response:
         """POST /console/login: a pasted token opens a session."""
-        # The login form has no CSRF token (there is no session yet): another site could post its own
+        # The login form has no CSRF token (there is no session yet): another page could post its own
         # token here and have the approver's browser work, unknowingly, in that session. Browsers say
-        # where a request comes from; one from another site is refused.
-        if request.headers.get("sec-fetch-site") == "cross-site":
+        # where a request comes from; one from any other origin is refused, a sibling port or
+        # subdomain (`Sec-Fetch-Site: same-site`) too.
+        if not self.from_console(request):
             return self.render(
                 request, "login.html", 403, error="Log in from this page, not from another site."
             )
@@ -213,20 +230,24 @@ class Console:
             self._note(request, "principal_revoked", who.tenant, None, who)
             return self.render(request, "login.html", 403, error=f"Refused: {revoked_text(who)}.")
         response = RedirectResponse("/console/inbox", status_code=303)
-        for name, value in ((SESSION_COOKIE, token), (CSRF_COOKIE, secrets.token_urlsafe(32))):
-            response.set_cookie(
-                name, value, httponly=True, samesite="strict", secure=self.secure_cookies, path="/console"
-            )
+        response.set_cookie(
+            SESSION_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/console",
+        )
         return response
 
     async def logout(self, request: Request) -> Response:
         """POST /console/logout: the session's cookies are dropped."""
         form = await request.form()
-        if not csrf_ok(request, form):
+        if not self.form_ok(request, form):
             return self.render(request, "message.html", 403, message="The form was stale; log out again.")
         response = _to_login()
         response.delete_cookie(SESSION_COOKIE, path="/console")
-        response.delete_cookie(CSRF_COOKIE, path="/console")
+        response.delete_cookie(OLD_CSRF_COOKIE, path="/console")
         return response
 
     async def inbox(self, request: Request, who: Principal) -> Response:
@@ -273,7 +294,7 @@ class Console:
         """POST /console/approvals/{id}/decision: approve or reject, then the call's timeline."""
         approval_id = request.path_params["approval_id"]
         form = await request.form()
-        if not csrf_ok(request, form):
+        if not self.form_ok(request, form):
             return await self.show_approval(request, who, approval_id, status_code=403, error=STALE_FORM)
         choice = str(form.get("decision", ""))
         if choice not in ("approve", "reject"):
@@ -317,7 +338,7 @@ class Console:
     async def resolve(self, request: Request, who: Principal) -> Response:
         """POST /console/calls/{id}/resolution: a person records what happened, with evidence."""
         form = await request.form()
-        if not csrf_ok(request, form):
+        if not self.form_ok(request, form):
             return await self.show_unresolved(request, who, status_code=403, error=STALE_FORM)
         outcome = str(form.get("outcome", ""))
         if outcome not in ("succeeded", "failed"):
@@ -386,7 +407,7 @@ class Console:
         """POST /console/calls/{id}/retry: re-run a failed call as a new call, then the retry's timeline."""
         tool_call_id = request.path_params["tool_call_id"]
         form = await request.form()
-        if not csrf_ok(request, form):
+        if not self.form_ok(request, form):
             return await self.show_call(request, who, tool_call_id, status_code=403, error=STALE_FORM)
         if self.retries is None:
             return await self.show_call(request, who, tool_call_id, status_code=404, error="No retries here.")
@@ -413,6 +434,7 @@ def console_routes(
     verify: TokenVerifier,
     clock: Clock,
     secure_cookies: bool = False,
+    public_url: str | None = None,
     in_force: InForce | None = None,
     clients: tuple[OAuthClients, Liveness] | None = None,
     security: SecuritySink | None = None,
@@ -427,6 +449,7 @@ def console_routes(
         verify=verify,
         clock=clock,
         secure_cookies=secure_cookies,
+        public_url=public_url,
         in_force=in_force,
         security=security,
         runs=runs,
@@ -439,13 +462,6 @@ def console_routes(
 
 def _to_login() -> Response:
     return RedirectResponse("/console/login", status_code=303)
-
-
-def csrf_ok(request: Request, form: Any) -> bool:
-    """Whether a form carries the session's CSRF token."""
-    expected = request.cookies.get(CSRF_COOKIE, "")
-    given = str(form.get("csrf", ""))
-    return bool(expected) and hmac.compare_digest(expected.encode(), given.encode())
 
 
 def _shown(value: Any) -> Any:

@@ -87,11 +87,11 @@ class RunPages:
     async def _control(
         self, request: Request, who: Principal, act: Callable[[RunControls, RunControl], RunView]
     ) -> Response:
-        from gateway.console.routes import STALE_FORM, csrf_ok, refused_text
+        from gateway.console.routes import STALE_FORM, refused_text
 
         run_id = request.path_params["run_id"]
         form = await request.form()
-        if not csrf_ok(request, form):
+        if not self.console.form_ok(request, form):
             return await self.show(request, who, run_id, status_code=403, error=STALE_FORM)
         control = RunControl(
             run_id=run_id,

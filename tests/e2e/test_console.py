@@ -3,6 +3,8 @@ gateway served in this process (`inproc_sqlite_gateway`, the CLI run by its own 
 
 from __future__ import annotations
 
+import re
+
 import httpx2
 import pytest
 from playwright.async_api import Browser, Page, expect
@@ -22,6 +24,48 @@ async def logged_in(browser: Browser, gateway: Gateway, token: str) -> Page:
     await page.click("#login")
     await expect(page).to_have_url(f"{gateway.url}/console/inbox")
     return page
+
+
+OTHER_PORT = "http://127.0.0.1:18901"
+"""A page on another port of the console's host: cookies ignore ports, so it can set the console's."""
+
+
+def from_console(gateway: Gateway) -> dict[str, str]:
+    """The headers a browser sends with a form posted from the console's own page."""
+    return {"Origin": gateway.url, "Sec-Fetch-Site": "same-origin"}
+
+
+async def signed_in(gateway: Gateway, token: str) -> tuple[dict[str, str], str]:
+    """The cookies a browser holds once logged in with `token`, and the CSRF token its pages carry."""
+    async with httpx2.AsyncClient(timeout=10) as browser:
+        login = await browser.post(
+            f"{gateway.url}/console/login", data={"token": token}, headers=from_console(gateway)
+        )
+        assert login.status_code == 303, login.text
+        page = await browser.get(f"{gateway.url}/console/inbox")
+        found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert found is not None, page.text
+        return dict(browser.cookies), found.group(1)
+
+
+async def post_decision(
+    gateway: Gateway, approval_id: str, cookies: dict[str, str], csrf: str, headers: dict[str, str]
+) -> httpx2.Response:
+    """An approval posted with exactly these cookies, CSRF field and headers."""
+    cookie = "; ".join(f"{name}={value}" for name, value in cookies.items())
+    async with httpx2.AsyncClient(timeout=10) as http:
+        return await http.post(
+            f"{gateway.url}/console/approvals/{approval_id}/decision",
+            data={"decision": "approve", "csrf": csrf},
+            headers={"Cookie": cookie, **headers},
+        )
+
+
+def approval_status(gateway: Gateway, approval_id: str) -> str:
+    with gateway.store() as store:
+        approval = store.get_approval(approval_id)
+    assert approval is not None
+    return approval.status
 
 
 async def test_an_approver_approves_a_pending_refund_in_the_inbox_and_sees_it_complete(
@@ -161,3 +205,87 @@ def test_a_login_posted_from_another_site_is_refused(inproc_sqlite_gateway: Gate
     assert forged.status_code == 403 and "writ_session" not in forged.headers.get("set-cookie", "")
     own = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "same-origin"}, timeout=10)
     assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"]
+
+
+def test_a_login_from_another_port_of_the_same_host_is_refused(inproc_sqlite_gateway: Gateway) -> None:
+    # Another port of the console's host, or a sibling subdomain, is the same site: it can plant
+    # cookies and would otherwise log the approver in as the attacker.
+    gateway = inproc_sqlite_gateway
+    form = {"token": gateway.token("mallory", roles="approver")}
+    url = f"{gateway.url}/console/login"
+    same_site = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "same-site"}, timeout=10)
+    other_port = httpx2.post(url, data=form, headers={"Origin": OTHER_PORT}, timeout=10)
+    for forged in (same_site, other_port):
+        assert forged.status_code == 403 and "writ_session" not in forged.headers.get("set-cookie", "")
+    own = httpx2.post(url, data=form, headers=from_console(gateway), timeout=10)
+    assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"]
+
+
+async def test_a_csrf_cookie_planted_from_another_port_decides_nothing_in_the_approvers_name(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    # The reported forgery: the approver's own session, beside a CSRF cookie the other port set and
+    # the same value in the form, posted from that port.
+    gateway = inproc_sqlite_gateway
+    pending = await request_refund(gateway, "console-csrf-1")
+    cookies, _ = await signed_in(gateway, gateway.token("bob", roles="approver"))
+
+    planted = {"writ_session": cookies["writ_session"], "writ_csrf": "attackerknown"}
+    forged = await post_decision(
+        gateway, pending["approvalId"], planted, "attackerknown", {"Origin": OTHER_PORT}
+    )
+
+    assert forged.status_code == 403 and "did not come from this console" in forged.text
+    assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
+
+
+async def test_a_csrf_value_of_the_attackers_choosing_is_refused_even_with_the_consoles_origin(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    # The token alone must hold where the origin check cannot (a browser that sends no Origin).
+    gateway = inproc_sqlite_gateway
+    pending = await request_refund(gateway, "console-csrf-2")
+    cookies, _ = await signed_in(gateway, gateway.token("bob", roles="approver"))
+
+    planted = {"writ_session": cookies["writ_session"], "writ_csrf": "attackerknown"}
+    with_origin = await post_decision(
+        gateway, pending["approvalId"], planted, "attackerknown", from_console(gateway)
+    )
+    without = await post_decision(gateway, pending["approvalId"], planted, "attackerknown", {})
+
+    assert (with_origin.status_code, without.status_code) == (403, 403)
+    assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
+
+
+async def test_the_csrf_token_of_another_session_is_refused(inproc_sqlite_gateway: Gateway) -> None:
+    # Mallory's own session gives her a valid token, and any cookie it came with; neither is the
+    # approver's, whose session cookie the browser sends beside them.
+    gateway = inproc_sqlite_gateway
+    pending = await request_refund(gateway, "console-csrf-3")
+    bob, _ = await signed_in(gateway, gateway.token("bob", roles="approver"))
+    mallory, mallory_csrf = await signed_in(gateway, gateway.token("mallory", roles="approver"))
+
+    mixed = {**mallory, "writ_session": bob["writ_session"]}
+    forged = await post_decision(gateway, pending["approvalId"], mixed, mallory_csrf, from_console(gateway))
+
+    assert forged.status_code == 403
+    assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
+
+
+async def test_the_sessions_own_token_is_refused_from_another_port_and_accepted_from_the_console(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    gateway = inproc_sqlite_gateway
+    pending = await request_refund(gateway, "console-csrf-4")
+    cookies, csrf = await signed_in(gateway, gateway.token("bob", roles="approver"))
+
+    other_port = await post_decision(gateway, pending["approvalId"], cookies, csrf, {"Origin": OTHER_PORT})
+    same_site = await post_decision(
+        gateway, pending["approvalId"], cookies, csrf, {"Sec-Fetch-Site": "same-site"}
+    )
+    assert (other_port.status_code, same_site.status_code) == (403, 403)
+    assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
+
+    own = await post_decision(gateway, pending["approvalId"], cookies, csrf, from_console(gateway))
+    assert own.status_code == 303, own.text
+    assert approval_status(gateway, pending["approvalId"]) == "approved"

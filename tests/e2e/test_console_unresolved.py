@@ -113,7 +113,8 @@ async def test_agents_may_not_resolve_and_a_form_without_the_csrf_token_is_refus
 
     await agent.goto(f"{gateway.url}/console/unresolved")
     await expect(agent.locator("main")).to_contain_text("needs the approver or admin role")
-    agent_csrf = next(c["value"] for c in await agent.context.cookies() if c["name"] == "writ_csrf")
+    agent_csrf = await agent.locator("input[name=csrf]").first.get_attribute("value")
+    assert agent_csrf
     by_agent = await agent.request.post(
         f"{gateway.url}/console/calls/{tool_call_id}/resolution",
         form={"outcome": "failed", "evidence": "nothing happened", "csrf": agent_csrf},
