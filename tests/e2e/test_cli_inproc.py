@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gateway.auth.dev_issuer import DevIssuer
 from tests.e2e.harness import writ, writ_inproc
 
 pytestmark = pytest.mark.e2e
@@ -27,6 +28,8 @@ def test_writ_run_in_this_process_answers_as_the_writ_process_does(
     config = {"store": {"url": f"sqlite:///{tmp_path / 'writ.db'}"}, "auth": {"issuers": [idp]}}
     config["auth"]["dev_issuer"] = dev_issuer
     (tmp_path / "writ.yaml").write_text(yaml.safe_dump(config))
+    # The key there already, as after a first run: whichever run made it would say so and the other not.
+    DevIssuer.load_or_create(tmp_path / "dev-issuer.jwk", "http://127.0.0.1:8080/")
     handlers, directory = list(logging.getLogger().handlers), Path.cwd()
 
     ran = {}

@@ -121,7 +121,10 @@ def test_the_budgets_a_call_would_count_against_are_shown(tmp_path: Path) -> Non
     assert out.exit_code == 0, out.output
     assert "refunds-an-hour  principal default/bob  +1 of 10  resets 2026-12-01T13:00:00+00:00" in out.stdout
     assert "spend  tenant default  +7 of 100  resets 2026-12-02T00:00:00+00:00" in out.stdout
-    assert "other-tools" not in out.stdout
+    budgets = out.stdout[out.stdout.index("budgets:") :]
+    assert "other-tools" not in budgets  # it counts other tools than this call's
+    # ... and names one no capability has, which `writ serve` refuses to start on: the check says so.
+    assert "tool names: writ serve refuses to start: budget 'other-tools' names tool 'lookup'" in out.stdout
 
 
 def test_a_resource_read_is_checked_by_its_uri_against_resource_rules(tmp_path: Path) -> None:
