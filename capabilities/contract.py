@@ -217,8 +217,9 @@ class Invocation:
     external_request_id: str
     attempt: int = 1
     commit_deadline: datetime | None = None
-    """The instant past which the backend must not commit this request (the dispatch record's time plus
-    the commit horizon); sent to backends configured to enforce it."""
+    """The instant past which the backend must not commit this request (the latest moment it can have
+    been sent, at most the lease margin after its dispatch record, plus the commit horizon); sent to
+    backends configured to enforce it."""
 
     def commit_deadline_text(self) -> str | None:
         """`commit_deadline` as RFC 3339 UTC with milliseconds (`2026-12-01T15:40:00.123Z`)."""

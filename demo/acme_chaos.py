@@ -4,7 +4,9 @@ The faults are the ones a gateway must survive without paying twice: an answer t
 although the refund committed (`drop_responses`, `delay_ms`), an error although the refund committed
 (`fail_after_commit`), a request that never executes (`hang`), and one that executes only after the
 client stopped waiting (`commit_delay_ms`: an overloaded backend, a queue in front of it; `freeze`:
-the whole process stops, as in a GC pause or a VM stall, until someone sends it SIGCONT).
+the whole process stops, as in a GC pause or a VM stall, until someone sends it SIGCONT). Those two
+still honour the commit deadline the client sent; `ignore_deadline` makes a refund commit past it, a
+backend that breaks the commit horizon its operator declared.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Literal
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-Counter = Literal["drop_responses", "fail_after_commit", "hang", "freeze"]
+Counter = Literal["drop_responses", "fail_after_commit", "hang", "freeze", "ignore_deadline"]
 
 # The key under which ConnectionDropper puts its `drop` coroutine function into the ASGI scope.
 DROP_SCOPE_KEY = "acme.drop_connection"
@@ -36,6 +38,9 @@ class ChaosState:
     freeze: int = 0
     """The next N refunds stop the whole process (SIGSTOP to itself) once read and before they run;
     it stays frozen, answering nothing, until it gets SIGCONT. Test use only."""
+    ignore_deadline: int = 0
+    """The next N refunds commit even after their commit deadline (`Writ-Commit-Deadline`): a backend
+    that lies about the horizon, so that a late commit can contradict a verdict of failure."""
 
     @classmethod
     def parse(cls, body: object) -> ChaosState:

@@ -9,10 +9,16 @@ that dispatches the same effect twice leaves two refunds here for everyone to se
 /refunds?idempotency_key=K is how a gateway settles an unknown outcome: it lists what was executed
 under K. POST /_chaos injects the faults that make outcomes unknown (see `acme_chaos`).
 
+It honours a commit deadline: a refund sent with `Writ-Commit-Deadline: 2026-12-01T15:40:00.123Z` (RFC
+3339) that would commit at or after that instant is not committed (422 commit_deadline_passed), however
+long a fault held it, so a lookup by its key after the deadline that finds nothing is final. That is what
+makes Writ's commit horizon true here; chaos `ignore_deadline` makes it a lie on purpose.
+
 Endpoints:
     GET  /healthz                      {"ok": true}
     GET  /orders/{order_id}            the order with its refunded_total; 404 order_not_found
-    POST /refunds                      execute a refund (Idempotency-Key header required)
+    POST /refunds                      execute a refund (Idempotency-Key header required; optional
+                                       Writ-Commit-Deadline, past which it is refused, not committed)
     GET  /refunds[?idempotency_key=K]  executed refunds, oldest first
     GET  /_chaos, POST /_chaos         read or replace the in-memory fault injection state
     GET  /_chaos/held                  {"held": [K, ...]}: keys of refunds read, not yet run or refused
@@ -53,6 +59,9 @@ from demo.acme_store import (
 
 Clock = Callable[[], datetime]
 
+COMMIT_DEADLINE_HEADER = "Writ-Commit-Deadline"
+"""The header in which a gateway sends the instant a refund must commit before, or not at all."""
+
 
 class BadRequest(PaymentsError):
     """The request cannot be read at all (400)."""
@@ -80,6 +89,7 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             await request.body(),
             idempotency_key=request.headers.get("idempotency-key", ""),
             request_id=request.headers.get("x-request-id") or None,
+            commit_deadline=request.headers.get(COMMIT_DEADLINE_HEADER),
         )
         key = refund_request.idempotency_key
         held.append(key)  # until committed or refused: while held, the record of `key` can still change
@@ -91,7 +101,7 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
     async def execute_refund(request: Request, refund_request: RefundRequest) -> Response:
         if chaos.take("freeze"):
             # A frozen process reads nothing, answers nothing and runs nothing; after SIGCONT this refund
-            # runs, although its client has long given up.
+            # runs, although its client has long given up, unless its commit deadline has passed.
             os.kill(os.getpid(), signal.SIGSTOP)
         await anyio.to_thread.run_sync(store.check_refund, refund_request)
         if chaos.take("hang"):
@@ -99,12 +109,14 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             while (await request.receive())["type"] != "http.disconnect":
                 pass
             return Response(status_code=504)
+        # Decided when the refund is read: resetting the chaos later does not make a held refund honest.
+        not_after = None if chaos.take("ignore_deadline") else refund_request.commit_deadline
         if chaos.commit_delay_ms:
             # Not cancelled when the client disconnects (Starlette does not cancel a handler): the
-            # refund commits late, as a request already queued at a slow backend does.
+            # refund commits late, as a request already queued at a slow backend does, unless its
+            # deadline passed meanwhile (checked as it commits, as after a freeze).
             await anyio.sleep(chaos.commit_delay_ms / 1000)
-        now = clock().isoformat(timespec="milliseconds")
-        execute = functools.partial(store.execute_refund, refund_request, now)
+        execute = functools.partial(store.execute_refund, refund_request, clock, not_after=not_after)
         refund = await anyio.to_thread.run_sync(execute)
         # Every fault below happens after the commit: the refund is real whatever the client sees.
         if chaos.delay_ms:
@@ -168,10 +180,13 @@ def _json_body(raw: bytes) -> object:
         raise BadRequest("invalid_json", "the body is not JSON") from exc
 
 
-def _parse_refund(raw: bytes, *, idempotency_key: str, request_id: str | None) -> RefundRequest:
+def _parse_refund(
+    raw: bytes, *, idempotency_key: str, request_id: str | None, commit_deadline: str | None
+) -> RefundRequest:
     """Raises: BadRequest, InvalidBody."""
     if not idempotency_key.strip():
         raise BadRequest("idempotency_key_required", "send an Idempotency-Key header")
+    deadline = _parse_deadline(commit_deadline) if commit_deadline is not None else None
     body = _json_body(raw)
     if not isinstance(body, dict):
         raise BadRequest("invalid_json", "the body must be a JSON object")
@@ -191,7 +206,20 @@ def _parse_refund(raw: bytes, *, idempotency_key: str, request_id: str | None) -
         reason=reason,
         idempotency_key=idempotency_key,
         request_id=request_id,
+        commit_deadline=deadline,
     )
+
+
+def _parse_deadline(text: str) -> datetime:
+    """Raises: BadRequest unless `text` is an RFC 3339 date and time with its offset."""
+    problem = f"{COMMIT_DEADLINE_HEADER} must be an RFC 3339 time with an offset, e.g. 2026-12-01T15:40:00Z"
+    try:
+        deadline = datetime.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise BadRequest("invalid_commit_deadline", problem) from exc
+    if deadline.tzinfo is None:
+        raise BadRequest("invalid_commit_deadline", problem)
+    return deadline
 
 
 def _parse_cents(amount: object) -> int:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 SCHEMA = """
@@ -74,6 +75,17 @@ class RefundRejected(PaymentsError):
     """The refund is well-formed but not allowed for this order (currency, refundable balance)."""
 
 
+class DeadlinePassed(PaymentsError):
+    """The refund would commit after the deadline its client sent: refused, nothing was done."""
+
+    def __init__(self, deadline: datetime, now: datetime) -> None:
+        super().__init__(
+            "commit_deadline_passed",
+            f"the commit deadline {deadline.isoformat(timespec='milliseconds')} passed before the refund"
+            f" could commit (at {now.isoformat(timespec='milliseconds')}); nothing was refunded",
+        )
+
+
 @dataclass(frozen=True)
 class Order:
     order_id: str
@@ -96,6 +108,8 @@ class RefundRequest:
     reason: str
     idempotency_key: str
     request_id: str | None
+    commit_deadline: datetime | None = None
+    """The instant past which the client says this refund must not commit (`Writ-Commit-Deadline`)."""
 
 
 @dataclass(frozen=True)
@@ -154,25 +168,33 @@ class PaymentsStore:
         _check_refundable(order, request)
         return order
 
-    def execute_refund(self, request: RefundRequest, now: str) -> Refund:
+    def execute_refund(
+        self, request: RefundRequest, clock: Callable[[], datetime], *, not_after: datetime | None
+    ) -> Refund:
         """Check and execute one refund in a single transaction; there is no deduplication by key.
 
-        Raises: OrderNotFound, RefundRejected.
+        Refused, nothing written, when the transaction's clock is already at or past `not_after`: read
+        once the write lock is held, so no other commit or lookup comes between the check and the commit.
+
+        Raises: OrderNotFound, RefundRejected, DeadlinePassed.
         """
-        refund = Refund(
-            refund_id=f"rf_{uuid.uuid4().hex[:20]}",
-            order_id=request.order_id,
-            amount_cents=request.amount_cents,
-            currency=request.currency,
-            reason=request.reason,
-            idempotency_key=request.idempotency_key,
-            request_id=request.request_id,
-            status="succeeded",
-            created_at=now,
-        )
         with closing(self._connect()) as conn, _transaction(conn, immediate=True):
             # IMMEDIATE takes the write lock before reading, so two concurrent refunds cannot both
             # pass the refundable check against the same balance.
+            now = clock()
+            if not_after is not None and now >= not_after:
+                raise DeadlinePassed(not_after, now)
+            refund = Refund(
+                refund_id=f"rf_{uuid.uuid4().hex[:20]}",
+                order_id=request.order_id,
+                amount_cents=request.amount_cents,
+                currency=request.currency,
+                reason=request.reason,
+                idempotency_key=request.idempotency_key,
+                request_id=request.request_id,
+                status="succeeded",
+                created_at=now.isoformat(timespec="milliseconds"),
+            )
             order = _load_order(conn, request.order_id)
             _check_refundable(order, request)
             refunded = order.refunded_cents + request.amount_cents
@@ -205,7 +227,10 @@ class PaymentsStore:
         if idempotency_key is not None:
             query += " WHERE idempotency_key = ?"
             params = (idempotency_key,)
-        with closing(self._connect()) as conn:
+        # Under the write lock, as a refund commits: a lookup made after a refund's deadline sees it if it
+        # passed its deadline check before the lookup began, and otherwise the check comes later and
+        # refuses it. A plain WAL read could miss a refund checked just in time and not yet committed.
+        with closing(self._connect()) as conn, _transaction(conn, immediate=True):
             rows = conn.execute(query + " ORDER BY seq", params).fetchall()
         return [
             Refund(

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -99,10 +100,13 @@ def refund(
     currency: str = "EUR",
     reason: str = "damaged",
     timeout: float = HTTP_TIMEOUT_S,
+    deadline: str | None = None,
 ) -> httpx2.Response:
     headers = {"X-Request-Id": f"req-{uuid.uuid4()}"}
     if key is not None:
         headers["Idempotency-Key"] = key
+    if deadline is not None:
+        headers["Writ-Commit-Deadline"] = deadline
     body = {"order_id": order_id, "amount": amount, "currency": currency, "reason": reason}
     return client.post("/refunds", json=body, headers=headers, timeout=timeout)
 
@@ -121,6 +125,12 @@ def stopped(pid: int) -> bool:
 def set_chaos(client: httpx2.Client, **state: int) -> None:
     response = client.post("/_chaos", json=state)
     assert response.status_code == 200, response.text
+
+
+def in_(seconds: float) -> tuple[datetime, str]:
+    """A deadline `seconds` from now, and the header text Writ would send for it."""
+    at = datetime.now(UTC) + timedelta(seconds=seconds)
+    return at, at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def test_healthz_answers_ok(client: httpx2.Client) -> None:
@@ -256,7 +266,7 @@ def test_refunds_are_listed_oldest_first_and_can_be_filtered_by_idempotency_key(
 
 def test_a_chaos_post_replaces_the_whole_state_and_is_read_back(client: httpx2.Client) -> None:
     calm = {"drop_responses": 0, "delay_ms": 0, "commit_delay_ms": 0, "fail_after_commit": 0, "hang": 0}
-    calm |= {"freeze": 0}
+    calm |= {"freeze": 0, "ignore_deadline": 0}
     assert client.get("/_chaos").json() == calm
 
     posted = client.post("/_chaos", json={"drop_responses": 2, "delay_ms": 50})
@@ -352,6 +362,75 @@ def test_a_refund_held_before_its_commit_commits_after_the_client_gave_up(client
 
     eventually_sync(lambda: refunds_with_key(client, "held"))  # it commits on its own
     assert client.get("/orders/1001").json()["refunded_total"] == 50.0
+
+
+def test_a_refund_committing_before_its_commit_deadline_is_executed(client: httpx2.Client) -> None:
+    _, deadline = in_(30)
+
+    response = refund(client, key="in-time", amount=10, deadline=deadline)
+
+    assert response.status_code == 201, response.text
+    assert len(refunds_with_key(client, "in-time")) == 1
+
+
+def test_a_refund_held_past_its_commit_deadline_is_refused_and_never_found(client: httpx2.Client) -> None:
+    set_chaos(client, commit_delay_ms=1000)
+    _, deadline = in_(0.3)
+
+    response = refund(client, key="too-late", amount=50, deadline=deadline)
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "commit_deadline_passed"
+    assert "nothing was refunded" in response.json()["detail"]
+    assert refunds_with_key(client, "too-late") == []
+    assert client.get("/_chaos/held").json() == {"held": []}
+    assert client.get("/orders/1001").json()["refunded_total"] == 0.0
+
+
+def test_a_refund_frozen_past_its_commit_deadline_is_refused_once_woken(
+    client: httpx2.Client, backend: RunningBackend
+) -> None:
+    set_chaos(client, freeze=1)
+    at, deadline = in_(0.5)
+
+    with pytest.raises(httpx2.ReadTimeout):
+        refund(client, key="frozen-late", amount=80, timeout=0.3, deadline=deadline)
+    try:
+        eventually_sync(lambda: stopped(backend.process.pid), within_s=10)
+        eventually_sync(lambda: datetime.now(UTC) > at)  # frozen until its deadline has passed
+    finally:
+        os.kill(backend.process.pid, signal.SIGCONT)
+
+    eventually_sync(lambda: not client.get("/_chaos/held").json()["held"])
+    assert refunds_with_key(client, "frozen-late") == []
+    assert client.get("/orders/1001").json()["refunded_total"] == 0.0
+
+
+def test_ignore_deadline_makes_the_next_refund_commit_past_its_deadline_although_chaos_was_reset(
+    client: httpx2.Client,
+) -> None:
+    set_chaos(client, commit_delay_ms=1000, ignore_deadline=1)
+    _, deadline = in_(0.3)
+
+    with pytest.raises(httpx2.ReadTimeout):
+        refund(client, key="lied", amount=30, timeout=0.3, deadline=deadline)
+    set_chaos(client)  # decided when the refund was read: it still commits late
+
+    eventually_sync(lambda: refunds_with_key(client, "lied"))
+    assert [r["amount"] for r in refunds_with_key(client, "lied")] == [30.0]
+    set_chaos(client, commit_delay_ms=1000)
+    assert refund(client, key="honest", amount=1, deadline=in_(0.3)[1]).status_code == 422
+
+
+@pytest.mark.parametrize("deadline", ["tomorrow", "2026-12-01T15:40:00"])
+def test_a_commit_deadline_that_is_not_an_rfc_3339_instant_is_a_bad_request(
+    client: httpx2.Client, deadline: str
+) -> None:
+    response = refund(client, key="odd-deadline", deadline=deadline)
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_commit_deadline"
+    assert refunds_with_key(client, "odd-deadline") == []
 
 
 def test_a_hanging_refund_executes_nothing_and_uses_up_its_counter(client: httpx2.Client) -> None:

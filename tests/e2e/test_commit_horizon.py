@@ -1,5 +1,5 @@
-"""A backend slower than the timeout, one that never executes, and a contradicted verdict (issue 11),
-against the real acme-payments process and the real gateway.
+"""A backend slower than the timeout, one slower than the commit horizon, one that never executes, and a
+contradicted verdict (issue 11), against the real acme-payments process and the real gateway.
 
 The first two cases share one backend and gateway per store (each with keys and counts of its own);
 the lease margin, which the horizon adds to, is `QUICK_LEASE_MARGIN_S` rather than the default 10 s: the
@@ -31,6 +31,9 @@ TIMEOUT_S = 1.0
 HORIZON_S = 4.0
 COMMIT_DELAY_MS = 2000
 ARGS = {"order_id": "1002", "amount": 20, "currency": "EUR", "reason": "damaged"}
+HELD_PAST_DEADLINE_MS = int((HORIZON_S + QUICK_LEASE_MARGIN_S + 1.5) * 1000)
+"""Longer than a refund may take to commit: the deadline Writ sends is the horizon after the latest
+send, at most the lease margin after the dispatch record."""
 WORKERS = {"interval_s": 0.2, "reconcile_backoff_s": 0.5, "lease_margin_s": QUICK_LEASE_MARGIN_S}
 
 
@@ -105,6 +108,39 @@ async def test_a_refund_committed_after_the_timeout_completes_once_and_identical
     assert "tool_call.failed" not in [e.type for e in events]
     assert all(e.payload.get("verdict") != "confirmed_failure" for e in events)
     assert sum(e.type == "tool_call.dispatching" for e in events) == 1
+
+
+async def test_a_refund_held_past_the_commit_deadline_never_lands_and_a_resend_after_failed_refunds_once(
+    slow_gateway: Gateway, slow_backend: Backend
+) -> None:
+    gateway, backend = slow_gateway, slow_backend
+    args = {**ARGS, "amount": 7, "reason": "held past its deadline"}
+    backend.chaos(commit_delay_ms=HELD_PAST_DEADLINE_MS)
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", args)  # no key, as a model's call
+        backend.chaos()
+        assert first.structured_content["status"] == "result_unknown", first.structured_content
+        first_id = first.meta["writ/toolCallId"]
+        settled = await status_until(client, first_id, lambda s: s["status"] != "result_unknown")
+        with store_of(gateway) as store:
+            first_call = store.get_call(first_id)
+        assert first_call is not None
+        key = first_call.idempotency_key
+        # The backend still holds the first refund when the horizon ends; it is refused, not run.
+        await eventually(backend.held, lambda held: key not in held, within_s=HELD_PAST_DEADLINE_MS / 1000)
+        again = await client.call_tool("refund_order", args)
+
+    assert (settled["status"], settled["verification"]) == ("failed", "confirmed_failure")
+    assert settled["next"] == FAILED_BY["no_effect_after_horizon"]
+    again_id = again.meta["writ/toolCallId"]
+    assert again_id != first_id and again.is_error is False, again.content
+    with store_of(gateway) as store:
+        again_call = store.get_call(again_id)
+        first_events = store.events(tool_call_id=first_id)
+    assert again_call is not None and again_call.status == "completed"
+    # One refund for the key, the re-send's: the verdict that the first one did nothing was true.
+    assert [r["request_id"] for r in backend.refunds(key)] == [again_call.external_request_id]
+    assert [e.type for e in first_events][-1] == "reconciliation.resolved"
 
 
 async def test_a_refund_the_backend_never_executes_fails_only_after_the_horizon_with_the_times(
