@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Collection
 from urllib.parse import urlsplit
 
 _PURPOSE = b"writ console csrf v1"
@@ -40,14 +41,14 @@ def token_ok(session: str | None, given: object) -> bool:
     return hmac.compare_digest(csrf_token(session).encode(), given.encode())
 
 
-def from_origin(origin: str | None, fetch_site: str | None, expected: str) -> bool:
-    """Whether a POST with these `Origin` and `Sec-Fetch-Site` headers came from the origin `expected`
-    (`scheme://host[:port]`), or from no browser at all."""
+def from_origin(origin: str | None, fetch_site: str | None, expected: Collection[str]) -> bool:
+    """Whether a POST with these `Origin` and `Sec-Fetch-Site` headers came from one of the origins
+    `expected` (`scheme://host[:port]`), or from no browser at all."""
     if fetch_site is not None and fetch_site not in BROWSER_SAME_ORIGIN:
         return False
     if origin is not None:
         # "null" (a sandboxed frame, a POST redirected from elsewhere) is no origin of ours either.
-        return origin == expected
+        return origin in expected
     # Neither header: not a browser (browsers send Origin with every POST, and Sec-Fetch-Site since
     # 2020-2023), or one too old to send them. Nothing here can be told apart from a script of the
     # session's owner, which needs no forgery; a form still needs its session's token, which another

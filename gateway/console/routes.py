@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio.to_thread
 from markupsafe import Markup
@@ -100,6 +101,7 @@ class Console:
         self.verify = verify
         self.secure_cookies = secure_cookies
         self.public_origin = origin_of(public_url) if public_url else None
+        self.public_scheme = urlsplit(public_url).scheme if public_url else None
         self.in_force = in_force
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         # Every value a page prints, argument or summary or name, shows hidden characters as code points.
@@ -179,7 +181,13 @@ class Console:
         # The public URL's origin where one is configured (behind a proxy the request's own scheme may
         # be plain http). Without one nothing proxies: the origin the browser asked for, as its Host
         # header names it, which no other page can choose (127.0.0.1 or localhost, as the user typed).
-        expected = self.public_origin or origin_of(str(request.url))
+        # With a public URL, the host the browser asked for is the console's too, under the public URL's
+        # scheme: compose's `public_url: http://localhost:8080` is also reached at 127.0.0.1:8080, and
+        # no other page can choose the Host header of the request it makes the browser send.
+        expected = {origin_of(str(request.url))}
+        if self.public_origin is not None:
+            host = request.headers.get("host", "")
+            expected = {self.public_origin, origin_of(f"{self.public_scheme}://{host}")}
         return from_origin(request.headers.get("origin"), request.headers.get("sec-fetch-site"), expected)
 
     def form_ok(self, request: Request, form: Any) -> bool:

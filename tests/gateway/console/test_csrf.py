@@ -111,6 +111,16 @@ def test_behind_a_public_url_only_its_origin_is_the_consoles() -> None:
     assert not behind.from_console(post("writ.example.com", "http://writ.example.com"))
 
 
+def test_with_a_public_url_the_host_the_browser_asked_for_is_the_consoles_too() -> None:
+    # compose's public URL is http://localhost:8080, and the console is also opened at 127.0.0.1:8080:
+    # refused, its login said "Log in from this page, not from another site" on its own page.
+    compose = console("http://localhost:8080")
+    assert compose.from_console(post("127.0.0.1:8080", "http://127.0.0.1:8080"))
+    assert compose.from_console(post("127.0.0.1:8080", "http://localhost:8080"))
+    assert not compose.from_console(post("127.0.0.1:8080", "http://127.0.0.1:18901"))
+    assert not compose.from_console(post("127.0.0.1:8080", "https://127.0.0.1:8080"))
+
+
 def test_without_a_public_url_the_origin_the_browser_asked_for_is_the_consoles() -> None:
     local = console(None)
     assert local.from_console(post("localhost:8080", "http://localhost:8080"))
