@@ -1,5 +1,10 @@
 """Arguments against a capability's input schema: checked once at startup, applied on every call.
 
+A string's `pattern` (and a `patternProperties` key) is matched by the `regex` module with a time
+limit, not by `re`, which jsonschema uses: `re` backtracks without end on a pattern such as `^(a+)+$`
+and keeps the GIL while it does, so one argument of 35 characters froze the event loop for minutes. An
+argument that cannot be checked in time is refused, and the check ends there.
+
 A schema is used whole, as it came: a `$ref` is resolved only within it. jsonschema given no registry
 fetches a `$ref` to a URL itself, synchronously: an upstream's tool whose schema pointed at a server
 that never answered froze the event loop (every tenant's calls, the API, the workers) and made Writ
@@ -14,7 +19,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
+import regex
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError
 from referencing import Registry
 from referencing.exceptions import Unresolvable
@@ -27,6 +33,48 @@ MAX_ERRORS = 10
 MAX_ERROR_CHARS = 300
 """How long one error may be. jsonschema quotes the offending value (`'xxx…' is too long`) or every
 unexpected key: a 4 MB argument came back to the client twice and was recorded again in the refusal."""
+
+
+PATTERN_TIMEOUT_S = 0.1
+"""How long one `pattern` may take to match one string (a sane one takes microseconds)."""
+
+
+class PatternTimeout(Exception):
+    """A pattern did not match or fail within `PATTERN_TIMEOUT_S`: the arguments are not checked."""
+
+    def __init__(self, pattern: str, what: str) -> None:
+        super().__init__(
+            f"(arguments): {what} could not be checked against the pattern {pattern!r} within "
+            f"{PATTERN_TIMEOUT_S:g} s, so the call is not run"
+        )
+
+
+def _search(pattern: str, text: str, what: str) -> bool:
+    try:
+        return regex.search(pattern, text, timeout=PATTERN_TIMEOUT_S) is not None
+    except TimeoutError:
+        raise PatternTimeout(pattern, what) from None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "string") and not _search(pattern, instance, "a string"):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, properties: Mapping[str, Any], instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in properties.items():
+        for key, value in instance.items():
+            if _search(pattern, key, "a property name"):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+# Draft 2020-12 with these two keywords matched under a time limit (jsonschema's documented way of
+# changing a keyword: `validators.extend`).
+_Validator = validators.extend(
+    Draft202012Validator, {"pattern": _pattern, "patternProperties": _pattern_properties}
+)
 
 
 class InputSchemas:
@@ -62,7 +110,7 @@ class InputSchemas:
                 )
             # A registry of nothing, which retrieves nothing (referencing's default): no `$ref` is
             # ever fetched, whatever the schema says.
-            validator = Draft202012Validator(dict(capability.input_schema), registry=Registry())
+            validator = _Validator(dict(capability.input_schema), registry=Registry())
             self._validators[key] = validator
         return validator
 
@@ -76,6 +124,8 @@ class InputSchemas:
             found = sorted(self.check(capability).iter_errors(arguments), key=lambda e: list(e.path))
         except Unresolvable as exc:
             raise ConfigurationError(f"{capability.ref}: input schema: {exc}") from exc
+        except PatternTimeout as exc:
+            return [_clipped(str(exc))]
         return [_clipped(_described(e, capability.redact)) for e in found[:MAX_ERRORS]]
 
 

@@ -142,3 +142,36 @@ def test_refs_within_the_schema_resolve_and_one_naming_nothing_is_a_configuratio
     cap = Capability(id="d", version="1", tool_name="d", backend="b", input_schema=dangling)
     with pytest.raises(ConfigurationError, match="d@1: input schema"):
         InputSchemas().errors(cap, {"amount": 5})
+
+
+# `^(a+)+$`, the tester's, held `re` for seconds and `regex` not at all; `^(a|aa)+$` backtracks in both.
+BACKTRACKS = {
+    "type": "object",
+    "properties": {
+        "s": {"type": "string", "pattern": "^(a|aa)+$"},
+        "t": {"type": "string", "pattern": "^(a+)+$"},
+    },
+    "patternProperties": {"^(b|bb)+$": {"type": "integer"}},
+}
+BACKTRACKING = Capability(id="bt", version="1", tool_name="bt", backend="b", input_schema=BACKTRACKS)
+
+
+def test_a_pattern_that_backtracks_without_end_refuses_the_arguments_instead_of_holding_the_loop() -> None:
+    # With `re`, "a" * 27 + "!" held the event loop for 4.7 s, and each more "a" doubles it.
+    [said] = InputSchemas().errors(BACKTRACKING, {"s": "a" * 40 + "!"})
+    assert said == (
+        "(arguments): a string could not be checked against the pattern '^(a|aa)+$' within 0.1 s, "
+        "so the call is not run"
+    )
+    [said] = InputSchemas().errors(BACKTRACKING, {"b" * 40 + "!": 1})
+    assert "a property name could not be checked against the pattern '^(b|bb)+$'" in said
+    assert InputSchemas().errors(BACKTRACKING, {"t": "a" * 40 + "!"}) == [
+        f"t: '{'a' * 40}!' does not match '^(a+)+$'"
+    ]
+
+
+def test_patterns_still_match_and_fail_as_json_schema_says() -> None:
+    schemas = InputSchemas()
+    assert schemas.errors(BACKTRACKING, {"s": "aaaa", "bbb": 7}) == []
+    assert schemas.errors(BACKTRACKING, {"s": "ab"}) == ["s: 'ab' does not match '^(a|aa)+$'"]
+    assert schemas.errors(BACKTRACKING, {"bb": "x"}) == ["bb: 'x' is not of type 'integer'"]
