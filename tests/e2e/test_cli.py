@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,6 +11,8 @@ import socket
 import sqlite3
 import subprocess
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -157,24 +160,46 @@ def test_writ_stdio_without_a_token_says_what_is_missing(tmp_path: Path) -> None
     assert "WRIT_TOKEN" in result.stderr
 
 
-def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path: Path) -> None:
+@dataclass
+class Demo:
+    """`writ demo` as a process in a directory of its own, its output in `log`."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    backend_port: int
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+@contextlib.contextmanager
+def running_demo(tmp_path: Path) -> Iterator[Demo]:
+    """`writ demo` on free ports, once it answers; stopped with SIGTERM after the block."""
     port, backend_port = free_port(), free_port()
-    log = (tmp_path / "demo.log").open("w+")
-    process = subprocess.Popen(
-        [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process)
-        log.flush()
-        output = (tmp_path / "demo.log").read_text()
-        assert f"http://127.0.0.1:{port}/mcp" in output
+    path = tmp_path / "demo.log"
+    with path.open("w+") as log:
+        process = subprocess.Popen(
+            [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_http(f"http://127.0.0.1:{port}/healthz", process)
+            yield Demo(process, port, backend_port, path)
+        finally:
+            stop(process)
+
+
+def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path: Path) -> None:
+    with running_demo(tmp_path) as demo:
+        output = demo.output()
+        assert f"http://127.0.0.1:{demo.port}/mcp" in output
         token = re.search(r"Agent token.*\n\s+(\S+)", output).group(1)
 
         async def refund() -> dict:
-            async with mcp_client(f"http://127.0.0.1:{port}/mcp", token) as client:
+            async with mcp_client(f"http://127.0.0.1:{demo.port}/mcp", token) as client:
                 result = await client.call_tool(
                     "refund_order", {"order_id": "1001", "amount": 20, "currency": "EUR", "reason": "demo"}
                 )
@@ -182,45 +207,31 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
 
         body = anyio.run(refund)
         assert body["status"] == "succeeded"
-        refunds = httpx2.get(f"http://127.0.0.1:{backend_port}/refunds", timeout=5).json()["refunds"]
+        refunds = httpx2.get(f"http://127.0.0.1:{demo.backend_port}/refunds", timeout=5).json()["refunds"]
         assert len(refunds) == 1
         assert (tmp_path / ".writ" / "writ.db").exists() and (
             tmp_path / ".writ" / "acme-payments.db"
         ).exists()
         verify = writ("audit", "verify", cwd=tmp_path)  # finds ./.writ/demo.yaml by itself
         assert verify.stdout.startswith("ok:")
-    finally:
-        stop(process)
-        log.close()
     # Stopped with SIGTERM (as a supervisor or `kill` does), the demo takes its backend down with it.
-    assert process.returncode != -signal.SIGKILL, "writ demo ignored SIGTERM"
+    assert demo.process.returncode != -signal.SIGKILL, "writ demo ignored SIGTERM"
     with pytest.raises(httpx2.ConnectError):
-        httpx2.get(f"http://127.0.0.1:{backend_port}/healthz", timeout=2)
+        httpx2.get(f"http://127.0.0.1:{demo.backend_port}/healthz", timeout=2)
 
 
 def test_writ_demo_says_so_when_its_backend_dies(tmp_path: Path) -> None:
     # Killed (OOM, a stray kill), acme-payments left the demo answering every refund
     # backend_unreachable with nothing to say why.
-    port, backend_port = free_port(), free_port()
-    log = (tmp_path / "demo.log").open("w+")
-    process = subprocess.Popen(
-        [*WRIT, "demo", "--port", str(port), "--backend-port", str(backend_port)],
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process)
-        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    with running_demo(tmp_path) as demo:
+        pid = demo.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         [backend] = [int(p) for p in children if "acme_payments" in Path(f"/proc/{p}/cmdline").read_text()]
         os.kill(backend, signal.SIGKILL)
-        said = f"acme-payments (port {backend_port}) exited with code -9"
-        eventually_sync(lambda: said in (tmp_path / "demo.log").read_text())
-        assert process.poll() is None  # the gateway still answers, and says why its calls fail
-    finally:
-        stop(process)
-        log.close()
-    assert "Stop the demo (Ctrl-C) and run `writ demo` again" in (tmp_path / "demo.log").read_text()
+        said = f"acme-payments (port {demo.backend_port}) exited with code -9"
+        eventually_sync(lambda: said in demo.output())
+        assert demo.process.poll() is None  # the gateway still answers, and says why its calls fail
+    assert "Stop the demo (Ctrl-C) and run `writ demo` again" in demo.output()
 
 
 def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -> None:
