@@ -70,10 +70,44 @@ def _pattern_properties(validator: Any, properties: Mapping[str, Any], instance:
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
-# Draft 2020-12 with these two keywords matched under a time limit (jsonschema's documented way of
-# changing a keyword: `validators.extend`).
+_ADDITIONAL = Draft202012Validator.VALIDATORS["additionalProperties"]
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Any:
+    """`additionalProperties`, whose extras are the keys no `properties` names and no
+    `patternProperties` key matches: those matched under the time limit too (jsonschema's own keyword
+    matches them with `re`)."""
+    patterns = schema.get("patternProperties")
+    if not patterns or not validator.is_type(instance, "object"):
+        yield from _ADDITIONAL(validator, allowed, instance, schema)
+        return
+    named = schema.get("properties", {})
+    extras = sorted(
+        key
+        for key in instance
+        if key not in named and not any(_search(p, key, "a property name") for p in patterns)
+    )
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        verb = "does" if len(extras) == 1 else "do"
+        joined = ", ".join(repr(each) for each in extras)
+        yield ValidationError(
+            f"{joined} {verb} not match any of the regexes: {', '.join(repr(p) for p in sorted(patterns))}"
+        )
+
+
+# Draft 2020-12 with the keywords that match patterns matched under a time limit (jsonschema's
+# documented way of changing a keyword: `validators.extend`). `unevaluatedProperties` beside
+# `patternProperties` still matches with `re` (jsonschema's helper, which walks every applicator).
 _Validator = validators.extend(
-    Draft202012Validator, {"pattern": _pattern, "patternProperties": _pattern_properties}
+    Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
 )
 
 

@@ -165,6 +165,18 @@ def test_a_pattern_that_backtracks_without_end_refuses_the_arguments_instead_of_
     )
     [said] = InputSchemas().errors(BACKTRACKING, {"b" * 40 + "!": 1})
     assert "a property name could not be checked against the pattern '^(b|bb)+$'" in said
+    # additionalProperties looks for the keys patternProperties matches too: there also under the limit
+    # (first in the schema, so that it runs before patternProperties does).
+    closed = Capability(
+        id="closed",
+        version="1",
+        tool_name="closed",
+        backend="b",
+        input_schema={"additionalProperties": False, **BACKTRACKS},
+    )
+    # With `re` this one would take hours: the test's timeout, not a wrong answer, would fail it.
+    [said] = InputSchemas().errors(closed, {"b" * 60 + "!": 1})
+    assert "a property name could not be checked against the pattern '^(b|bb)+$'" in said
     assert InputSchemas().errors(BACKTRACKING, {"t": "a" * 40 + "!"}) == [
         f"t: '{'a' * 40}!' does not match '^(a+)+$'"
     ]
@@ -175,3 +187,12 @@ def test_patterns_still_match_and_fail_as_json_schema_says() -> None:
     assert schemas.errors(BACKTRACKING, {"s": "aaaa", "bbb": 7}) == []
     assert schemas.errors(BACKTRACKING, {"s": "ab"}) == ["s: 'ab' does not match '^(a|aa)+$'"]
     assert schemas.errors(BACKTRACKING, {"bb": "x"}) == ["bb: 'x' is not of type 'integer'"]
+    closed = {**BACKTRACKS, "additionalProperties": False}
+    cap = Capability(id="c", version="1", tool_name="c", backend="b", input_schema=closed)
+    assert schemas.errors(cap, {"s": "a", "bb": 1}) == []
+    assert schemas.errors(cap, {"x": 1, "y": 2}) == [
+        "(arguments): 'x', 'y' do not match any of the regexes: '^(b|bb)+$'"
+    ]
+    typed = {**BACKTRACKS, "additionalProperties": {"type": "boolean"}}
+    cap = Capability(id="t", version="1", tool_name="t", backend="b", input_schema=typed)
+    assert schemas.errors(cap, {"x": True, "y": 2}) == ["y: 2 is not of type 'boolean'"]
