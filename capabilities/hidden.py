@@ -57,6 +57,10 @@ def is_hidden(ch: str) -> bool:
     return at >= 0 and ord(ch) <= _RANGES[at][1]
 
 
+LINE_BREAKS_KEPT = frozenset("\t\n")
+"""What a text of several lines keeps as it is: tab and newline (a list row keeps the tab alone)."""
+
+
 def marked(text: str, kept: frozenset[str] = frozenset()) -> str:
     """`text` with every hidden character but those `kept` as `<U+XXXX>`."""
     if text.isascii() and text.isprintable():

@@ -12,7 +12,7 @@ or auditor reads differ from the one called.
 from __future__ import annotations
 
 from capabilities.contract import NAME_CHARS
-from capabilities.hidden import is_hidden, marked
+from capabilities.hidden import LINE_BREAKS_KEPT, is_hidden, marked
 
 _LOGGED_CHARS = 128
 
@@ -40,4 +40,4 @@ def logged(name: str) -> str:
 def shown_text(text: str) -> str:
     """An upstream's description as Writ passes it on: hidden characters as `<U+XXXX>` (tab and
     newline kept), so a client shows a person what the model reads."""
-    return marked(text, frozenset("\t\n"))
+    return marked(text, LINE_BREAKS_KEPT)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from capabilities.hidden import marked
+from capabilities.hidden import LINE_BREAKS_KEPT, marked
 
-_KEPT = frozenset("\t\n")
 # A list row is one line: a newline in a value would start a row of its own (the other line breaks
 # Python and terminals know, \r \v \f U+0085 U+2028 U+2029, are Cc, Zl or Zp and marked anyway).
 _KEPT_IN_LINE = frozenset("\t")
@@ -29,7 +28,7 @@ def _shown(value: Any, kept: frozenset[str]) -> Any:
 def visible(value: Any) -> Any:
     """A string (or a JSON object/array, as JSON text) with hidden characters as `<U+XXXX>`, tab and
     newline kept; other values unchanged."""
-    return _shown(value, _KEPT)
+    return _shown(value, LINE_BREAKS_KEPT)
 
 
 def visible_line(value: Any) -> Any:

@@ -12,9 +12,11 @@ the gateway refuses a plain name that fails open and warns of the rest.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+
+from capabilities.contract import Capability
 
 from .rules import PolicyConfig
 
@@ -38,9 +40,19 @@ class Unmatched:
     def is_glob(self) -> bool:
         return not _GLOB.isdisjoint(self.entry)
 
+    @property
+    def refuses_start(self) -> bool:
+        """A plain name that fails open: the gateway refuses it; the rest it warns of."""
+        return self.fails_open and not self.is_glob
+
     def __str__(self) -> str:
         hint = f" (did you mean {' or '.join(repr(name) for name in self.close)}?)" if self.close else ""
         return f"{self.owner} names tool {self.entry!r}, which no capability has{hint}"
+
+
+def tool_names(capabilities: Iterable[Capability]) -> set[str]:
+    """What a `tools` entry may match: each tool's name, capability id and `id@version` ref."""
+    return {n for c in capabilities if c.kind == "tool" for n in (c.tool_name, c.id, c.ref)}
 
 
 def unmatched_tools(config: PolicyConfig, names: Collection[str]) -> list[Unmatched]:

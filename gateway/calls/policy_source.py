@@ -18,7 +18,7 @@ from pathlib import Path
 from capabilities.contract import Capability
 from policy.engine import Policy, load_policy_file
 from policy.model import PolicyError
-from policy.naming import unmatched_tools
+from policy.naming import tool_names, unmatched_tools
 from policy.rules import PolicyConfig
 
 logger = logging.getLogger(__name__)
@@ -37,9 +37,8 @@ def vet_tool_names(policy: Policy, capabilities: Iterable[Capability]) -> None:
     Raises:
         PolicyError: a plain name that holds calls back matches no tool name, capability id or ref.
     """
-    names = {n for c in capabilities if c.kind == "tool" for n in (c.tool_name, c.id, c.ref)}
-    unmatched = unmatched_tools(policy.config, names)
-    refused = [u for u in unmatched if u.fails_open and not u.is_glob]
+    unmatched = unmatched_tools(policy.config, tool_names(capabilities))
+    refused = [u for u in unmatched if u.refuses_start]
     for entry in unmatched:
         if entry not in refused:
             logger.warning("policy %s: %s; it covers no call until one does", policy.version, entry)

@@ -28,7 +28,7 @@ from policy.budgets import BudgetCharge
 from policy.cel import ExpressionError
 from policy.engine import POLICY_ERROR, Policy, RuleTrace
 from policy.model import CallContext, Decision, PolicyError, PolicyInput, Principal
-from policy.naming import unmatched_tools
+from policy.naming import tool_names, unmatched_tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,10 +180,9 @@ def _names(config: WritConfig, policy: Policy, registry: Registry) -> tuple[str,
     without starting: an upstream MCP server's tools are known once a gateway has discovered them."""
     if any(isinstance(backend, McpBackend) for backend in config.backends.values()):
         return ("checked when `writ serve` starts and has discovered its upstreams' tools",)
-    names = {n for c in registry.capabilities() if c.kind == "tool" for n in (c.tool_name, c.id, c.ref)}
     return tuple(
-        f"{'writ serve refuses to start: ' if u.fails_open and not u.is_glob else 'warning: '}{u}"
-        for u in unmatched_tools(policy.config, names)
+        f"{'writ serve refuses to start: ' if u.refuses_start else 'warning: '}{u}"
+        for u in unmatched_tools(policy.config, tool_names(registry.capabilities()))
     )
 
 

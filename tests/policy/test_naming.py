@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from policy.naming import unmatched_tools
+from capabilities.contract import Capability
+from policy.naming import tool_names, unmatched_tools
 from policy.rules import PolicyConfig
 
 # What the demo's two capabilities answer to: tool names, capability ids, refs.
@@ -79,3 +80,18 @@ def test_a_star_matches_even_when_there_are_no_tools_and_resource_rules_are_not_
         ]
     )
     assert unmatched_tools(config, set()) == []
+
+
+def test_the_names_a_tools_entry_may_match_are_each_tools_name_id_and_ref() -> None:
+    refund = Capability(
+        id="refund-order", version="2", tool_name="refund_order", backend="acme", input_schema={}
+    )
+    notes = Capability(
+        id="files/resources",
+        version="1",
+        tool_name="resources/read",
+        backend="files",
+        input_schema={},
+        kind="resource",
+    )
+    assert tool_names([refund, notes]) == {"refund_order", "refund-order", "refund-order@2"}
