@@ -195,65 +195,42 @@ async def test_characters_that_hide_or_reorder_text_are_shown_as_code_points(
     assert "<U+202E>2001<U+FE0F>" in gateway.cli("approvals", "list").stdout
 
 
-def test_a_login_posted_from_another_site_is_refused(inproc_sqlite_gateway: Gateway) -> None:
-    # Login CSRF: a page elsewhere posts the attacker's token, and the approver's browser is then
-    # logged in as the attacker. The browser's Sec-Fetch-Site says the form came from another site.
-    gateway = inproc_sqlite_gateway
-    form = {"token": gateway.token("mallory", roles="approver")}
-    url = f"{gateway.url}/console/login"
-    forged = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "cross-site"}, timeout=10)
-    assert forged.status_code == 403 and "writ_session" not in forged.headers.get("set-cookie", "")
-    own = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "same-origin"}, timeout=10)
-    assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"]
-
-
-def test_a_login_from_another_port_of_the_same_host_is_refused(inproc_sqlite_gateway: Gateway) -> None:
-    # Another port of the console's host, or a sibling subdomain, is the same site: it can plant
-    # cookies and would otherwise log the approver in as the attacker.
-    gateway = inproc_sqlite_gateway
-    form = {"token": gateway.token("mallory", roles="approver")}
-    url = f"{gateway.url}/console/login"
-    same_site = httpx2.post(url, data=form, headers={"Sec-Fetch-Site": "same-site"}, timeout=10)
-    other_port = httpx2.post(url, data=form, headers={"Origin": OTHER_PORT}, timeout=10)
-    for forged in (same_site, other_port):
-        assert forged.status_code == 403 and "writ_session" not in forged.headers.get("set-cookie", "")
-    own = httpx2.post(url, data=form, headers=from_console(gateway), timeout=10)
-    assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"]
-
-
-async def test_a_csrf_cookie_planted_from_another_port_decides_nothing_in_the_approvers_name(
+def test_a_login_posted_from_another_site_port_or_subdomain_is_refused(
     inproc_sqlite_gateway: Gateway,
 ) -> None:
-    # The reported forgery: the approver's own session, beside a CSRF cookie the other port set and
-    # the same value in the form, posted from that port.
+    # Login CSRF: a page elsewhere posts the attacker's token, and the approver's browser is then
+    # logged in as the attacker. Another port of the console's host, or a sibling subdomain, is the
+    # same site, and can plant cookies too.
+    gateway = inproc_sqlite_gateway
+    form = {"token": gateway.token("mallory", roles="approver")}
+    url = f"{gateway.url}/console/login"
+    for headers in (
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": OTHER_PORT},
+    ):
+        forged = httpx2.post(url, data=form, headers=headers, timeout=10)
+        assert forged.status_code == 403, headers
+        assert "writ_session" not in forged.headers.get("set-cookie", ""), headers
+    for headers in ({"Sec-Fetch-Site": "same-origin"}, from_console(gateway)):
+        own = httpx2.post(url, data=form, headers=headers, timeout=10)
+        assert own.status_code == 303 and "writ_session" in own.headers["set-cookie"], headers
+
+
+async def test_a_csrf_value_of_the_attackers_choosing_decides_nothing_from_any_origin(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    # The reported forgery: the approver's own session, beside a CSRF cookie another port set and the
+    # same value in the form. Refused from that port, and by the token alone where the origin check
+    # cannot tell (the console's own Origin, or a browser that sends none).
     gateway = inproc_sqlite_gateway
     pending = await request_refund(gateway, "console-csrf-1")
     cookies, _ = await signed_in(gateway, gateway.token("bob", roles="approver"))
-
     planted = {"writ_session": cookies["writ_session"], "writ_csrf": "attackerknown"}
-    forged = await post_decision(
-        gateway, pending["approvalId"], planted, "attackerknown", {"Origin": OTHER_PORT}
-    )
 
-    assert forged.status_code == 403 and "did not come from this console" in forged.text
-    assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
-
-
-async def test_a_csrf_value_of_the_attackers_choosing_is_refused_even_with_the_consoles_origin(
-    inproc_sqlite_gateway: Gateway,
-) -> None:
-    # The token alone must hold where the origin check cannot (a browser that sends no Origin).
-    gateway = inproc_sqlite_gateway
-    pending = await request_refund(gateway, "console-csrf-2")
-    cookies, _ = await signed_in(gateway, gateway.token("bob", roles="approver"))
-
-    planted = {"writ_session": cookies["writ_session"], "writ_csrf": "attackerknown"}
-    with_origin = await post_decision(
-        gateway, pending["approvalId"], planted, "attackerknown", from_console(gateway)
-    )
-    without = await post_decision(gateway, pending["approvalId"], planted, "attackerknown", {})
-
-    assert (with_origin.status_code, without.status_code) == (403, 403)
+    for headers in ({"Origin": OTHER_PORT}, from_console(gateway), {}):
+        forged = await post_decision(gateway, pending["approvalId"], planted, "attackerknown", headers)
+        assert forged.status_code == 403 and "did not come from this console" in forged.text, headers
     assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
 
 
