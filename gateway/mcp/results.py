@@ -94,6 +94,9 @@ FAILED_UNANSWERED = {
     ),
 }
 
+_NOT_ANSWERED = {**FAILED_BY, **FAILED_UNANSWERED}
+"""Every failure the backend did not answer, and what to say of it instead of "it answered"."""
+
 CONTRADICTED = (
     "Do not call again: Writ's recorded outcome of this call is contradicted by later evidence (it may "
     "have taken effect after all, or not). A person is checking; check with writ_call_status."
@@ -105,8 +108,7 @@ def outcome_text(call: CallView) -> str:
     if call.contradicted:
         return CONTRADICTED
     if call.status == "failed":
-        error = call.error or ""
-        return FAILED_BY.get(error) or FAILED_UNANSWERED.get(error) or NEXT["failed"]
+        return _NOT_ANSWERED.get(call.error or "", NEXT["failed"])
     return NEXT.get(call.status, "")
 
 
@@ -288,7 +290,7 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
         result = dict(call.result or {})
         said = (
             outcome_text(call)
-            if call.error in FAILED_BY or call.error in FAILED_UNANSWERED
+            if call.error in _NOT_ANSWERED
             else f"The backend answered with an error: {call.error or 'unknown error'}."
         )
         content = result.get("content") or [{"type": "text", "text": said}]
