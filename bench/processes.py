@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,8 @@ from bench import probes
 REPO = Path(__file__).resolve().parents[1]
 WRIT = str(Path(sys.executable).parent / "writ")
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+_ports_handed_out: set[int] = set()
+_ports_lock = threading.Lock()
 
 _tree = REPO
 
@@ -49,9 +52,21 @@ def _env() -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on now, and that this process has not handed out before.
+
+    Callers often take several ports before they start anything on them. Once a probe socket is
+    closed the kernel may give its port to the next probe, so two of them could be one port: the
+    second server would then find the first one's port taken, or an address meant to be
+    unreachable would reach the gateway itself.
+    """
+    with _ports_lock:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
 
 
 START_TIMEOUT_S = 180.0

@@ -54,12 +54,6 @@ class ServerState:
             await anyio.sleep(0.05)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def serve(app: Any, state: ServerState, port: int | None = None) -> Iterator[str]:
     """Serve `app` in a thread; yields `http://127.0.0.1:<port>`."""

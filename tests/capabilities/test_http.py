@@ -10,11 +10,12 @@ from urllib.parse import quote
 
 import pytest
 
+from bench.processes import free_port
 from capabilities.config import parse_config
 from capabilities.http import PathSegmentError, fill_template
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
-from tests.capabilities.servers import TOKEN, ServerState, free_port
+from tests.capabilities.servers import TOKEN, ServerState
 
 pytestmark = pytest.mark.anyio
 

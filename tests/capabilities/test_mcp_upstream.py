@@ -15,12 +15,13 @@ import anyio
 import mcp_types
 import pytest
 
+from bench.processes import free_port
 from capabilities.config import McpBackend, parse_config
 from capabilities.contract import BackendUnavailable, CapabilityError, ConfigError, Outcome
 from capabilities.mcp_tools import capabilities_from_tools
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
-from tests.capabilities.servers import TOKEN, ServerState, free_port, mcp_upstream_server, serve
+from tests.capabilities.servers import TOKEN, ServerState, mcp_upstream_server, serve
 
 pytestmark = pytest.mark.anyio
 

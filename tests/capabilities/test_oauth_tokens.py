@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from bench.processes import free_port
 from capabilities.config import HttpBackend, McpBackend, RequestSpec, parse_config
 from capabilities.contract import Capability, ConfigError
 from capabilities.credentials import Credentials
@@ -20,7 +21,7 @@ from capabilities.mcp_upstream import McpExecutor
 from capabilities.oauth_tokens import ClientCredentialsTokens
 from capabilities.registry import Registry
 from tests.capabilities.conftest import invocation
-from tests.capabilities.servers import ServerState, free_port
+from tests.capabilities.servers import ServerState
 from tests.gateway.auth.oauth_process import AuthServer, auth_server
 from tests.gateway.auth.oauth_server import CLIENTS
 

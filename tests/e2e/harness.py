@@ -31,7 +31,7 @@ from click.testing import CliRunner
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from bench.processes import wait_http
+from bench.processes import free_port, wait_http
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.cli.main import main as writ_main
 from gateway.config import WritConfig, load_config
@@ -65,12 +65,6 @@ async def mcp_client(url: str, token: str, mode: str = "auto", **kwargs: Any) ->
         Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client,
     ):
         yield client
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(port: int, process: subprocess.Popen[Any], timeout_s: float = 120.0) -> None:
