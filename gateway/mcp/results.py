@@ -115,12 +115,27 @@ def outcome_text(call: CallView) -> str:
 _WRIT_REASONS = frozenset(ReasonCode)
 
 
-def rule_message(call: CallView) -> str | None:
-    """The `message` of the policy rule that denied `call`, as the operator wrote it for the user; None
-    when no rule did (Writ's own refusals: their text is for the record, not the model) or it has none."""
-    if call.status != "denied" or call.reason is None or call.reason in _WRIT_REASONS:
+def rule_message(call: CallView, decision: Mapping[str, Any] | None = None) -> str | None:
+    """The `message` of the policy rule that denied `call`, or that sent it to an approver, as the
+    operator wrote it for the user; None when no rule did (Writ's own refusals and a budget's approval:
+    their text is for the record, not the model) or the rule has none.
+
+    A denial's message is kept in the call's `error`. A pending approval's is read from `decision`,
+    the policy decision recorded with the call's intent (the `decision` of its `tool_call.requested`):
+    the call's row has no field for it while it waits.
+    """
+    if call.reason is None or call.reason in _WRIT_REASONS:
         return None
-    return call.error or None
+    if call.status == "denied":
+        return call.error or None
+    if call.status != "approval_pending" or decision is None:
+        return None
+    message = decision.get("message")
+    if decision.get("reason") != call.reason or not isinstance(message, str) or not message.strip():
+        return None
+    if message.startswith(f"decided by rule {decision.get('rule_id')!r}"):
+        return None  # recorded before a rule's message was kept apart: Writ's own words, not the rule's
+    return message
 
 
 def writ_meta(call: CallView) -> dict[str, Any]:
@@ -140,8 +155,8 @@ def _effect(call: CallView) -> Effect:
     return Effect(capability=f"{call.capability_id}@{call.capability_version}", summary=call.summary)
 
 
-def shape_report(report: CallReport) -> dict[str, Any]:
-    """The CallToolResult (as JSON) for what the pipeline just did."""
+def shape_report(report: CallReport, decision: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for what the pipeline just did; `decision` as for `shape_call`."""
     call = report.reported
     if not report.recorded:
         headline = (
@@ -184,7 +199,7 @@ def shape_report(report: CallReport) -> dict[str, Any]:
         return loop_detected(call, report.loop)
     if call.status == "denied" and call.reason == ReasonCode.RUN_STOPPED:
         return run_stopped(call)
-    return shape_call(call, report.capability)
+    return shape_call(call, report.capability, decision)
 
 
 RUN_STOPPED_NEXT = (
@@ -274,8 +289,11 @@ def rate_limited(tool_name: str, retry_after_s: float) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "structuredContent": body, "isError": False}
 
 
-def shape_call(call: CallView, capability: Capability | None = None) -> dict[str, Any]:
-    """The CallToolResult (as JSON) for a call's recorded state."""
+def shape_call(
+    call: CallView, capability: Capability | None = None, decision: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for a call's recorded state; `decision`, the policy decision
+    recorded with it, tells a pending approval's rule message (`rule_message`)."""
     if call.contradicted:
         return _status_result(call, status_document(call), f"Outcome contradicted: {call.summary}.")
     if call.status == "completed" and call.result is not None:
@@ -303,17 +321,21 @@ def shape_call(call: CallView, capability: Capability | None = None) -> dict[str
             "isError": True,
             "_meta": writ_meta(call),
         }
-    body = status_document(call)
-    return _status_result(call, body, _headline(call))
+    body = status_document(call, decision=decision)
+    return _status_result(call, body, _headline(call, body.get("message")))
 
 
-def status_document(call: CallView, *, include_result: bool = False) -> dict[str, Any]:
+def status_document(
+    call: CallView, *, include_result: bool = False, decision: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The structured state of a call, as `writ_call_status` and non-final results report it."""
-    return status_model(call, include_result=include_result).dump()
+    return status_model(call, include_result=include_result, decision=decision).dump()
 
 
-def status_model(call: CallView, *, include_result: bool = False) -> StatusDocument:
-    """The `StatusDocument` of a call's recorded state."""
+def status_model(
+    call: CallView, *, include_result: bool = False, decision: Mapping[str, Any] | None = None
+) -> StatusDocument:
+    """The `StatusDocument` of a call's recorded state; `decision` as for `shape_call`."""
     said: dict[str, Any] = {}
     if call.status == "approval_pending":
         said["approval_id"] = call.approval_id
@@ -321,9 +343,9 @@ def status_model(call: CallView, *, include_result: bool = False) -> StatusDocum
             said["expires_at"] = call.approval_expires_at.isoformat()
     if call.status == "denied":
         said["reason"] = call.reason
-        if (message := rule_message(call)) is not None:
-            said["message"] = message
         said["policy_version"] = call.policy_version
+    if (message := rule_message(call, decision)) is not None:
+        said["message"] = message
     if call.status == "result_unknown":
         # Escalated: reconciliation gave up and a person must settle it (`writ calls resolve`).
         said["reconciliation"] = "escalated" if call.escalated else "pending"
@@ -357,18 +379,17 @@ def _status_result(call: CallView, body: Mapping[str, Any], text: str) -> dict[s
     }
 
 
-def _headline(call: CallView) -> str:
+def _headline(call: CallView, message: str | None) -> str:
     summary = call.summary
+    says = f" The policy says: {message.rstrip()}" if message else ""
     match call.status:
         case "approval_pending":
-            return f"Waiting for human approval: {summary}."
+            return f"Waiting for human approval: {summary}.{says}"
         case "result_unknown":
             return (
                 f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."
             )
         case "denied":
-            message = rule_message(call)
-            says = f" The policy says: {message.rstrip()}" if message else ""
             return f"Denied by policy ({call.reason}): {summary}.{says}"
         case "dispatching":
             return f"In progress: {summary}."

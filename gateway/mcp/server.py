@@ -49,7 +49,7 @@ from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
 from store.commands import DecideApproval
 from store.limits import CLIENT_ID_CHARS
-from store.model import CallView, NotFound, StaleLease, Unavailable
+from store.model import CallView, NotFound, StaleLease, StoreError, Unavailable
 from store.ports import CallStatus
 
 logger = logging.getLogger(__name__)
@@ -267,10 +267,11 @@ class McpFace:
             return {"resultType": "task", **(await self._task(report.call))}
         if (missing := missing_capability(report)) is not None:
             raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, *missing)
+        decision = await self._decision(report.reported)
         # Handed on as JSON: the SDK validates a handler's result against the protocol's surface and
         # dumps it once itself, so a model built here would be validated and dumped twice. The
         # `resultType` is what the model would add (a legacy surface drops it).
-        return {"resultType": "complete", **shape_report(report)}
+        return {"resultType": "complete", **shape_report(report, decision)}
 
     def _exchange(self, who: Any, params: types.CallToolRequestParams) -> Exchange | None:
         """The open call a retry's `requestState` names, if it is a relayed round's.
@@ -397,12 +398,32 @@ class McpFace:
             if _is_identifier(tool_call_id):
                 return _status_error(text, StatusDocument(status="not_found", tool_call_id=tool_call_id))
             return _status_error(text, StatusDocument(status="not_found"))
-        shaped = shape_call(call, self.catalogue.capability(call.tool_name))
-        status = status_document(call, include_result=True)
+        decision = await self._decision(call)
+        shaped = shape_call(call, self.catalogue.capability(call.tool_name), decision)
+        status = status_document(call, include_result=True, decision=decision)
         shaped["structuredContent"] = status
         if call.status != "completed":
             shaped["content"] = [{"type": "text", "text": _status_text(status)}]
         return types.CallToolResult.model_validate(shaped)
+
+    async def _decision(self, call: CallView) -> Mapping[str, Any] | None:
+        """The policy decision recorded with a call waiting for an approver (its first event, the
+        `tool_call.requested`): where its rule's message is kept. None for any other call, and when the
+        log cannot be read now: the message is worth less than telling the client its call's state."""
+        if call.status != "approval_pending":
+            return None
+        tool_call_id = call.tool_call_id
+        try:
+            found = await anyio.to_thread.run_sync(
+                lambda: self.store.events(tool_call_id=tool_call_id, limit=1)
+            )
+        except StoreError as exc:
+            logger.warning("the decision recorded with %s was not read: %s", tool_call_id, exc)
+            return None
+        if not found or found[0].type != "tool_call.requested":
+            return None
+        decision = found[0].payload.get("decision")
+        return decision if isinstance(decision, Mapping) else None
 
     async def _own_call(self, who: Any, call_id: object) -> CallView | None:
         """The call with this id if the caller may read it (their own, or their tenant's as an
@@ -482,8 +503,9 @@ class McpFace:
         return call
 
     async def _task(self, call: CallView) -> dict[str, Any]:
-        final = shape_call(call, self.catalogue.capability(call.tool_name))
-        status = status_document(call)
+        decision = await self._decision(call)
+        final = shape_call(call, self.catalogue.capability(call.tool_name), decision)
+        status = status_document(call, decision=decision)
         return rounds.task_of(call, final, _status_text(status), withdrawn=await self._withdrawn(call))
 
     async def _withdrawn(self, call: CallView) -> bool:
@@ -657,6 +679,8 @@ def _status_text(status: dict[str, Any]) -> str:
     parts = [f"Call {status['toolCallId']} is {status['status']}."]
     if effect := status.get("effect"):
         parts.append(f"Effect: {effect['summary']} ({effect['capability']}).")
+    if message := status.get("message"):
+        parts.append(f"The policy says: {message.rstrip()}")
     if status.get("next"):
         parts.append(status["next"])
     return " ".join(parts)

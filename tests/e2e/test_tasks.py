@@ -7,6 +7,7 @@ Against the whole gateway served in this process (`inproc_sqlite_gateway`): the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -19,6 +20,8 @@ from pydantic import Field, TypeAdapter
 
 from tests.e2e.harness import Backend, Gateway
 from tests.eventually import eventually
+from tests.gateway.mcp import inproc
+from tests.gateway.mcp.test_mcp_shaping import GOODWILL, GOODWILL_SAYS
 
 pytestmark = pytest.mark.anyio
 
@@ -191,13 +194,16 @@ async def test_the_task_methods_refuse_a_request_without_the_extension(sqlite_ga
                     assert required == {"extensions": {"io.modelcontextprotocol/tasks": {}}}
 
 
-async def _task_created_and_left(gateway: Gateway, key: str) -> CreateTaskResult:
-    """Alice's refund of 250 becomes a task waiting for an approver; her client leaves it once created."""
+async def _task_created_and_left(
+    gateway: Gateway, key: str, arguments: dict[str, Any] | None = None
+) -> CreateTaskResult:
+    """Alice's refund (of 250 unless `arguments` say otherwise) becomes a task waiting for an approver;
+    her client leaves it once created."""
     stop = anyio.CancelScope()  # entered around the call only: the client closes outside it
     tasks = Left(stop)
     async with gateway.client(gateway.token("alice"), mode="2026-07-28", extensions=[tasks]) as client:
         with stop:
-            await client.call_tool("refund_order", refund(), meta={"writ/idempotencyKey": key})
+            await client.call_tool("refund_order", arguments or refund(), meta={"writ/idempotencyKey": key})
     assert stop.cancelled_caught, "the call ended before it became a task"
     [created] = tasks.created
     return created
@@ -261,3 +267,19 @@ async def test_cancelling_an_approved_task_does_not_undo_it_and_only_the_request
     await eventually(lambda: backend.refunds("task-6"))
     task = await _send(sqlite_gateway, "alice", GetTaskRequest(params=TaskParams(taskId=approved.task_id)))
     assert task["status"] in ("working", "completed") and len(backend.refunds("task-6")) == 1
+
+
+async def test_a_task_waiting_for_a_rule_with_a_message_says_it_and_one_without_says_none(
+    tmp_path: Path, backend: Backend
+) -> None:
+    store_url = f"sqlite:///{tmp_path / 'writ.db'}"
+    with inproc.writ(tmp_path, backend, store_url, extra_rules=[GOODWILL]) as g:
+        told = await _task_created_and_left(g, "task-8", {**refund(20), "reason": "goodwill"})
+        polled = await _send(g, "alice", GetTaskRequest(params=TaskParams(taskId=told.task_id)))
+        silent = await _task_created_and_left(g, "task-9")  # the demo's approval rule has no message
+    assert f"The policy says: {GOODWILL_SAYS}" in (told.status_message or "")
+    assert polled["status"] == "working"
+    assert f"The policy says: {GOODWILL_SAYS}" in polled["statusMessage"]
+    assert "is approval_pending" in (silent.status_message or "")
+    assert "policy says" not in (silent.status_message or "")
+    assert backend.refunds("task-8") == backend.refunds("task-9") == []

@@ -164,6 +164,9 @@ async def test_a_budget_saying_require_approval_sends_the_next_call_to_a_person(
 
     assert [(r.meta or {}).get("writ/status") for r in first] == ["completed", "completed"]
     assert third["status"] == "approval_pending"
+    # Writ's own sentence for the approver ("budget ... is used up") is recorded, not passed off to the
+    # client as a policy rule's message.
+    assert "message" not in third
     assert decided.status_code == 200, decided.text
     assert settled is not None and settled.status == "completed"
     types = g.event_types(third["toolCallId"])

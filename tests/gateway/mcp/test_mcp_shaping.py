@@ -37,10 +37,23 @@ def backend(tmp_path_factory: pytest.TempPathFactory, store_url: str) -> Iterato
         yield b
 
 
+GOODWILL_SAYS = "Goodwill refunds are approved by a supervisor; expect an answer within a day."
+GOODWILL = {  # an approval rule with a message for the user (the demo's own approval rule has none)
+    "id": "goodwill-refunds-need-approval",
+    "tools": ["refund_order"],
+    "roles": ["agent"],
+    "when": 'args.reason == "goodwill"',
+    "decision": "require_approval",
+    "reason": "goodwill_refund",
+    "message": GOODWILL_SAYS,
+    "approval": {"approver_role": "approver", "expires_in": "1h"},
+}
+
+
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory, backend: Backend, store_url: str) -> Iterator[Writ]:
     workdir: Path = tmp_path_factory.mktemp("writ")
-    with writ(workdir, backend, store_url) as g:
+    with writ(workdir, backend, store_url, extra_rules=[GOODWILL]) as g:
         yield g
 
 
@@ -130,6 +143,48 @@ async def test_a_denial_without_a_rules_message_gives_the_client_no_message(gate
         result = await client.call_tool("refund_order", refund_args())
     assert result.structured_content["reason"] == "no_matching_rule"
     assert "message" not in result.structured_content
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_approval_by_a_rule_with_a_message_tells_the_client_that_message_every_time(
+    gateway: Writ, backend: Backend, mode: str
+) -> None:
+    before, key = backend.refunds(), fresh("k")
+    args = {**refund_args(20, order="1001"), "reason": "goodwill"}
+    async with gateway.client(gateway.token(fresh("alice")), mode=mode) as client:
+        first = await client.call_tool("refund_order", args, meta={"writ/idempotencyKey": key})
+        body = first.structured_content
+        status = await client.call_tool("writ_call_status", {"toolCallId": body["toolCallId"]})
+        again = await client.call_tool("refund_order", args, meta={"writ/idempotencyKey": key})
+    assert (body["status"], body["message"]) == ("approval_pending", GOODWILL_SAYS)
+    assert first.content[0].text.startswith(
+        f"Waiting for human approval: refund 20 EUR to order 1001. The policy says: {GOODWILL_SAYS} Do not"
+    )
+    # A later poll, and a retry under the same key (which joins the call), say it again.
+    for later in (status, again):
+        assert later.structured_content["toolCallId"] == body["toolCallId"]
+        assert later.structured_content["status"] == "approval_pending"
+        assert later.structured_content["message"] == GOODWILL_SAYS
+        assert f"The policy says: {GOODWILL_SAYS}" in later.content[0].text
+    assert backend.refunds() == before
+    with gateway.store() as store:
+        [requested] = store.events(tool_call_id=body["toolCallId"], limit=1)
+    # Where the message comes from: the decision recorded with the call's intent.
+    assert requested.payload["decision"]["message"] == GOODWILL_SAYS
+
+
+async def test_an_approval_by_a_rule_without_a_message_gives_the_client_no_message(gateway: Writ) -> None:
+    async with gateway.client(gateway.token(fresh("alice"))) as client:
+        first = await client.call_tool("refund_order", refund_args(250, order="1002"))
+        status = await client.call_tool(
+            "writ_call_status", {"toolCallId": first.structured_content["toolCallId"]}
+        )
+    for said in (first, status):  # demo.yaml's refunds-over-100-need-approval has no message
+        assert said.structured_content["status"] == "approval_pending"
+        assert "message" not in said.structured_content
+        assert "policy says" not in said.content[0].text
+        # Nor does Writ's own account of the match (the other rules that matched) pass for one.
+        assert "agents-refund" not in said.content[0].text
 
 
 async def test_a_principal_without_the_agent_role_sees_no_backend_tools_and_is_denied(

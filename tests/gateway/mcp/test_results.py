@@ -1,0 +1,104 @@
+"""Which recorded words reach the client as a policy rule's `message` (gateway/mcp/results.py).
+
+Pure shaping of a call's recorded state; what the real gateway answers is in test_mcp_shaping.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gateway.mcp.results import rule_message, shape_call, status_document
+from store.model import CallView
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+SAYS = "Goodwill refunds are approved by a supervisor."
+PENDING = CallView(
+    tool_call_id="tc-1",
+    run_id=None,
+    tenant="acme",
+    subject="alice",
+    tool_name="refund_order",
+    capability_id="refund-order",
+    capability_version="2",
+    action_hash="h",
+    idempotency_key="k",
+    key_source="client",
+    status="approval_pending",
+    verification_status="not_observed",
+    decision_effect="require_approval",
+    reason="goodwill_refund",
+    policy_version="p1",
+    arguments={},
+    summary="refund 20 EUR to order 1001",
+    external_request_id="x",
+    approval_id="ap-1",
+    result=None,
+    error=None,
+    created_at=NOW,
+    updated_at=NOW,
+)
+
+
+def decision(**changes: Any) -> dict[str, Any]:
+    """A `require_approval` decision as `tool_call.requested` records it."""
+    recorded = {
+        "effect": "require_approval",
+        "reason": "goodwill_refund",
+        "policy_version": "p1",
+        "rule_id": "goodwill-refunds-need-approval",
+        "approval": {"approver_role": "approver", "expires_in_s": 3600, "requester_may_approve": False},
+        "message": SAYS,
+    }
+    return recorded | changes
+
+
+def test_a_pending_approval_carries_its_rules_message_in_the_document_and_the_text() -> None:
+    shaped = shape_call(PENDING, decision=decision())
+    assert shaped["structuredContent"]["message"] == SAYS
+    assert shaped["content"][0]["text"].startswith(
+        f"Waiting for human approval: refund 20 EUR to order 1001. The policy says: {SAYS} Do not call"
+    )
+    assert status_document(PENDING, decision=decision())["message"] == SAYS
+
+
+@pytest.mark.parametrize(
+    ("call", "recorded"),
+    [
+        # No decision read (the log could not be read, or the caller did not look): nothing to say.
+        (PENDING, None),
+        # The rule has no message.
+        (PENDING, decision(message=None)),
+        (PENDING, decision(message="  ")),
+        # A budget sent the call to a person: Writ's reason, and Writ's sentence for the approver.
+        (
+            dataclasses.replace(PENDING, reason="budget_exceeded"),
+            decision(reason="budget_exceeded", message="budget 'b' is used up: a person decides"),
+        ),
+        # Recorded before a rule's message was kept apart from Writ's account of the match.
+        (PENDING, decision(message="decided by rule 'goodwill-refunds-need-approval' (also matched: x)")),
+        # A decision that is not the one the call's row was recorded with.
+        (PENDING, decision(reason="another_reason")),
+        # Not waiting for approval (any more): the decision's message is not the state's.
+        (dataclasses.replace(PENDING, status="approved"), decision()),
+        (dataclasses.replace(PENDING, status="rejected"), decision()),
+    ],
+)
+def test_no_message_is_told_where_no_rule_said_one_for_the_calls_state(
+    call: CallView, recorded: dict[str, Any] | None
+) -> None:
+    assert rule_message(call, recorded) is None
+    shaped = shape_call(call, decision=recorded)
+    assert "message" not in shaped["structuredContent"]
+    assert "policy says" not in shaped["content"][0]["text"]
+
+
+def test_a_denial_by_a_rule_keeps_telling_its_message_from_the_call_and_writs_own_none() -> None:
+    denied = dataclasses.replace(PENDING, status="denied", reason="amount_over_limit", error="Not by agents.")
+    assert rule_message(denied) == "Not by agents."
+    assert status_document(denied)["message"] == "Not by agents."
+    conflict = dataclasses.replace(denied, reason="idempotency_conflict", error="key is held by tc-0")
+    assert rule_message(conflict) is None
