@@ -126,9 +126,9 @@ def _prompt(backend: str, config: McpBackend, settings: McpPrompts, prompt: mcp_
     for argument in arguments:
         spec: dict[str, Any] = {"type": "string"}
         if argument.description:
-            spec["description"] = argument.description
+            spec["description"] = shown_text(argument.description)
         if argument.title:
-            spec["title"] = argument.title
+            spec["title"] = shown_text(argument.title)
         properties[argument.name] = spec
     schema = {
         "type": "object",
