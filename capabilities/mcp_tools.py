@@ -10,7 +10,7 @@ import mcp_types
 
 from capabilities.config import McpBackend, McpReconcile, McpToolSettings, check_horizon
 from capabilities.contract import Capability, ConfigError, EffectClass
-from capabilities.names import logged, name_problem, shown_text
+from capabilities.names import logged, name_problem, shown_schema, shown_text
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +94,10 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         version=_first(override.version, defaults.version, "1"),
         tool_name=config.rename.get(tool.name, tool.name),
         backend=backend,
-        input_schema=dict(tool.input_schema),
+        # The upstream's words reach clients and models: what a person cannot see in them is marked,
+        # in the schemas' descriptions and titles too.
+        input_schema=shown_schema(dict(tool.input_schema)),
         effect=effect,
-        # The upstream's words reach clients and models: what a person cannot see in them is marked.
         description=override.description or shown_text(tool.description or "") or defaults.description or "",
         title=title,
         dedupes_on_key=_first(override.dedupes_on_key, defaults.dedupes_on_key, False),
@@ -107,7 +108,7 @@ def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capab
         summary=override.summary or defaults.summary,
         # A read has no effect to learn about, so a backend-wide lookup leaves reads alone.
         reconcilable=effect != "read" and reconcile_setting(config, tool.name) is not None,
-        output_schema=dict(tool.output_schema) if tool.output_schema else None,
+        output_schema=shown_schema(dict(tool.output_schema)) if tool.output_schema else None,
         definition=_definition(config, override),
     )
 

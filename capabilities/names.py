@@ -6,10 +6,13 @@ the gateway warns of those (`gateway.calls.pipeline.TOOL_NAME`) rather than refu
 are left out, since no SHOULD makes them safe: a name the store cannot hold (the call would fail on
 PostgreSQL only after a read had run) and one with characters a person cannot see or that reorder
 what they see (a bidi override, a zero-width space, a control), which would make the name an approver
-or auditor reads differ from the one called.
+or auditor reads differ from the one called. An upstream's words (descriptions and titles, of a tool
+and inside its schemas) are kept, with such characters shown as code points.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from capabilities.contract import NAME_CHARS
 from capabilities.hidden import LINE_BREAKS_KEPT, is_hidden, marked
@@ -41,3 +44,30 @@ def shown_text(text: str) -> str:
     """An upstream's description as Writ passes it on: hidden characters as `<U+XXXX>` (tab and
     newline kept), so a client shows a person what the model reads."""
     return marked(text, LINE_BREAKS_KEPT)
+
+
+_WORDS = frozenset({"title", "description"})
+# Values an argument is checked against or may take, not words about it: as the upstream gave them.
+_VALUES = frozenset({"enum", "const", "default", "examples"})
+# Their keys are property names or definition names, whatever they spell, and their values schemas.
+_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def shown_schema(schema: Any) -> Any:
+    """An upstream's JSON Schema as Writ passes it on: every `title` and `description` string in it as
+    `shown_text`, anything a validator reads as it was."""
+    if isinstance(schema, list):
+        return [shown_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    shown: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _WORDS and isinstance(value, str):
+            shown[key] = shown_text(value)
+        elif key in _VALUES:
+            shown[key] = value
+        elif key in _NAMED_SCHEMAS and isinstance(value, dict):
+            shown[key] = {name: shown_schema(each) for name, each in value.items()}
+        else:
+            shown[key] = shown_schema(value)
+    return shown

@@ -25,8 +25,9 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from capabilities.contract import BackendUnavailable, Capability
 from capabilities.mcp_midcall import relaying
-from capabilities.mcp_relays import prompt_of, uri_problem
+from capabilities.mcp_relays import prompt_of
 from capabilities.registry import Registry
+from capabilities.uris import uri_problem
 from gateway.auth.standing import is_revoked
 from gateway.calls.catalogue import Catalogue
 from gateway.calls.pipeline import CallInput, CallPipeline, CallReport

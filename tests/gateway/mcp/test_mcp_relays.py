@@ -20,6 +20,7 @@ import uvicorn
 from mcp import MCPError
 from mcp_types import INVALID_PARAMS, SERVER_INFO_META_KEY
 
+from capabilities.uris import uri_problem
 from gateway.audit.security import SecurityEvents
 from gateway.mcp.relays import REFUSED, RESOURCE_NOT_FOUND
 from store import EventFilter
@@ -275,6 +276,82 @@ async def test_a_uri_no_upstream_serves_is_not_found_and_an_upstream_refusal_pas
     assert (refused.value.data["status"], refused.value.data["error"]) == ("failed", "mcp_error_32002")
 
 
+# What each kind of URI gets. A rule's pattern is matched as written, while the upstream may decode,
+# normalise and resolve it: refused (-32602, before policy) is any URI one of those readings could turn
+# into another; everything else is asked as written.
+URI_KINDS: list[tuple[str, str | None]] = [
+    # Asked: names, however unusual, that no reading resolves elsewhere.
+    ("file:///a/b.txt", None),
+    ("file:///a/..b", None),  # dots that are not a whole segment
+    ("file:///a/.../b", None),  # three dots are a name, on Windows too
+    ("file:///a/b;v=1/c", None),  # a path parameter on a name
+    ("https://x/y?q=1%20", None),
+    ("https://x/y?q=a%25b", None),  # an encoded `%`: `a%b`, and no escape once decoded again
+    ("note://x/%2541", None),  # a literal `%41`, or `A` to an upstream that decodes twice: either is here
+    ("note://caf%C3%A9/na%C3%AFve", None),  # UTF-8, percent-encoded
+    ("file:///a b.txt", None),  # a space inside a name
+    # Dot-segments, as written or in any reading an upstream may make of the URI.
+    ("file:///public/../etc/passwd", "the dot-segment '..', "),
+    ("file:///public/./x", "the dot-segment '.', "),
+    ("file:///public/%2e%2E/etc", "the dot-segment '..' once decoded"),
+    ("file:///public/.%2e/etc", "the dot-segment '..' once decoded"),
+    ("file:///public/%252e%252e/etc", "the dot-segment '..' once decoded"),  # an upstream decoding twice
+    ("file:///public/%25252e%25252e/etc", "the dot-segment '..' once decoded"),  # ... or three times
+    ("file:///public/..;/etc/passwd", "the dot-segment '..;', "),  # Tomcat drops `;...` from a segment
+    ("file:///public/..;x=1/etc", "the dot-segment '..;x=1', "),
+    ("file:///public/%2e%2e;x/etc", "the dot-segment '..;x' once decoded"),
+    ("file:///public/..%3B/etc", "the dot-segment '..;' once decoded"),
+    ("file:///public/.;jsessionid=1/x", "the dot-segment '.;jsessionid=1', "),
+    ("file:///public/..%20/etc", "the dot-segment '.. ' once decoded"),  # white space trimmed
+    ("file:///public/ ../etc", "the dot-segment ' ..', "),
+    ("file:///public/.\u200b./etc", "the dot-segment '.\\u200b.', "),  # unseen characters left out
+    ("file:///public/\uff0e\uff0e/etc", "the dot-segment '..' once decoded or normalised"),  # NFKC
+    ("file:///public/%EF%BC%8E%EF%BC%8E/etc", "the dot-segment '..' once decoded or normalised"),
+    ("file:///public/..?x", "the dot-segment '..', "),  # a segment ends at `?` and `#` too
+    ("file:///public/..%3Fx", "the dot-segment '..' once decoded"),
+    ("file:///public/x?q=/../y", "the dot-segment '..', "),  # in the query too
+    # Separators an upstream may decode into a path, and backslashes.
+    ("file:///public%2F..%2Fetc", "an encoded separator ('%2F'), "),
+    ("file:///public%5c..%5cetc", "an encoded separator ('%5c'), "),
+    ("file:///public%252F..%252Fetc", "an encoded separator ('%2F') once decoded"),
+    ("file:///public%255C..%255Cetc", "an encoded separator ('%5C') once decoded"),
+    ("file:///public\\..\\etc", "a backslash ('\\'), "),
+    ("file:///public\uff3c..\uff3cetc", "a backslash ('\\') once decoded or normalised"),  # fullwidth
+    # Control characters, which parsers drop (tab, newline) or cut a path at (NUL).
+    ("file:///public/..%00/etc", "the control character U+0000 once decoded"),
+    ("file:///public/%00", "the control character U+0000 once decoded"),
+    ("file:///public/%2500", "the control character U+0000 once decoded"),
+    ("file:///public/.\t./etc", "the control character U+0009, "),
+    ("file:///public/x%0Ay", "the control character U+000A once decoded"),
+    # Encoded bytes that are not UTF-8: an overlong `%C0%AE` is `.` to a lenient decoder.
+    ("file:///public/%C0%AE%C0%AE/etc", "percent-encoded bytes that are not UTF-8 (%C0 %AE %C0 %AE)"),
+    ("file:///public/%E9t%E9", "percent-encoded bytes that are not UTF-8 (%E9 %E9)"),
+    ("file:///public/\ud800", "the lone surrogate U+D800, which is no character"),
+    ("file:///" + "x" * 250, "it is 258 characters long, over the 256 Writ can record"),
+]
+
+
+@pytest.mark.parametrize(("uri", "problem"), URI_KINDS)
+def test_each_kind_of_uri_is_asked_or_refused_as_any_reading_of_it_could_resolve(
+    uri: str, problem: str | None
+) -> None:
+    found = uri_problem(uri)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found, found
+
+
+def test_a_uri_is_checked_as_the_upstream_gets_it_without_its_prefix_too() -> None:
+    # `lib+..` is no dot-segment, but the upstream gets `../x`.
+    assert uri_problem("lib+../x", "") is None
+    assert (
+        uri_problem("lib+../x", "lib+")
+        == "its path holds the dot-segment '..', which an upstream may resolve"
+    )
+    assert uri_problem("lib+%2e%2e/x", "lib+") is not None
+
+
 # Each under `lib+note://*`, which readers may read: the pattern is matched as written, the upstream may
 # resolve it (`note://x/../secret` is `note://secret`, which a narrower rule could have kept from them).
 RESOLVABLE = [
@@ -287,8 +364,19 @@ RESOLVABLE = [
     "lib+note://x%2f..%2fsecret",
     "lib+note://x%5C..%5Csecret",
     "lib+note://x\\..\\secret",
+    "lib+note://x/%252e%252e/secret",
+    "lib+note://x%252F..%252Fsecret",
+    "lib+note://x/..;/secret",
+    "lib+note://x/%2e%2e;x/secret",
+    "lib+note://x/..%20/secret",
+    "lib+note://x/..%00/secret",
+    "lib+note://secret%00",
+    "lib+note://x/%C0%AE%C0%AE/secret",
+    "lib+note://x/\uff0e\uff0e/secret",
     "lib+note://" + "x" * 300,  # longer than the store records a read's URI
 ]
+ASKED = ["lib+note://x..y/...", "lib+note://x/%2541", "lib+note://x/a;v=1", "lib+note://x/..b"]
+"""Under `lib+note://*` too, and resolving nowhere else: asked of the upstream (which has none of them)."""
 
 
 async def test_a_uri_an_upstream_could_resolve_to_another_is_invalid_and_neither_recorded_nor_sent(
@@ -304,15 +392,15 @@ async def test_a_uri_an_upstream_could_resolve_to_another_is_invalid_and_neither
             assert (invalid.value.code, invalid.value.data) == (INVALID_PARAMS, {"uri": uri}), uri
             assert invalid.value.message.startswith("Invalid resource URI, not read: "), uri
             assert invalid.value.message.endswith(f": {uri}"), uri
-        # Dots that are not a whole segment are a name like any other (asked, and not found).
-        with pytest.raises(MCPError) as asked:
-            await client.read_resource("lib+note://x..y/...")
-    assert asked.value.code == -32002
+        for uri in ASKED:
+            with pytest.raises(MCPError) as asked:
+                await client.read_resource(uri)
+            assert asked.value.code == -32002, uri
     assert "the dot-segment '..'" in first.value.message
-    assert sum(READS.values()) == before + 1
-    assert [c.arguments for c in gateway.recorded_calls() if c.subject == "dots"] == [
-        {"uri": "lib+note://x..y/..."}
-    ]
+    assert sum(READS.values()) == before + len(ASKED)
+    assert [READS[f"lib:{uri.removeprefix('lib+')}"] for uri in ASKED] == [1] * len(ASKED)
+    recorded = sorted(c.arguments["uri"] for c in gateway.recorded_calls() if c.subject == "dots")
+    assert recorded == sorted(ASKED)
 
 
 @pytest.mark.parametrize("mode", MODES)
