@@ -205,14 +205,21 @@ def _walk_chain(
             "inserted", lowest, f"an event at seq {lowest} lies before the log's first event (seq 1)", 0
         )
     # Events still in the database at or below the archive's end are a run of `writ store archive` that
-    # died after writing its file: the file holds them, and the next run deletes them.
+    # died after writing its file: the file holds them, and the next run deletes them. The chain is
+    # walked through the file's; each such row must be the very event the file holds at its seq, or it
+    # was put there (or edited) after the archive was written, where nothing else would look at it.
+    leftovers = _Leftovers(partition_rows(conn, partition, 0, after) if after else iter(()))
     rows: Iterator[Any] = chain(archived, partition_rows(conn, partition, after))
     expected, prev_hash, checked = 1, ev.GENESIS_HASH, 0
     current = next(rows, None)
     while current is not None:
         following = next(rows, None)
         checked_row = _check(current, following, expected, prev_hash)
-        finding = checked_row if isinstance(checked_row, tuple) else vouched.check(current.pseq, current.hash)
+        finding = (
+            checked_row
+            if isinstance(checked_row, tuple)
+            else leftovers.check(current) or vouched.check(current.pseq, current.hash)
+        )
         if finding is not None:
             problem, seq, detail = finding
             return bad(problem, seq, detail, checked)
@@ -234,6 +241,36 @@ def _walk_chain(
     if cut is not None:
         return bad("truncated", last_seq + 1, cut, checked)
     return AuditReport(True, checked)
+
+
+class _Leftovers:
+    """The database's rows at archived seqs, each checked against the archived event at its seq as the
+    walk passes it."""
+
+    def __init__(self, rows: Iterator[Any]) -> None:
+        self._rows = rows
+        self._next = next(rows, None)
+
+    def check(self, archived: Any) -> Finding | None:
+        """The finding about the database's rows up to `archived`'s seq, which must be that event."""
+        while self._next is not None and self._next.pseq <= archived.pseq:
+            row, self._next = self._next, next(self._rows, None)
+            if row.pseq < archived.pseq or not _same_event(row, archived):
+                detail = (
+                    f"event {row.pseq} in the database is not the event the archive holds at that seq: "
+                    "it was edited or put there after the archive was written"
+                )
+                return ("edited", row.pseq, detail)
+        return None
+
+
+def _same_event(row: Any, archived: Any) -> bool:
+    try:
+        stored = envelope_of(row)
+    except CorruptEvent:
+        return False
+    same_links = (row.hash, row.prev_hash) == (archived.hash, archived.prev_hash)
+    return same_links and stored == envelope_of(archived)
 
 
 class _Vouched:

@@ -151,6 +151,33 @@ def test_a_run_that_died_after_writing_its_file_is_completed_by_the_next(
     assert store.verify(archive=tmp_path).ok
 
 
+def test_an_event_put_back_in_the_database_at_an_archived_seq_must_be_the_archived_one(
+    store: Store, tmp_path: Path
+) -> None:
+    # The walk reads archived seqs from the file, so a row there in the database was read by no one:
+    # `writ audit export` would publish a forged one while verify passed.
+    settled_calls(store, 3)
+    segment = store.archive(tmp_path, upto_seq=10, before=LATER)
+    assert segment is not None and in_database(store) == (None, 0)
+    archived = {
+        r["seq"]: r | {"partition": "", "pseq": r["seq"]} for r in _archived_rows(tmp_path / segment.file)
+    }
+    completion = archived[7]  # the second call's completion, its hash kept
+    forged = completion | {"payload": completion["payload"].replace('"n":2', '"n":20')}
+    assert forged["payload"] != completion["payload"]
+    with store.engine.begin() as conn:
+        conn.execute(events.insert(), [archived[6], forged])
+
+    report = store.verify(archive=tmp_path)
+
+    assert (report.chain_ok, report.first_bad_seq, report.problem) == (False, 7, "edited")
+    assert "not the event the archive holds" in (report.detail or "")
+    with store.engine.begin() as conn:  # the archived event itself, put back: as a died run leaves it
+        conn.execute(events.delete().where(events.c.seq == 7))
+        conn.execute(events.insert(), [completion])
+    assert store.verify(archive=tmp_path).ok
+
+
 def _archived_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines()]
 
