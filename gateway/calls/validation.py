@@ -19,12 +19,11 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
-from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from capabilities.contract import Capability
 from gateway.calls.actions import PerCapability, canonical_json
-from gateway.calls.schema_keywords import PatternTimeout, TimedValidator
+from gateway.calls.schema_keywords import PatternTimeout, timed_validator
 from gateway.errors import ConfigurationError
 
 MAX_ERRORS = 10
@@ -64,9 +63,7 @@ class InputSchemas:
                     f"{capability.ref}: input schema refers outside itself ({named}), which Writ does "
                     "not fetch: a tool's schema must be whole"
                 )
-            # A registry of nothing, which retrieves nothing (referencing's default): no `$ref` is
-            # ever fetched, whatever the schema says.
-            validator = TimedValidator(dict(capability.input_schema), registry=Registry())
+            validator = timed_validator(dict(capability.input_schema))
             self._validators[key] = validator
         return validator
 
