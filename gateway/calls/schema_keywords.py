@@ -214,12 +214,29 @@ def timed_validator(schema: Mapping[str, Any]) -> Any:
     registry of nothing: no `$ref` is ever fetched, whatever the schema says (referencing's default).
 
     Built per schema (jsonschema's documented way of changing a keyword: `validators.extend`), as
-    `unevaluatedProperties` resolves the `$ref`s it follows itself.
+    `unevaluatedProperties` resolves the `$ref`s it follows itself. The schema is read as Draft 2020-12
+    throughout, as its root always was: jsonschema validates a subschema that names a `$schema` (or the
+    root, reached again by `$ref`) with its stock validator for that draft, whose keywords match with
+    `re`, so a copy without them is what is validated.
     """
+    read = _without_dialects(schema)
     keywords = {
         "pattern": _pattern,
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
-        "unevaluatedProperties": _unevaluated_properties(_Scopes(schema)),
+        "unevaluatedProperties": _unevaluated_properties(_Scopes(read)),
     }
-    return validators.extend(Draft202012Validator, keywords)(schema, registry=Registry())
+    return validators.extend(Draft202012Validator, keywords)(read, registry=Registry())
+
+
+def _without_dialects(node: Any) -> Any:
+    """A copy of `node` without a `$schema` naming a dialect (a string) in any mapping."""
+    if isinstance(node, Mapping):
+        return {
+            key: _without_dialects(value)
+            for key, value in node.items()
+            if not (key == "$schema" and isinstance(value, str))
+        }
+    if isinstance(node, list):
+        return [_without_dialects(item) for item in node]
+    return node

@@ -241,6 +241,33 @@ def test_unevaluated_items_and_property_names_match_their_patterns_in_time() -> 
     assert said.startswith("(arguments): a string could not be checked against the pattern '^(b|bb)+$'")
 
 
+# jsonschema validates a subschema that names a `$schema` with its stock validator for that draft, which
+# matches with `re`: before, each of these held the loop for hours.
+NAMING_A_DIALECT = {
+    "in a subschema": {
+        "properties": {
+            "s": {"$schema": "https://json-schema.org/draft/2020-12/schema", "pattern": "^(a|aa)+$"}
+        },
+    },
+    "at the root, reached again by $ref": {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "properties": {"s": {"pattern": "^(a|aa)+$"}, "child": {"$ref": "#"}},
+    },
+}
+
+
+@pytest.mark.parametrize("where", NAMING_A_DIALECT)
+def test_a_schema_naming_its_dialect_still_matches_patterns_in_time(where: str) -> None:
+    schema = NAMING_A_DIALECT[where]
+    cap = Capability(id="d", version="1", tool_name="d", backend="b", input_schema=schema)
+    arguments = {"s": "a" * 60 + "!"}
+
+    [said] = InputSchemas().errors(cap, arguments if "root" not in where else {"child": arguments})
+
+    assert said.startswith("(arguments): a string could not be checked against the pattern '^(a|aa)+$'")
+    assert InputSchemas().errors(cap, {"s": "aaa"}) == []
+
+
 def test_patterns_still_match_and_fail_as_json_schema_says() -> None:
     schemas = InputSchemas()
     assert schemas.errors(BACKTRACKING, {"s": "aaaa", "bbb": 7}) == []
