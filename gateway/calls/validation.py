@@ -1,9 +1,7 @@
 """Arguments against a capability's input schema: checked once at startup, applied on every call.
 
-A string's `pattern` (and a `patternProperties` key) is matched by the `regex` module with a time
-limit, not by `re`, which jsonschema uses: `re` backtracks without end on a pattern such as `^(a+)+$`
-and keeps the GIL while it does, so one argument of 35 characters froze the event loop for minutes. An
-argument that cannot be checked in time is refused, and the check ends there.
+Patterns in the schema are matched under a time limit (gateway/calls/schema_keywords.py): an argument
+that cannot be checked in time is refused, and the check ends there.
 
 A schema is used whole, as it came: a `$ref` is resolved only within it. jsonschema given no registry
 fetches a `$ref` to a URL itself, synchronously: an upstream's tool whose schema pointed at a server
@@ -19,96 +17,19 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import regex
-from jsonschema import Draft202012Validator, validators
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
-from referencing import Registry
 from referencing.exceptions import Unresolvable
 
 from capabilities.contract import Capability
 from gateway.calls.actions import PerCapability, canonical_json
+from gateway.calls.schema_keywords import PatternTimeout, timed_validator
 from gateway.errors import ConfigurationError
 
 MAX_ERRORS = 10
 MAX_ERROR_CHARS = 300
 """How long one error may be. jsonschema quotes the offending value (`'xxx…' is too long`) or every
 unexpected key: a 4 MB argument came back to the client twice and was recorded again in the refusal."""
-
-
-PATTERN_TIMEOUT_S = 0.1
-"""How long one `pattern` may take to match one string (a sane one takes microseconds)."""
-
-
-class PatternTimeout(Exception):
-    """A pattern did not match or fail within `PATTERN_TIMEOUT_S`: the arguments are not checked."""
-
-    def __init__(self, pattern: str, what: str) -> None:
-        super().__init__(
-            f"(arguments): {what} could not be checked against the pattern {pattern!r} within "
-            f"{PATTERN_TIMEOUT_S:g} s, so the call is not run"
-        )
-
-
-def _search(pattern: str, text: str, what: str) -> bool:
-    try:
-        return regex.search(pattern, text, timeout=PATTERN_TIMEOUT_S) is not None
-    except TimeoutError:
-        raise PatternTimeout(pattern, what) from None
-
-
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
-    if validator.is_type(instance, "string") and not _search(pattern, instance, "a string"):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-def _pattern_properties(validator: Any, properties: Mapping[str, Any], instance: Any, schema: Any) -> Any:
-    if not validator.is_type(instance, "object"):
-        return
-    for pattern, subschema in properties.items():
-        for key, value in instance.items():
-            if _search(pattern, key, "a property name"):
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-_ADDITIONAL = Draft202012Validator.VALIDATORS["additionalProperties"]
-
-
-def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Any:
-    """`additionalProperties`, whose extras are the keys no `properties` names and no
-    `patternProperties` key matches: those matched under the time limit too (jsonschema's own keyword
-    matches them with `re`)."""
-    patterns = schema.get("patternProperties")
-    if not patterns or not validator.is_type(instance, "object"):
-        yield from _ADDITIONAL(validator, allowed, instance, schema)
-        return
-    named = schema.get("properties", {})
-    extras = sorted(
-        key
-        for key in instance
-        if key not in named and not any(_search(p, key, "a property name") for p in patterns)
-    )
-    if validator.is_type(allowed, "object"):
-        for extra in extras:
-            yield from validator.descend(instance[extra], allowed, path=extra)
-    elif not allowed and extras:
-        verb = "does" if len(extras) == 1 else "do"
-        joined = ", ".join(repr(each) for each in extras)
-        yield ValidationError(
-            f"{joined} {verb} not match any of the regexes: {', '.join(repr(p) for p in sorted(patterns))}"
-        )
-
-
-# Draft 2020-12 with the keywords that match patterns matched under a time limit (jsonschema's
-# documented way of changing a keyword: `validators.extend`). `unevaluatedProperties` beside
-# `patternProperties` still matches with `re` (jsonschema's helper, which walks every applicator).
-_Validator = validators.extend(
-    Draft202012Validator,
-    {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-    },
-)
 
 
 class InputSchemas:
@@ -142,9 +63,7 @@ class InputSchemas:
                     f"{capability.ref}: input schema refers outside itself ({named}), which Writ does "
                     "not fetch: a tool's schema must be whole"
                 )
-            # A registry of nothing, which retrieves nothing (referencing's default): no `$ref` is
-            # ever fetched, whatever the schema says.
-            validator = _Validator(dict(capability.input_schema), registry=Registry())
+            validator = timed_validator(dict(capability.input_schema))
             self._validators[key] = validator
         return validator
 

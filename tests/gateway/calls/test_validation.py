@@ -182,6 +182,92 @@ def test_a_pattern_that_backtracks_without_end_refuses_the_arguments_instead_of_
     ]
 
 
+# unevaluatedProperties looks for the keys patternProperties matches wherever its applicators lead, and
+# runs first here: with `re`, each of these took hours (the test's timeout, not a wrong answer, fails it).
+PATTERN_PROPERTIES = {"patternProperties": {"^(b|bb)+$": {"type": "integer"}}}
+BESIDE_UNEVALUATED = {
+    "beside it": {"unevaluatedProperties": False, **PATTERN_PROPERTIES},
+    "$ref": {"unevaluatedProperties": False, "$ref": "#/$defs/p", "$defs": {"p": PATTERN_PROPERTIES}},
+    "dependentSchemas": {
+        "unevaluatedProperties": False,
+        "dependentSchemas": {"b" * 60 + "!": PATTERN_PROPERTIES},
+    },
+    "then": {"unevaluatedProperties": False, "if": True, "then": PATTERN_PROPERTIES},
+    "allOf": {"unevaluatedProperties": False, "allOf": [PATTERN_PROPERTIES]},
+    "nested": {
+        "unevaluatedProperties": False,
+        "anyOf": [{"unevaluatedProperties": {"type": "integer"}, **PATTERN_PROPERTIES}],
+    },
+}
+
+
+@pytest.mark.parametrize("where", BESIDE_UNEVALUATED)
+def test_unevaluated_properties_matches_pattern_properties_in_time_wherever_they_are(where: str) -> None:
+    schema = {"type": "object", **BESIDE_UNEVALUATED[where]}
+    cap = Capability(id="u", version="1", tool_name="u", backend="b", input_schema=schema)
+
+    [said] = InputSchemas().errors(cap, {"b" * 60 + "!": 1})
+
+    assert said == (
+        "(arguments): a property name could not be checked against the pattern '^(b|bb)+$' within "
+        "0.1 s, so the call is not run"
+    )
+
+
+def test_unevaluated_properties_answers_where_only_re_backtracks() -> None:
+    # `^(b+)+$` held `re` for hours on this key; `regex` says at once that it does not match.
+    schema = {"unevaluatedProperties": False, "patternProperties": {"^(b+)+$": {}}}
+    cap = Capability(id="u", version="1", tool_name="u", backend="b", input_schema=schema)
+    key = "b" * 60 + "!"
+
+    assert InputSchemas().errors(cap, {key: 1}) == [
+        f"(arguments): Unevaluated properties are not allowed ('{key}' was unexpected)"
+    ]
+    assert InputSchemas().errors(cap, {"bbb": 1}) == []
+
+
+def test_unevaluated_items_and_property_names_match_their_patterns_in_time() -> None:
+    # Neither reaches `re`: unevaluatedItems asks each item's validity of Writ's keywords, and
+    # propertyNames checks a key with `pattern`. (`format: regex` only compiles, and no format is
+    # asserted: the validator has no format checker.)
+    items = {"unevaluatedItems": False, "contains": {"pattern": "^(a|aa)+$"}}
+    cap = Capability(id="i", version="1", tool_name="i", backend="b", input_schema=items)
+    [said] = InputSchemas().errors(cap, ["a" * 60 + "!"])  # type: ignore[arg-type]
+    assert said.startswith("(arguments): a string could not be checked against the pattern '^(a|aa)+$'")
+
+    names = {"propertyNames": {"pattern": "^(b|bb)+$"}}
+    cap = Capability(id="n", version="1", tool_name="n", backend="b", input_schema=names)
+    [said] = InputSchemas().errors(cap, {"b" * 60 + "!": 1})
+    assert said.startswith("(arguments): a string could not be checked against the pattern '^(b|bb)+$'")
+
+
+# jsonschema validates a subschema that names a `$schema` with its stock validator for that draft, which
+# matches with `re`: before, each of these held the loop for hours.
+NAMING_A_DIALECT = {
+    "in a subschema": {
+        "properties": {
+            "s": {"$schema": "https://json-schema.org/draft/2020-12/schema", "pattern": "^(a|aa)+$"}
+        },
+    },
+    "at the root, reached again by $ref": {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "properties": {"s": {"pattern": "^(a|aa)+$"}, "child": {"$ref": "#"}},
+    },
+}
+
+
+@pytest.mark.parametrize("where", NAMING_A_DIALECT)
+def test_a_schema_naming_its_dialect_still_matches_patterns_in_time(where: str) -> None:
+    schema = NAMING_A_DIALECT[where]
+    cap = Capability(id="d", version="1", tool_name="d", backend="b", input_schema=schema)
+    arguments = {"s": "a" * 60 + "!"}
+
+    [said] = InputSchemas().errors(cap, arguments if "root" not in where else {"child": arguments})
+
+    assert said.startswith("(arguments): a string could not be checked against the pattern '^(a|aa)+$'")
+    assert InputSchemas().errors(cap, {"s": "aaa"}) == []
+
+
 def test_patterns_still_match_and_fail_as_json_schema_says() -> None:
     schemas = InputSchemas()
     assert schemas.errors(BACKTRACKING, {"s": "aaaa", "bbb": 7}) == []
