@@ -27,6 +27,10 @@ from gateway.calls.schema_keywords import PatternTimeout, timed_validator
 from gateway.errors import ConfigurationError
 
 MAX_ERRORS = 10
+SCHEMA_LOOPS = (
+    "(arguments): the tool's input schema refers to itself without end (a `$ref` cycle), so they "
+    "cannot be checked and the call is not run"
+)
 MAX_ERROR_CHARS = 300
 """How long one error may be. jsonschema quotes the offending value (`'xxx…' is too long`) or every
 unexpected key: a 4 MB argument came back to the client twice and was recorded again in the refusal."""
@@ -79,6 +83,10 @@ class InputSchemas:
             raise ConfigurationError(f"{capability.ref}: input schema: {exc}") from exc
         except PatternTimeout as exc:
             return [_clipped(str(exc))]
+        except RecursionError:
+            # A `$ref` that leads back to itself through no property (`allOf: [{$ref: "#"}]`) checks
+            # the same arguments again without end: an upstream's schema may say so, and Python stops it.
+            return [SCHEMA_LOOPS]
         return [_clipped(_described(e, capability.redact)) for e in found[:MAX_ERRORS]]
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from capabilities.contract import Capability
-from gateway.calls.validation import MAX_ERROR_CHARS, MAX_ERRORS, InputSchemas
+from gateway.calls.validation import MAX_ERROR_CHARS, MAX_ERRORS, SCHEMA_LOOPS, InputSchemas
 from gateway.errors import ConfigurationError
 
 SCHEMA = {
@@ -142,6 +142,26 @@ def test_refs_within_the_schema_resolve_and_one_naming_nothing_is_a_configuratio
     cap = Capability(id="d", version="1", tool_name="d", backend="b", input_schema=dangling)
     with pytest.raises(ConfigurationError, match="d@1: input schema"):
         InputSchemas().errors(cap, {"amount": 5})
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"allOf": [{"$ref": "#"}]},
+        {"type": "object", "unevaluatedProperties": False, "anyOf": [{"$ref": "#"}]},
+        {"$defs": {"x": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"},
+    ],
+)
+def test_a_schema_that_refers_to_itself_without_end_refuses_the_arguments(schema: dict[str, Any]) -> None:
+    cap = Capability(id="loop", version="1", tool_name="loop", backend="b", input_schema=schema)
+    assert InputSchemas().errors(cap, {"a": 1}) == [SCHEMA_LOOPS]
+    # A recursive schema that descends through the arguments is no loop: it ends where they do.
+    tree = {"type": "object", "properties": {"child": {"$ref": "#"}, "n": {"type": "integer"}}}
+    cap = Capability(id="tree", version="1", tool_name="tree", backend="b", input_schema=tree)
+    assert InputSchemas().errors(cap, {"child": {"child": {"n": 1}}}) == []
+    assert InputSchemas().errors(cap, {"child": {"child": {"n": "x"}}}) == [
+        "child/child/n: 'x' is not of type 'integer'"
+    ]
 
 
 # `^(a+)+$`, the tester's, held `re` for seconds and `regex` not at all; `^(a|aa)+$` backtracks in both.
