@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -68,6 +69,7 @@ from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
 from gateway.config import ClientMetadataDocumentsConfig, OidcLoginConfig, WritConfig
 from gateway.console import console_routes
+from gateway.console.sessions import SignIn
 from gateway.console.views import InForce
 from gateway.errors import ConfigurationError
 from gateway.http.bearer import bearer_backend, refused_token
@@ -621,8 +623,9 @@ def build_app(runtime: Runtime) -> Starlette:
         routes.extend(
             console_routes(
                 store=runtime.store.with_producer(CONSOLE),
+                sessions=runtime.store,
                 decisions=runtime.console_decisions,
-                verify=_principal_of_token(runtime),
+                verify=_sign_in_of_token(runtime),
                 security=runtime.security,
                 clock=runtime.clock,
                 secure_cookies=server_config.base_url.startswith("https://"),
@@ -742,18 +745,34 @@ def _authorization_routes(runtime: Runtime, server: WritAuthorizationServer) -> 
     return AuthorizationRoutes(server, login, pages, cookies, registration_limit, store).routes()
 
 
-def _principal_of_token(runtime: Runtime) -> Callable[[str], Awaitable[Principal | None]]:
-    # The console's session cookie holds a bearer token: verified exactly as /mcp verifies it, and
-    # a refusal says why (TokenRejected), for the console to note it as /mcp does.
-    async def principal_of(token: str) -> Principal | None:
+def _sign_in_of_token(runtime: Runtime) -> Callable[[str], Awaitable[SignIn | None]]:
+    # A token pasted at the console's login: verified exactly as /mcp verifies it, and a refusal says
+    # why (TokenRejected), for the console to note it as /mcp does. Its session lasts no longer than
+    # the token, and ends with its sign-in when the token is one of Writ's authorization server.
+    own_issuer = runtime.authorization_server.settings.issuer if runtime.authorization_server else None
+
+    async def sign_in_of(token: str) -> SignIn | None:
         try:
             access = await runtime.verifier.verify_token(token, explain=True)
         except TokenRejected as exc:
             runtime.telemetry.authentication_failed(exc.kind)  # `writ.auth.failures`, as at /mcp
             raise
-        return runtime.principal_from_claims(access.claims or {}) if access is not None else None
+        if access is None:
+            return None
+        claims = access.claims or {}
+        family = claims.get("sid") if own_issuer is not None and claims.get("iss") == own_issuer else None
+        # Every accepted token has an `exp` (JwtVerifier requires it, of an introspected token too);
+        # without one no session is opened (the console says the token has expired).
+        expires = claims.get("exp")
+        if not isinstance(expires, int | float):
+            expires = access.expires_at or 0
+        return SignIn(
+            principal=runtime.principal_from_claims(claims),
+            expires_at=datetime.fromtimestamp(float(expires), UTC),
+            grant_family=family if isinstance(family, str) else None,
+        )
 
-    return principal_of
+    return sign_in_of
 
 
 def _principal_of_user(runtime: Runtime) -> Any:

@@ -33,6 +33,7 @@ from store.commands import (
     StartReconciliation,
     StopRun,
 )
+from store.console_sessions import ConsoleSession
 from store.exporting import EventFilter
 from store.model import (
     Admission,
@@ -299,6 +300,16 @@ class OAuthGrants(Protocol):
     def revoke_family(self, family_id: str, *, reason: str, now: datetime) -> bool: ...
 
     def family_revoked(self, family_id: str) -> bool: ...
+
+
+class ConsoleSessions(Protocol):
+    """The web console's sign-in sessions (store.console_sessions), known by a digest of their id."""
+
+    def open_console_session(self, session_id: str, session: ConsoleSession) -> None: ...
+
+    def console_session(self, session_id: str, *, now: datetime) -> ConsoleSession | None: ...
+
+    def end_console_session(self, session_id: str, *, now: datetime) -> bool: ...
 
 
 class OAuthClients(Standing, Protocol):

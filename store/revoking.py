@@ -10,6 +10,7 @@ from sqlalchemy import Connection, select, union
 
 from store import events as ev
 from store.commands import RestorePrincipal, RevokePrincipal
+from store.console_sessions import end_principal_sessions
 from store.log import Append, lock_heads
 from store.model import NotFound
 from store.oauth import revoke_principal_grants
@@ -29,8 +30,9 @@ class Revocation:
 
 
 def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocation:
-    """Append `principal.revoked` (a repeated one is recorded too) and revoke the subject's sign-ins
-    at the authorization server (their refresh tokens and access tokens); return the revocation.
+    """Append `principal.revoked` (a repeated one is recorded too), revoke the subject's sign-ins at
+    the authorization server (their refresh tokens and access tokens) and end their console sessions;
+    return the revocation.
 
     It holds the head of every partition of the tenant to its COMMIT. With buckets
     (`store.log.buckets`), the subject's calls append under their run's bucket, each reading the
@@ -40,6 +42,7 @@ def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocati
     lock_heads(conn, scheme_of(conn.engine).tenant_partitions(cmd.tenant))
     log = Append(conn)
     grants = revoke_principal_grants(conn, cmd.tenant, cmd.subject, reason="principal_revoked", now=cmd.now)
+    end_principal_sessions(conn, cmd.tenant, cmd.subject)
     log.add(
         ev.PrincipalRevokedEvent(
             occurred_at=ev.format_ts(cmd.now),

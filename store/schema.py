@@ -728,6 +728,26 @@ oauth_refresh_tokens = Table(
     Index("ix_oauth_refresh_tokens_expires_at", "expires_at"),
 )
 
+# The web console's sign-in sessions (store.console_sessions). Not a projection: none of it is in the
+# log, and a rebuild leaves it alone. The browser holds the session id; only its sha256 is kept here.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("session_hash", HexDigest, primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("subject", String(256), nullable=False),
+    # The principal the console acts as (`PrincipalRecord.to_json()`, canonical JSON).
+    Column("principal", Text, nullable=False),
+    # The sign-in at Writ's authorization server the pasted token came from, if it did: revoking that
+    # grant family ends the session too. None for a token of any other issuer.
+    Column("grant_family", String(64)),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    # A revocation deletes the principal's sessions; every login deletes the expired ones.
+    Index("ix_console_sessions_principal", "tenant", "subject"),
+    Index("ix_console_sessions_expires_at", "expires_at"),
+)
+
 PROJECTION_TABLES: tuple[Table, ...] = (
     runs,
     tool_calls,

@@ -19,6 +19,7 @@ from store import oauth_clients as client_records
 from store.batching import KNOWN_CALLS, GroupWriter
 from store.coming import Coming
 from store.commands import DecideApproval, ExpireApproval, RecordOutcome, RestorePrincipal, RevokePrincipal
+from store.console_sessions import ConsoleSessionRecords
 from store.db import READ_ONLY, EngineOptions, LookOptions, create_store_engine
 from store.events import parse_event
 from store.log import commits_in_seq_order, envelope_of, lock_all_heads, lock_head, settled_seq
@@ -82,7 +83,7 @@ def _aware(moment: datetime) -> None:
         raise ValueError("the store records timezone-aware datetimes only")
 
 
-class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, Runs, Pruning):
+class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, ConsoleSessionRecords, Runs, Pruning):
     """The append-only event log with its projections and effect ledger, on SQLite or PostgreSQL."""
 
     def __init__(
@@ -625,4 +626,5 @@ _Revocations: type[ports.Revocations] = Store
 _Oversight: type[ports.Oversight] = Store
 _CallStatus: type[ports.CallStatus] = Store
 _OAuthGrants: type[ports.OAuthGrants] = Store
+_ConsoleSessions: type[ports.ConsoleSessions] = Store
 _RunControls: type[ports.RunControls] = Store

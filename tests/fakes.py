@@ -23,8 +23,9 @@ from store.commands import (
     RestorePrincipal,
     RevokePrincipal,
 )
+from store.console_sessions import ConsoleSession, session_digest
 from store.model import ApprovalView, CallView, NotFound, OutboxMessage, StaleLease, StoreError
-from store.ports import Agenda, Approvals, ManualResolutions, Outbox, Revocations, Standing
+from store.ports import Agenda, Approvals, ConsoleSessions, ManualResolutions, Outbox, Revocations, Standing
 from store.revoking import Revocation
 
 
@@ -166,12 +167,34 @@ class FakeRevocations:
         return lifted
 
 
+class FakeConsoleSessions:
+    """Console sessions by the digest of their id, as the store keeps them; an expired one is not found."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, ConsoleSession] = {}
+
+    def open_console_session(self, session_id: str, session: ConsoleSession) -> None:
+        if session.expires_at <= session.created_at:
+            raise ValueError("a console session must end after it begins")
+        if session_digest(session_id) in self.sessions:
+            raise StoreError("write refused by a database constraint: session_hash")
+        self.sessions[session_digest(session_id)] = session
+
+    def console_session(self, session_id: str, *, now: datetime) -> ConsoleSession | None:
+        found = self.sessions.get(session_digest(session_id))
+        return found if found is not None and found.expires_at > now else None
+
+    def end_console_session(self, session_id: str, *, now: datetime) -> bool:
+        return self.sessions.pop(session_digest(session_id), None) is not None
+
+
 def _conforms(
     approvals: FakeApprovals,
     resolutions: FakeResolutions,
     outbox: FakeOutbox,
     standing: FakeRevocations,
     agenda: FakeAgenda,
-) -> tuple[Approvals, ManualResolutions, Outbox, Revocations, Standing, Agenda]:
+    sessions: FakeConsoleSessions,
+) -> tuple[Approvals, ManualResolutions, Outbox, Revocations, Standing, Agenda, ConsoleSessions]:
     """Never called: mypy fails here when a fake drifts from its port."""
-    return approvals, resolutions, outbox, standing, standing, agenda
+    return approvals, resolutions, outbox, standing, standing, agenda, sessions

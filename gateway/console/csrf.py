@@ -4,7 +4,13 @@ console's own origin, and a form must carry the CSRF token of the session it is 
 Cookies ignore ports and a sibling subdomain may set them for the parent, so a page on another port of
 the console's host (or a sibling host) can plant any cookie the console reads. A token that a cookie
 merely repeats (double submit) is then the attacker's to choose; a token derived from the session is
-not: it takes the session's bearer token, which such a page can plant but never read.
+not: it takes the session's id (the random value the `writ_session` cookie holds,
+`gateway.console.sessions`), which such a page can plant but its script never read (HttpOnly). A
+session id the attacker planted is one of the attacker's own sessions: a form posted in it acts as
+the attacker, not as the approver whose browser sent it. (A server on another port that the approver's
+browser visits under /console does receive the cookie; it then holds the session itself and needs no
+forged form. That is why the cookie holds a session id, which opens the console only and ends at
+logout, and not the bearer token, which would work on /mcp and /api until it expired.)
 """
 
 from __future__ import annotations
@@ -25,17 +31,19 @@ host, which is exactly the page that can plant cookies."""
 
 
 def csrf_token(session: str) -> str:
-    """The CSRF token of the session whose cookie holds the bearer token `session`."""
-    # An HMAC keyed by the session's own bearer token, not by a server key: every replica behind a load
-    # balancer and every restart derives the same token with nothing to share or configure, and it is
-    # as secret as a server key would make it (whoever has the bearer token needs no forged form: they
-    # can call /api themselves). The token shows nothing of the bearer token it comes from.
+    """The CSRF token of the session whose id (the `writ_session` cookie) is `session`."""
+    # An HMAC keyed by the session's own id, not by a server key: every replica behind a load balancer
+    # and every restart derives the same token with nothing to share or configure, and it is as secret
+    # as a server key would make it (whoever has the session id needs no forged form: they can post
+    # in the session themselves). The token shows nothing of the session id it comes from, which the
+    # store keeps only as a digest; no bearer token enters it.
     digest = hmac.digest(session.encode(), _PURPOSE, hashlib.sha256)
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def token_ok(session: str | None, given: object) -> bool:
-    """Whether `given` is the CSRF token of `session` (compared in constant time)."""
+    """Whether `given` is the CSRF token of the session whose id is `session` (compared in constant
+    time)."""
     if not session or not isinstance(given, str):
         return False
     return hmac.compare_digest(csrf_token(session).encode(), given.encode())

@@ -28,6 +28,7 @@ from gateway.clock import Clock
 from gateway.console.clients import ClientPages
 from gateway.console.csrf import csrf_token, from_origin, origin_of, token_ok
 from gateway.console.runs import RunPages
+from gateway.console.sessions import Sessions, SignIn
 from gateway.console.views import InForce, approval_card, status_note, timeline, unresolved_card
 from gateway.display import visible
 from gateway.errors import Refused
@@ -36,16 +37,16 @@ from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import TERMINAL_STATUSES
 from store.oauth_clients import Liveness
-from store.ports import OAuthClients, Oversight, RunControls
+from store.ports import ConsoleSessions, OAuthClients, Oversight, RunControls
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "writ_session"
 OLD_CSRF_COOKIE = "writ_csrf"
 """The random double-submit token earlier versions kept; logging out still drops it."""
 
-TokenVerifier = Callable[[str], Awaitable[Principal | None]]
-"""The principal of a token; None, or `TokenRejected` saying why, for one that is not acceptable."""
-"""A bearer token to its principal, or None when it does not verify (the same check as /mcp)."""
+TokenVerifier = Callable[[str], Awaitable[SignIn | None]]
+"""What a bearer token verifies as (the same check as /mcp); None, or `TokenRejected` saying why, for
+one that is not acceptable."""
 
 DECISION_REFUSED: Mapping[str, str] = {
     ReasonCode.NOT_FOUND: "No such approval.",
@@ -80,6 +81,7 @@ class Console:
         self,
         *,
         store: Oversight,
+        sessions: ConsoleSessions,
         decisions: Decisions,
         verify: TokenVerifier,
         clock: Clock,
@@ -95,6 +97,7 @@ class Console:
         self.runs = runs
         self.retries = retries
         self.store = store
+        self.sessions = Sessions(sessions)
         self.clients = clients
         self.clock = clock
         self.decisions = decisions
@@ -137,17 +140,20 @@ class Console:
         return endpoint
 
     async def session(self, request: Request) -> Principal | None:
-        """The session's principal, None without a session or once the principal is revoked."""
+        """The session's principal; None without a session, for one unknown, ended or expired, or once
+        the principal is revoked."""
         # Every page and form asks the store, not only the login: a session opened before a
-        # revocation ends with it (back to the login page, where logging in again says why).
-        token = request.cookies.get(SESSION_COOKIE)
-        who = await self.verified(request, token) if token else None
+        # revocation ends with it (back to the login page, where logging in again says why). A cookie
+        # naming no session is not a failed authentication: it is what a browser keeps after logging
+        # out, and a session id cannot be guessed.
+        session_id = request.cookies.get(SESSION_COOKIE)
+        who = await self.sessions.principal(session_id, self.clock()) if session_id else None
         return None if who is None or await is_revoked(self.store, who) else who
 
-    async def verified(self, request: Request, token: str) -> Principal | None:
-        """The token's principal; a token refused is noted as `security.auth_failed` of its kind,
-        from the client's address, on the path it was sent to (a session cookie on any console page,
-        a pasted token on /console/login). Never the token."""
+    async def verified(self, request: Request, token: str) -> SignIn | None:
+        """What the token pasted at /console/login verifies as; a token refused is noted as
+        `security.auth_failed` of its kind, from the client's address, on the login's path. Never
+        the token."""
         try:
             return await self.verify(token)
         except TokenRejected as exc:
@@ -216,7 +222,8 @@ class Console:
         return self.render(request, "login.html")
 
     async def login(self, request: Request) -> Response:
-        """POST /console/login: a pasted token opens a session."""
+        """POST /console/login: a pasted token opens a session, whose id (never the token) the cookie
+        holds."""
         # The login form has no CSRF token (there is no session yet): another page could post its own
         # token here and have the approver's browser work, unknowingly, in that session. Browsers say
         # where a request comes from; one from any other origin is refused, a sibling port or
@@ -229,18 +236,28 @@ class Console:
         token = str(form.get("token", "")).strip()
         if token.lower().startswith("bearer "):
             token = token[7:].strip()
-        who = await self.verified(request, token) if token else None
-        if who is None:
+        sign_in = await self.verified(request, token) if token else None
+        if sign_in is None:
             return self.render(
                 request, "login.html", 401, error="That token did not verify. Paste a valid token."
             )
+        who, now = sign_in.principal, self.clock()
         if await is_revoked(self.store, who):
             self._note(request, "principal_revoked", who.tenant, None, who)
             return self.render(request, "login.html", 403, error=f"Refused: {revoked_text(who)}.")
+        if sign_in.expires_at <= now:  # verified within the verifier's leeway: no session to open
+            return self.render(
+                request, "login.html", 401, error="That token has expired. Paste a valid token."
+            )
+        session_id = await self.sessions.open(sign_in, now)
+        replaced = request.cookies.get(SESSION_COOKIE)
+        if replaced:  # logging in again: the browser's earlier session ends with its cookie
+            await self.sessions.end(replaced, now)
         response = RedirectResponse("/console/inbox", status_code=303)
+        # No max_age: the cookie ends with the browser, the session in the store at its expiry.
         response.set_cookie(
             SESSION_COOKIE,
-            token,
+            session_id,
             httponly=True,
             samesite="strict",
             secure=self.secure_cookies,
@@ -249,10 +266,14 @@ class Console:
         return response
 
     async def logout(self, request: Request) -> Response:
-        """POST /console/logout: the session's cookies are dropped."""
+        """POST /console/logout: the session ends in the store (a copy of its cookie opens nothing
+        afterwards) and the session's cookies are dropped."""
         form = await request.form()
         if not self.form_ok(request, form):
             return self.render(request, "message.html", 403, message="The form was stale; log out again.")
+        session_id = request.cookies.get(SESSION_COOKIE)
+        if session_id:  # form_ok: the form carries this session's CSRF token
+            await self.sessions.end(session_id, self.clock())
         response = _to_login()
         response.delete_cookie(SESSION_COOKIE, path="/console")
         response.delete_cookie(OLD_CSRF_COOKIE, path="/console")
@@ -438,6 +459,7 @@ class Console:
 def console_routes(
     *,
     store: Oversight,
+    sessions: ConsoleSessions,
     decisions: Decisions,
     verify: TokenVerifier,
     clock: Clock,
@@ -453,6 +475,7 @@ def console_routes(
     `runs`, the runs pages (`gateway.console.runs`)."""
     console = Console(
         store=store,
+        sessions=sessions,
         decisions=decisions,
         verify=verify,
         clock=clock,

@@ -4,11 +4,15 @@ gateway served in this process (`inproc_sqlite_gateway`, the CLI run by its own 
 from __future__ import annotations
 
 import re
+import time
+from datetime import UTC, datetime, timedelta
 
 import httpx2
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from store import PrincipalRecord
+from store.console_sessions import ConsoleSession
 from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_approvals import request_refund
 
@@ -26,6 +30,7 @@ async def logged_in(browser: Browser, gateway: Gateway, token: str) -> Page:
     return page
 
 
+HOUR = timedelta(hours=1)
 OTHER_PORT = "http://127.0.0.1:18901"
 """A page on another port of the console's host: cookies ignore ports, so it can set the console's."""
 
@@ -266,3 +271,168 @@ async def test_the_sessions_own_token_is_refused_from_another_port_and_accepted_
     own = await post_decision(gateway, pending["approvalId"], cookies, csrf, from_console(gateway))
     assert own.status_code == 303, own.text
     assert approval_status(gateway, pending["approvalId"]) == "approved"
+
+
+def minted(
+    gateway: Gateway, subject: str, *, ttl_s: int, roles: str = "approver", now: float | None = None
+) -> str:
+    """A token of the gateway's dev issuer valid for `ttl_s` (from `now`, by default now)."""
+    config, issuer = gateway.issuing()
+    assert issuer is not None
+    return issuer.mint(
+        subject=subject,
+        audience=config.server.resource_url,
+        tenant="acme",
+        roles=[roles],
+        ttl_s=ttl_s,
+        now=now,
+    )
+
+
+def console_page(gateway: Gateway, cookie: str, path: str = "/console/inbox") -> httpx2.Response:
+    """`path` fetched with exactly this session cookie."""
+    return httpx2.get(f"{gateway.url}{path}", headers={"Cookie": f"writ_session={cookie}"}, timeout=10)
+
+
+def test_the_session_cookie_is_a_session_id_never_the_bearer_token(inproc_sqlite_gateway: Gateway) -> None:
+    # Cookies ignore ports: a server on another port of the host, under /console, receives this
+    # cookie. It must not get a token that works on /mcp and /api.
+    gateway = inproc_sqlite_gateway
+    token = gateway.token("bob", roles="approver")
+
+    login = httpx2.post(
+        f"{gateway.url}/console/login", data={"token": token}, headers=from_console(gateway), timeout=10
+    )
+
+    assert login.status_code == 303, login.text
+    set_cookies = login.headers.get_list("set-cookie")
+    assert set_cookies and all(token not in c for c in set_cookies)
+    for part in token.split("."):  # no piece of the JWT either: header, claims or signature
+        assert all(part not in c for c in set_cookies)
+    session_id = login.cookies["writ_session"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", session_id)  # secrets.token_urlsafe(32)
+    (cookie,) = set_cookies
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    assert console_page(gateway, session_id).status_code == 200
+    # The session id is no bearer token: /api refuses it.
+    api = httpx2.get(
+        f"{gateway.url}/api/approvals", headers={"Authorization": f"Bearer {session_id}"}, timeout=10
+    )
+    assert api.status_code == 401
+
+
+async def test_logging_out_ends_the_session_and_a_replayed_cookie_lands_on_the_login_page(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    gateway = inproc_sqlite_gateway
+    pending = await request_refund(gateway, "console-logout")
+    cookies, csrf = await signed_in(gateway, gateway.token("bob", roles="approver"))
+    copied = cookies["writ_session"]
+    assert console_page(gateway, copied).status_code == 200
+
+    logout = httpx2.post(
+        f"{gateway.url}/console/logout",
+        data={"csrf": csrf},
+        headers={"Cookie": f"writ_session={copied}", **from_console(gateway)},
+        timeout=10,
+    )
+
+    assert logout.status_code == 303 and logout.headers["location"] == "/console/login"
+    replayed = console_page(gateway, copied)
+    assert replayed.status_code == 303 and replayed.headers["location"] == "/console/login"
+    decision = await post_decision(gateway, pending["approvalId"], cookies, csrf, from_console(gateway))
+    assert decision.status_code == 303 and decision.headers["location"] == "/console/login"
+    assert approval_status(gateway, pending["approvalId"]) == "awaiting_approval"
+
+
+async def test_a_logout_in_the_browser_ends_the_session_a_copy_of_its_cookie_opened(
+    inproc_sqlite_gateway: Gateway, browser: Browser
+) -> None:
+    gateway = inproc_sqlite_gateway
+    page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
+    (copied,) = [c for c in await page.context.cookies() if c.get("name") == "writ_session"]
+    thief = await (await browser.new_context()).new_page()
+    await thief.context.add_cookies([copied])
+    await thief.goto(f"{gateway.url}/console/inbox")
+    await expect(thief).to_have_url(f"{gateway.url}/console/inbox")
+
+    await page.locator("form[action='/console/logout'] button").click()
+
+    await expect(page).to_have_url(f"{gateway.url}/console/login")
+    await thief.goto(f"{gateway.url}/console/inbox")
+    await expect(thief).to_have_url(f"{gateway.url}/console/login")
+
+
+def test_an_unknown_or_expired_session_id_goes_to_the_login_page(inproc_sqlite_gateway: Gateway) -> None:
+    gateway = inproc_sqlite_gateway
+    long_ago = datetime.now(UTC) - timedelta(days=1)
+    with gateway.store() as store:
+        store.open_console_session(
+            "an-expired-session",
+            ConsoleSession(PrincipalRecord("bob", "acme", roles=("approver",)), long_ago, long_ago + HOUR),
+        )
+
+    for cookie in ("an-expired-session", "never-opened", gateway.token("bob", roles="approver")):
+        for path in ("/console", "/console/inbox", "/console/unresolved"):
+            page = console_page(gateway, cookie, path)
+            assert page.status_code == 303 and page.headers["location"] == "/console/login", (cookie, path)
+
+
+def test_a_session_lasts_as_long_as_its_token_and_never_past_twelve_hours(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    gateway = inproc_sqlite_gateway
+    found = {}
+    for name, ttl_s in (("short", 600), ("long", 7 * 24 * 3600)):
+        before = datetime.now(UTC)
+        login = httpx2.post(
+            f"{gateway.url}/console/login",
+            data={"token": minted(gateway, f"{name}-lived", ttl_s=ttl_s)},
+            headers=from_console(gateway),
+            timeout=10,
+        )
+        assert login.status_code == 303, login.text
+        with gateway.store() as store:
+            session = store.console_session(login.cookies["writ_session"], now=before)
+        assert session is not None and session.principal.subject == f"{name}-lived"
+        found[name] = (session.expires_at - before).total_seconds()
+
+    assert 598 <= found["short"] <= 601  # the token's `exp`, whole seconds
+    assert 12 * 3600 - 5 <= found["long"] <= 12 * 3600 + 1
+
+
+def test_logging_in_again_ends_the_browsers_earlier_session(inproc_sqlite_gateway: Gateway) -> None:
+    gateway = inproc_sqlite_gateway
+    first = httpx2.post(
+        f"{gateway.url}/console/login",
+        data={"token": gateway.token("bob", roles="approver")},
+        headers=from_console(gateway),
+        timeout=10,
+    ).cookies["writ_session"]
+
+    again = httpx2.post(
+        f"{gateway.url}/console/login",
+        data={"token": gateway.token("bob", roles="approver")},
+        headers={"Cookie": f"writ_session={first}", **from_console(gateway)},
+        timeout=10,
+    )
+
+    assert again.status_code == 303 and again.cookies["writ_session"] != first
+    assert console_page(gateway, first).status_code == 303
+    assert console_page(gateway, again.cookies["writ_session"]).status_code == 200
+
+
+def test_a_token_past_its_expiry_but_within_the_leeway_opens_no_session(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    # The verifier takes a token up to 30 s past its `exp` (clock skew); a session ending before it
+    # begins is none, so the login says the token has expired.
+    gateway = inproc_sqlite_gateway
+    lapsed = minted(gateway, "lapsed", ttl_s=60, now=time.time() - 70)
+
+    login = httpx2.post(
+        f"{gateway.url}/console/login", data={"token": lapsed}, headers=from_console(gateway), timeout=10
+    )
+
+    assert login.status_code == 401 and "That token has expired" in login.text
+    assert "writ_session" not in login.headers.get("set-cookie", "")

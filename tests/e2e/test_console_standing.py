@@ -13,7 +13,7 @@ from playwright.async_api import Browser, expect
 
 from tests.e2e.harness import Backend, Gateway
 from tests.e2e.test_approvals import fresh, request_refund
-from tests.e2e.test_console import logged_in
+from tests.e2e.test_console import console_page, logged_in, signed_in
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 
@@ -59,6 +59,29 @@ async def test_a_session_opened_before_a_revocation_cannot_decide_and_cannot_log
     ).json()
     assert (approval["status"], approval["decided_by"]) == ("awaiting_approval", None)
     assert backend.refunds() == refunds
+
+
+async def test_a_revocation_ends_the_principals_console_sessions_and_a_restore_does_not_reopen_them(
+    inproc_sqlite_gateway: Gateway,
+) -> None:
+    gateway, name = inproc_sqlite_gateway, fresh("bob")
+    cookies, _ = await signed_in(gateway, gateway.token(name, roles="approver"))
+    others, _ = await signed_in(gateway, gateway.token(fresh("carol"), roles="approver"))
+
+    revoke(gateway, name)
+    restored = httpx2.delete(
+        f"{gateway.url}/api/principals/{name}/revocation",
+        headers={"Authorization": f"Bearer {gateway.token('root', roles='admin')}"},
+        timeout=10,
+    )
+
+    assert restored.status_code == 200, restored.text
+    # Ended, not only refused while revoked: its standing is back, the old session is not.
+    page = console_page(gateway, cookies["writ_session"])
+    assert page.status_code == 303 and page.headers["location"] == "/console/login"
+    assert console_page(gateway, others["writ_session"]).status_code == 200
+    again, _ = await signed_in(gateway, gateway.token(name, roles="approver"))
+    assert console_page(gateway, again["writ_session"]).status_code == 200
 
 
 async def test_a_break_glass_decision_is_marked_in_the_inbox_and_the_timeline(

@@ -239,6 +239,26 @@ def test_a_client_revoking_its_refresh_token_ends_the_sign_in(gateway: Writ, cli
     assert error_of(refresh(gateway.url, client_id, tokens["refresh_token"])) == "invalid_grant"
 
 
+def test_a_console_session_opened_with_a_signed_in_token_ends_with_the_sign_in(
+    gateway: Writ, client_id: str
+) -> None:
+    # The console's cookie holds a session id, not the token: the session must still end when the
+    # sign-in its token came from is revoked (here by the client, RFC 7009), as the token does.
+    pkce = Pkce.make()
+    tokens = exchange(gateway.url, client_id, code_for(gateway.url, client_id, pkce), pkce.verifier).json()
+    login = httpx2.post(f"{gateway.url}/console/login", data={"token": tokens["access_token"]}, timeout=10)
+    assert login.status_code == 303, login.text
+    cookie = {"Cookie": f"writ_session={login.cookies['writ_session']}"}
+    inbox = httpx2.get(f"{gateway.url}/console/inbox", headers=cookie, timeout=10)
+    assert inbox.status_code == 403 and "needs the approver" in inbox.text  # signed in, as an agent
+
+    data = {"token": tokens["refresh_token"], "client_id": client_id}
+    assert httpx2.post(f"{gateway.url}/revoke", data=data, timeout=10).status_code == 200
+
+    inbox = httpx2.get(f"{gateway.url}/console/inbox", headers=cookie, timeout=10)
+    assert inbox.status_code == 303 and inbox.headers["location"] == "/console/login"
+
+
 def test_the_resource_metadata_names_only_servers_whose_endpoints_answer(gateway: Writ) -> None:
     resource = httpx2.get(f"{gateway.url}/.well-known/oauth-protected-resource/mcp", timeout=10).json()
     assert resource["resource"] == gateway.mcp_url
