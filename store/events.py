@@ -317,8 +317,14 @@ class ToolCallResultUnknown(Payload):
     reconciliation: str = "pending"
 
 
+RECHECK = "recheck"
+"""The method of a `reconciliation.started` that re-checks a `failed` verdict."""
+
+
 class ReconciliationStarted(Payload):
     method: str
+    """`lookup`, `resend`, `none`; or `recheck`: a lookup again of a call settled `failed` because
+    nothing was found after its commit horizon, which keeps its status and verification meanwhile."""
     attempt: int = 1
     lease_owner: str = ""
     fencing_token: int = 0
@@ -326,11 +332,12 @@ class ReconciliationStarted(Payload):
 
 
 class ReconciliationInconclusive(Payload):
-    """One lookup that could not tell; the next try is due at `next_attempt_at`."""
+    """One lookup that could not tell; the next try is due at `next_attempt_at`. After a re-check of a
+    `failed` verdict (one that found no effect of the call), the next re-check, or None after the last."""
 
     attempt: int
     evidence: dict[str, Any] = Field(default_factory=dict)
-    next_attempt_at: str
+    next_attempt_at: str | None
 
 
 class ReconciliationResolved(Payload):
@@ -344,6 +351,9 @@ class ReconciliationResolved(Payload):
     """Settled by a break-glass operator (`operator:<os-user>@<host>`), not a verified principal."""
     reason: str | None = None
     """Why a break-glass operator acted without a token."""
+    recheck_at: str | None = None
+    """When the call is looked up again: a `failed` established by finding nothing after the commit
+    horizon is re-checked a few times, in case the backend commits past its horizon (absent before)."""
 
 
 class ReconciliationEscalated(Payload):

@@ -436,11 +436,13 @@ def _reconciliation_started(
     conn: Connection, event: ev.ReconciliationStartedEvent, pending: Pending | None
 ) -> None:
     p = event.payload
+    # A re-check of a `failed` verdict leaves it confirmed while it looks; an unknown call is pending.
+    verification = {} if p.method == ev.RECHECK else {"verification_status": "pending"}
     _update_call(
         conn,
         pending,
         event,
-        verification_status="pending",
+        **verification,
         reconcile_attempts=p.attempt,
         lease_owner=p.lease_owner or None,
         lease_token=p.fencing_token,
@@ -451,8 +453,10 @@ def _reconciliation_started(
 def _reconciliation_inconclusive(
     conn: Connection, event: ev.ReconciliationInconclusiveEvent, pending: Pending | None
 ) -> None:
+    # After the last re-check of a `failed` verdict, nothing more is due.
+    next_at = event.payload.next_attempt_at
     _update_call(
-        conn, pending, event, next_reconcile_at=ev.parse_ts(event.payload.next_attempt_at), **_NO_LEASE
+        conn, pending, event, next_reconcile_at=ev.parse_ts(next_at) if next_at else None, **_NO_LEASE
     )
 
 
@@ -464,7 +468,8 @@ def _reconciliation_resolved(
         "status": "completed" if p.verdict == "confirmed_success" else "failed",
         "verification_status": p.verdict,
         "resolved_by": p.resolved_by,
-        "next_reconcile_at": None,
+        # A failure found by looking after the horizon is looked up again from then (`recheck_at`).
+        "next_reconcile_at": ev.parse_ts(p.recheck_at) if p.recheck_at else None,
         **_NO_LEASE,
     }
     if p.verdict == "confirmed_failure":
@@ -494,8 +499,11 @@ def _reconciliation_escalated(
 def _reconciliation_contradicted(
     conn: Connection, event: ev.ReconciliationContradictedEvent, pending: Pending | None
 ) -> None:
-    # The status stays what was settled; only the claim that it was confirmed is withdrawn.
-    _update_call(conn, pending, event, verification_status="inconclusive", next_reconcile_at=None)
+    # The status stays what was settled; only the claim that it was confirmed is withdrawn. Its
+    # re-checks end, and so does the lease of the re-check that found it, if one did.
+    _update_call(
+        conn, pending, event, verification_status="inconclusive", next_reconcile_at=None, **_NO_LEASE
+    )
 
 
 # budget.exceeded is a judgment fact with no projection of its own; oauth.client_revoked neither (the
