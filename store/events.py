@@ -332,12 +332,21 @@ class ReconciliationStarted(Payload):
 
 
 class ReconciliationInconclusive(Payload):
-    """One lookup that could not tell; the next try is due at `next_attempt_at`. After a re-check of a
-    `failed` verdict (one that found no effect of the call), the next re-check, or None after the last."""
+    """One lookup that could not tell; the next try is due at `next_attempt_at`."""
 
     attempt: int
     evidence: dict[str, Any] = Field(default_factory=dict)
-    next_attempt_at: str | None
+    next_attempt_at: str
+
+
+class ReconciliationRechecked(Payload):
+    """A re-check of a `failed` verdict, which rests on finding nothing after the commit horizon, found
+    no effect of the call again: the verdict stands. The next re-check is due at `next_recheck_at`;
+    none follows the last (None)."""
+
+    attempt: int
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    next_recheck_at: str | None = None
 
 
 class ReconciliationResolved(Payload):
@@ -624,6 +633,11 @@ class ReconciliationInconclusiveEvent(Envelope):
     payload: ReconciliationInconclusive
 
 
+class ReconciliationRecheckedEvent(Envelope):
+    type: Literal["reconciliation.rechecked"] = "reconciliation.rechecked"
+    payload: ReconciliationRechecked
+
+
 class ReconciliationResolvedEvent(Envelope):
     type: Literal["reconciliation.resolved"] = "reconciliation.resolved"
     payload: ReconciliationResolved
@@ -702,6 +716,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     ToolCallResultUnknownEvent,
     ReconciliationStartedEvent,
     ReconciliationInconclusiveEvent,
+    ReconciliationRecheckedEvent,
     ReconciliationResolvedEvent,
     ReconciliationEscalatedEvent,
     ReconciliationContradictedEvent,
@@ -738,6 +753,7 @@ Event = Annotated[
     | ToolCallResultUnknownEvent
     | ReconciliationStartedEvent
     | ReconciliationInconclusiveEvent
+    | ReconciliationRecheckedEvent
     | ReconciliationResolvedEvent
     | ReconciliationEscalatedEvent
     | ReconciliationContradictedEvent

@@ -57,7 +57,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("failed", "tool_call.retry_requested"): "failed",  # a person re-runs it as a new call
     # a failure found by looking after the horizon, looked up again: it stays failed
     ("failed", "reconciliation.started"): "failed",
-    ("failed", "reconciliation.inconclusive"): "failed",
+    ("failed", "reconciliation.rechecked"): "failed",
 }
 """(state, event type) -> the call's next state; `settled` is `completed` or `failed` by the verdict."""
 
@@ -306,11 +306,11 @@ class Grammar:
             raise _Broken("reconciled_after_escalation", "a lookup started on a call handed to a person")
         elif isinstance(event, ev.ReconciliationStartedEvent):
             self._started(call, event)
-        elif isinstance(event, ev.ReconciliationInconclusiveEvent) and call.state == "failed":
+        elif isinstance(event, ev.ReconciliationRecheckedEvent):
             if not call.rechecking:
                 raise _Broken("recheck_unscheduled", "a re-check recorded without a re-check lease")
             call.rechecking = False
-            call.recheck_due = event.payload.next_attempt_at is not None
+            call.recheck_due = event.payload.next_recheck_at is not None
         elif isinstance(event, ev.ReconciliationEscalatedEvent):
             call.escalated = True
         elif isinstance(event, ev.ToolCallResultUnknownEvent):

@@ -453,8 +453,16 @@ def _reconciliation_started(
 def _reconciliation_inconclusive(
     conn: Connection, event: ev.ReconciliationInconclusiveEvent, pending: Pending | None
 ) -> None:
+    _update_call(
+        conn, pending, event, next_reconcile_at=ev.parse_ts(event.payload.next_attempt_at), **_NO_LEASE
+    )
+
+
+def _reconciliation_rechecked(
+    conn: Connection, event: ev.ReconciliationRecheckedEvent, pending: Pending | None
+) -> None:
     # After the last re-check of a `failed` verdict, nothing more is due.
-    next_at = event.payload.next_attempt_at
+    next_at = event.payload.next_recheck_at
     _update_call(
         conn, pending, event, next_reconcile_at=ev.parse_ts(next_at) if next_at else None, **_NO_LEASE
     )
@@ -562,6 +570,7 @@ _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "tool_call.result_unknown": _result_unknown,
     "reconciliation.started": _reconciliation_started,
     "reconciliation.inconclusive": _reconciliation_inconclusive,
+    "reconciliation.rechecked": _reconciliation_rechecked,
     "reconciliation.resolved": _reconciliation_resolved,
     "reconciliation.escalated": _reconciliation_escalated,
     "reconciliation.contradicted": _reconciliation_contradicted,

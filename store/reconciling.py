@@ -8,7 +8,7 @@ any reconciler still holding a lease.
 
 A `failed` that rests on finding nothing after the commit horizon is re-checked a few times
 (`recheck_at` of its `reconciliation.resolved`): under a lease of the same kind (`reconciliation.started`
-with method `recheck`), a lookup that again finds nothing is `reconciliation.inconclusive` naming the
+with method `recheck`), a lookup that again finds nothing is `reconciliation.rechecked` naming the
 next re-check (none after the last), and one that finds the effect is `reconciliation.contradicted`.
 The call stays `failed` throughout; a contradiction, or a person's resolution, ends the re-checks.
 """
@@ -130,7 +130,7 @@ def inconclusive(conn: Connection, cmd: RecordInconclusive, *, producer: str) ->
 
 
 def rechecked(conn: Connection, cmd: RecordRecheck, *, producer: str) -> CallView:
-    """Record a re-check that found no effect of the call (`reconciliation.inconclusive`: the verdict
+    """Record a re-check that found no effect of the call (`reconciliation.rechecked`: the verdict
     stands) and the next re-check, if any; the lease ends.
 
     Raises:
@@ -139,12 +139,12 @@ def rechecked(conn: Connection, cmd: RecordRecheck, *, producer: str) -> CallVie
     """
     log = Append(conn)
     row = _rechecking(conn, cmd.tool_call_id, cmd.token)
-    payload = ev.ReconciliationInconclusive(
+    payload = ev.ReconciliationRechecked(
         attempt=row.reconcile_attempts,
         evidence=dict(cmd.evidence),
-        next_attempt_at=ev.format_ts(cmd.next_recheck_at) if cmd.next_recheck_at is not None else None,
+        next_recheck_at=ev.format_ts(cmd.next_recheck_at) if cmd.next_recheck_at is not None else None,
     )
-    log.add(ev.ReconciliationInconclusiveEvent(**call_envelope(row, cmd.now, producer), payload=payload))
+    log.add(ev.ReconciliationRecheckedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
     return log.call(cmd.tool_call_id)
 

@@ -22,7 +22,7 @@ A backend can break its horizon (commit a request it was told to refuse), and th
 lets the same effect be sent again. So a `failed` that rests on finding nothing after the horizon is
 looked up again, a few times (`ReconcilePolicy.recheck_after`), under a re-check lease of the same kind:
 if the lookup finds this call's own effect, the verdict is contradicted (`reconciliation.contradicted`;
-it stays `failed`, a person must look); otherwise the re-check is recorded (`reconciliation.inconclusive`
+it stays `failed`, a person must look); otherwise the re-check is recorded (`reconciliation.rechecked`
 naming the next one, none after the last). The effect found under the key is this call's when the
 backend's record names its external request id or tool call id, or, if it names neither, when no
 later call has been sent under the key: an honest re-send's own effect is not flagged.

@@ -146,7 +146,7 @@ async def test_a_refund_held_past_the_commit_deadline_never_lands_and_a_resend_a
     with store_of(gateway) as store:
         rechecked = await eventually(
             lambda: store.events(tool_call_id=first_id),
-            lambda events: events[-1].type == "reconciliation.inconclusive",
+            lambda events: events[-1].type == "reconciliation.rechecked",
             within_s=HORIZON_S * 4,
         )
         first_call = store.get_call(first_id)

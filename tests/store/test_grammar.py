@@ -276,8 +276,8 @@ def recheck(call: str, seq: int, *, method: str = "recheck", next_at: str | None
     started = ev.ReconciliationStartedEvent(
         **envelope(call, seq), payload=ev.ReconciliationStarted(method=method)
     )
-    done = ev.ReconciliationInconclusive(attempt=2, next_attempt_at=next_at)
-    return [started, ev.ReconciliationInconclusiveEvent(**envelope(call, seq + 1), payload=done)]
+    done = ev.ReconciliationRechecked(attempt=2, next_recheck_at=next_at)
+    return [started, ev.ReconciliationRecheckedEvent(**envelope(call, seq + 1), payload=done)]
 
 
 def test_a_failed_call_is_rechecked_only_as_scheduled_and_under_a_recheck_lease() -> None:

@@ -122,11 +122,11 @@ async def test_a_failure_is_due_at_each_recheck_keeps_its_verdict_and_is_due_no_
     with pytest.raises(StaleLease, match="no re-check scheduled"):
         lease(store, last, method="recheck", owner="rec-a", now=FOREVER)
     events = store.events(tool_call_id="tc-1")
-    assert [(e.type, e.payload.get("method"), e.payload.get("next_attempt_at")) for e in events[-4:]] == [
+    assert [(e.type, e.payload.get("method"), e.payload.get("next_recheck_at")) for e in events[-4:]] == [
         ("reconciliation.started", "recheck", None),
-        ("reconciliation.inconclusive", None, "2026-11-30T12:04:10.123456Z"),
+        ("reconciliation.rechecked", None, "2026-11-30T12:04:10.123456Z"),
         ("reconciliation.started", "recheck", None),
-        ("reconciliation.inconclusive", None, None),
+        ("reconciliation.rechecked", None, None),
     ]
     assert store.verify().ok  # the grammar holds, and the projections match a replay of the log
 

@@ -486,8 +486,8 @@ async def test_a_failure_after_the_horizon_is_rechecked_on_schedule_and_then_no_
     await workers.tick()
     assert len(executor.reconciled) == 4  # the verdict's lookup and three re-checks
     last = store.events(tool_call_id=tool_call_id)[-1]
-    assert (last.type, last.payload["next_attempt_at"], last.payload["evidence"]["verdict"]) == (
-        "reconciliation.inconclusive",
+    assert (last.type, last.payload["next_recheck_at"], last.payload["evidence"]["verdict"]) == (
+        "reconciliation.rechecked",
         None,
         "not_found",
     )
@@ -562,7 +562,7 @@ async def test_a_recheck_that_finds_the_re_sends_own_effect_records_no_contradic
         False,
     )
     event = store.events(tool_call_id=tool_call_id)[-1]
-    assert event.type == "reconciliation.inconclusive"
+    assert event.type == "reconciliation.rechecked"
     assert event.payload["evidence"]["effect_of"] == resent.call.tool_call_id
     assert call.next_reconcile_at is not None  # still re-checked, in case its own lands later
     # A record naming neither call, once another was sent under the key, is not taken for this one's.
