@@ -38,6 +38,7 @@ from capabilities.results import (
     is_value,
     json_result,
     parse_json,
+    record_of,
     text_result,
     unanswered_outcome,
 )
@@ -327,7 +328,8 @@ class HttpExecutor:
         if isinstance(body, list) and not body:
             return ReconcileResult("not_found", evidence=evidence)
         if isinstance(body, list):
-            return ReconcileResult("succeeded", json_result(body[0]), {**evidence, "records": len(body)})
+            record = record_of(body, invocation)
+            return ReconcileResult("succeeded", json_result(record), {**evidence, "records": len(body)})
         if isinstance(body, dict) and body:
             return ReconcileResult("succeeded", json_result(body), evidence)
         return ReconcileResult("inconclusive", evidence=evidence)

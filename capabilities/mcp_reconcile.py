@@ -13,7 +13,7 @@ from typing import Any
 
 from capabilities.config import McpReconcile
 from capabilities.contract import Invocation, ReconcileResult, ToolResult
-from capabilities.results import compact_json, is_value, json_result, parse_json
+from capabilities.results import compact_json, is_value, json_result, parse_json, record_of
 
 
 class MissingField(KeyError):
@@ -57,8 +57,8 @@ def _value(name: str, values: Mapping[str, Any]) -> Any:
     return values[name]
 
 
-def verdict(result: ToolResult, evidence: Mapping[str, Any]) -> ReconcileResult:
-    """What the lookup tool's result says about the earlier call."""
+def verdict(result: ToolResult, evidence: Mapping[str, Any], invocation: Invocation) -> ReconcileResult:
+    """What the lookup tool's result says about the earlier call `invocation`."""
     evidence = dict(evidence)
     if result.is_error:
         return ReconcileResult("inconclusive", evidence={**evidence, "error": "lookup_tool_error"})
@@ -77,7 +77,8 @@ def verdict(result: ToolResult, evidence: Mapping[str, Any]) -> ReconcileResult:
     if body is None or body == [] or body == {}:
         return ReconcileResult("not_found", evidence=evidence)
     if isinstance(body, list):
-        return ReconcileResult("succeeded", json_result(body[0]), {**evidence, "records": len(body)})
+        record = record_of(body, invocation)
+        return ReconcileResult("succeeded", json_result(record), {**evidence, "records": len(body)})
     if isinstance(body, Mapping):
         return ReconcileResult("succeeded", json_result(body), evidence)
     return ReconcileResult("inconclusive", evidence={**evidence, "error": "unreadable_lookup"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from capabilities.contract import Invocation, Outcome, ToolResult
@@ -133,6 +133,29 @@ def _finite_float(text: str) -> float:
 
 def is_value(value: Any) -> bool:
     return value is not _NO_VALUE
+
+
+def mentions(value: Any, needles: Collection[str]) -> bool:
+    """Whether the JSON `value` holds one of `needles` as a whole string, at any depth."""
+    if isinstance(value, str):
+        return value in needles
+    if isinstance(value, Mapping):
+        return any(mentions(v, needles) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(mentions(v, needles) for v in value)
+    return False
+
+
+def record_of(records: Sequence[Any], invocation: Invocation) -> Any:
+    """The record among a lookup's that names this dispatch (its external request id or tool call id,
+    as a backend that keeps `X-Request-Id` echoes it), else the first.
+
+    Under one key a backend can hold several effects: a later call under the same key (a re-send after
+    a `failed`), or this one landing past its commit horizon. The first record is then not necessarily
+    this call's, and which one was is what a lookup is asked.
+    """
+    ids = (invocation.external_request_id, invocation.tool_call_id)
+    return next((record for record in records if mentions(record, ids)), records[0])
 
 
 def failed_outcome(invocation: Invocation, error: str, detail: str) -> Outcome:

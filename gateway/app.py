@@ -526,7 +526,10 @@ def _workers(runtime: Runtime, owner: str, redactor: Redactor) -> Workers:
         owner=owner,
         clock=clock,
         policy=ReconcilePolicy(
-            timing.reconcile_max_attempts, timing.reconcile_backoff_s, timing.reconcile_backoff_max_s
+            timing.reconcile_max_attempts,
+            timing.reconcile_backoff_s,
+            timing.reconcile_backoff_max_s,
+            tuple(timing.reconcile_recheck_after),
         ),
         first_trace=_first_trace(runtime),
         on_outcome=runtime.telemetry.reconciled,

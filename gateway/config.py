@@ -33,6 +33,7 @@ from capabilities.config import (
 from capabilities.contract import config_problems
 from gateway.calls.approvals import ApprovalsConfig, WebhookConfig
 from gateway.calls.rate_limits import RateLimitsConfig
+from gateway.calls.reconcile import DEFAULT_RECHECKS
 from gateway.calls.validation import MAX_ARGUMENT_BYTES
 from gateway.errors import ConfigurationError
 from policy.rules import PolicyConfig
@@ -174,6 +175,22 @@ class WorkersConfig(_Section):
     reconcile_max_attempts: int = Field(default=5, ge=1)
     reconcile_backoff_s: float = Field(default=2.0, ge=0)
     reconcile_backoff_max_s: float = Field(default=300.0, ge=0)
+    reconcile_recheck_after: list[float] = Field(
+        default_factory=lambda: list(DEFAULT_RECHECKS), max_length=10
+    )
+    """When a call settled `failed` because its backend had no effect after the commit horizon is looked
+    up again, in case the backend committed past it: in multiples of the capability's commit horizon,
+    counted from the end of the call's horizon (`[1, 3, 10]`: one, three and ten horizons later).
+    Ascending and above 0; `[]` turns re-checks off."""
+
+    @field_validator("reconcile_recheck_after")
+    @classmethod
+    def _ascending(cls, factors: list[float]) -> list[float]:
+        if any(factor <= 0 for factor in factors):
+            raise ValueError("reconcile_recheck_after: each entry must be above 0 (multiples of the horizon)")
+        if any(later <= earlier for earlier, later in zip(factors, factors[1:], strict=False)):
+            raise ValueError(f"reconcile_recheck_after: {factors} must be strictly ascending")
+        return factors
 
 
 class ConfirmationsConfig(_Section):

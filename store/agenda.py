@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, Exists, Table, bindparam, func, literal_column, select
+from sqlalchemy import BindParameter, Connection, Exists, Table, bindparam, func, literal_column, or_, select
 
 from store.confirming import expired_confirmation
 from store.leasing import expired_dispatch
 from store.pruning import GRACE, some_ended
 from store.queues import expired_approval
 from store.raw import Statement
-from store.reconciling import due_for_lookup
+from store.reconciling import due_for_lookup, due_for_recheck
 from store.schema import approvals, log_head, tool_calls
 
 
@@ -39,7 +39,8 @@ class Due:
     expired_leases: bool = False
     """A call left `dispatching` past its lease: recovery makes it `result_unknown`."""
     reconciliations: bool = False
-    """A `result_unknown` call waiting for a lookup, past its backoff and not leased."""
+    """A `result_unknown` call waiting for a lookup, past its backoff and not leased; or a `failed`
+    call due for a re-check of its verdict."""
     approved: bool = False
     """An approved call waiting to be resumed."""
     expired_approvals: bool = False
@@ -61,7 +62,9 @@ def _any(table: Table, *where: Any) -> Exists:
 _DUE = Statement(
     select(
         _any(tool_calls, *expired_dispatch(_NOW)).label("expired_leases"),
-        _any(tool_calls, *due_for_lookup(_NOW)).label("reconciliations"),
+        or_(_any(tool_calls, *due_for_lookup(_NOW)), _any(tool_calls, *due_for_recheck(_NOW))).label(
+            "reconciliations"
+        ),
         _any(tool_calls, tool_calls.c.status == "approved").label("approved"),
         _any(approvals, *expired_approval(_NOW)).label("expired_approvals"),
         _any(tool_calls, *expired_confirmation(_NOW)).label("expired_confirmations"),

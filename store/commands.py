@@ -100,6 +100,20 @@ class ResolveReconciliation:
     now: datetime
     result: Mapping[str, Any] | None = None
     detail: str | None = None
+    recheck_at: datetime | None = None
+    """When a `failed` established by finding nothing after the commit horizon is looked up again."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRecheck:
+    """A re-check of a `failed` verdict found no effect of the call: the verdict stands; the next
+    re-check is due at `next_recheck_at`, or none follows."""
+
+    tool_call_id: str
+    token: int
+    evidence: Mapping[str, Any]
+    next_recheck_at: datetime | None
+    now: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +151,9 @@ class RecordContradiction:
     now: datetime
     by: str | None = None
     """The person whose resolution contradicts the verdict (source `resolution`)."""
+    token: int | None = None
+    """The fencing token of the re-check lease the lookup ran under (a re-check of a `failed`
+    verdict): recorded only while that lease is current and the failure not yet contradicted."""
 
 
 @dataclass(frozen=True, slots=True)

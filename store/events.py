@@ -317,8 +317,14 @@ class ToolCallResultUnknown(Payload):
     reconciliation: str = "pending"
 
 
+RECHECK = "recheck"
+"""The method of a `reconciliation.started` that re-checks a `failed` verdict."""
+
+
 class ReconciliationStarted(Payload):
     method: str
+    """`lookup`, `resend`, `none`; or `recheck`: a lookup again of a call settled `failed` because
+    nothing was found after its commit horizon, which keeps its status and verification meanwhile."""
     attempt: int = 1
     lease_owner: str = ""
     fencing_token: int = 0
@@ -333,6 +339,16 @@ class ReconciliationInconclusive(Payload):
     next_attempt_at: str
 
 
+class ReconciliationRechecked(Payload):
+    """A re-check of a `failed` verdict, which rests on finding nothing after the commit horizon, found
+    no effect of the call again: the verdict stands. The next re-check is due at `next_recheck_at`;
+    none follows the last (None)."""
+
+    attempt: int
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    next_recheck_at: str | None = None
+
+
 class ReconciliationResolved(Payload):
     verdict: Literal["confirmed_success", "confirmed_failure"]
     result: dict[str, Any] | None = None
@@ -344,6 +360,9 @@ class ReconciliationResolved(Payload):
     """Settled by a break-glass operator (`operator:<os-user>@<host>`), not a verified principal."""
     reason: str | None = None
     """Why a break-glass operator acted without a token."""
+    recheck_at: str | None = None
+    """When the call is looked up again: a `failed` established by finding nothing after the commit
+    horizon is re-checked a few times, in case the backend commits past its horizon (absent before)."""
 
 
 class ReconciliationEscalated(Payload):
@@ -614,6 +633,11 @@ class ReconciliationInconclusiveEvent(Envelope):
     payload: ReconciliationInconclusive
 
 
+class ReconciliationRecheckedEvent(Envelope):
+    type: Literal["reconciliation.rechecked"] = "reconciliation.rechecked"
+    payload: ReconciliationRechecked
+
+
 class ReconciliationResolvedEvent(Envelope):
     type: Literal["reconciliation.resolved"] = "reconciliation.resolved"
     payload: ReconciliationResolved
@@ -692,6 +716,7 @@ EVENT_TYPES: tuple[type[Envelope], ...] = (
     ToolCallResultUnknownEvent,
     ReconciliationStartedEvent,
     ReconciliationInconclusiveEvent,
+    ReconciliationRecheckedEvent,
     ReconciliationResolvedEvent,
     ReconciliationEscalatedEvent,
     ReconciliationContradictedEvent,
@@ -728,6 +753,7 @@ Event = Annotated[
     | ToolCallResultUnknownEvent
     | ReconciliationStartedEvent
     | ReconciliationInconclusiveEvent
+    | ReconciliationRecheckedEvent
     | ReconciliationResolvedEvent
     | ReconciliationEscalatedEvent
     | ReconciliationContradictedEvent

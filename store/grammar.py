@@ -55,6 +55,9 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     ("completed", "reconciliation.resolved"): "settled",  # a person settles a contradicted call
     ("failed", "reconciliation.resolved"): "settled",
     ("failed", "tool_call.retry_requested"): "failed",  # a person re-runs it as a new call
+    # a failure found by looking after the horizon, looked up again: it stays failed
+    ("failed", "reconciliation.started"): "failed",
+    ("failed", "reconciliation.rechecked"): "failed",
 }
 """(state, event type) -> the call's next state; `settled` is `completed` or `failed` by the verdict."""
 
@@ -105,6 +108,8 @@ class _Call:
         "effect_class",
         "escalated",
         "key",
+        "recheck_due",
+        "rechecking",
         "requester",
         "requester_may_approve",
         "retried_by",
@@ -131,6 +136,10 @@ class _Call:
         self.retried_by: str | None = None
         self.retry_same_key = False
         """The call a `tool_call.retry_requested` of this one named (one retry per call)."""
+        self.recheck_due = False
+        """A re-check of its `failed` verdict is scheduled (`recheck_at`, then `next_attempt_at`)."""
+        self.rechecking = False
+        """A re-check lease was granted and has recorded nothing yet."""
 
 
 class Grammar:
@@ -295,6 +304,13 @@ class Grammar:
             self._retry_requested(call, event)
         elif isinstance(event, ev.ReconciliationStartedEvent) and call.escalated:
             raise _Broken("reconciled_after_escalation", "a lookup started on a call handed to a person")
+        elif isinstance(event, ev.ReconciliationStartedEvent):
+            self._started(call, event)
+        elif isinstance(event, ev.ReconciliationRecheckedEvent):
+            if not call.rechecking:
+                raise _Broken("recheck_unscheduled", "a re-check recorded without a re-check lease")
+            call.rechecking = False
+            call.recheck_due = event.payload.next_recheck_at is not None
         elif isinstance(event, ev.ReconciliationEscalatedEvent):
             call.escalated = True
         elif isinstance(event, ev.ToolCallResultUnknownEvent):
@@ -303,11 +319,23 @@ class Grammar:
             if call.state != "result_unknown" and not call.contradicted:
                 raise _Broken("resettled", f"reconciliation.resolved of a call settled {call.state}")
             call.contradicted = call.escalated = False
+            call.recheck_due, call.rechecking = event.payload.recheck_at is not None, False
         elif isinstance(event, ev.ReconciliationContradictedEvent):
             agrees = "completed" if event.payload.verdict == "confirmed_success" else "failed"
             if agrees == call.state:
                 raise _Broken("contradiction_agrees", f"a contradiction that agrees with {call.state}")
             call.contradicted = True
+            call.recheck_due = call.rechecking = False
+
+    @staticmethod
+    def _started(call: _Call, event: ev.ReconciliationStartedEvent) -> None:
+        recheck = event.payload.method == ev.RECHECK
+        if recheck != (call.state == "failed"):
+            raise _Broken("recheck_unscheduled", f"a {event.payload.method} of a call that is {call.state}")
+        if recheck:
+            if not call.recheck_due:
+                raise _Broken("recheck_unscheduled", "a re-check of a failure none was scheduled for")
+            call.rechecking = True
 
     def _retry_requested(self, call: _Call, event: ev.ToolCallRetryRequestedEvent) -> None:
         p = event.payload

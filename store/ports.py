@@ -24,6 +24,7 @@ from store.commands import (
     RecordContradiction,
     RecordInconclusive,
     RecordOutcome,
+    RecordRecheck,
     Redispatch,
     ResolveManually,
     ResolveReconciliation,
@@ -176,7 +177,8 @@ class Resumption(Standing, Protocol):
 
 
 class Reconciliation(Contradictions, Protocol):
-    """Settling `result_unknown` calls from backend evidence, with leases and escalation."""
+    """Settling `result_unknown` calls from backend evidence, with leases and escalation; and
+    re-checking failures that rest on finding nothing after the commit horizon."""
 
     def dispatch_times(self, tool_call_id: str) -> tuple[datetime, datetime | None] | None: ...
 
@@ -185,6 +187,10 @@ class Reconciliation(Contradictions, Protocol):
     def start_reconciliation(self, cmd: StartReconciliation) -> CallView: ...
 
     def record_inconclusive(self, cmd: RecordInconclusive) -> CallView: ...
+
+    def record_recheck(self, cmd: RecordRecheck) -> CallView: ...
+
+    def find_call_by_key(self, tenant: str, subject: str, idempotency_key: str) -> CallView | None: ...
 
     def resolve_reconciliation(self, cmd: ResolveReconciliation) -> CallView: ...
 

@@ -436,11 +436,13 @@ def _reconciliation_started(
     conn: Connection, event: ev.ReconciliationStartedEvent, pending: Pending | None
 ) -> None:
     p = event.payload
+    # A re-check of a `failed` verdict leaves it confirmed while it looks; an unknown call is pending.
+    verification = {} if p.method == ev.RECHECK else {"verification_status": "pending"}
     _update_call(
         conn,
         pending,
         event,
-        verification_status="pending",
+        **verification,
         reconcile_attempts=p.attempt,
         lease_owner=p.lease_owner or None,
         lease_token=p.fencing_token,
@@ -456,6 +458,16 @@ def _reconciliation_inconclusive(
     )
 
 
+def _reconciliation_rechecked(
+    conn: Connection, event: ev.ReconciliationRecheckedEvent, pending: Pending | None
+) -> None:
+    # After the last re-check of a `failed` verdict, nothing more is due.
+    next_at = event.payload.next_recheck_at
+    _update_call(
+        conn, pending, event, next_reconcile_at=ev.parse_ts(next_at) if next_at else None, **_NO_LEASE
+    )
+
+
 def _reconciliation_resolved(
     conn: Connection, event: ev.ReconciliationResolvedEvent, pending: Pending | None
 ) -> None:
@@ -464,7 +476,8 @@ def _reconciliation_resolved(
         "status": "completed" if p.verdict == "confirmed_success" else "failed",
         "verification_status": p.verdict,
         "resolved_by": p.resolved_by,
-        "next_reconcile_at": None,
+        # A failure found by looking after the horizon is looked up again from then (`recheck_at`).
+        "next_reconcile_at": ev.parse_ts(p.recheck_at) if p.recheck_at else None,
         **_NO_LEASE,
     }
     if p.verdict == "confirmed_failure":
@@ -494,8 +507,11 @@ def _reconciliation_escalated(
 def _reconciliation_contradicted(
     conn: Connection, event: ev.ReconciliationContradictedEvent, pending: Pending | None
 ) -> None:
-    # The status stays what was settled; only the claim that it was confirmed is withdrawn.
-    _update_call(conn, pending, event, verification_status="inconclusive", next_reconcile_at=None)
+    # The status stays what was settled; only the claim that it was confirmed is withdrawn. Its
+    # re-checks end, and so does the lease of the re-check that found it, if one did.
+    _update_call(
+        conn, pending, event, verification_status="inconclusive", next_reconcile_at=None, **_NO_LEASE
+    )
 
 
 # budget.exceeded is a judgment fact with no projection of its own; oauth.client_revoked neither (the
@@ -554,6 +570,7 @@ _HANDLERS: dict[str, Callable[[Connection, Any, Pending | None], None]] = {
     "tool_call.result_unknown": _result_unknown,
     "reconciliation.started": _reconciliation_started,
     "reconciliation.inconclusive": _reconciliation_inconclusive,
+    "reconciliation.rechecked": _reconciliation_rechecked,
     "reconciliation.resolved": _reconciliation_resolved,
     "reconciliation.escalated": _reconciliation_escalated,
     "reconciliation.contradicted": _reconciliation_contradicted,

@@ -5,6 +5,12 @@ takes a lease (`reconciliation.started`, a new fencing token); everything it rec
 that token, so two replicas never settle one call twice and a paused reconciler cannot overwrite a
 newer verdict. A person may settle an unknown call at any time; that moves its status on, which fences
 any reconciler still holding a lease.
+
+A `failed` that rests on finding nothing after the commit horizon is re-checked a few times
+(`recheck_at` of its `reconciliation.resolved`): under a lease of the same kind (`reconciliation.started`
+with method `recheck`), a lookup that again finds nothing is `reconciliation.rechecked` naming the
+next re-check (none after the last), and one that finds the effect is `reconciliation.contradicted`.
+The call stays `failed` throughout; a contradiction, or a person's resolution, ends the re-checks.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, or_, select
+from sqlalchemy import Connection, and_, or_, select
 
 from store import events as ev
 from store.commands import (
     EscalateReconciliation,
     RecordContradiction,
     RecordInconclusive,
+    RecordRecheck,
     Redispatch,
     ResolveManually,
     ResolveReconciliation,
@@ -30,6 +37,7 @@ from store.commands import (
 from store.leasing import call_envelope, call_row, fenced, grant
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease, StoreError
+from store.raw import Record
 from store.schema import events, tool_calls
 from store.views import call_view
 
@@ -46,12 +54,25 @@ def due_for_lookup(now: Any) -> tuple[Any, ...]:
     )
 
 
+def due_for_recheck(now: Any) -> tuple[Any, ...]:
+    """`failed` calls whose verdict (nothing found after the commit horizon) is due to be looked up
+    again at `now`: a re-check scheduled and past, not contradicted, not leased."""
+    c = tool_calls.c
+    return (
+        c.next_reconcile_at <= now,
+        c.status == "failed",
+        c.verification_status == "confirmed_failure",
+        or_(c.lease_expires_at.is_(None), c.lease_expires_at < now),
+    )
+
+
 def due(conn: Connection, *, now: datetime, limit: int) -> list[CallView]:
-    """Unknown calls waiting for a lookup (`due_for_lookup`), the longest waiting first."""
+    """Unknown calls waiting for a lookup (`due_for_lookup`) and failures due for a re-check
+    (`due_for_recheck`), the longest waiting first."""
     c = tool_calls.c
     query = (
         select(tool_calls)
-        .where(*due_for_lookup(now))
+        .where(or_(and_(*due_for_lookup(now)), and_(*due_for_recheck(now))))
         .order_by(c.next_reconcile_at, c.tool_call_id)
         .limit(limit)
     )
@@ -59,16 +80,25 @@ def due(conn: Connection, *, now: datetime, limit: int) -> list[CallView]:
 
 
 def start(conn: Connection, cmd: StartReconciliation, *, producer: str) -> CallView:
-    """Take the reconciliation lease of an unknown call (compare-and-set on its fencing token).
+    """Take the reconciliation lease of an unknown call, or with method `recheck` the re-check lease of
+    a failure due to be looked up again (compare-and-set on its fencing token).
 
     Raises:
         NotFound: no such call.
-        StaleLease: settled, escalated, leased by someone else, or its token moved on.
+        StaleLease: settled, escalated, leased by someone else, or its token moved on; for a re-check:
+            not failed, contradicted, or no re-check scheduled.
     """
     log = Append(conn)
-    row = fenced(conn, cmd.tool_call_id, cmd.expected_token, "result_unknown")
-    if row.verification_status != "pending":
-        raise StaleLease(f"call {cmd.tool_call_id} is {row.verification_status}, not awaiting reconciliation")
+    if cmd.method == ev.RECHECK:
+        row = fenced(conn, cmd.tool_call_id, cmd.expected_token, "failed")
+        if row.verification_status != "confirmed_failure" or row.next_reconcile_at is None:
+            raise StaleLease(f"call {cmd.tool_call_id} has no re-check scheduled")
+    else:
+        row = fenced(conn, cmd.tool_call_id, cmd.expected_token, "result_unknown")
+        if row.verification_status != "pending":
+            raise StaleLease(
+                f"call {cmd.tool_call_id} is {row.verification_status}, not awaiting reconciliation"
+            )
     if row.lease_expires_at is not None and row.lease_expires_at >= cmd.now:
         raise StaleLease(f"call {cmd.tool_call_id} is being reconciled by {row.lease_owner}")
     payload = ev.ReconciliationStarted(
@@ -99,12 +129,49 @@ def inconclusive(conn: Connection, cmd: RecordInconclusive, *, producer: str) ->
     return log.call(cmd.tool_call_id)
 
 
+def rechecked(conn: Connection, cmd: RecordRecheck, *, producer: str) -> CallView:
+    """Record a re-check that found no effect of the call (`reconciliation.rechecked`: the verdict
+    stands) and the next re-check, if any; the lease ends.
+
+    Raises:
+        NotFound: no such call.
+        StaleLease: not failed, its token moved on, or its failure was contradicted meanwhile.
+    """
+    log = Append(conn)
+    row = _rechecking(conn, cmd.tool_call_id, cmd.token)
+    payload = ev.ReconciliationRechecked(
+        attempt=row.reconcile_attempts,
+        evidence=dict(cmd.evidence),
+        next_recheck_at=ev.format_ts(cmd.next_recheck_at) if cmd.next_recheck_at is not None else None,
+    )
+    log.add(ev.ReconciliationRecheckedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
+    log.flush()
+    return log.call(cmd.tool_call_id)
+
+
+def _rechecking(conn: Connection, tool_call_id: str, token: int) -> Record:
+    """The call's row, if `token` is its current re-check lease and its failure still stands.
+
+    Raises:
+        NotFound, StaleLease.
+    """
+    row = fenced(conn, tool_call_id, token, "failed")
+    if row.verification_status != "confirmed_failure":
+        # A late answer or a person contradicted it meanwhile, which keeps the token: this lease
+        # may no longer schedule or record anything.
+        raise StaleLease(f"call {tool_call_id} is failed but {row.verification_status}")
+    return row
+
+
 def resolve(conn: Connection, cmd: ResolveReconciliation, *, producer: str) -> CallView:
     """Record the backend's answer: the call becomes `completed` or `failed`, verification confirmed.
 
     Raises:
         NotFound, StaleLease.
+        StoreError: a re-check scheduled for a success.
     """
+    if cmd.recheck_at is not None and cmd.verdict != "confirmed_failure":
+        raise StoreError("only a failure is re-checked; a found effect is final")
     log = Append(conn)
     row = fenced(conn, cmd.tool_call_id, cmd.token, "result_unknown")
     payload = ev.ReconciliationResolved(
@@ -112,6 +179,7 @@ def resolve(conn: Connection, cmd: ResolveReconciliation, *, producer: str) -> C
         result=dict(cmd.result) if cmd.result is not None else None,
         evidence=dict(cmd.evidence),
         detail=cmd.detail,
+        recheck_at=ev.format_ts(cmd.recheck_at) if cmd.recheck_at is not None else None,
     )
     log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
@@ -160,14 +228,17 @@ SETTLED_EVENTS = ("tool_call.completed", "tool_call.failed", "reconciliation.res
 def contradict(conn: Connection, cmd: RecordContradiction, *, producer: str) -> CallView | None:
     """Record evidence that disagrees with the call's settled verdict, with the settled verdict's own
     evidence beside it; the call keeps its status and waits for a person. None (nothing recorded) when
-    the call is not settled or the evidence agrees.
+    the call is not settled or the evidence agrees. With `token` (a re-check's lookup), only under
+    that re-check lease, while the failure stands.
 
     Raises:
         NotFound: no such call.
+        StaleLease: `token` given, and it is not the call's current re-check lease over a standing
+            failure.
     """
     log = Append(conn)
     tool_call_id = cmd.tool_call_id
-    row = call_row(conn, tool_call_id)
+    row = call_row(conn, tool_call_id) if cmd.token is None else _rechecking(conn, tool_call_id, cmd.token)
     agrees = "completed" if cmd.verdict == "confirmed_success" else "failed"
     if row.status not in ("completed", "failed") or row.status == agrees:
         return None

@@ -534,6 +534,14 @@ tool_calls = Table(
     Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
     Index("ix_tool_calls_run_id", "run_id", **_IN_A_RUN),
     Index("ix_tool_calls_created_at", "created_at"),
+    # Only calls with a lookup or a re-check scheduled (0023): every pass asks for failures due for a
+    # re-check, and failed calls, which only accumulate, would otherwise be read to answer it.
+    Index(
+        "ix_tool_calls_status_next_reconcile",
+        "status",
+        "next_reconcile_at",
+        **_only("next_reconcile_at IS NOT NULL"),
+    ),
 )
 
 approvals = Table(

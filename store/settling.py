@@ -38,16 +38,19 @@ class Settlement:
         )
 
     def due_reconciliations(self, *, now: datetime, limit: int = 20) -> list[CallView]:
-        """Unknown calls waiting for a lookup: not escalated, not leased, past their backoff."""
+        """Unknown calls waiting for a lookup (not escalated, not leased, past their backoff), and
+        `failed` calls due for a re-check of their verdict."""
         with self._read() as conn:
             return reconciling.due(conn, now=now, limit=limit)
 
     def start_reconciliation(self, cmd: commands.StartReconciliation) -> CallView:
-        """Take the reconciliation lease (`reconciliation.started`); the view carries the new token.
+        """Take the reconciliation lease (`reconciliation.started`), or with method `recheck` a failed
+        call's re-check lease; the view carries the new token.
 
         Raises:
             NotFound: no such call.
-            StaleLease: another worker took it, or it was settled or escalated meanwhile.
+            StaleLease: another worker took it, or it was settled or escalated meanwhile (a re-check:
+                contradicted, or none scheduled).
         """
         return self._write(cmd.now, lambda conn: reconciling.start(conn, cmd, producer=self._producer))
 
@@ -59,11 +62,22 @@ class Settlement:
         """
         return self._write(cmd.now, lambda conn: reconciling.inconclusive(conn, cmd, producer=self._producer))
 
-    def resolve_reconciliation(self, cmd: commands.ResolveReconciliation) -> CallView:
-        """The backend confirmed success (call `completed`) or failure (call `failed`).
+    def record_recheck(self, cmd: commands.RecordRecheck) -> CallView:
+        """A re-check of a `failed` verdict found no effect of the call; the next one is due at
+        `next_recheck_at`, or none is.
 
         Raises:
             NotFound, StaleLease.
+        """
+        return self._write(cmd.now, lambda conn: reconciling.rechecked(conn, cmd, producer=self._producer))
+
+    def resolve_reconciliation(self, cmd: commands.ResolveReconciliation) -> CallView:
+        """The backend confirmed success (call `completed`) or failure (call `failed`; with
+        `recheck_at`, looked up again from then).
+
+        Raises:
+            NotFound, StaleLease.
+            StoreError: a re-check asked for a success.
         """
         return self._write(cmd.now, lambda conn: reconciling.resolve(conn, cmd, producer=self._producer))
 
@@ -102,5 +116,6 @@ class Settlement:
 
         Raises:
             NotFound: no such call.
+            StaleLease: `cmd.token` is not the current re-check lease of a standing failure.
         """
         return self._write(cmd.now, lambda conn: reconciling.contradict(conn, cmd, producer=self._producer))

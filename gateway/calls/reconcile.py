@@ -17,6 +17,15 @@ sending, which its lease bounds): before it, a lookup that finds nothing is `inc
 stays `result_unknown` (its key claimed), and the next lookup is due no later than the horizon. A
 found effect, or the backend's own report of failure, settles it at
 any time.
+
+A backend can break its horizon (commit a request it was told to refuse), and the key a `failed` frees
+lets the same effect be sent again. So a `failed` that rests on finding nothing after the horizon is
+looked up again, a few times (`ReconcilePolicy.recheck_after`), under a re-check lease of the same kind:
+if the lookup finds this call's own effect, the verdict is contradicted (`reconciliation.contradicted`;
+it stays `failed`, a person must look); otherwise the re-check is recorded (`reconciliation.rechecked`
+naming the next one, none after the last). The effect found under the key is this call's when the
+backend's record names its external request id or tool call id, or, if it names neither, when no
+later call has been sent under the key: an honest re-send's own effect is not flagged.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import anyio.to_thread
 from opentelemetry.trace import SpanKind
 
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult, ToolResult
+from capabilities.results import mentions
 from gateway.calls.actions import Redactor
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import RegistryLike
@@ -41,18 +51,25 @@ from store.commands import (
     EscalateReconciliation,
     RecordContradiction,
     RecordInconclusive,
+    RecordRecheck,
     Redispatch,
     ResolveReconciliation,
     StartReconciliation,
     Verdict,
 )
-from store.events import format_ts
+from store.events import RECHECK, format_ts
 from store.model import CallView, StaleLease
 from store.ports import Reconciliation
 
 logger = logging.getLogger(__name__)
 
 C = TypeVar("C")
+
+
+DEFAULT_RECHECKS = (1.0, 3.0, 10.0)
+"""A `failed` found after the commit horizon is looked up again 1, 3 and 10 horizons after it ended: a
+backend that breaks its horizon most likely overshoots it a little (a queue drained slightly late), and
+the last look bounds the work at about ten horizons."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +79,10 @@ class ReconcilePolicy:
     backoff_s: float = 2.0
     """Wait after the first inconclusive lookup; doubles each time, up to `backoff_max_s`."""
     backoff_max_s: float = 300.0
+    recheck_after: tuple[float, ...] = DEFAULT_RECHECKS
+    """When a `failed` established by finding nothing after the commit horizon is looked up again: in
+    multiples of the capability's horizon, counted from the end of the call's horizon, ascending; ()
+    for never. Only the ones still ahead when the call is settled (or re-checked) are made."""
 
 
 class Reconciler:
@@ -107,7 +128,8 @@ class Reconciler:
         """Take the call's reconciliation lease and act on it; False if another worker holds it.
 
         Each attempt is a trace of its own, linked to the one the call was requested in; its outcome
-        (`confirmed_success`, `confirmed_failure`, `inconclusive`, `escalated`, `resent`) is reported.
+        (`confirmed_success`, `confirmed_failure`, `inconclusive`, `escalated`, `resent`; for a re-check
+        of a `failed` verdict, `rechecked` or `contradicted`) is reported.
 
         Raises:
             StaleLease: the call was settled by someone else while this worker held the lease.
@@ -132,6 +154,8 @@ class Reconciler:
         return outcome != "lease_held_elsewhere"
 
     async def _settle(self, call: CallView) -> str:
+        if call.status == "failed":
+            return await self._recheck(call)
         capability = self._capability(call)
         method = self._method(capability, call)
         lease_s = self._dispatcher.lease_s(capability) if capability else 60.0
@@ -170,9 +194,7 @@ class Reconciler:
             return "resend"
         return "lookup" if capability.reconcilable else "none"
 
-    async def _lookup(self, capability: Capability, call: CallView) -> str:
-        # The backend's state is read some time during the lookup; judged at its start, the earliest.
-        looked_up_at = self._clock()
+    async def _look_up(self, capability: Capability, call: CallView) -> ReconcileResult:
         with tracer.start_as_current_span(
             f"lookup {capability.tool_name}",
             kind=SpanKind.CLIENT,
@@ -182,13 +204,18 @@ class Reconciler:
             span.set_attribute("writ.verdict", asked.verdict)
         # What the backend's record says passes the echo guard first, as a dispatch's answer does: its
         # record may repeat a redacted argument, known here only by its salted digest.
-        result = ReconcileResult(
+        return ReconcileResult(
             asked.verdict,
             result=ToolResult.from_json(self._withhold(capability, call, asked.result.to_json()))
             if asked.result is not None
             else None,
             evidence=self._withhold(capability, call, dict(asked.evidence)),
         )
+
+    async def _lookup(self, capability: Capability, call: CallView) -> str:
+        # The backend's state is read some time during the lookup; judged at its start, the earliest.
+        looked_up_at = self._clock()
+        result = await self._look_up(capability, call)
         if result.verdict == "succeeded":
             return await self._resolve(
                 call,
@@ -222,6 +249,7 @@ class Reconciler:
         evidence: dict[str, Any],
         result: dict[str, Any] | None = None,
         detail: str | None = None,
+        recheck_at: datetime | None = None,
     ) -> str:
         try:
             await self._write(
@@ -234,6 +262,7 @@ class Reconciler:
                     evidence=evidence,
                     detail=detail,
                     now=self._clock(),
+                    recheck_at=recheck_at,
                 ),
             )
         except StaleLease:
@@ -251,9 +280,10 @@ class Reconciler:
             raise
         return verdict
 
-    async def _not_found(
-        self, capability: Capability, call: CallView, result: ReconcileResult, looked_up_at: datetime
-    ) -> str:
+    async def _horizon(
+        self, capability: Capability, call: CallView, looked_up_at: datetime
+    ) -> tuple[datetime | None, datetime]:
+        """When the call's latest dispatch was recorded, and when its commit horizon ends."""
         times = await anyio.to_thread.run_sync(lambda: self._store.dispatch_times(call.tool_call_id))
         sent_at = times[0] if times else None
         # The same deadline the dispatch sent to the backend. No record of the send (never expected):
@@ -263,6 +293,21 @@ class Reconciler:
             if times
             else looked_up_at + timedelta(seconds=capability.horizon_s)
         )
+        return sent_at, horizon_at
+
+    def _next_recheck(self, capability: Capability, horizon_at: datetime, after: datetime) -> datetime | None:
+        """The first re-check of the policy's schedule later than `after` (a lookup then would see
+        nothing the one at `after` did not); None when none is left."""
+        for factor in self._policy.recheck_after:
+            at = horizon_at + timedelta(seconds=factor * capability.horizon_s)
+            if at > after:
+                return at
+        return None
+
+    async def _not_found(
+        self, capability: Capability, call: CallView, result: ReconcileResult, looked_up_at: datetime
+    ) -> str:
+        sent_at, horizon_at = await self._horizon(capability, call, looked_up_at)
         evidence = {
             **result.evidence,
             "verdict": "not_found",
@@ -277,6 +322,8 @@ class Reconciler:
                 evidence=evidence,
                 detail=f"the backend has no effect for key {call.idempotency_key}, looked up after the "
                 "commit horizon",
+                # A backend that breaks its horizon can still commit it: looked up again from then.
+                recheck_at=self._next_recheck(capability, horizon_at, looked_up_at),
             )
         # The request may still be queued or running at the backend: nothing found is no evidence
         # yet. Not counted towards escalation; the horizon bounds how long this goes on.
@@ -292,6 +339,103 @@ class Reconciler:
             ),
         )
         return "inconclusive"
+
+    async def _recheck(self, call: CallView) -> str:
+        """Look a `failed` verdict up again under a re-check lease; the call's own effect found there
+        contradicts it, anything else is recorded with the next re-check.
+
+        Raises:
+            StaleLease: the failure was contradicted or resolved while this worker looked.
+        """
+        capability = self._capability(call)
+        try:
+            leased = await self._write(
+                self._store.start_reconciliation,
+                StartReconciliation(
+                    call.tool_call_id,
+                    expected_token=call.lease_token,
+                    method=RECHECK,
+                    owner=self._owner,
+                    lease_s=self._dispatcher.lease_s(capability) if capability else 60.0,
+                    now=self._clock(),
+                ),
+            )
+        except StaleLease:
+            return "lease_held_elsewhere"
+        if capability is None or not capability.reconcilable:
+            # Nothing to look with any more (the capability changed since): the verdict stands.
+            missing = {"error": "no_lookup", "detail": f"{call.capability_id} offers no lookup now"}
+            return await self._rechecked(leased, missing, None)
+        looked_up_at = self._clock()
+        result = await self._look_up(capability, leased)
+        _, horizon_at = await self._horizon(capability, leased, looked_up_at)
+        evidence: dict[str, Any] = {
+            **result.evidence,
+            "verdict": result.verdict,
+            "horizon_at": format_ts(horizon_at),
+            "looked_up_at": format_ts(looked_up_at),
+        }
+        found = result.result.to_json() if result.result is not None else None
+        if result.verdict == "succeeded":
+            other = await self._effect_of_another(leased, found)
+            if other is None:
+                return await self._contradict_failure(leased, evidence, found)
+            evidence.update(other)
+        next_at = self._next_recheck(capability, horizon_at, looked_up_at)
+        return await self._rechecked(leased, evidence, next_at)
+
+    async def _effect_of_another(self, call: CallView, found: dict[str, Any] | None) -> dict[str, Any] | None:
+        """None when the effect found under the call's key is the call's own; else what is known of
+        whose it is (evidence).
+
+        A `failed` frees the key, and a re-send of the same effect goes out under it as a call of its
+        own, with its own ids: its effect, found by a lookup by key, is no contradiction.
+        """
+        if found is not None and mentions(found, (call.external_request_id, call.tool_call_id)):
+            return None
+        holder = await anyio.to_thread.run_sync(
+            lambda: self._store.find_call_by_key(call.tenant, call.subject, call.idempotency_key)
+        )
+        if holder is None or holder.tool_call_id == call.tool_call_id or holder.attempts == 0:
+            return None  # nothing else was sent under the key since: the effect can only be this call's
+        if found is not None and mentions(found, (holder.external_request_id, holder.tool_call_id)):
+            return {"effect_of": holder.tool_call_id}
+        # The backend's record names no request id Writ knows: it may be either call's.
+        return {"effect_of": None, "key_held_by": holder.tool_call_id}
+
+    async def _contradict_failure(
+        self, call: CallView, evidence: dict[str, Any], found: dict[str, Any] | None
+    ) -> str:
+        contradiction = RecordContradiction(
+            call.tool_call_id,
+            source="lookup",
+            verdict="confirmed_success",
+            evidence={**evidence, **({"result": found} if found is not None else {})},
+            detail="a re-check found the effect of this call, settled failed because the backend had none "
+            "after its commit horizon: the backend committed past its horizon",
+            now=self._clock(),
+            token=call.lease_token,
+        )
+        await anyio.to_thread.run_sync(self._store.record_contradiction, contradiction)
+        logger.warning(
+            "call %s was settled failed after its commit horizon, and the backend has its effect after "
+            "all: recorded as a contradiction for a person to check",
+            call.tool_call_id,
+        )
+        return "contradicted"
+
+    async def _rechecked(self, call: CallView, evidence: dict[str, Any], next_at: datetime | None) -> str:
+        await self._write(
+            self._store.record_recheck,
+            RecordRecheck(
+                call.tool_call_id,
+                token=call.lease_token,
+                evidence=evidence,
+                next_recheck_at=next_at,
+                now=self._clock(),
+            ),
+        )
+        return "rechecked"
 
     def _backoff(self, call: CallView) -> timedelta:
         seconds = self._policy.backoff_s * 2 ** max(call.reconcile_attempts - 1, 0)

@@ -135,6 +135,7 @@ def unresolved_card(store: CallReads, call: CallView) -> dict[str, Any]:
                             "reason",
                             "detail",
                             "next_attempt_at",
+                            "recheck_at",
                             "source",
                             "by",
                             "settled_status",

@@ -140,7 +140,22 @@ async def test_a_refund_held_past_the_commit_deadline_never_lands_and_a_resend_a
     assert again_call is not None and again_call.status == "completed"
     # One refund for the key, the re-send's: the verdict that the first one did nothing was true.
     assert [r["request_id"] for r in backend.refunds(key)] == [again_call.external_request_id]
-    assert [e.type for e in first_events][-1] == "reconciliation.resolved"
+    assert "reconciliation.resolved" in [e.type for e in first_events]
+    # The first re-check of the verdict (a horizon after it) finds the re-send's refund under the key,
+    # names it as the re-send's, and contradicts nothing.
+    with store_of(gateway) as store:
+        rechecked = await eventually(
+            lambda: store.events(tool_call_id=first_id),
+            lambda events: events[-1].type == "reconciliation.rechecked",
+            within_s=HORIZON_S * 4,
+        )
+        first_call = store.get_call(first_id)
+    assert rechecked[-1].payload["evidence"]["effect_of"] == again_id
+    assert first_call is not None and (first_call.status, first_call.verification_status) == (
+        "failed",
+        "confirmed_failure",
+    )
+    assert "reconciliation.contradicted" not in [e.type for e in rechecked]
 
 
 async def test_a_refund_the_backend_never_executes_fails_only_after_the_horizon_with_the_times(
@@ -160,11 +175,12 @@ async def test_a_refund_the_backend_never_executes_fails_only_after_the_horizon_
     assert backend.refunds("never") == []
     with store_of(gateway) as store:
         events = store.events(tool_call_id=tool_call_id)
-    # Looked up before the horizon: nothing found, and that was not taken as a failure.
-    early = [e for e in events if e.type == "reconciliation.inconclusive"]
+    # Looked up before the horizon: nothing found, and that was not taken as a failure. (After the
+    # verdict, its re-checks may have begun: those come later.)
+    verdict = next(e for e in reversed(events) if e.type == "reconciliation.resolved")
+    early = [e for e in events if e.type == "reconciliation.inconclusive" and e.seq < verdict.seq]
     assert early and all(e.payload["evidence"]["reason"] == "before_commit_horizon" for e in early)
-    verdict = events[-1]
-    assert (verdict.type, verdict.payload["verdict"]) == ("reconciliation.resolved", "confirmed_failure")
+    assert verdict.payload["verdict"] == "confirmed_failure"
     evidence = verdict.payload["evidence"]
     sent_at, horizon_at, looked_up_at = (
         datetime.fromisoformat(evidence[k]) for k in ("sent_at", "horizon_at", "looked_up_at")
@@ -175,6 +191,38 @@ async def test_a_refund_the_backend_never_executes_fails_only_after_the_horizon_
     assert (horizon_at - sent_at).total_seconds() == HORIZON_S + margin_s
     assert looked_up_at >= horizon_at
     assert datetime.fromisoformat(verdict.occurred_at) >= horizon_at
+
+
+async def test_a_refund_the_backend_commits_past_its_deadline_is_found_by_a_recheck_and_contradicts_failed(
+    slow_gateway: Gateway, slow_backend: Backend
+) -> None:
+    gateway, backend = slow_gateway, slow_backend
+    args = {**ARGS, "amount": 9, "reason": "committed past its deadline"}
+    # The backend holds the refund past the deadline Writ sent, and then commits it anyway.
+    backend.chaos(commit_delay_ms=HELD_PAST_DEADLINE_MS, ignore_deadline=1)
+    async with gateway.client(gateway.token("alice")) as client:
+        first = await client.call_tool("refund_order", args)
+        assert first.structured_content["status"] == "result_unknown", first.structured_content
+        tool_call_id = first.meta["writ/toolCallId"]
+        settled = await status_until(client, tool_call_id, lambda s: s["status"] != "result_unknown")
+        assert (settled["status"], settled["verification"]) == ("failed", "confirmed_failure")
+        # The refund lands after the verdict; a re-check (a horizon after it ended) finds it.
+        told = await status_until(
+            client, tool_call_id, lambda s: s.get("reconciliation") == "contradicted", limit_s=HORIZON_S * 6
+        )
+
+    assert (told["status"], told["next"]) == ("failed", CONTRADICTED)
+    with store_of(gateway) as store:
+        call = store.get_call(tool_call_id)
+        event = store.events(tool_call_id=tool_call_id)[-1]
+    assert call is not None
+    assert [r["request_id"] for r in backend.refunds(call.idempotency_key)] == [call.external_request_id]
+    assert (event.type, event.payload["source"], event.payload["settled_evidence"]["verdict"]) == (
+        "reconciliation.contradicted",
+        "lookup",
+        "not_found",
+    )
+    assert event.payload["evidence"]["result"]["structuredContent"]["request_id"] == call.external_request_id
 
 
 async def test_a_contradicted_verdict_is_escalated_and_shown_by_the_cli_the_api_and_the_console(

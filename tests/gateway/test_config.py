@@ -211,3 +211,23 @@ def test_the_published_schema_describes_backends_and_capabilities_for_editors() 
         {"policy": {"rules": [{"id": "x", "decision": "maybe"}]}},
     ):
         assert list(validator.iter_errors(bad)), bad
+
+
+def test_rechecks_default_to_one_three_and_ten_horizons_and_take_an_ascending_list(tmp_path: Path) -> None:
+    path = tmp_path / "writ.yaml"
+    path.write_text("workers: {}\n")
+    assert load_config(path).workers.reconcile_recheck_after == [1.0, 3.0, 10.0]
+    path.write_text("workers: {reconcile_recheck_after: []}\n")  # off
+    assert load_config(path).workers.reconcile_recheck_after == []
+    # A zero or negative multiple, an order that is not strictly ascending, or more than ten: refused.
+    for bad, message in [
+        ("[0, 1]", "each entry must be above 0"),
+        ("[-1]", "each entry must be above 0"),
+        ("[3, 1]", "must be strictly ascending"),
+        ("[1, 1]", "must be strictly ascending"),
+        (str(list(range(1, 12))), "at most 10"),
+        ("[soon]", "reconcile_recheck_after"),
+    ]:
+        path.write_text(f"workers: {{reconcile_recheck_after: {bad}}}\n")
+        with pytest.raises(ConfigurationError, match=message):
+            load_config(path)

@@ -181,3 +181,18 @@ def test_approvals_past_their_expiry_are_found_from_an_index_not_a_scan(store: S
             conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # a tiny table is scanned otherwise
             plan = conn.exec_driver_sql(f"EXPLAIN {ask}").all()
     assert "ix_approvals_status_expires_at" in str(plan), plan
+
+
+def test_failures_due_for_a_recheck_are_found_from_an_index_not_a_scan(store: Store) -> None:
+    # Every replica asks every second, and failed calls only accumulate.
+    ask = (
+        "SELECT tool_call_id FROM tool_calls WHERE next_reconcile_at <= '2026-12-02' AND status = 'failed'"
+        " AND verification_status = 'confirmed_failure'"
+    )
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {ask}").all()
+        else:
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")  # a tiny table is scanned otherwise
+            plan = conn.exec_driver_sql(f"EXPLAIN {ask}").all()
+    assert "ix_tool_calls_status_next_reconcile" in str(plan), plan

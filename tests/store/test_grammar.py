@@ -254,3 +254,55 @@ def test_a_revoked_person_may_not_ask_for_a_retry_unless_by_break_glass() -> Non
 
     assert by_eve is not None and by_eve.rule == "retry_by_revoked"
     assert by_glass is None
+
+
+def settled_failed_after_horizon(call: str, seq: int, *, recheck_at: str | None) -> list[ev.Event]:
+    """Requested, dispatched, unknown, looked up and settled failed (seq .. seq + 4)."""
+    resolved = ev.ReconciliationResolved(
+        verdict="confirmed_failure", evidence={"verdict": "not_found"}, recheck_at=recheck_at
+    )
+    return [
+        requested(call, seq),
+        dispatching(call, seq + 1),
+        ev.ToolCallResultUnknownEvent(**envelope(call, seq + 2), payload=ev.ToolCallResultUnknown()),
+        ev.ReconciliationStartedEvent(
+            **envelope(call, seq + 3), payload=ev.ReconciliationStarted(method="lookup")
+        ),
+        ev.ReconciliationResolvedEvent(**envelope(call, seq + 4), payload=resolved),
+    ]
+
+
+def recheck(call: str, seq: int, *, method: str = "recheck", next_at: str | None = None) -> list[ev.Event]:
+    started = ev.ReconciliationStartedEvent(
+        **envelope(call, seq), payload=ev.ReconciliationStarted(method=method)
+    )
+    done = ev.ReconciliationRechecked(attempt=2, next_recheck_at=next_at)
+    return [started, ev.ReconciliationRecheckedEvent(**envelope(call, seq + 1), payload=done)]
+
+
+def test_a_failed_call_is_rechecked_only_as_scheduled_and_under_a_recheck_lease() -> None:
+    # Scheduled by its verdict, then by each re-check, until one names no next.
+    assert follow(*settled_failed_after_horizon("c", 1, recheck_at=AT), *recheck("c", 6, next_at=AT)) is None
+    after_last = follow(
+        *settled_failed_after_horizon("c", 1, recheck_at=AT), *recheck("c", 6), *recheck("c", 8)
+    )
+    assert after_last is not None and (after_last.seq, after_last.rule) == (8, "recheck_unscheduled")
+    unscheduled = follow(*settled_failed_after_horizon("c", 1, recheck_at=None), *recheck("c", 6))
+    assert unscheduled is not None and (unscheduled.seq, unscheduled.rule) == (6, "recheck_unscheduled")
+    # A plain lookup of a failed call, or a re-check recorded without its lease, is no re-check.
+    lookup = follow(*settled_failed_after_horizon("c", 1, recheck_at=AT), *recheck("c", 6, method="lookup"))
+    assert lookup is not None and (lookup.seq, lookup.rule) == (6, "recheck_unscheduled")
+    leaseless = follow(*settled_failed_after_horizon("c", 1, recheck_at=AT), recheck("c", 6)[1])
+    assert leaseless is not None and (leaseless.seq, leaseless.rule) == (7, "recheck_unscheduled")
+    # A contradiction ends the re-checks.
+    contradicted = ev.ReconciliationContradictedEvent(
+        **envelope("c", 6),
+        payload=ev.ReconciliationContradicted(
+            source="lookup",
+            settled_status="failed",
+            settled_verification="confirmed_failure",
+            verdict="confirmed_success",
+        ),
+    )
+    after = follow(*settled_failed_after_horizon("c", 1, recheck_at=AT), contradicted, *recheck("c", 7))
+    assert after is not None and (after.seq, after.rule) == (7, "recheck_unscheduled")

@@ -433,3 +433,164 @@ async def test_a_workers_pass_prunes_the_budget_counters_and_loop_marks_of_ended
         assert conn.execute(select(budget_counters.c.counter_key)).all() == []
         assert conn.execute(select(loop_marks.c.pattern_key)).all() == []
     assert store.verify().ok
+
+
+NOT_FOUND = ReconcileResult("not_found", evidence={"records": 0})
+
+
+async def failed_after_horizon(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> str:
+    """A keyless refund (as a model sends it) left unknown, then settled failed: not found after its
+    horizon. Its key is derived, so the identical call sent again later is a new call under it."""
+    executor.then(unknown())
+    report = await pipeline.call(CallInput(ALICE, "refund_order", {"order_id": "1001"}))
+    tool_call_id = report.call.tool_call_id
+    clock.advance(HORIZON_END_S)
+    executor.reconcile_script.append(NOT_FOUND)
+    await workers.tick()
+    assert store.get_call(tool_call_id).status == "failed"
+    return tool_call_id
+
+
+def refund_record(request_id: str | None) -> ReconcileResult:
+    record = {"refund_id": "r1", **({"request_id": request_id} if request_id else {})}
+    return ReconcileResult("succeeded", json_result(record), evidence={"records": 1})
+
+
+async def test_a_failure_after_the_horizon_is_rechecked_on_schedule_and_then_no_more(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
+    horizon_at = store.dispatched_at(tool_call_id) + timedelta(seconds=HORIZON_END_S)
+    # The default schedule: 1, 3 and 10 horizons after the horizon ended.
+    schedule = [horizon_at + timedelta(seconds=n * HORIZON_S) for n in (1, 3, 10)]
+    assert store.get_call(tool_call_id).next_reconcile_at == schedule[0]
+    assert store.events(tool_call_id=tool_call_id)[-1].payload["recheck_at"] == format_ts(schedule[0])
+
+    for at, following in zip(schedule, [*schedule[1:], None], strict=True):
+        clock.now = at - timedelta(seconds=1)
+        await workers.tick()  # not due yet: no lookup
+        lookups = len(executor.reconciled)
+        clock.now = at
+        executor.reconcile_script.append(NOT_FOUND)
+        await workers.tick()
+        assert len(executor.reconciled) == lookups + 1
+        call = store.get_call(tool_call_id)
+        assert (call.status, call.verification_status, call.next_reconcile_at) == (
+            "failed",
+            "confirmed_failure",
+            following,
+        )
+    clock.advance(100 * HORIZON_S)
+    await workers.tick()
+    assert len(executor.reconciled) == 4  # the verdict's lookup and three re-checks
+    last = store.events(tool_call_id=tool_call_id)[-1]
+    assert (last.type, last.payload["next_recheck_at"], last.payload["evidence"]["verdict"]) == (
+        "reconciliation.rechecked",
+        None,
+        "not_found",
+    )
+    assert store.verify().ok
+
+
+async def test_a_recheck_that_finds_the_calls_own_effect_records_a_contradiction(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
+    ours = store.get_call(tool_call_id).external_request_id
+    # The backend broke its horizon: the refund landed after it, under this call's request id.
+    clock.now = store.get_call(tool_call_id).next_reconcile_at
+    executor.reconcile_script.append(refund_record(ours))
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status, call.contradicted) == ("failed", "inconclusive", True)
+    assert (call.next_reconcile_at, call.lease_owner) == (None, None)
+    told = shape_call(call)
+    assert (told["structuredContent"]["reconciliation"], told["structuredContent"]["next"]) == (
+        "contradicted",
+        CONTRADICTED,
+    )
+    event = store.events(tool_call_id=tool_call_id)[-1]
+    assert (event.type, event.payload["source"], event.payload["verdict"]) == (
+        "reconciliation.contradicted",
+        "lookup",
+        "confirmed_success",
+    )
+    assert event.payload["settled_evidence"]["verdict"] == "not_found"
+    assert event.payload["evidence"]["result"]["structuredContent"] == {"refund_id": "r1", "request_id": ours}
+    # The identical call now joins the contradicted one instead of refunding again.
+    again = await pipeline.call(CallInput(ALICE, "refund_order", {"order_id": "1001"}))
+    assert again.call.tool_call_id == tool_call_id and len(executor.invocations) == 1
+    clock.advance(100 * HORIZON_S)
+    await workers.tick()
+    assert len(executor.reconciled) == 2  # no more re-checks
+    assert store.verify().ok
+
+
+async def test_an_effect_found_under_the_key_with_no_later_call_sent_is_the_calls_own(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
+    clock.now = store.get_call(tool_call_id).next_reconcile_at
+    executor.reconcile_script.append(refund_record(None))  # a backend that keeps no request id
+
+    await workers.tick()
+
+    assert store.get_call(tool_call_id).contradicted
+
+
+async def test_a_recheck_that_finds_the_re_sends_own_effect_records_no_contradiction(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
+    # The model sends the identical refund again: a new call under the freed key, which lands.
+    resent = await pipeline.call(CallInput(ALICE, "refund_order", {"order_id": "1001"}))
+    assert resent.call.tool_call_id != tool_call_id and resent.call.status == "completed"
+    assert resent.call.idempotency_key == store.get_call(tool_call_id).idempotency_key
+    clock.now = store.get_call(tool_call_id).next_reconcile_at
+    executor.reconcile_script.extend([refund_record(resent.call.external_request_id), refund_record(None)])
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status, call.contradicted) == (
+        "failed",
+        "confirmed_failure",
+        False,
+    )
+    event = store.events(tool_call_id=tool_call_id)[-1]
+    assert event.type == "reconciliation.rechecked"
+    assert event.payload["evidence"]["effect_of"] == resent.call.tool_call_id
+    assert call.next_reconcile_at is not None  # still re-checked, in case its own lands later
+    # A record naming neither call, once another was sent under the key, is not taken for this one's.
+    clock.now = call.next_reconcile_at
+    await workers.tick()
+    unattributed = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
+    assert (unattributed["effect_of"], unattributed["key_held_by"]) == (None, resent.call.tool_call_id)
+    assert not store.get_call(tool_call_id).contradicted
+    assert store.verify().ok
+
+
+async def test_two_reconcilers_recheck_a_failure_once_between_them(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
+    clock.now = store.get_call(tool_call_id).next_reconcile_at
+    due = store.due_reconciliations(now=clock())
+    other = Reconciler(
+        store=store,
+        registry=pipeline._registry,
+        dispatcher=dispatcher_of(store, pipeline._registry, clock),
+        redactor=Redactor(b"salt"),
+        owner="gw-c",
+        clock=clock,
+    )
+    executor.reconcile_script.append(NOT_FOUND)
+
+    assert await other.settle(due[0]) is True
+    assert await other.settle(due[0]) is False  # the same view again: its lease is taken
+
+    assert len(executor.reconciled) == 2

@@ -1,0 +1,41 @@
+"""Reading a lookup's records: which one is the dispatch's own, when a key holds several effects."""
+
+from __future__ import annotations
+
+from capabilities.fake import fake_capability
+from capabilities.mcp_reconcile import verdict
+from capabilities.results import json_result, mentions, record_of
+from tests.capabilities.conftest import invocation
+
+REFUND = fake_capability("refund_order", reconcilable=True)
+
+
+def test_a_value_mentions_an_id_only_as_a_whole_string_at_any_depth() -> None:
+    record = {"refund": {"meta": [{"request_id": "req-1"}]}, "note": "not req-2 itself", "n": 3}
+
+    assert mentions(record, ("req-1",))
+    assert not mentions(record, ("req-2",))  # inside a longer string: not the id
+    assert not mentions(record, ())
+    assert not mentions(None, ("req-1",))
+
+
+def test_of_several_records_under_one_key_the_one_naming_the_dispatch_is_its_own() -> None:
+    sent = invocation(REFUND, idempotency_key="k", external_request_id="req-late", tool_call_id="tc-late")
+    resend = {"refund_id": "r1", "request_id": "req-resend"}
+    late = {"refund_id": "r2", "request_id": "req-late"}
+    by_call_id = {"refund_id": "r3", "writ_tool_call_id": "tc-late"}
+
+    assert record_of([resend, late], sent) == late  # the re-send landed first, this one later
+    assert record_of([resend, by_call_id], sent) == by_call_id
+    # Records that name no dispatch: the first, as before.
+    assert record_of([{"refund_id": "r1"}, {"refund_id": "r2"}], sent) == {"refund_id": "r1"}
+
+
+def test_an_mcp_lookup_answers_with_the_dispatchs_own_record_and_counts_them_all() -> None:
+    sent = invocation(REFUND, external_request_id="req-late")
+    records = [{"id": 1, "request_id": "req-resend"}, {"id": 2, "request_id": "req-late"}]
+
+    found = verdict(json_result({"writes": records}), {"lookup_tool": "find_writes"}, sent)
+
+    assert (found.verdict, found.evidence["records"]) == ("succeeded", 2)
+    assert found.result is not None and found.result.structured == {"id": 2, "request_id": "req-late"}
