@@ -6,8 +6,8 @@ whether such a re-check is due (store.agenda, `due_for_recheck`); the only index
 would answer it by reading every failed call, a set that only grows. Few calls have a lookup or a
 re-check scheduled at any time: `(status, next_reconcile_at)` over those alone answers it from them.
 
-Revision ID: 0023_rechecks_by_time
-Revises: 0022_short_call_ids
+Revision ID: 0024_rechecks_by_time
+Revises: 0023_console_sessions
 Create Date: 2026-12-04
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0023_rechecks_by_time"
-down_revision = "0022_short_call_ids"
+revision = "0024_rechecks_by_time"
+down_revision = "0023_console_sessions"
 branch_labels = None
 depends_on = None
 
