@@ -67,7 +67,8 @@ def approval_card(
     own = who.subject == approval.requester and not approval.requester_may_approve
     # Whoever asked for the retry the call is may not approve it either (gateway.calls.approvals).
     own_retry = (
-        not own
+        approval.status == "awaiting_approval"  # the note is shown only with the decision form
+        and not own
         and not approval.requester_may_approve
         and who.subject == store.retry_requested_by(approval.tool_call_id)
     )
