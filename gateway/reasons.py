@@ -71,7 +71,8 @@ class ReasonCode(StrEnum):
     APPROVAL_INSUFFICIENT = "approval_insufficient"
     """The current policy needs an approval by another role than the one given."""
     SELF_APPROVAL_FORBIDDEN = "self_approval_forbidden"
-    """The requester approved their own call and the policy does not allow it."""
+    """The requester approved their own call, or whoever asked for a retry approved that retry, and
+    the policy does not allow a requester to approve."""
 
     # Control commands: deciding approvals, resolving calls, changing standing (API, console, CLI).
     INVALID_REQUEST = "invalid_request"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, bindparam, select
 
 from store import events as ev
 from store import queues
@@ -27,15 +27,19 @@ def decide(conn: Connection, cmd: DecideApproval, *, producer: str) -> ApprovalV
     Raises:
         NotFound: no such approval (for this tenant).
         StaleLease: the approval was already decided or has expired.
-        StoreError: the requester tried to approve their own call where that is not allowed.
+        StoreError: the requester, or the person who asked for this retry of a failed call, tried to
+            approve it where the policy does not let a requester approve.
     """
     log = Append(conn)
     approval_id, decided_by = cmd.approval_id, cmd.decided_by
     approval, call_row = _awaiting(conn, approval_id, cmd.tenant)
     if cmd.now >= approval.expires_at:
         raise StaleLease(f"approval {approval_id} expired at {ev.format_ts(approval.expires_at)}")
-    if cmd.approve and decided_by == approval.requester and not approval.requester_may_approve:
-        raise StoreError(f"{decided_by} requested call {approval.tool_call_id} and may not approve it")
+    if cmd.approve and not approval.requester_may_approve:
+        if decided_by == approval.requester:
+            raise StoreError(f"{decided_by} requested call {approval.tool_call_id} and may not approve it")
+        if decided_by == retry_requested_by(conn, approval.tool_call_id):
+            raise StoreError(f"{decided_by} asked for retry {approval.tool_call_id} and may not approve it")
     roles = sorted(cmd.decided_by_roles) if cmd.decided_by_roles is not None else None
     payload = ev.ApprovalDecided(
         decided_by=decided_by, reason=cmd.reason, break_glass=cmd.break_glass, decided_by_roles=roles
@@ -50,6 +54,32 @@ def decide(conn: Connection, cmd: DecideApproval, *, producer: str) -> ApprovalV
         queues.release(conn, approval_id)
     log.flush()
     return _reload_approval(conn, approval_id)
+
+
+_REQUESTED = select(events.c.payload).where(
+    events.c.tool_call_id == bindparam("b_call"), events.c.type == "tool_call.requested"
+)
+_RETRIES_ASKED = select(events.c.payload).where(
+    events.c.tool_call_id == bindparam("b_call"), events.c.type == "tool_call.retry_requested"
+)
+
+
+def retry_requested_by(conn: Connection, tool_call_id: str) -> str | None:
+    """Who asked for `tool_call_id` as a retry of a failed call, as the original's
+    `tool_call.retry_requested` names them; None for a call nobody asked to re-run.
+
+    They stand to the retry as its requester does: resolving a call `failed` and retrying it is one
+    person's to do, approving that retry is someone else's (README, separation of duties).
+    """
+    text = conn.execute(_REQUESTED, {"b_call": tool_call_id}).scalar_one_or_none()
+    retry_of = json.loads(text).get("retry_of") if text is not None else None
+    if retry_of is None:
+        return None
+    for asked in conn.execute(_RETRIES_ASKED, {"b_call": retry_of}).scalars():
+        payload = json.loads(asked)
+        if payload.get("retry_tool_call_id") == tool_call_id:
+            return str(payload["requested_by"])
+    return None
 
 
 def expire(conn: Connection, cmd: ExpireApproval, *, producer: str) -> ApprovalView:

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, or_, select
 
-from store import audit, revoking
+from store import approving, audit, revoking
 from store.events import parse_ts
 from store.exporting import EventFilter, conditions
 from store.log import PAGE_SIZE, envelope_of, read_pages, stored_event
@@ -196,6 +196,13 @@ class Reads:
             return None
         with self._read() as conn:
             return load_approval(conn, approval_id, tenant)
+
+    def retry_requested_by(self, tool_call_id: str) -> str | None:
+        """Who asked for this call as a retry of a failed call; None for a call nobody re-ran."""
+        if _unstorable(tool_call_id):
+            return None
+        with self._read() as conn:
+            return approving.retry_requested_by(conn, tool_call_id)
 
     def list_approvals(self, *, tenant: str | None = None, status: str | None = None) -> list[ApprovalView]:
         """Approvals oldest first, optionally of one tenant and/or one status."""

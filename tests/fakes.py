@@ -44,8 +44,12 @@ class FakeAgenda:
 class FakeApprovals:
     """The `Approvals` port over a dict of approvals, deciding and expiring as the store does."""
 
-    def __init__(self, approvals: Iterable[ApprovalView] = ()) -> None:
+    def __init__(
+        self, approvals: Iterable[ApprovalView] = (), retried_by: dict[str, str] | None = None
+    ) -> None:
+        """`retried_by`: who asked for each call (by id) that is a retry of a failed call."""
         self.approvals = {a.approval_id: a for a in approvals}
+        self.retried_by = dict(retried_by or {})
         self.decided: list[DecideApproval] = []
         self.expired: list[ExpireApproval] = []
 
@@ -59,8 +63,9 @@ class FakeApprovals:
         approval = self._awaiting(cmd.approval_id, cmd.tenant)
         if cmd.now >= approval.expires_at:
             raise StaleLease(f"approval {cmd.approval_id} expired")
-        if cmd.approve and cmd.decided_by == approval.requester and not approval.requester_may_approve:
-            raise StoreError(f"{cmd.decided_by} may not approve their own call")
+        askers = (approval.requester, self.retried_by.get(approval.tool_call_id))
+        if cmd.approve and not approval.requester_may_approve and cmd.decided_by in askers:
+            raise StoreError(f"{cmd.decided_by} may not approve their own call or retry")
         self.decided.append(cmd)
         return self._set(
             dataclasses.replace(
@@ -71,6 +76,9 @@ class FakeApprovals:
                 reason=cmd.reason,
             )
         )
+
+    def retry_requested_by(self, tool_call_id: str) -> str | None:
+        return self.retried_by.get(tool_call_id)
 
     def expire_approval(self, cmd: ExpireApproval) -> ApprovalView:
         approval = self._awaiting(cmd.approval_id, None)

@@ -102,7 +102,8 @@ class Decisions:
         """Record one decision.
 
         Raises:
-            Refused: not found, not an approver, self-approval, already decided or expired.
+            Refused: not found, not an approver, self-approval (by the call's requester or by whoever
+                asked for the retry it is), already decided or expired.
         """
         approval = await anyio.to_thread.run_sync(self.decide_now, inp)
         if approval.status == "approved" and self._on_granted is not None:
@@ -127,11 +128,8 @@ class Decisions:
             raise Refused(
                 ReasonCode.NOT_APPROVER, f"deciding this approval needs the role {approval.approver_role!r}"
             )
-        if inp.approve and inp.decided_by == approval.requester and not approval.requester_may_approve:
-            raise Refused(
-                ReasonCode.SELF_APPROVAL_FORBIDDEN,
-                f"{inp.decided_by} requested this call and the policy does not let them approve it",
-            )
+        if inp.approve and not approval.requester_may_approve:
+            self._check_not_requester(inp.decided_by, approval)
         now = self._clock()
         if approval.status != "awaiting_approval":
             raise self._settled(approval)
@@ -161,6 +159,20 @@ class Decisions:
                 self._expire(latest, now)
                 raise Refused(ReasonCode.EXPIRED, f"approval {inp.approval_id} expired") from exc
             raise self._settled(latest) from exc
+
+    def _check_not_requester(self, decider: str, approval: ApprovalView) -> None:
+        """Refuse the call's requester, and whoever asked for the retry the call is: a person who
+        resolved a call `failed` may retry it, and then someone else approves what it sends again."""
+        if decider == approval.requester:
+            raise Refused(
+                ReasonCode.SELF_APPROVAL_FORBIDDEN,
+                f"{decider} requested this call and the policy does not let them approve it",
+            )
+        if decider == self._store.retry_requested_by(approval.tool_call_id):
+            raise Refused(
+                ReasonCode.SELF_APPROVAL_FORBIDDEN,
+                f"{decider} asked for this retry and the policy does not let a requester approve it",
+            )
 
     @staticmethod
     def _settled(approval: ApprovalView) -> Refused:

@@ -84,6 +84,9 @@ class Reauthorization:
     approval: ApprovalView | None = None
     """The granted approval an approved call runs under; None for a call the user confirmed, which
     must be allowed outright."""
+    retry_requested_by: str | None = None
+    """Whoever asked for the retry the call is (None for a first call): a requester of it, as the
+    principal is, so their approval stands only where the policy lets a requester approve."""
 
 
 def reauthorize(
@@ -124,10 +127,13 @@ def reauthorize(
             role = needed.approver_role if needed else "?"
             detail = f"policy {version} now needs approval by role {role!r}"
             return Refusal(ReasonCode.APPROVAL_INSUFFICIENT, detail, version, rule)
-        if approval.decided_by == principal.subject and not needed.requester_may_approve:
-            return Refusal(
-                ReasonCode.SELF_APPROVAL_FORBIDDEN, "the requester approved their own call", version, rule
-            )
+        if not needed.requester_may_approve:
+            if approval.decided_by == principal.subject:
+                detail = "the requester approved their own call"
+                return Refusal(ReasonCode.SELF_APPROVAL_FORBIDDEN, detail, version, rule)
+            if approval.decided_by == req.retry_requested_by:
+                detail = "the person who asked for this retry approved it"
+                return Refusal(ReasonCode.SELF_APPROVAL_FORBIDDEN, detail, version, rule)
     try:
         charges = policy.charges(inp, call.run_id)
     except ExpressionError as exc:

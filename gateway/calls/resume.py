@@ -206,8 +206,9 @@ class Resumer:
             )
         arguments = held if held is not None else call.arguments
         principal = principal_of_record(call.principal or PrincipalRecord(call.subject, call.tenant))
+        asker = self._store.retry_requested_by(call.tool_call_id)
         return reauthorize(
-            Reauthorization(call, capability, principal, arguments, approval),
+            Reauthorization(call, capability, principal, arguments, approval, asker),
             policy=self._policy(),
             standing=self._store,
             now=self._clock(),

@@ -52,7 +52,8 @@ DECISION_REFUSED: Mapping[str, str] = {
     ReasonCode.NOT_FOUND: "No such approval.",
     ReasonCode.NOT_APPROVER: "You do not hold the role this approval needs.",
     ReasonCode.SELF_APPROVAL_FORBIDDEN: (
-        "You requested this call; the policy does not let you approve it yourself."
+        "You requested this call, or asked for this retry of it; the policy does not let you approve it"
+        " yourself."
     ),
     ReasonCode.ALREADY_DECIDED: "This approval was already decided; nothing was changed.",
     ReasonCode.EXPIRED: "This approval expired before it was decided; nothing was changed.",

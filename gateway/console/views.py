@@ -65,6 +65,13 @@ def approval_card(
     arguments = _arguments(call)
     may_decide = approval.status == "awaiting_approval" and approval.approver_role in who.roles
     own = who.subject == approval.requester and not approval.requester_may_approve
+    # Whoever asked for the retry the call is may not approve it either (gateway.calls.approvals).
+    own_retry = (
+        approval.status == "awaiting_approval"  # the note is shown only with the decision form
+        and not own
+        and not approval.requester_may_approve
+        and who.subject == store.retry_requested_by(approval.tool_call_id)
+    )
     return {
         "approval": approval,
         "call": call,
@@ -79,6 +86,7 @@ def approval_card(
         "seconds_left": max(int((approval.expires_at - now).total_seconds()), 0),
         "may_decide": may_decide,
         "own_call": own,
+        "own_retry": own_retry,
         # From the decision's event, not from the name: a token's subject may read `operator:...` too.
         "break_glass": any(e.type in _DECISIONS and e.payload.get("break_glass") is True for e in events),
         "changes": (

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
 
 from store import ApprovedDenial, ApprovedDispatch, NotFound, StaleLease, Store, StoreError
 from store.commands import DecideApproval, ExpireApproval
+from store.model import ApprovalNeed, RetryLink
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
 
 SOON = NOW + timedelta(minutes=5)
@@ -99,6 +101,64 @@ def test_the_requester_may_not_approve_their_own_call_unless_allowed(store: Stor
 
     with pytest.raises(StoreError, match="may not approve"):
         store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="alice", now=SOON))
+
+
+def retry_awaiting(store: Store, by: str, n: int = 1, *, requester_may_approve: bool = False) -> str:
+    """alice's call `orig-N` failed, retried by `by` as `re-N`, which waits for an approver."""
+    store.admit(call_request(tool_call_id=f"orig-{n}", idempotency_key=f"key-{n}"))
+    store.record_outcome(outcome(f"orig-{n}", "failed", now=NOW, error="backend said no"))
+    need = ApprovalNeed("finance", 3600, requester_may_approve)
+    request = call_request(
+        tool_call_id=f"re-{n}",
+        idempotency_key=f"key-{n}:retry-1",
+        decision=dataclasses.replace(REQUIRE_APPROVAL, approval=need),
+        retry=RetryLink(f"orig-{n}", 1, by, "order fixed", break_glass=False, same_key=False),
+        approval_id=f"ap-re-{n}",
+        approval_expires_at=NOW + timedelta(hours=1),
+    )
+    store.admit(request)
+    return f"ap-re-{n}"
+
+
+def test_whoever_asked_for_a_retry_may_not_approve_it_and_nothing_is_recorded(store: Store) -> None:
+    approval_id = retry_awaiting(store, by="bob")
+    before = [e.type for e in store.events(tool_call_id="re-1")]
+
+    with pytest.raises(StoreError, match="bob asked for retry re-1 and may not approve it"):
+        store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
+
+    assert [e.type for e in store.events(tool_call_id="re-1")] == before
+    approval = store.get_approval(approval_id)
+    assert approval is not None and approval.status == "awaiting_approval"
+
+
+def test_a_retry_is_approved_by_someone_else_and_may_be_rejected_by_its_asker(store: Store) -> None:
+    approved, rejected = retry_awaiting(store, by="bob"), retry_awaiting(store, by="bob", n=2)
+
+    by_carol = store.decide_approval(DecideApproval(approved, approve=True, decided_by="carol", now=SOON))
+    by_bob = store.decide_approval(DecideApproval(rejected, approve=False, decided_by="bob", now=SOON))
+
+    assert (by_carol.status, by_carol.decided_by) == ("approved", "carol")
+    assert (by_bob.status, by_bob.decided_by) == ("rejected", "bob")
+    report = store.verify()
+    assert report.ok, report
+
+
+def test_a_retrys_asker_approves_it_where_the_policy_lets_a_requester_approve(store: Store) -> None:
+    approval_id = retry_awaiting(store, by="bob", requester_may_approve=True)
+
+    approval = store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
+
+    assert approval.status == "approved"
+
+
+def test_who_asked_for_a_retry_is_read_from_the_log(store: Store) -> None:
+    retry_awaiting(store, by="bob")
+
+    assert store.retry_requested_by("re-1") == "bob"
+    assert store.retry_requested_by("orig-1") is None  # a first call: nobody asked to re-run it
+    assert store.retry_requested_by("no-such-call") is None
+    assert store.retry_requested_by("bad\x00id") is None  # no row can hold it: nothing asked
 
 
 def test_an_approval_of_another_tenant_is_not_found(store: Store) -> None:

@@ -81,6 +81,30 @@ def test_the_requester_may_approve_where_the_policy_says_so() -> None:
     assert decisions(store).decide_now(DecisionInput("ap-1", True, "alice", roles=BOB)).status == "approved"
 
 
+def test_whoever_asked_for_a_retry_may_not_approve_it_but_may_reject_it() -> None:
+    # tc-1 is bob's retry of alice's failed call: bob stands to it as a requester does.
+    store = FakeApprovals([awaiting()], retried_by={"tc-1": "bob"})
+
+    with pytest.raises(Refused, match="bob asked for this retry") as refused:
+        decisions(store).decide_now(DecisionInput("ap-1", True, "bob", roles=BOB))
+    assert (refused.value.code, refused.value.http_status) == ("self_approval_forbidden", 403)
+    assert store.decided == []
+    assert decisions(store).decide_now(DecisionInput("ap-1", False, "bob", roles=BOB)).status == "rejected"
+
+
+def test_someone_other_than_the_requester_and_the_retrys_asker_approves_a_retry() -> None:
+    store = FakeApprovals([awaiting()], retried_by={"tc-1": "bob"})
+
+    assert refusal(store, DecisionInput("ap-1", True, "alice", roles=BOB)) == ("self_approval_forbidden", 403)
+    assert decisions(store).decide_now(DecisionInput("ap-1", True, "carol", roles=BOB)).status == "approved"
+
+
+def test_the_retrys_asker_approves_it_where_the_policy_lets_a_requester_approve() -> None:
+    store = FakeApprovals([awaiting(requester_may_approve=True)], retried_by={"tc-1": "bob"})
+
+    assert decisions(store).decide_now(DecisionInput("ap-1", True, "bob", roles=BOB)).status == "approved"
+
+
 def test_a_decider_without_the_approver_role_is_refused() -> None:
     store = FakeApprovals([awaiting()])
 

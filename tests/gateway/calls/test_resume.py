@@ -13,7 +13,7 @@ import anyio.to_thread
 import pytest
 import sqlalchemy as sa
 
-from capabilities.fake import FakeExecutor, completed, fake_capability
+from capabilities.fake import FakeExecutor, completed, failed, fake_capability
 from capabilities.registry import Registry
 from gateway.calls.actions import Redactor, action_hash, contract_hash
 from gateway.calls.approvals import DecisionInput, Decisions
@@ -21,6 +21,7 @@ from gateway.calls.dispatch import Dispatcher
 from gateway.calls.periodic import Wake, run_periodically
 from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.calls.resume import Resumer
+from gateway.calls.retries import RetryRequest, retry_call
 from gateway.errors import Refused
 from policy.engine import Policy
 from policy.model import Principal
@@ -45,7 +46,9 @@ BOB = frozenset({"approver"})
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
-def rules(approver_role: str = "approver", limit: float = 10000) -> Policy:
+def rules(
+    approver_role: str = "approver", limit: float = 10000, *, requester_may_approve: bool = False
+) -> Policy:
     return Policy.from_mapping(
         {
             "rules": [
@@ -56,7 +59,11 @@ def rules(approver_role: str = "approver", limit: float = 10000) -> Policy:
                     "when": "double(args.amount) > 100.0",
                     "decision": "require_approval",
                     "reason": "amount_over_approval_threshold",
-                    "approval": {"approver_role": approver_role, "expires_in": "1h"},
+                    "approval": {
+                        "approver_role": approver_role,
+                        "expires_in": "1h",
+                        "requester_may_approve": requester_may_approve,
+                    },
                 },
                 {
                     "id": "huge",
@@ -77,15 +84,19 @@ class World:
     pipeline: CallPipeline
     decisions: Decisions
     resumer: Resumer
+    registry: Registry
     policy: list[Policy] = field(default_factory=lambda: [rules()])
     now: list[datetime] = field(default_factory=lambda: [T0])
 
-    async def request(self, amount: float = 250, key: str = "k1") -> Any:
+    async def request(self, amount: float = 250, key: str = "k1", *, iban: bool = True) -> Any:
+        arguments: dict[str, Any] = {"order_id": "1001", "amount": amount}
+        if iban:
+            arguments["iban"] = "DE89370400440532013000"
         report = await self.pipeline.call(
             CallInput(
                 principal=ALICE,
                 tool_name="refund_order",
-                arguments={"order_id": "1001", "amount": amount, "iban": "DE89370400440532013000"},
+                arguments=arguments,
                 idempotency_key=key,
             )
         )
@@ -127,7 +138,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         owner="test-worker",
     )
     decisions = Decisions(store, lambda: now[0])
-    yield World(store, executor, pipeline, decisions, resumer, holder, now)
+    yield World(store, executor, pipeline, decisions, resumer, registry, holder, now)
     store.close()
 
 
@@ -283,6 +294,31 @@ async def test_an_approval_by_a_role_the_policy_no_longer_accepts_is_refused(wor
     refused = world.store.get_call(call.tool_call_id)
     assert refused is not None and (refused.status, refused.reason) == ("denied", "approval_insufficient")
     assert world.executor.invocations == []
+
+
+async def test_a_retry_approved_by_its_asker_is_refused_once_requesters_may_no_longer_approve(
+    world: World,
+) -> None:
+    world.executor.then(failed())
+    first = await world.request(iban=False)  # a call with redacted fields is not retried
+    await world.decide(first.approval_id, who="carol")
+    await world.resumer.tick()
+    assert (original := world.store.get_call(first.tool_call_id)) is not None and original.status == "failed"
+    world.policy[0] = rules(requester_may_approve=True)
+    retry = await retry_call(
+        RetryRequest(first.tool_call_id, "bob", "order fixed", BOB, "acme"),
+        store=world.store,
+        registry=world.registry,
+        pipeline=world.pipeline,
+    )
+    await world.decide(retry.call.approval_id, who="bob")  # allowed: requesters may approve, for now
+    world.policy[0] = rules()  # tightened before the approved retry ran
+
+    await world.resumer.tick()
+
+    refused = world.store.get_call(retry.call.tool_call_id)
+    assert refused is not None and (refused.status, refused.reason) == ("denied", "self_approval_forbidden")
+    assert len(world.executor.invocations) == 1  # the original's one dispatch, nothing since
 
 
 async def test_an_approval_used_for_a_changed_action_is_refused(world: World) -> None:
