@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +58,14 @@ def _call(gateway: Writ, tool_call_id: str, token: str) -> dict[str, Any]:
     return body
 
 
-def _console(gateway: Writ, token: str) -> httpx2.Client:
-    """A browser's session in the console: the session cookie, and the console's own origin."""
-    return httpx2.Client(
-        base_url=gateway.url,
-        cookies={SESSION_COOKIE: token},
-        headers={"Origin": gateway.url, "Sec-Fetch-Site": "same-origin"},
-        timeout=10,
-    )
+@contextmanager
+def _console(gateway: Writ, token: str) -> Iterator[httpx2.Client]:
+    """A browser signed in at the console with `token`: its session cookie, and the console's origin."""
+    headers = {"Origin": gateway.url, "Sec-Fetch-Site": "same-origin"}
+    with httpx2.Client(base_url=gateway.url, headers=headers, timeout=10) as console:
+        login = console.post("/console/login", data={"token": token})
+        assert login.status_code == 303, login.text
+        yield console
 
 
 async def test_resolve_failed_then_retry_is_one_persons_and_the_retrys_approval_anothers(
@@ -102,7 +103,7 @@ async def test_resolve_failed_then_retry_is_one_persons_and_the_retrys_approval_
         page = console.get(f"/console/approvals/{approval_id}")
         by_console = console.post(
             f"/console/approvals/{approval_id}/decision",
-            data={"decision": "approve", "csrf": csrf_token(bob)},
+            data={"decision": "approve", "csrf": csrf_token(console.cookies[SESSION_COOKIE])},
         )
 
     assert (by_api.status_code, by_api.json()["error"]) == (403, "self_approval_forbidden")
