@@ -131,6 +131,70 @@ def family_of(gateway: Writ, access_token: str) -> Any:
         return conn.execute(select(oauth_families).where(oauth_families.c.family_id == sid)).one()
 
 
+def test_a_user_removed_from_the_config_cannot_refresh_after_a_restart(deployment: Deployment) -> None:
+    with deployment.users(AGENT, APPROVER).serving() as gateway:
+        client_id = str(register(gateway.url)["client_id"])
+        tokens = signed_in_as(gateway, client_id, user=1)
+        assert claims_of(gateway, tokens["access_token"])["roles"] == ["approver"]
+
+    with deployment.users(AGENT).serving() as gateway:
+        answer = refused(refresh(gateway.url, client_id, tokens["refresh_token"]))
+        assert answer == "invalid_grant: demo-approver can no longer sign in here; the sign-in is ended"
+        ended = family_of(gateway, tokens["access_token"])
+        assert ended.revoked_at is not None and ended.revoked_reason == "login_user_removed"
+        # The sign-in is over: its access token too, and its refresh token says so again.
+        assert tools_list(gateway.mcp_url, tokens["access_token"]).status_code == 401
+        assert refused(refresh(gateway.url, client_id, tokens["refresh_token"])).startswith("invalid_grant")
+        # The users still configured refresh as before.
+        other = signed_in_as(gateway, client_id, user=0)
+        assert refresh(gateway.url, client_id, other["refresh_token"]).status_code == 200
+
+
+def test_a_refresh_after_a_restart_carries_the_roles_and_groups_the_config_gives_now(
+    deployment: Deployment,
+) -> None:
+    with deployment.users(AGENT, APPROVER).serving() as gateway:
+        client_id = str(register(gateway.url)["client_id"])
+        tokens = signed_in_as(gateway, client_id, user=1)
+
+    demoted = APPROVER | {"roles": ["agent"], "groups": ["support"]}
+    with deployment.users(AGENT, demoted).serving() as gateway:
+        renewed = refresh(gateway.url, client_id, tokens["refresh_token"])
+        assert renewed.status_code == 200, renewed.text
+        claims = claims_of(gateway, renewed.json()["access_token"])
+        assert (claims["sub"], claims["tenant"]) == ("demo-approver", "acme")
+        assert (claims["roles"], claims["groups"]) == (["agent"], ["support"])
+        # The rotated refresh token carries them on (the old one is still a reuse).
+        again = refresh(gateway.url, client_id, renewed.json()["refresh_token"])
+        assert again.status_code == 200, again.text
+        assert claims_of(gateway, again.json()["access_token"])["roles"] == ["agent"]
+
+
+def test_a_refresh_of_a_sign_in_older_than_sign_in_max_age_is_refused_every_time(gateway: Writ) -> None:
+    client_id = str(register(gateway.url)["client_id"])
+    pkce = Pkce.make()
+    now = gateway.runtime.clock()
+    signed_in = now - timedelta(seconds=86400 + 60)  # the default sign_in_max_age_s, and a minute
+    grant = CodeGrant(
+        family_id=uuid.uuid4().hex,
+        client_id=client_id,
+        redirect_uri=REDIRECT,
+        scope="",
+        resource=gateway.mcp_url,
+        code_challenge=pkce.challenge,
+        code_challenge_method="S256",
+        grantee=Grantee("demo-agent", "acme", ("agent",)),
+        expires_at=now + timedelta(seconds=60),
+        auth_time=signed_in,
+    )
+    gateway.runtime.store.issue_code("an-old-sign-in", grant, now=signed_in)
+    tokens = exchange(gateway.url, client_id, "an-old-sign-in", pkce.verifier).json()
+    for _ in range(2):  # not used up: the same answer, never a reuse that would look like theft
+        answer = refused(refresh(gateway.url, client_id, tokens["refresh_token"]))
+        assert answer == "invalid_grant: the sign-in this refresh token belongs to is too old: sign in again"
+    assert refusals(gateway, "refresh_reused", client_id=client_id) == []
+
+
 def test_a_principal_revoked_between_login_and_consent_gets_no_code(gateway: Writ) -> None:
     client_id = str(register(gateway.url)["client_id"])
     store = gateway.runtime.store
