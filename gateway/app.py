@@ -67,7 +67,7 @@ from gateway.calls.retries import retry_call
 from gateway.calls.tracing import FirstTrace, first_trace_of, no_first_trace
 from gateway.calls.workers import Workers, worker_id
 from gateway.clock import Clock, system_clock
-from gateway.config import ClientMetadataDocumentsConfig, OidcLoginConfig, WritConfig
+from gateway.config import BuiltinLoginConfig, ClientMetadataDocumentsConfig, OidcLoginConfig, WritConfig
 from gateway.console import console_routes
 from gateway.console.sessions import SignIn
 from gateway.console.views import InForce
@@ -80,7 +80,7 @@ from gateway.mcp.server import STATUS_TOOL, build_mcp_server
 from gateway.oauth import settings_for
 from gateway.oauth.documents import ClientDocuments, HttpsFetcher
 from gateway.oauth.keys import SigningKeys
-from gateway.oauth.login import BuiltinLogin, LoginStep
+from gateway.oauth.login import BuiltinLogin, ConfiguredUsers, LoginStep
 from gateway.oauth.oidc_login import AttemptCookies, OidcLogin
 from gateway.oauth.pages import Pages
 from gateway.oauth.routes import AuthorizationRoutes
@@ -260,8 +260,9 @@ def build_runtime(
                 system_clock,
                 fetch_limit=_document_fetch_limit(section, store),
             )
+        users = ConfiguredUsers(oauth.login.users) if isinstance(oauth.login, BuiltinLoginConfig) else None
         authorization_server = WritAuthorizationServer(
-            oauth_settings, store, oauth_keys, clock=system_clock, documents=documents
+            oauth_settings, store, oauth_keys, clock=system_clock, documents=documents, users=users
         )
         own = own_issuer(oauth_settings.issuer, oauth_keys, store)
     verifier = token_verifier(config, dev_issuer, environ=environ, own=own)

@@ -439,6 +439,11 @@ class AuthorizationServerConfig(_Section):
     )
     access_token_ttl_s: int = Field(default=900, ge=5)
     refresh_token_ttl_s: int = Field(default=30 * 86400, ge=60)
+    sign_in_max_age_s: int = Field(default=86400, ge=300)
+    """How long one sign-in lasts, its refreshes included, counted from the login: past it a refresh
+    gets `invalid_grant` and the person signs in again. Writ cannot ask an upstream provider on a
+    refresh whether the person is still there and what their roles are now, so this bounds how stale
+    a token's identity can be (the built-in login looks its users up on every refresh as well)."""
     code_ttl_s: int = Field(default=60, ge=5, le=600)
     login_ttl_s: int = Field(default=600, ge=30)
     """How long a sign-in (login, then consent) may take before the client must start over."""

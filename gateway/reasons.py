@@ -132,6 +132,8 @@ class ReasonCode(StrEnum):
     """A rotated refresh token was presented again: every token of its sign-in is revoked."""
     TOKEN_REVOKED = "token_revoked"
     """The client revoked one of the sign-in's tokens (RFC 7009): every token of it is revoked."""
+    LOGIN_USER_REMOVED = "login_user_removed"
+    """The sign-in's user is no longer among the built-in login's users: its refresh ended it."""
 
 
 FORBIDDEN = 403

@@ -6,6 +6,9 @@ with the same code or refresh token cannot both win: on PostgreSQL the loser wai
 lock and then finds the row used; on SQLite writers are serialized. A secret presented after it was used
 revokes its whole family (RFC 6749 §4.1.2 for codes, OAuth 2.1 §4.3.1 for refresh tokens) in the same
 transaction that finds the reuse, and that revocation is committed before the caller hears the refusal.
+
+A code or refresh token whose principal is revoked now is refused and ends its family, so nothing is
+issued to a revoked principal and nothing it held revives when it is restored (`store.revoking`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Column, Connection, Engine, Row, Table, delete, insert, select, update
+from sqlalchemy import Column, Connection, Engine, Row, Select, Table, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store.canonical import canonical_json
 from store.model import StoreError
-from store.schema import oauth_clients, oauth_codes, oauth_families, oauth_refresh_tokens
+from store.schema import oauth_clients, oauth_codes, oauth_families, oauth_refresh_tokens, revocations
 
 GrantProblem = Literal["unknown", "expired", "other_client", "reused", "revoked"]
 KEEP_EXPIRED = timedelta(hours=1)
@@ -245,15 +248,19 @@ class OAuthRecords:
             ).first()
         return None if row is None else _refresh(row)
 
-    def use_refresh_token(self, token: str, *, client_id: str, now: datetime) -> RefreshGrant:
+    def use_refresh_token(
+        self, token: str, *, client_id: str, now: datetime, signed_in_after: datetime | None = None
+    ) -> RefreshGrant:
         """Use the refresh token, once (the caller issues its successor); a second use revokes the family.
+        With `signed_in_after`, a token of a family signed in at or before it is refused and left unused.
 
         Raises:
-            GrantRefused: unknown, expired, issued to another client, used before (`reused`: the whole
-                family, the newest token included, is revoked and committed first), or revoked.
+            GrantRefused: unknown, expired, its sign-in older than `signed_in_after` (`expired`), issued
+                to another client, used before (`reused`: the whole family, the newest token included,
+                is revoked and committed first), or revoked (its family, or its principal now).
         """
         with self._errors_translated(), self.engine.begin() as conn:
-            claimed = _use_once(conn, _REFRESH, token, client_id, now)
+            claimed = _use_once(conn, _REFRESH, token, client_id, now, signed_in_after)
         if isinstance(claimed, GrantRefused):
             raise claimed  # after the commit: a reuse's revocation stands
         return _refresh(claimed)
@@ -320,14 +327,24 @@ _REFRESH = _Secret(
 
 
 def _use_once(
-    conn: Connection, kind: _Secret, secret: str, client_id: str, now: datetime
+    conn: Connection,
+    kind: _Secret,
+    secret: str,
+    client_id: str,
+    now: datetime,
+    signed_in_after: datetime | None = None,
 ) -> Row[Any] | GrantRefused:
     """Claim `secret` for `client_id`: its row, or why it grants nothing.
 
     The claim is one conditional UPDATE. A secret used before revokes its family here, in the caller's
-    transaction, which the caller commits before it raises the refusal: hence returned, not raised.
+    transaction, which the caller commits before it raises the refusal: hence returned, not raised; so
+    does a secret whose principal is revoked now. A secret whose family signed in at or before
+    `signed_in_after` is not claimed: it stays unused, and says the same each time it is presented.
     """
     table, hashed = kind.table, kind.hashed
+    fresh = (
+        [] if signed_in_after is None else [table.c.family_id.in_(_families_signed_in_after(signed_in_after))]
+    )
     claimed = conn.execute(
         update(table)
         .where(
@@ -335,6 +352,7 @@ def _use_once(
             table.c.client_id == client_id,
             table.c.used_at.is_(None),
             table.c.expires_at > now,
+            *fresh,
         )
         .values(used_at=now)
         .returning(*table.c)
@@ -342,12 +360,41 @@ def _use_once(
     if claimed is not None:
         if _family_revoked(conn, claimed.family_id):
             return GrantRefused("revoked", f"the grant this {kind.what} belongs to was revoked")
+        if _principal_revoked(conn, claimed.family_id):
+            # Revoked after the sign-in began (perhaps while it was at the consent page): end the family
+            # now, so restoring the principal does not bring it back.
+            _revoke(conn, claimed.family_id, reason="principal_revoked", now=now)
+            return GrantRefused("revoked", f"the principal this {kind.what} speaks for is revoked")
         return claimed
     row = conn.execute(select(table).where(hashed == digest(secret))).first()
     refused = _why_not(row, client_id, now, what=kind.what)
     if refused.problem == "reused" and row is not None:
         _revoke(conn, row.family_id, reason=kind.reason, now=now)
+    elif refused.problem == "expired" and row is not None and row.expires_at > now:
+        refused = GrantRefused(
+            "expired", f"the sign-in this {kind.what} belongs to is too old: sign in again"
+        )
     return refused
+
+
+def _families_signed_in_after(when: datetime) -> Select[tuple[str]]:
+    return select(oauth_families.c.family_id).where(oauth_families.c.created_at > when)
+
+
+def _principal_revoked(conn: Connection, family_id: str) -> bool:
+    """Whether the principal the family speaks for is revoked in its tenant now."""
+    family = oauth_families.alias("family")
+    found = conn.execute(
+        select(revocations.c.subject)
+        .select_from(
+            family.join(
+                revocations,
+                (revocations.c.tenant == family.c.tenant) & (revocations.c.subject == family.c.subject),
+            )
+        )
+        .where(family.c.family_id == family_id)
+    ).first()
+    return found is not None
 
 
 def _why_not(row: Row[Any] | None, client_id: str, now: datetime, *, what: str) -> GrantRefused:

@@ -64,7 +64,12 @@ def revoke(conn: Connection, cmd: RevokePrincipal, *, producer: str) -> Revocati
 
 
 def restore(conn: Connection, cmd: RestorePrincipal, *, producer: str) -> Revocation:
-    """Append `principal.restored`; return the revocation it lifted.
+    """Append `principal.restored` and end every sign-in of the subject still live; return the
+    revocation it lifted.
+
+    A sign-in live now began before the revocation committed and reached the store after it (the
+    revocation ended every one it saw): it was made while the principal was revoked and is no more
+    the restored principal's than the ones the revocation ended. A restored principal signs in again.
 
     Raises:
         NotFound: the subject is not revoked in the tenant (nothing is recorded).
@@ -73,6 +78,7 @@ def restore(conn: Connection, cmd: RestorePrincipal, *, producer: str) -> Revoca
     lifted = get(conn, cmd.tenant, cmd.subject)
     if lifted is None:
         raise NotFound(f"{cmd.subject} is not revoked in tenant {cmd.tenant}")
+    revoke_principal_grants(conn, cmd.tenant, cmd.subject, reason="principal_revoked", now=cmd.now)
     log.add(
         ev.PrincipalRestoredEvent(
             occurred_at=ev.format_ts(cmd.now),

@@ -54,6 +54,7 @@ def settings_for(config: WritConfig) -> Settings:
         access_token_ttl_s=section.access_token_ttl_s,
         refresh_token_ttl_s=section.refresh_token_ttl_s,
         code_ttl_s=section.code_ttl_s,
+        sign_in_max_age_s=section.sign_in_max_age_s,
         scopes=tuple(scopes),
         claims=config.auth.claims,
     )

@@ -5,10 +5,15 @@ authlib validates in one step and issues in the next, so a code or refresh token
 store (`redeem_code`, `use_refresh_token`: one conditional UPDATE) only once every check has passed,
 right before tokens are minted: a request that fails a check (wrong verifier, wrong redirect) uses
 nothing up, and of two requests racing with one secret only one gets tokens.
+
+A refresh speaks for the user as the login knows them now (`KnownUsers`: the built-in login's
+configuration; an upstream provider cannot be asked), and only within `sign_in_max_age_s` of the login.
 """
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from authlib.oauth2.rfc6749 import InvalidGrantError, InvalidRequestError, OAuth2Error, grants
@@ -19,6 +24,8 @@ from store.oauth import CodeGrant, Grantee, GrantRefused, RefreshGrant
 
 if TYPE_CHECKING:
     from gateway.oauth.server import WritAuthorizationServer
+
+logger = logging.getLogger(__name__)
 
 AUTH_METHODS = ["none", "client_secret_basic", "client_secret_post"]
 
@@ -167,17 +174,39 @@ class RefreshToken(_Issuing, grants.RefreshTokenGrant):  # type: ignore[misc]
         return Token.of_refresh(refresh_token, found)
 
     def authenticate_user(self, refresh_token: Token) -> Grantee:
-        grant = self.use(
-            refresh_token.value, self.request.client.client_id, tenant=self.request.grantee_tenant
-        )
+        """Who the new tokens speak for: the user as the login knows them now, not as they signed in.
+
+        Raises:
+            InvalidGrantError: the token is refused (see `use`), or the login no longer knows the user
+                (their sign-in is ended: they sign in again, if they still may).
+        """
+        client_id = self.request.client.client_id
+        grant = self.use(refresh_token.value, client_id, tenant=self.request.grantee_tenant)
+        user = self.server.users.current(grant.grantee)
+        if user is None:
+            signed_in = grant.grantee
+            self.server.store.revoke_family(
+                grant.family_id, reason="login_user_removed", now=self.server.now()
+            )
+            logger.warning(
+                "refused refresh token of client %s: %s is no longer a user of the login in tenant %s",
+                client_id,
+                signed_in.subject,
+                signed_in.tenant,
+            )
+            raise InvalidGrantError(f"{signed_in.subject} can no longer sign in here; the sign-in is ended")
         self.request.family_id = grant.family_id
         self.request.resource = grant.resource
         self.request.auth_time = grant.auth_time
-        return grant.grantee
+        return user
 
     def use(self, token: str, client_id: str, *, tenant: str | None) -> RefreshGrant:
+        now = self.server.now()
+        oldest = now - timedelta(seconds=self.server.settings.sign_in_max_age_s)
         try:
-            return self.server.store.use_refresh_token(token, client_id=client_id, now=self.server.now())
+            return self.server.store.use_refresh_token(
+                token, client_id=client_id, now=now, signed_in_after=oldest
+            )
         except GrantRefused as exc:
             self.server.refused(exc, "refresh token", client_id, tenant=tenant)
             raise InvalidGrantError(str(exc)) from exc

@@ -37,6 +37,36 @@ class LoginStep(Protocol):
         ...
 
 
+class KnownUsers(Protocol):
+    def current(self, signed_in: Grantee) -> Grantee | None:
+        """Who the person who signed in as `signed_in` is now (roles and groups as they are now);
+        None if the login no longer knows them. Asked on every refresh."""
+        ...
+
+
+class AsSignedIn:
+    """The `KnownUsers` of a login that cannot be asked again (an upstream provider, which Writ holds
+    no refresh token of): a person is who they were at the login, until `sign_in_max_age_s`."""
+
+    def current(self, signed_in: Grantee) -> Grantee | None:
+        return signed_in
+
+
+class ConfiguredUsers:
+    """The `KnownUsers` of the built-in login: the users of the configuration Writ runs on now."""
+
+    def __init__(self, users: Sequence[LoginUser]) -> None:
+        self._users = {(u.tenant, u.subject): grantee_of(u) for u in reversed(users)}  # the first wins
+
+    def current(self, signed_in: Grantee) -> Grantee | None:
+        return self._users.get((signed_in.tenant, signed_in.subject))
+
+
+def grantee_of(user: LoginUser) -> Grantee:
+    """The identity a built-in login user's tokens carry."""
+    return Grantee(user.subject, user.tenant, tuple(user.roles), tuple(user.groups))
+
+
 class BuiltinLogin:
     """A page listing the configured users: choosing one signs in as them (no password: demos only)."""
 
@@ -58,7 +88,6 @@ class BuiltinLogin:
                 user = self._users[int(str(form.get("user", "")))]
             except (ValueError, IndexError):
                 return self._pages.problem(request, "Choose one of the users listed.", status_code=400)
-            grantee = Grantee(user.subject, user.tenant, tuple(user.roles), tuple(user.groups))
-            return await signed_in(request, pending, grantee)
+            return await signed_in(request, pending, grantee_of(user))
 
         return [Route("/authorize/login", choose, methods=["POST"])]

@@ -151,9 +151,8 @@ class AuthorizationRoutes:
     async def signed_in(self, request: Request, pending: Pending, user: Grantee) -> Response:
         """The consent page, for a request validated again (its client may be gone by now)."""
         _note_source(request)
-        if await anyio.to_thread.run_sync(self.standing.is_revoked, user.tenant, user.subject):
-            who = Principal(subject=user.subject, tenant=user.tenant, roles=frozenset(user.roles))
-            return self.pages.problem(request, f"{revoked_text(who)}.", status_code=403)
+        if await self._revoked(user):
+            return self._revoked_page(request, user)
         oauth = self._authorization_request(request, pending.query)
         try:
             grant = await anyio.to_thread.run_sync(self.server.get_consent_grant, oauth)
@@ -199,6 +198,10 @@ class AuthorizationRoutes:
         if pending is None or pending.user is None or not csrf_ok(pending, form.get("csrf")):
             return self.pages.expired(request)
         user = pending.user
+        if await self._revoked(user):  # since the login: no code (and the sign-in is over)
+            response = self._revoked_page(request, user)
+            self.cookies.clear(response)
+            return response
         allowed = form.get("decision") == "allow"
         oauth = self._authorization_request(request, pending.query)
 
@@ -216,6 +219,13 @@ class AuthorizationRoutes:
         response = self._to_client(answer)
         self.cookies.clear(response)
         return response
+
+    async def _revoked(self, user: Grantee) -> bool:
+        return bool(await anyio.to_thread.run_sync(self.standing.is_revoked, user.tenant, user.subject))
+
+    def _revoked_page(self, request: Request, user: Grantee) -> Response:
+        who = Principal(subject=user.subject, tenant=user.tenant, roles=frozenset(user.roles))
+        return self.pages.problem(request, f"{revoked_text(who)}.", status_code=403)
 
     def _refusal(self, request: Request, error: OAuth2Error) -> Response:
         if error.redirect_uri:

@@ -29,6 +29,7 @@ from gateway.oauth.documents import ClientDocuments, DocumentRefused, is_documen
 from gateway.oauth.endpoints import Registration, Revocation
 from gateway.oauth.grants import AUTH_METHODS, AuthorizationCode, OneResource, RefreshToken, S256Only
 from gateway.oauth.keys import ALGORITHM, SigningKeys
+from gateway.oauth.login import AsSignedIn, KnownUsers
 from gateway.oauth.models import Client
 from gateway.oauth.openid import OPENID, IdTokenAtCode, IdTokenAtRefresh
 from gateway.oauth.requests import Answer, HttpRequest
@@ -58,6 +59,8 @@ class Settings:
     access_token_ttl_s: int
     refresh_token_ttl_s: int
     code_ttl_s: int
+    sign_in_max_age_s: int = 86400
+    """A refresh of a sign-in older than this is refused: the person signs in again."""
     scopes: tuple[str, ...] = ()
     claims: ClaimMapping = field(default_factory=ClaimMapping)
 
@@ -76,11 +79,14 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         keys: SigningKeys,
         clock: Callable[[], datetime],
         documents: ClientDocuments | None = None,
+        users: KnownUsers | None = None,
     ) -> None:
         super().__init__(scopes_supported=self.scopes_of(settings))
         self.settings = settings
         self.documents = documents
         """Client ID Metadata Documents, when accepted (`client_metadata_documents.enabled`)."""
+        self.users: KnownUsers = users or AsSignedIn()
+        """Who a refresh's user is now: the built-in login's configured users, else as signed in."""
         self.store = store
         self.keys = keys
         self.now = clock

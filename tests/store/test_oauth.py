@@ -6,14 +6,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 import pytest
 from sqlalchemy import select
 
 from store import Store
-from store.commands import RevokePrincipal
+from store.commands import RestorePrincipal, RevokePrincipal
 from store.oauth import CodeGrant, Grantee, GrantRefused, RefreshGrant, RegisteredClient
 from store.schema import oauth_clients, oauth_codes, oauth_refresh_tokens
 from tests.store.builders import NOW
@@ -232,3 +232,62 @@ def test_a_refresh_token_carries_its_familys_sign_in_time(store: Store) -> None:
     store.issue_refresh_token("refresh-1", replace(refresh_grant(), auth_time=signed_in))
     used = store.use_refresh_token("refresh-1", client_id="client-1", now=LATER)
     assert used.auth_time == signed_in
+
+
+def test_a_code_issued_while_its_principal_is_revoked_is_refused_and_stays_so_after_restore(
+    store: Store,
+) -> None:
+    # A consent that checked the principal's standing just before the revocation committed: the
+    # code's sign-in reaches the store after the revocation ended the ones it saw.
+    store.revoke_principal(RevokePrincipal("acme", "alice", revoked_by="root", now=NOW))
+    store.issue_code("the-code", code_grant(), now=NOW)
+    assert refused(lambda: store.redeem_code("the-code", client_id="client-1", now=LATER)) == "revoked"
+    assert store.family_revoked("fam-1")
+    store.restore_principal(RestorePrincipal("acme", "alice", restored_by="root", now=LATER))
+    assert store.family_revoked("fam-1")
+
+
+def test_a_refresh_token_of_a_revoked_principal_is_refused_and_ends_its_sign_in(store: Store) -> None:
+    store.revoke_principal(RevokePrincipal("acme", "alice", revoked_by="root", now=NOW))
+    store.issue_code("the-code", code_grant(), now=NOW)  # after the revocation, as above
+    store.issue_refresh_token("refresh-1", refresh_grant())
+    assert refused(lambda: store.use_refresh_token("refresh-1", client_id="client-1", now=LATER)) == "revoked"
+    assert store.family_revoked("fam-1")
+    # Another principal's sign-in in the same tenant is not touched.
+    store.issue_code("bobs-code", code_grant("fam-bob", grantee=Grantee("bob", "acme")), now=NOW)
+    assert store.redeem_code("bobs-code", client_id="client-1", now=LATER).family_id == "fam-bob"
+
+
+def test_restoring_a_principal_ends_the_sign_ins_made_while_it_was_revoked(store: Store) -> None:
+    store.issue_code("before", code_grant("fam-before"), now=NOW)
+    store.revoke_principal(RevokePrincipal("acme", "alice", revoked_by="root", now=NOW))
+    store.issue_code("during", code_grant("fam-during"), now=NOW)  # never presented while revoked
+    store.issue_refresh_token("refresh-during", refresh_grant("fam-during"))
+    store.issue_code("bobs", code_grant("fam-bob", grantee=Grantee("bob", "acme")), now=NOW)
+    store.restore_principal(RestorePrincipal("acme", "alice", restored_by="root", now=LATER))
+    assert store.family_revoked("fam-before") and store.family_revoked("fam-during")
+    assert not store.family_revoked("fam-bob")
+    assert refused(lambda: store.redeem_code("during", client_id="client-1", now=LATER)) == "revoked"
+    during = refused(lambda: store.use_refresh_token("refresh-during", client_id="client-1", now=LATER))
+    assert during == "revoked"
+    # Signing in again after the restore works.
+    store.issue_code("after", code_grant("fam-after"), now=LATER)
+    assert store.redeem_code("after", client_id="client-1", now=LATER).family_id == "fam-after"
+    assert store.verify().ok
+
+
+def test_a_refresh_token_of_a_sign_in_older_than_allowed_is_refused_and_left_unused(store: Store) -> None:
+    store.issue_code("the-code", code_grant(), now=NOW)
+    store.issue_refresh_token("refresh-1", refresh_grant())
+
+    def use(signed_in_after: datetime | None) -> RefreshGrant:
+        return store.use_refresh_token(
+            "refresh-1", client_id="client-1", now=LATER, signed_in_after=signed_in_after
+        )
+
+    with pytest.raises(GrantRefused, match="too old: sign in again") as caught:
+        use(NOW)  # the family signed in at NOW: not after it
+    assert caught.value.problem == "expired"
+    assert refused(lambda: use(NOW)) == "expired"  # the same answer again, not a reuse
+    assert not store.family_revoked("fam-1")
+    assert use(NOW - timedelta(seconds=1)).family_id == "fam-1"

@@ -79,3 +79,13 @@ def test_an_issuer_configured_with_the_authorization_servers_own_name_is_refused
     with pytest.raises(ConfigurationError, match="is Writ's own authorization server"):
         build_runtime(cfg)
     assert not (tmp_path / "writ.db").exists()
+
+
+def test_a_sign_in_lasts_a_day_unless_configured_and_never_less_than_five_minutes() -> None:
+    server = {"public_url": "https://writ.example.com"}
+    assert settings_for(config(server)).sign_in_max_age_s == 86400
+    assert settings_for(config(server, sign_in_max_age_s=3600)).sign_in_max_age_s == 3600
+    # Under five minutes, or not a whole number of seconds: refused, naming the setting.
+    for bad in (60, 0, -1, "a day", 1.5):
+        with pytest.raises(ValidationError, match="sign_in_max_age_s"):
+            config(server, sign_in_max_age_s=bad)
