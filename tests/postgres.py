@@ -10,9 +10,24 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from store import Store
+
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+"""The params of a fixture whose tests run on each store."""
+
+
+@contextlib.contextmanager
+def store_url_of(kind: str, directory: Path, postgres_url: str, prefix: str) -> Iterator[str]:
+    """The URL of an empty store of `kind`: "sqlite", a file in `directory`; "postgres", a schema of
+    its own named after `prefix`, dropped afterwards (`fresh_schema`)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / 'writ.db'}"
+        return
+    with fresh_schema(postgres_url, prefix) as url:
+        yield url
 
 
 @contextlib.contextmanager

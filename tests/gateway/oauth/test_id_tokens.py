@@ -39,20 +39,17 @@ from tests.gateway.oauth.flow import (
     tools_list,
 )
 from tests.gateway.oauth.test_sign_in import Storage
-from tests.postgres import fresh_schema
+from tests.postgres import STORES, store_url_of
 
 # Everything a nonce may hold that a careless echo would mangle: spaces, +, /, =, ~ and non-ASCII.
 NONCE = "n-0S6_WzA2Mj ~+/=é"
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(scope="module", params=STORES)
 def store_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
 ) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('store') / 'writ.db'}"
-        return
-    with fresh_schema(postgres_url, "writ_idtokens") as url:
+    with store_url_of(request.param, tmp_path_factory.mktemp("store"), postgres_url, "writ_idtokens") as url:
         yield url
 
 

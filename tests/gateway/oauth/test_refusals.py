@@ -31,19 +31,16 @@ from tests.gateway.oauth.flow import (
     sign_in,
     tools_list,
 )
-from tests.postgres import fresh_schema
+from tests.postgres import STORES, store_url_of
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(scope="module", params=STORES)
 def store_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
 ) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('store') / 'writ.db'}"
-        return
-    with fresh_schema(postgres_url, "writ_oauth") as url:
+    with store_url_of(request.param, tmp_path_factory.mktemp("store"), postgres_url, "writ_oauth") as url:
         yield url
 
 
