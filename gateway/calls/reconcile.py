@@ -158,20 +158,8 @@ class Reconciler:
             return await self._recheck(call)
         capability = self._capability(call)
         method = self._method(capability, call)
-        lease_s = self._dispatcher.lease_s(capability) if capability else 60.0
-        try:
-            leased = await self._write(
-                self._store.start_reconciliation,
-                StartReconciliation(
-                    call.tool_call_id,
-                    expected_token=call.lease_token,
-                    method=method,
-                    owner=self._owner,
-                    lease_s=lease_s,
-                    now=self._clock(),
-                ),
-            )
-        except StaleLease:
+        leased = await self._lease(call, capability, method)
+        if leased is None:
             return "lease_held_elsewhere"
         if capability is None or method == "none":
             reason = ReasonCode.NO_RECONCILIATION_METHOD if capability else ReasonCode.CAPABILITY_UNKNOWN
@@ -181,6 +169,24 @@ class Reconciler:
         if method == "resend":
             return await self._resend(capability, leased)
         return await self._lookup(capability, leased)
+
+    async def _lease(self, call: CallView, capability: Capability | None, method: str) -> CallView | None:
+        """The call under a new reconciliation lease for `method` (the view carries its token); None
+        when another worker took it, or it moved on, since `call` was read."""
+        try:
+            return await self._write(
+                self._store.start_reconciliation,
+                StartReconciliation(
+                    call.tool_call_id,
+                    expected_token=call.lease_token,
+                    method=method,
+                    owner=self._owner,
+                    lease_s=self._dispatcher.lease_s(capability) if capability else 60.0,
+                    now=self._clock(),
+                ),
+            )
+        except StaleLease:
+            return None
 
     def _capability(self, call: CallView) -> Capability | None:
         capability = self._registry.in_force(call.tool_name, call.capability_id)
@@ -348,19 +354,8 @@ class Reconciler:
             StaleLease: the failure was contradicted or resolved while this worker looked.
         """
         capability = self._capability(call)
-        try:
-            leased = await self._write(
-                self._store.start_reconciliation,
-                StartReconciliation(
-                    call.tool_call_id,
-                    expected_token=call.lease_token,
-                    method=RECHECK,
-                    owner=self._owner,
-                    lease_s=self._dispatcher.lease_s(capability) if capability else 60.0,
-                    now=self._clock(),
-                ),
-            )
-        except StaleLease:
+        leased = await self._lease(call, capability, RECHECK)
+        if leased is None:
             return "lease_held_elsewhere"
         if capability is None or not capability.reconcilable:
             # Nothing to look with any more (the capability changed since): the verdict stands.
