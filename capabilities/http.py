@@ -37,8 +37,8 @@ from capabilities.results import (
     failed_outcome,
     is_value,
     json_result,
+    lookup_found,
     parse_json,
-    record_of,
     text_result,
     unanswered_outcome,
 )
@@ -323,15 +323,12 @@ class HttpExecutor:
             if not body["found"]:
                 return ReconcileResult("not_found", evidence={**evidence, "found": False})
             record = {k: v for k, v in body.items() if k != "found"}
-            return ReconcileResult("succeeded", json_result(record or body), {**evidence, "found": True})
+            return lookup_found(record or body, invocation, {**evidence, "found": True})
         body = _records(body)
         if isinstance(body, list) and not body:
             return ReconcileResult("not_found", evidence=evidence)
-        if isinstance(body, list):
-            record = record_of(body, invocation)
-            return ReconcileResult("succeeded", json_result(record), {**evidence, "records": len(body)})
-        if isinstance(body, dict) and body:
-            return ReconcileResult("succeeded", json_result(body), evidence)
+        if isinstance(body, list) or (isinstance(body, dict) and body):
+            return lookup_found(body, invocation, evidence)
         return ReconcileResult("inconclusive", evidence=evidence)
 
     async def _send(

@@ -13,7 +13,7 @@ from typing import Any
 
 from capabilities.config import McpReconcile
 from capabilities.contract import Invocation, ReconcileResult, ToolResult
-from capabilities.results import compact_json, is_value, json_result, parse_json, record_of
+from capabilities.results import compact_json, is_value, lookup_found, parse_json
 
 
 class MissingField(KeyError):
@@ -72,15 +72,12 @@ def verdict(result: ToolResult, evidence: Mapping[str, Any], invocation: Invocat
         record = {k: v for k, v in body.items() if k != "found"}
         if not found:
             return ReconcileResult("not_found", evidence={**evidence, "found": False})
-        return ReconcileResult("succeeded", json_result(_only_value(record)), {**evidence, "found": True})
+        return lookup_found(_only_value(record), invocation, {**evidence, "found": True})
     body = _only_value(body)
     if body is None or body == [] or body == {}:
         return ReconcileResult("not_found", evidence=evidence)
-    if isinstance(body, list):
-        record = record_of(body, invocation)
-        return ReconcileResult("succeeded", json_result(record), {**evidence, "records": len(body)})
-    if isinstance(body, Mapping):
-        return ReconcileResult("succeeded", json_result(body), evidence)
+    if isinstance(body, list | Mapping):
+        return lookup_found(body if isinstance(body, list) else dict(body), invocation, evidence)
     return ReconcileResult("inconclusive", evidence={**evidence, "error": "unreadable_lookup"})
 
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from capabilities.contract import Invocation, Outcome, ToolResult
+from capabilities.contract import Invocation, Outcome, ReconcileResult, ToolResult
 
 _NO_VALUE = object()
 
@@ -146,16 +146,53 @@ def mentions(value: Any, needles: Collection[str]) -> bool:
     return False
 
 
+WRIT_DISPATCH_ID = re.compile(r"(?:req|tc)_[0-9a-f]{28}")
+"""An external request id or tool call id as Writ mints them (`gateway.calls.actions.new_id`)."""
+
+
+def names_another(value: Any, ids: Collection[str]) -> bool:
+    """Whether the JSON `value` names a dispatch of Writ's other than `ids`: a whole string in the
+    form of Writ's request and tool call ids that is not one of them, at any depth."""
+    if isinstance(value, str):
+        return value not in ids and WRIT_DISPATCH_ID.fullmatch(value) is not None
+    if isinstance(value, Mapping):
+        return any(names_another(v, ids) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(names_another(v, ids) for v in value)
+    return False
+
+
+OTHERS_ONLY: Any = object()
+"""`record_of` of records that are all other dispatches' effects."""
+
+
 def record_of(records: Sequence[Any], invocation: Invocation) -> Any:
-    """The record among a lookup's that names this dispatch (its external request id or tool call id,
-    as a backend that keeps `X-Request-Id` echoes it), else the first.
+    """This dispatch's record among a lookup's: the one naming it (its external request id or tool
+    call id, as a backend that keeps `X-Request-Id` echoes it), else the first that names no other
+    dispatch of Writ's; `OTHERS_ONLY` when each names another.
 
     Under one key a backend can hold several effects: a later call under the same key (a re-send after
-    a `failed`), or this one landing past its commit horizon. The first record is then not necessarily
-    this call's, and which one was is what a lookup is asked.
+    a `failed`), this one landing past its commit horizon, or another principal's call: keys are each
+    principal's own at Writ, but a backend holds every principal's in one space. A record naming
+    another dispatch is that dispatch's effect, never this one's.
     """
     ids = (invocation.external_request_id, invocation.tool_call_id)
-    return next((record for record in records if mentions(record, ids)), records[0])
+    own = [record for record in records if mentions(record, ids)]
+    unnamed = [record for record in records if not names_another(record, ids)]
+    return (own or unnamed or [OTHERS_ONLY])[0]
+
+
+def lookup_found(found: Any, invocation: Invocation, evidence: Mapping[str, Any]) -> ReconcileResult:
+    """What a lookup that answered with `found` (a list of records, or one record) says about the
+    dispatch `invocation`: `succeeded` with its record (`record_of`), or `not_found` when every record
+    is another dispatch's (counted in the evidence as `records_of_others`)."""
+    records = found if isinstance(found, list) else [found]
+    counted = {"records": len(records)} if isinstance(found, list) else {}
+    record = record_of(records, invocation)
+    if record is OTHERS_ONLY:
+        others = {**evidence, **counted, "records_of_others": len(records)}
+        return ReconcileResult("not_found", evidence=others)
+    return ReconcileResult("succeeded", json_result(record), {**evidence, **counted})
 
 
 def failed_outcome(invocation: Invocation, error: str, detail: str) -> Outcome:

@@ -41,7 +41,7 @@ import anyio.to_thread
 from opentelemetry.trace import SpanKind
 
 from capabilities.contract import Capability, CapabilityError, Invocation, ReconcileResult, ToolResult
-from capabilities.results import mentions
+from capabilities.results import mentions, names_another
 from gateway.calls.actions import Redactor
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import RegistryLike
@@ -208,6 +208,14 @@ class Reconciler:
         ) as span:
             asked = await self._ask_backend(capability, call)
             span.set_attribute("writ.verdict", asked.verdict)
+        evidence = dict(asked.evidence)
+        if asked.verdict == "succeeded" and asked.result is not None:
+            # Whatever executor looked (a callable's lookup too): a record naming another dispatch of
+            # Writ's and not this one is that dispatch's effect. Keys are each principal's own here,
+            # but a backend holds every principal's in one space.
+            record, ids = asked.result.to_json(), (call.external_request_id, call.tool_call_id)
+            if names_another(record, ids) and not mentions(record, ids):
+                asked = ReconcileResult("not_found", evidence={**evidence, "records_of_others": 1})
         # What the backend's record says passes the echo guard first, as a dispatch's answer does: its
         # record may repeat a redacted argument, known here only by its salted digest.
         return ReconcileResult(
@@ -388,14 +396,13 @@ class Reconciler:
         """
         if found is not None and mentions(found, (call.external_request_id, call.tool_call_id)):
             return None
+        # A record naming another dispatch was no record of this call's (`_look_up`): this one names
+        # none, as from a backend that keeps no request id.
         holder = await anyio.to_thread.run_sync(
             lambda: self._store.find_call_by_key(call.tenant, call.subject, call.idempotency_key)
         )
         if holder is None or holder.tool_call_id == call.tool_call_id or holder.attempts == 0:
             return None  # nothing else was sent under the key since: the effect can only be this call's
-        if found is not None and mentions(found, (holder.external_request_id, holder.tool_call_id)):
-            return {"effect_of": holder.tool_call_id}
-        # The backend's record names no request id Writ knows: it may be either call's.
         return {"effect_of": None, "key_held_by": holder.tool_call_id}
 
     async def _contradict_failure(

@@ -142,7 +142,7 @@ async def test_a_refund_held_past_the_commit_deadline_never_lands_and_a_resend_a
     assert [r["request_id"] for r in backend.refunds(key)] == [again_call.external_request_id]
     assert "reconciliation.resolved" in [e.type for e in first_events]
     # The first re-check of the verdict (a horizon after it) finds the re-send's refund under the key,
-    # names it as the re-send's, and contradicts nothing.
+    # which names the re-send's request id: no record of the first call's, nothing contradicted.
     with store_of(gateway) as store:
         rechecked = await eventually(
             lambda: store.events(tool_call_id=first_id),
@@ -150,7 +150,8 @@ async def test_a_refund_held_past_the_commit_deadline_never_lands_and_a_resend_a
             within_s=HORIZON_S * 4,
         )
         first_call = store.get_call(first_id)
-    assert rechecked[-1].payload["evidence"]["effect_of"] == again_id
+    evidence = rechecked[-1].payload["evidence"]
+    assert (evidence["verdict"], evidence["records_of_others"]) == ("not_found", 1)
     assert first_call is not None and (first_call.status, first_call.verification_status) == (
         "failed",
         "confirmed_failure",

@@ -16,7 +16,7 @@ from capabilities.contract import Invocation, ReconcileResult
 from capabilities.fake import FakeExecutor, completed, failed, fake_capability, unknown
 from capabilities.registry import Registry
 from capabilities.results import json_result
-from gateway.calls.actions import Redactor
+from gateway.calls.actions import Redactor, new_id
 from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import CallInput, CallPipeline, CallReport, RegistryLike
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
@@ -152,6 +152,34 @@ async def test_a_found_effect_completes_the_unknown_call_with_the_found_result(
         "reconciliation.started",
         "reconciliation.resolved",
     ]
+
+
+async def test_a_record_naming_another_dispatch_is_not_the_unknown_calls_effect(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    # Another agent's refund under the same key (keys are each principal's own here, not at the
+    # backend): settling the call `completed` with it would report a refund that never happened.
+    tool_call_id = await unknown_call(pipeline, executor)
+    someone_elses = new_id("req")
+    clock.advance(HORIZON_END_S)
+    executor.reconcile_script.append(refund_record(someone_elses))
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
+    evidence = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
+    assert (evidence["verdict"], evidence["records_of_others"]) == ("not_found", 1)
+    assert someone_elses not in json.dumps(store.events(tool_call_id=tool_call_id)[-1].payload)
+    # A record naming this call, or naming no dispatch at all (a backend that keeps no request id),
+    # is still its effect.
+    for key, record in (("named", refund_record), ("unnamed", lambda _: refund_record(None))):
+        executor.then(unknown())
+        refund = CallInput(ALICE, "refund_order", {"order_id": "1001"}, idempotency_key=key)
+        report = await pipeline.call(refund)
+        executor.reconcile_script.append(record(report.call.external_request_id))
+        await workers.tick()
+        assert store.get_call(report.call.tool_call_id).status == "completed"
 
 
 async def test_no_effect_found_before_the_commit_horizon_is_inconclusive_and_keeps_the_key_claimed(
@@ -563,7 +591,11 @@ async def test_a_recheck_that_finds_the_re_sends_own_effect_records_no_contradic
     )
     event = store.events(tool_call_id=tool_call_id)[-1]
     assert event.type == "reconciliation.rechecked"
-    assert event.payload["evidence"]["effect_of"] == resent.call.tool_call_id
+    # The re-send's record names the re-send: no record of this call's at all.
+    assert (event.payload["evidence"]["verdict"], event.payload["evidence"]["records_of_others"]) == (
+        "not_found",
+        1,
+    )
     assert call.next_reconcile_at is not None  # still re-checked, in case its own lands later
     # A record naming neither call, once another was sent under the key, is not taken for this one's.
     clock.now = call.next_reconcile_at
@@ -571,6 +603,25 @@ async def test_a_recheck_that_finds_the_re_sends_own_effect_records_no_contradic
     unattributed = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
     assert (unattributed["effect_of"], unattributed["key_held_by"]) == (None, resent.call.tool_call_id)
     assert not store.get_call(tool_call_id).contradicted
+    assert store.verify().ok
+
+
+async def test_a_recheck_that_finds_another_principals_effect_under_the_key_records_no_contradiction(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    # Anyone who guesses a key could otherwise flood approvers with contradictions planted in other
+    # principals' failed calls.
+    tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
+    clock.now = store.get_call(tool_call_id).next_reconcile_at
+    executor.reconcile_script.append(refund_record(new_id("req")))
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status) == ("failed", "confirmed_failure")
+    assert not call.contradicted
+    evidence = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
+    assert (evidence["verdict"], evidence["records_of_others"]) == ("not_found", 1)
     assert store.verify().ok
 
 
