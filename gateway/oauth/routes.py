@@ -170,7 +170,8 @@ class AuthorizationRoutes:
             resource=settings.resource,
             scope=grant.request.scope,
             access_minutes=max(1, settings.access_token_ttl_s // 60),
-            refresh_days=max(1, settings.refresh_token_ttl_s // 86400),
+            refresh_idle=duration_text(settings.refresh_token_ttl_s),
+            sign_in_for=duration_text(settings.sign_in_max_age_s),
         )
         self.cookies.put(response, pending.signed_in(user))
         return response
@@ -266,3 +267,12 @@ def _response(answer: Answer) -> Response:
         return Response(answer.body, status_code=answer.status, headers=headers)
     headers.pop("Content-Type", None)
     return JSONResponse(dict(answer.body), status_code=answer.status, headers=headers)
+
+
+def duration_text(seconds: int) -> str:
+    """A lifetime as the consent page says it: in days, hours or minutes, whichever is whole."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{max(1, round(seconds / 60))} minutes"

@@ -200,6 +200,11 @@ def test_a_principal_revoked_between_login_and_consent_gets_no_code(gateway: Wri
         csrf = csrf_of(page.text)
         consent = browser.post("/authorize/login", data={"csrf": csrf, "user": "2"})
         assert consent.status_code == 200 and "/authorize/consent" in consent.text
+        # The page tells how long the sign-in lasts: refreshed while used, at most a day (the defaults).
+        assert (
+            "renewed without asking while it is used at least every 30 days, for at most 1 day from this "
+            "sign-in (then you sign in again), until revoked"
+        ) in consent.text
         store.revoke_principal(
             RevokePrincipal("acme", "riley", revoked_by="root", now=gateway.runtime.clock())
         )

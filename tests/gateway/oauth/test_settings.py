@@ -12,6 +12,7 @@ from gateway.app import build_runtime
 from gateway.config import WritConfig
 from gateway.errors import ConfigurationError
 from gateway.oauth import settings_for
+from gateway.oauth.routes import duration_text
 
 USERS = {"type": "builtin", "users": [{"subject": "alice", "tenant": "acme", "roles": ["agent"]}]}
 REMOTE = {**USERS, "remote": True}
@@ -89,3 +90,14 @@ def test_a_sign_in_lasts_a_day_unless_configured_and_never_less_than_five_minute
     for bad in (60, 0, -1, "a day", 1.5):
         with pytest.raises(ValidationError, match="sign_in_max_age_s"):
             config(server, sign_in_max_age_s=bad)
+
+
+def test_the_consent_page_says_a_lifetime_in_the_largest_whole_unit() -> None:
+    assert [duration_text(s) for s in (86400, 2 * 86400, 3600, 5400, 300, 90)] == [
+        "1 day",
+        "2 days",
+        "1 hour",
+        "90 minutes",
+        "5 minutes",
+        "2 minutes",
+    ]
