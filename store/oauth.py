@@ -370,11 +370,21 @@ def _use_once(
     refused = _why_not(row, client_id, now, what=kind.what)
     if refused.problem == "reused" and row is not None:
         _revoke(conn, row.family_id, reason=kind.reason, now=now)
-    elif refused.problem == "expired" and row is not None and row.expires_at > now:
-        refused = GrantRefused(
-            "expired", f"the sign-in this {kind.what} belongs to is too old: sign in again"
-        )
+    elif refused.problem == "expired" and _signed_in_by(conn, row, signed_in_after):
+        # Ended by its sign-in's age (its expiry is capped at it too), not by idling: say which.
+        too_old = f"the sign-in this {kind.what} belongs to is too old: sign in again"
+        refused = GrantRefused("expired", too_old)
     return refused
+
+
+def _signed_in_by(conn: Connection, row: Row[Any] | None, when: datetime | None) -> bool:
+    """Whether the family of the code or token `row` signed in at or before `when` (False without)."""
+    if row is None or when is None:
+        return False
+    created = conn.execute(
+        select(oauth_families.c.created_at).where(oauth_families.c.family_id == row.family_id)
+    ).scalar_one_or_none()
+    return created is not None and created <= when
 
 
 def _families_signed_in_after(when: datetime) -> Select[tuple[str]]:

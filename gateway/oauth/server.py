@@ -272,6 +272,10 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
             return
         assert request.family_id is not None
         now = self.now()
+        # It ends when it idles too long or when its sign-in is too old, whichever is nearer: so what
+        # it is stored to end at (`writ oauth clients show`) is when a refresh stops working.
+        idle_end = now + timedelta(seconds=self.settings.refresh_token_ttl_s)
+        sign_in_end = (request.auth_time or now) + timedelta(seconds=self.settings.sign_in_max_age_s)
         self.store.issue_refresh_token(
             refresh,
             RefreshGrant(
@@ -281,7 +285,7 @@ class WritAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
                 resource=request.resource or self.settings.resource,
                 grantee=request.user,
                 issued_at=now,
-                expires_at=now + timedelta(seconds=self.settings.refresh_token_ttl_s),
+                expires_at=min(idle_end, sign_in_end),
                 auth_time=request.auth_time,
             ),
         )

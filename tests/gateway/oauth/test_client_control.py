@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -175,6 +176,11 @@ def test_an_admin_lists_the_clients_of_the_tenant_and_revokes_one_through_the_ap
     by_id = {c["clientId"]: c for c in listed.json()["clients"]}
     assert by_id[client_id]["name"] == "API case" and by_id[client_id]["liveSignIns"] == 1
     assert by_id[client_id]["kind"] == "registered"
+    # Its refresh token ends a day after the login (sign_in_max_age_s), not 30 days after its issue.
+    (sign_in,) = api(gateway, "GET", client_path(client_id), admin).json()["signIns"]
+    ends, began = (datetime.fromisoformat(sign_in[k]) for k in ("refreshExpiresAt", "signedInAt"))
+    lasts = ends - began
+    assert timedelta(hours=23) < lasts <= timedelta(days=1)
 
     revoked = api(gateway, "POST", f"{client_path(client_id)}/revoke", admin)
 
