@@ -120,6 +120,7 @@ def start_backend(port: int, timeout_s: float = 20.0) -> subprocess.Popen[bytes]
 
 
 def banner(url: str, backend_url: str, agent_token: str, approver_token: str) -> str:
+    writ = Path(sys.executable).parent / "writ"  # as installed beside this Python: pasted, it runs
     return f"""
 Writ demo is running.
 
@@ -133,7 +134,8 @@ Agent token ({AGENT[0]}, role {AGENT[1]}, tenant {TENANT}):
 Approver token ({APPROVER[0]}, role {APPROVER[1]}, tenant {TENANT}):
   {approver_token}
   Paste it at {url.removesuffix("/mcp")}/console to approve or reject waiting refunds, or use
-  `writ approvals list` and `writ approvals approve ID --reason ...`.
+  {writ} approvals list
+  {writ} approvals approve ID --reason "checked" --token <approver token>
 
 Connect a client by signing in (the browser shows Writ's sign-in page: pick a demo user, Allow):
   Claude Code      claude mcp add --transport http writ {url}
@@ -153,7 +155,7 @@ Or with a token:
 Try: lookup_order {{"order_id": "1001"}}; refund_order 20 EUR on 1001 (runs), 250 EUR on 1002 (waits
 for approval), 20000 USD on 1003 (denied). Make the next refund lose its answer:
   curl -X POST {backend_url}/_chaos -H 'content-type: application/json' -d '{{"drop_responses": 1}}'
-Audit the log: writ audit verify    Ctrl-C stops everything.
+Audit the log: {writ} audit verify    Ctrl-C stops everything.
 """
 
 

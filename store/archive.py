@@ -287,7 +287,9 @@ def archive(
     Raises:
         ArchiveError: the archive in `directory` is not this log's beginning.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    # The files hold every event as stored, arguments and results: readable by their owner only, as
+    # the database is.
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     mine = events.c.partition == partition
     if done is None:
         done = archived_seq(directory, partition)
@@ -326,7 +328,8 @@ def archive(
         sha256=hashlib.sha256(data).hexdigest(),
         partition=partition or None,
     )
-    with (directory / MANIFEST).open("a", encoding="utf-8") as manifest:
+    manifest_fd = os.open(directory / MANIFEST, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(manifest_fd, "a", encoding="utf-8") as manifest:
         manifest.write(json.dumps(asdict(segment), separators=(",", ":")) + "\n")
         manifest.flush()
         os.fsync(manifest.fileno())
@@ -371,7 +374,7 @@ def _stored(row: Any) -> dict[str, Any]:
 
 def _write_synced(path: Path, data: bytes) -> None:
     partial = path.with_name(path.name + ".partial")
-    with partial.open("wb") as out:
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())

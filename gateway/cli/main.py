@@ -277,6 +277,11 @@ def store_archive(
     except StoreError as exc:
         _fail(f"cannot archive: {exc}")
         return
+    if moved:
+        # The database's log now begins after the archive: verify and rebuild need the files too.
+        typer.echo(
+            f"from now on: `writ audit verify --archive {to}` (and `writ store rebuild --archive {to}`)"
+        )
     if not moved:
         when = f"{before:%Y-%m-%dT%H:%M:%SZ}"
         if set(upto) <= {""}:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import sqlite3
@@ -214,6 +215,12 @@ def test_writ_demo_runs_in_an_empty_directory_and_serves_a_real_refund(tmp_path:
         ).exists()
         verify = writ("audit", "verify", cwd=tmp_path)  # finds ./.writ/demo.yaml by itself
         assert verify.stdout.startswith("ok:")
+        # The banner's commands work as pasted, from where the demo runs: no PATH, no guessing.
+        pasted = re.search(r"Audit the log: (.+?) {2,}Ctrl-C", output).group(1)
+        assert shlex.split(pasted)[0].endswith("/writ")
+        ran = subprocess.run(pasted, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert ran.stdout.startswith("ok:"), ran.stdout + ran.stderr
+        assert re.search(r"/writ approvals approve ID --reason \S+ --token <approver token>", output)
     # Stopped with SIGTERM (as a supervisor or `kill` does), the demo takes its backend down with it.
     assert demo.process.returncode != -signal.SIGKILL, "writ demo ignored SIGTERM"
     with pytest.raises(httpx2.ConnectError):

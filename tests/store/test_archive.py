@@ -53,6 +53,9 @@ def test_archiving_moves_the_settled_beginning_and_verify_reads_the_chain_across
     report = store.verify(archive=tmp_path)
     assert report.ok, report
     assert report.events_checked == head_seq
+    # Every event as stored, arguments and results: its owner's only, as the database is.
+    written = [tmp_path / MANIFEST, *tmp_path.glob("*.jsonl.gz")]
+    assert len(written) == 2 and {oct(p.stat().st_mode & 0o777) for p in written} == {oct(0o600)}
     without = store.verify()
     assert (without.chain_ok, without.first_bad_seq, without.problem) == (False, 1, "deleted")
 
@@ -149,6 +152,12 @@ def test_a_run_that_died_after_writing_its_file_is_completed_by_the_next(
     assert in_database(store) == (None, 0)
     assert [(s.first_seq, s.last_seq) for s in segments(tmp_path)] == [(1, 7), (8, 10)]
     assert store.verify(archive=tmp_path).ok
+
+
+def test_a_new_archive_directory_is_its_owners_only(store: Store, tmp_path: Path) -> None:
+    settled_calls(store, 3)
+    store.archive(tmp_path / "archive", upto_seq=10, before=LATER)
+    assert (tmp_path / "archive").stat().st_mode & 0o777 == 0o700
 
 
 def test_an_event_put_back_in_the_database_at_an_archived_seq_must_be_the_archived_one(

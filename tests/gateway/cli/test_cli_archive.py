@@ -39,6 +39,7 @@ def test_archive_then_verify_and_rebuild_read_the_archive_and_a_missing_file_fai
 
         assert moved.exit_code == 0, moved.output
         assert "archived seqs 1-10" in moved.output
+        assert f"from now on: `writ audit verify --archive {archive}`" in moved.output
         verified = writ("audit", "verify", "--archive", str(archive), "-c", config)
         assert verified.exit_code == 0, verified.output
         assert "ok: 13 events, hash chain intact" in verified.output
