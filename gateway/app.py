@@ -59,7 +59,7 @@ from gateway.calls.faults import FaultPoints
 from gateway.calls.outbox import Notifier
 from gateway.calls.periodic import Wake, run_periodically
 from gateway.calls.pipeline import CallPipeline
-from gateway.calls.policy_source import policy_provider, vet_tool_names
+from gateway.calls.policy_source import WatchedPolicyFile, policy_provider, vet_tool_names
 from gateway.calls.rate_limits import RateLimiter
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.resume import Resumer
@@ -319,10 +319,29 @@ def build_runtime(
                 log=logging.getLogger(Workers.__module__),
             )
         )
+    if isinstance(policy_source, WatchedPolicyFile):
+        _attach_policy_watch(runtime, policy_source)
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     _attach_checkpointer(runtime, environ or dict(os.environ))
     _attach_security_events(runtime)
     return runtime
+
+
+def _attach_policy_watch(runtime: Runtime, watched: WatchedPolicyFile) -> None:
+    """Look at the policy file every `interval_s` between calls too: a new file is in force, or a bad
+    one reported, when it is written, not when the next call happens to ask."""
+
+    async def look() -> None:
+        await anyio.to_thread.run_sync(watched)
+
+    runtime.background.append(
+        lambda: run_periodically(
+            look,
+            interval_s=watched.interval_s,
+            failure="policy file check failed",
+            log=logging.getLogger(WatchedPolicyFile.__module__),
+        )
+    )
 
 
 def _document_fetch_limit(

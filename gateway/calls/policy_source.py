@@ -1,9 +1,11 @@
 """Where the policy in force comes from: the config's `policy:` section, or a file that is re-read when it
 changes, so rules change without a restart.
 
-The pipeline asks for the policy on every call (and the resume worker on every resume). A watched file
-is checked at most once per `interval_s` by its modification time; a new file that does not load is
-logged and the policy in force stays. Each decision carries the version of the policy that made it.
+The pipeline asks for the policy on every call (and the resume worker on every resume), and a
+background task of the gateway every `interval_s`, so a change is loaded (or a bad file reported) when
+it is made, not at the next call. A watched file is checked at most once per `interval_s` by its
+modification time; a new file that does not load is logged and the policy in force stays. Each
+decision carries the version of the policy that made it.
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ class WatchedPolicyFile:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
 
     def __call__(self) -> Policy:
         if self._clock() - self._checked_at < self._interval_s:

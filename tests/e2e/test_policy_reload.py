@@ -100,6 +100,24 @@ async def test_a_broken_policy_file_is_logged_and_the_policy_in_force_stays(
                 assert result.meta["writ/status"] == "completed"
 
 
+async def test_a_policy_file_is_looked_at_between_calls_too(
+    watched: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An operator who `mv`s a new file in learns at once whether it loaded, not at the next call.
+    caplog.set_level(logging.INFO, logger=POLICY_LOG)
+    policy = demo_policy()
+    policy["rules"].append({"id": "no-lookups", "tools": ["lookup_order"], "decision": "deny"})
+    (watched.workdir / "policy.new").write_text(yaml.safe_dump(policy))
+    (watched.workdir / "policy.new").rename(watched.workdir / "policy.yaml")
+    with anyio.fail_after(10):
+        while "policy reloaded from" not in logged(caplog):
+            await anyio.sleep(0.1)
+    (watched.workdir / "policy.yaml").write_text("rules: [{id: broken, tools: [x], decision: maybe}]")
+    with anyio.fail_after(10):
+        while "not loaded, keeping policy" not in logged(caplog):
+            await anyio.sleep(0.1)
+
+
 def test_writ_policy_check_prints_the_decision_and_the_rule_that_made_it(watched: Gateway) -> None:
     out = watched.cli(
         "policy",
