@@ -7,6 +7,7 @@ Starlette, telemetry SDK), which is most of its start-up.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -25,8 +26,11 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True, producer: str 
     one is refused.
 
     Raises:
-        ConfigurationError: the database holds an older schema (run `writ store migrate`).
+        ConfigurationError: the database holds an older schema (run `writ store migrate`), or, with
+            `migrate_empty` false, nothing (a SQLite file not there yet is then not created).
     """
+    if not migrate_empty and _missing_sqlite_file(config.store.url):
+        raise ConfigurationError(_nothing_recorded(config.store.url))
     store = Store.open(
         config.store.url,
         durable=config.store.durable,
@@ -44,12 +48,28 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True, producer: str 
         store.close()
         where = _safe_url(config.store.url)
         if empty:
-            raise ConfigurationError(
-                f"nothing is recorded at {where} yet: `writ serve` or `writ demo` create the store "
-                f"(or pass -c with the config of the gateway you mean)"
-            )
+            raise ConfigurationError(_nothing_recorded(config.store.url))
         raise ConfigurationError(f"the store at {where} needs a migration: run `writ store migrate`")
     return store
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    """Whether `url` names a SQLite file that does not exist (connecting would create it, empty)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False  # Store.open says what is wrong with it
+    database = parsed.database
+    if not parsed.drivername.startswith("sqlite") or not database or database == ":memory:":
+        return False
+    return not Path(database).exists()
+
+
+def _nothing_recorded(url: str) -> str:
+    return (
+        f"nothing is recorded at {_safe_url(url)} yet: `writ serve` or `writ demo` create the store "
+        "(or pass -c with the config of the gateway you mean)"
+    )
 
 
 def dev_issuer_for(config: WritConfig) -> DevIssuer | None:

@@ -245,6 +245,16 @@ def test_a_read_command_in_a_directory_without_a_store_says_so(tmp_path: Path) -
     result = writ("calls", "show", "tc_nothing", cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert "nothing is recorded" in result.stderr and "writ demo" in result.stderr
+    # ... and leaves no empty store behind, which the next one would then read as a store with nothing.
+    for command in (
+        ["approvals", "list"],
+        ["audit", "verify"],
+        ["audit", "export"],
+        ["oauth", "clients", "list"],
+    ):
+        result = writ(*command, cwd=tmp_path, check=False)
+        assert result.returncode != 0 and "nothing is recorded" in result.stderr, (command, result.stderr)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 def test_writ_demo_refuses_a_backend_port_something_else_listens_on(tmp_path: Path) -> None:
