@@ -30,6 +30,20 @@ def store_url_of(kind: str, directory: Path, postgres_url: str, prefix: str) -> 
         yield url
 
 
+def module_store_url(prefix: str) -> Any:
+    """A module-scoped `store_url` fixture whose tests run on each store (`STORES`): assign it to
+    `store_url` in the module (`store_url = module_store_url("writ_oauth")`)."""
+
+    @pytest.fixture(scope="module", params=STORES)
+    def store_url(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
+    ) -> Iterator[str]:
+        with store_url_of(request.param, tmp_path_factory.mktemp("store"), postgres_url, prefix) as url:
+            yield url
+
+    return store_url
+
+
 @contextlib.contextmanager
 def fresh_store(request: Any, directory: Path, **options: Any) -> Iterator[tuple[str, Store]]:
     """A migrated store of the kind a fixture's param names ("sqlite": a file in `directory`; "postgres":

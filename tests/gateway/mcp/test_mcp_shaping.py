@@ -11,7 +11,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.gateway.mcp.inproc import Backend, Writ, acme, writ
-from tests.postgres import STORES, store_url_of
+from tests.postgres import module_store_url
 
 pytestmark = pytest.mark.anyio
 
@@ -20,12 +20,7 @@ ERAS = ["legacy", "2026-07-28"]
 
 # One backend and one gateway per module and store: each case keeps apart by its own keys and
 # principals, and compares the backend's refunds with what they were before it.
-@pytest.fixture(scope="module", params=STORES)
-def store_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
-) -> Iterator[str]:
-    with store_url_of(request.param, tmp_path_factory.mktemp("store"), postgres_url, "writ_inproc") as url:
-        yield url
+store_url = module_store_url("writ_inproc")
 
 
 @pytest.fixture(scope="module")

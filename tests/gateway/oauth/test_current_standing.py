@@ -36,7 +36,7 @@ from tests.gateway.oauth.flow import (
     tools_list,
 )
 from tests.gateway.oauth.test_security_events import refusals
-from tests.postgres import STORES, store_url_of
+from tests.postgres import module_store_url
 
 AGENT = {"subject": "demo-agent", "tenant": "acme", "roles": ["agent"]}
 APPROVER = {"subject": "demo-approver", "tenant": "acme", "roles": ["approver"]}
@@ -44,12 +44,7 @@ RILEY = {"subject": "riley", "tenant": "acme", "roles": ["approver"]}
 """Revoked and restored by the cases here, and by no one else."""
 
 
-@pytest.fixture(scope="module", params=STORES)
-def store_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
-) -> Iterator[str]:
-    with store_url_of(request.param, tmp_path_factory.mktemp("store"), postgres_url, "writ_standing") as url:
-        yield url
+store_url = module_store_url("writ_standing")
 
 
 @pytest.fixture(scope="module")

@@ -39,18 +39,13 @@ from tests.gateway.oauth.flow import (
     tools_list,
 )
 from tests.gateway.oauth.test_sign_in import Storage
-from tests.postgres import STORES, store_url_of
+from tests.postgres import module_store_url
 
 # Everything a nonce may hold that a careless echo would mangle: spaces, +, /, =, ~ and non-ASCII.
 NONCE = "n-0S6_WzA2Mj ~+/=é"
 
 
-@pytest.fixture(scope="module", params=STORES)
-def store_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
-) -> Iterator[str]:
-    with store_url_of(request.param, tmp_path_factory.mktemp("store"), postgres_url, "writ_idtokens") as url:
-        yield url
+store_url = module_store_url("writ_idtokens")
 
 
 @pytest.fixture(scope="module")

@@ -31,17 +31,12 @@ from tests.gateway.oauth.flow import (
     sign_in,
     tools_list,
 )
-from tests.postgres import STORES, store_url_of
+from tests.postgres import module_store_url
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module", params=STORES)
-def store_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, postgres_url: str
-) -> Iterator[str]:
-    with store_url_of(request.param, tmp_path_factory.mktemp("store"), postgres_url, "writ_oauth") as url:
-        yield url
+store_url = module_store_url("writ_oauth")
 
 
 @pytest.fixture(scope="module")
