@@ -7,11 +7,15 @@ import base64
 import hashlib
 import re
 import secrets
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
+
+from store.oauth import CodeGrant, Grantee
 
 REDIRECT = "http://127.0.0.1:47123/callback"
 
@@ -107,4 +111,23 @@ def tools_list(mcp_url: str, token: str) -> httpx2.Response:
             "MCP-Protocol-Version": "2025-11-25",
         },
         timeout=10,
+    )
+
+
+def code_grant(
+    resource: str, client_id: str, pkce: Pkce, grantee: Grantee, *, expires_at: datetime, **more: Any
+) -> CodeGrant:
+    """A code's grant as /authorize would issue it (a family of its own, `REDIRECT`, S256), for a case
+    that puts one in the store itself at a moment of its choosing (`more`: `auth_time`, say)."""
+    return CodeGrant(
+        family_id=uuid.uuid4().hex,
+        client_id=client_id,
+        redirect_uri=REDIRECT,
+        scope="",
+        resource=resource,
+        code_challenge=pkce.challenge,
+        code_challenge_method="S256",
+        grantee=grantee,
+        expires_at=expires_at,
+        **more,
     )

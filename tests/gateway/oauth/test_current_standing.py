@@ -7,7 +7,6 @@ The real gateway in process on both stores, restarted on a changed configuration
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,14 +18,14 @@ import yaml
 from sqlalchemy import select
 
 from store.commands import RestorePrincipal, RevokePrincipal
-from store.oauth import CodeGrant, Grantee
+from store.oauth import Grantee
 from store.schema import oauth_families
 from tests.e2e.harness import Backend, demo_config, free_port
 from tests.gateway.mcp.inproc import Writ, acme, served
 from tests.gateway.oauth.flow import (
-    REDIRECT,
     Pkce,
     authorization_params,
+    code_grant,
     csrf_of,
     exchange,
     redirected,
@@ -167,15 +166,11 @@ def test_a_refresh_of_a_sign_in_older_than_sign_in_max_age_is_refused_every_time
     pkce = Pkce.make()
     now = gateway.runtime.clock()
     signed_in = now - timedelta(seconds=86400 + 60)  # the default sign_in_max_age_s, and a minute
-    grant = CodeGrant(
-        family_id=uuid.uuid4().hex,
-        client_id=client_id,
-        redirect_uri=REDIRECT,
-        scope="",
-        resource=gateway.mcp_url,
-        code_challenge=pkce.challenge,
-        code_challenge_method="S256",
-        grantee=Grantee("demo-agent", "acme", ("agent",)),
+    grant = code_grant(
+        gateway.mcp_url,
+        client_id,
+        pkce,
+        Grantee("demo-agent", "acme", ("agent",)),
         expires_at=now + timedelta(seconds=60),
         auth_time=signed_in,
     )
@@ -238,15 +233,11 @@ def test_no_token_made_around_a_revocation_works_after_the_restore(gateway: Writ
     # codes reach the store after it. One is exchanged while riley is revoked, one after the restore.
     at_once, later = Pkce.make(), Pkce.make()
     for code, pkce in (("exchanged-while-revoked", at_once), ("kept-until-restored", later)):
-        grant = CodeGrant(
-            family_id=uuid.uuid4().hex,
-            client_id=client_id,
-            redirect_uri=REDIRECT,
-            scope="",
-            resource=gateway.mcp_url,
-            code_challenge=pkce.challenge,
-            code_challenge_method="S256",
-            grantee=Grantee("riley", "acme", ("approver",)),
+        grant = code_grant(
+            gateway.mcp_url,
+            client_id,
+            pkce,
+            Grantee("riley", "acme", ("approver",)),
             expires_at=clock() + timedelta(seconds=60),
             auth_time=clock(),
         )

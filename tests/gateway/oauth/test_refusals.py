@@ -5,7 +5,6 @@ refresh token reuse, registrations; and that its tokens are taken at /mcp only f
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -16,13 +15,14 @@ from typer.testing import CliRunner
 
 from gateway.cli.main import app
 from store.commands import RevokePrincipal
-from store.oauth import CodeGrant, Grantee, digest
+from store.oauth import Grantee, digest
 from tests.gateway.mcp.inproc import Writ, acme, writ
 from tests.gateway.oauth.flow import (
     REDIRECT,
     Pkce,
     authorization_params,
     code_for,
+    code_grant,
     csrf_of,
     exchange,
     redirected,
@@ -181,15 +181,11 @@ def test_an_expired_code_gets_no_token(gateway: Writ, client_id: str) -> None:
     # A code issued as /authorize issues them, whose lifetime has run out.
     pkce = Pkce.make()
     now = gateway.runtime.clock()
-    grant = CodeGrant(
-        family_id=uuid.uuid4().hex,
-        client_id=client_id,
-        redirect_uri=REDIRECT,
-        scope="",
-        resource=gateway.mcp_url,
-        code_challenge=pkce.challenge,
-        code_challenge_method="S256",
-        grantee=Grantee("demo-agent", "acme", ("agent",)),
+    grant = code_grant(
+        gateway.mcp_url,
+        client_id,
+        pkce,
+        Grantee("demo-agent", "acme", ("agent",)),
         expires_at=now - timedelta(seconds=1),
     )
     gateway.runtime.store.issue_code("expired-code", grant, now=now - timedelta(seconds=61))
