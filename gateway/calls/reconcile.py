@@ -26,6 +26,10 @@ it stays `failed`, a person must look); otherwise the re-check is recorded (`rec
 naming the next one, none after the last). The effect found under the key is this call's when the
 backend's record names its external request id or tool call id, or, if it names neither, when no
 later call has been sent under the key: an honest re-send's own effect is not flagged.
+
+A record that names another of Writ's dispatches is never this call's, in any lookup (`_look_up`):
+keys are each principal's own at Writ, but a backend holds every principal's in one space, and another
+principal's effect under the same key must neither complete an unknown call nor contradict a failure.
 """
 
 from __future__ import annotations
