@@ -7,14 +7,14 @@ a state the model can act on, with `next` telling it what to do instead of guess
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from capabilities.contract import Capability
 from gateway.calls.pipeline import CallReport
 from gateway.mcp.documents import BudgetState, Effect, LoopState, StatusDocument
 from gateway.reasons import ReasonCode
-from store.model import Breach, CallView, LoopHit
+from store.model import Breach, CallView, LoopHit, StoredEvent
 
 NEXT = {
     "approval_pending": (
@@ -136,6 +136,15 @@ def rule_message(call: CallView, decision: Mapping[str, Any] | None = None) -> s
     if message.startswith(f"decided by rule {decision.get('rule_id')!r}"):
         return None  # recorded before a rule's message was kept apart: Writ's own words, not the rule's
     return message
+
+
+def recorded_decision(events: Sequence[StoredEvent]) -> Mapping[str, Any] | None:
+    """The policy decision recorded with a call's intent (its first event, `tool_call.requested`), of
+    the call's events in seq order: where a pending approval's rule message is (`rule_message`)."""
+    if not events or events[0].type != "tool_call.requested":
+        return None
+    decision = events[0].payload.get("decision")
+    return decision if isinstance(decision, Mapping) else None
 
 
 def writ_meta(call: CallView) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import (
     missing_capability,
     rate_limited,
+    recorded_decision,
     shape_call,
     shape_report,
     status_document,
@@ -420,10 +421,7 @@ class McpFace:
         except StoreError as exc:
             logger.warning("the decision recorded with %s was not read: %s", tool_call_id, exc)
             return None
-        if not found or found[0].type != "tool_call.requested":
-            return None
-        decision = found[0].payload.get("decision")
-        return decision if isinstance(decision, Mapping) else None
+        return recorded_decision(found)
 
     async def _own_call(self, who: Any, call_id: object) -> CallView | None:
         """The call with this id if the caller may read it (their own, or their tenant's as an

@@ -3,10 +3,12 @@ refused arguments, call status scoped to its reader. In-process (`inproc.py`): n
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -141,9 +143,9 @@ async def test_a_denial_without_a_rules_message_gives_the_client_no_message(gate
 async def test_an_approval_by_a_rule_with_a_message_tells_the_client_that_message_every_time(
     gateway: Writ, backend: Backend, mode: str
 ) -> None:
-    before, key = backend.refunds(), fresh("k")
+    before, key, token = backend.refunds(), fresh("k"), gateway.token(fresh("alice"))
     args = {**refund_args(20, order="1001"), "reason": "goodwill"}
-    async with gateway.client(gateway.token(fresh("alice")), mode=mode) as client:
+    async with gateway.client(token, mode=mode) as client:
         first = await client.call_tool("refund_order", args, meta={"writ/idempotencyKey": key})
         body = first.structured_content
         status = await client.call_tool("writ_call_status", {"toolCallId": body["toolCallId"]})
@@ -163,6 +165,16 @@ async def test_an_approval_by_a_rule_with_a_message_tells_the_client_that_messag
         [requested] = store.events(tool_call_id=body["toolCallId"], limit=1)
     # Where the message comes from: the decision recorded with the call's intent.
     assert requested.payload["decision"]["message"] == GOODWILL_SAYS
+    # The API and `writ calls show` tell the call's state as the client hears it, message and all.
+    bearer = {"Authorization": f"Bearer {token}"}
+    api = httpx2.get(f"{gateway.url}/api/calls/{body['toolCallId']}", headers=bearer, timeout=10)
+    assert (api.status_code, api.json()["status"], api.json().get("message")) == (
+        200,
+        "approval_pending",
+        GOODWILL_SAYS,
+    )
+    shown = json.loads(gateway.cli("calls", "show", body["toolCallId"]).stdout)
+    assert (shown["status"], shown.get("message")) == ("approval_pending", GOODWILL_SAYS)
 
 
 async def test_an_approval_by_a_rule_without_a_message_gives_the_client_no_message(gateway: Writ) -> None:
