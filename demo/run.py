@@ -33,14 +33,23 @@ TENANT = "acme"
 
 
 def write_demo_config(gateway_port: int, backend_port: int) -> Path:
-    """Write ./.writ/demo.yaml for these ports and return its path."""
+    """Write ./.writ/demo.yaml for these ports and return its path. One edited since the demo wrote it
+    is kept beside it as demo.yaml.bak, and the demo says so: each start writes the config afresh."""
     template = Template(resources.files("demo").joinpath("demo.yaml").read_text())
     DEFAULT_STATE_DIR.mkdir(mode=0o700, exist_ok=True)  # it will hold the store, the salt and the key
-    DEMO_CONFIG.write_text(
-        template.safe_substitute(
-            gateway_port=gateway_port, backend_port=backend_port, state_dir=DEFAULT_STATE_DIR.resolve()
-        )
+    text = template.safe_substitute(
+        gateway_port=gateway_port, backend_port=backend_port, state_dir=DEFAULT_STATE_DIR.resolve()
     )
+    written = DEFAULT_STATE_DIR / ".demo.yaml.written"  # what the demo wrote last, to tell edits apart
+    if DEMO_CONFIG.exists() and written.exists() and DEMO_CONFIG.read_text() != written.read_text():
+        kept = DEMO_CONFIG.replace(DEMO_CONFIG.with_name("demo.yaml.bak"))
+        print(
+            f"writ demo: {DEMO_CONFIG} was edited; kept as {kept} and written afresh (to run your own "
+            "config, copy it to writ.yaml and use `writ serve`)",
+            file=sys.stderr,
+        )
+    DEMO_CONFIG.write_text(text)
+    written.write_text(text)
     return DEMO_CONFIG
 
 
