@@ -602,6 +602,8 @@ def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
     """Show one approval, the exact action it is bound to, and the policy's decision that asked for it."""
     from dataclasses import asdict
 
+    from gateway.mcp.results import recorded_decision
+
     with _store(config) as store:
         approval = store.get_approval(approval_id)
         if approval is None:
@@ -609,14 +611,7 @@ def approvals_show(approval_id: str, config: ConfigOption = None) -> None:
             return
         call = store.get_call(approval.tool_call_id)
         # As recorded with the request: the rule, its reason and its message for the approver.
-        decision = next(
-            (
-                e.payload.get("decision")
-                for e in store.events(tool_call_id=approval.tool_call_id)
-                if e.type == "tool_call.requested"
-            ),
-            None,
-        )
+        decision = recorded_decision(store.events(tool_call_id=approval.tool_call_id))
     body = asdict(approval) | {
         "effect": call.summary if call else None,
         "arguments": dict(call.arguments) if call else None,

@@ -9,7 +9,7 @@ from typing import Any
 
 from capabilities.contract import Capability
 from gateway.calls.actions import is_contract_hash
-from gateway.mcp.results import outcome_text
+from gateway.mcp.results import outcome_text, recorded_decision
 from policy.model import Principal
 from store.model import ApprovalView, CallView, StoredEvent
 from store.ports import CallReads
@@ -60,8 +60,7 @@ def approval_card(
     """Everything a reviewer needs to see the exact effect before deciding."""
     call = store.get_call(approval.tool_call_id)
     events = store.events(tool_call_id=approval.tool_call_id)
-    requested = next((e for e in events if e.type == "tool_call.requested"), None)
-    decision = dict(requested.payload.get("decision") or {}) if requested else {}
+    decision = dict(recorded_decision(events) or {})
     arguments = _arguments(call)
     may_decide = approval.status == "awaiting_approval" and approval.approver_role in who.roles
     own = who.subject == approval.requester and not approval.requester_may_approve

@@ -7,7 +7,7 @@ a state the model can act on, with `next` telling it what to do instead of guess
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from capabilities.contract import Capability
@@ -138,12 +138,11 @@ def rule_message(call: CallView, decision: Mapping[str, Any] | None = None) -> s
     return message
 
 
-def recorded_decision(events: Sequence[StoredEvent]) -> Mapping[str, Any] | None:
-    """The policy decision recorded with a call's intent (its first event, `tool_call.requested`), of
-    the call's events in seq order: where a pending approval's rule message is (`rule_message`)."""
-    if not events or events[0].type != "tool_call.requested":
-        return None
-    decision = events[0].payload.get("decision")
+def recorded_decision(events: Iterable[StoredEvent]) -> Mapping[str, Any] | None:
+    """The policy decision recorded with a call's intent (its `tool_call.requested`), of the call's
+    events: the rule, its reason and its message (`rule_message`), as approvers and clients see them."""
+    requested = next((e for e in events if e.type == "tool_call.requested"), None)
+    decision = requested.payload.get("decision") if requested is not None else None
     return decision if isinstance(decision, Mapping) else None
 
 
