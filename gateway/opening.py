@@ -29,7 +29,7 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True, producer: str 
         ConfigurationError: the database holds an older schema (run `writ store migrate`), or, with
             `migrate_empty` false, nothing (a SQLite file not there yet is then not created).
     """
-    if not migrate_empty and _missing_sqlite_file(config.store.url):
+    if not migrate_empty and missing_sqlite_file(config.store.url):
         raise ConfigurationError(_nothing_recorded(config.store.url))
     store = Store.open(
         config.store.url,
@@ -53,7 +53,7 @@ def open_store(config: WritConfig, *, migrate_empty: bool = True, producer: str 
     return store
 
 
-def _missing_sqlite_file(url: str) -> bool:
+def missing_sqlite_file(url: str) -> bool:
     """Whether `url` names a SQLite file that does not exist (connecting would create it, empty)."""
     try:
         parsed = make_url(url)

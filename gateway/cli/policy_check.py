@@ -230,14 +230,14 @@ def budget_use(config: WritConfig, check: PolicyCheck) -> PolicyCheck:
     """
     from sqlalchemy.engine import make_url
 
-    from gateway.opening import open_store
+    from gateway.opening import missing_sqlite_file, open_store
     from store.model import StoreError
 
     if not check.charges:
         return check
-    url = make_url(config.store.url)
-    if url.drivername.startswith("sqlite") and url.database and not Path(url.database).exists():
-        return check.with_use({}, f"nothing recorded yet ({url.database} does not exist)")
+    if missing_sqlite_file(config.store.url):
+        missing = make_url(config.store.url).database
+        return check.with_use({}, f"nothing recorded yet ({missing} does not exist)")
     try:
         store = open_store(config, migrate_empty=False)
     except (ConfigurationError, StoreError) as exc:
