@@ -162,37 +162,28 @@ def names_another(value: Any, ids: Collection[str]) -> bool:
     return False
 
 
-OTHERS_ONLY: Any = object()
-"""`record_of` of records that are all other dispatches' effects."""
-
-
 def record_of(records: Sequence[Any], invocation: Invocation) -> Any:
-    """This dispatch's record among a lookup's: the one naming it (its external request id or tool
-    call id, as a backend that keeps `X-Request-Id` echoes it), else the first that names no other
-    dispatch of Writ's; `OTHERS_ONLY` when each names another.
+    """The record among a lookup's most likely this dispatch's: the one naming it (its external request
+    id or tool call id, as a backend that keeps `X-Request-Id` echoes it), else the first that names no
+    other dispatch of Writ's, else the first.
 
     Under one key a backend can hold several effects: a later call under the same key (a re-send after
-    a `failed`), this one landing past its commit horizon, or another principal's call: keys are each
-    principal's own at Writ, but a backend holds every principal's in one space. A record naming
-    another dispatch is that dispatch's effect, never this one's.
+    a `failed`), this one landing past its commit horizon, or another principal's call (keys are each
+    principal's own at Writ, but a backend holds every principal's in one space). Whether the record
+    chosen is this dispatch's effect at all the reconciler decides, for every executor alike.
     """
     ids = (invocation.external_request_id, invocation.tool_call_id)
     own = [record for record in records if mentions(record, ids)]
     unnamed = [record for record in records if not names_another(record, ids)]
-    return (own or unnamed or [OTHERS_ONLY])[0]
+    return (own or unnamed or records)[0]
 
 
 def lookup_found(found: Any, invocation: Invocation, evidence: Mapping[str, Any]) -> ReconcileResult:
-    """What a lookup that answered with `found` (a list of records, or one record) says about the
-    dispatch `invocation`: `succeeded` with its record (`record_of`), or `not_found` when every record
-    is another dispatch's (counted in the evidence as `records_of_others`)."""
+    """A lookup that answered with `found` (a list of records, counted in the evidence, or one record):
+    `succeeded` with the record `record_of` chooses."""
     records = found if isinstance(found, list) else [found]
     counted = {"records": len(records)} if isinstance(found, list) else {}
-    record = record_of(records, invocation)
-    if record is OTHERS_ONLY:
-        others = {**evidence, **counted, "records_of_others": len(records)}
-        return ReconcileResult("not_found", evidence=others)
-    return ReconcileResult("succeeded", json_result(record), {**evidence, **counted})
+    return ReconcileResult("succeeded", json_result(record_of(records, invocation)), {**evidence, **counted})
 
 
 def failed_outcome(invocation: Invocation, error: str, detail: str) -> Outcome:

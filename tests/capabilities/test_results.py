@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from capabilities.fake import fake_capability
 from capabilities.mcp_reconcile import verdict
-from capabilities.results import OTHERS_ONLY, WRIT_DISPATCH_ID, json_result, lookup_found, mentions, record_of
+from capabilities.results import (
+    WRIT_DISPATCH_ID,
+    json_result,
+    lookup_found,
+    mentions,
+    names_another,
+    record_of,
+)
 from gateway.calls.actions import new_id
 from tests.capabilities.conftest import invocation
 
@@ -42,33 +49,29 @@ def test_an_mcp_lookup_answers_with_the_dispatchs_own_record_and_counts_them_all
     assert found.result is not None and found.result.structured == {"id": 2, "request_id": "req-late"}
 
 
-def test_a_record_naming_another_dispatch_of_writs_is_never_this_ones() -> None:
+def test_of_records_naming_other_dispatches_of_writs_one_naming_none_is_chosen() -> None:
     # Another principal's refund under the same key: keys are each principal's own at Writ, not at
-    # the backend. Writ's ids are `req_`/`tc_` and 28 hex digits.
+    # the backend. Writ's ids are `req_`/`tc_` and 28 hex digits. Whether the record chosen is this
+    # dispatch's effect at all the reconciler decides (gateway/calls/test_reconcile.py).
     ours, theirs = "req_" + "1" * 28, "req_" + "2" * 28
     sent = invocation(REFUND, idempotency_key="k", external_request_id=ours, tool_call_id="tc_" + "3" * 28)
     their_refund = {"refund_id": "r1", "request_id": theirs}
     unnamed = {"refund_id": "r2"}
 
-    assert record_of([their_refund], sent) is OTHERS_ONLY
+    assert names_another(their_refund, (ours,)) and not names_another(unnamed, (ours,))
+    assert not names_another({"request_id": ours}, (ours,))
     assert record_of([their_refund, unnamed], sent) == unnamed  # names no one: may be this one's
     assert record_of([their_refund, {"request_id": ours}], sent) == {"request_id": ours}
-    assert record_of([{"request_id": "req-7", "note": "req_123"}], sent) == {
-        "request_id": "req-7",
-        "note": "req_123",
-    }
+    assert record_of([their_refund], sent) == their_refund
+    not_writs = {"request_id": "req-7", "note": "req_123"}  # a backend's own ids: they name no dispatch
+    assert not names_another(not_writs, (ours,))
 
-    found = lookup_found([their_refund], sent, {"lookup": "GET /refunds"})
-    assert (found.verdict, found.result, found.evidence) == (
-        "not_found",
-        None,
-        {"lookup": "GET /refunds", "records": 1, "records_of_others": 1},
-    )
-    one = lookup_found(their_refund, sent, {})  # one record, not a list: the same rule
-    assert (one.verdict, one.evidence) == ("not_found", {"records_of_others": 1})
-    assert lookup_found({"refund_id": "r9", "request_id": ours}, sent, {}).verdict == "succeeded"
+    found = lookup_found([their_refund, unnamed], sent, {"lookup": "GET /refunds"})
+    assert (found.verdict, found.evidence) == ("succeeded", {"lookup": "GET /refunds", "records": 2})
+    assert found.result is not None and found.result.structured == unnamed
     # An MCP lookup tool's answer is read the same way.
-    assert verdict(json_result({"writes": [their_refund]}), {}, sent).verdict == "not_found"
+    answer = verdict(json_result({"writes": [their_refund, unnamed]}), {}, sent)
+    assert answer.result is not None and answer.result.structured == unnamed
 
 
 def test_writs_ids_are_of_the_form_a_lookup_tells_apart() -> None:
