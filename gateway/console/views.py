@@ -88,12 +88,21 @@ def approval_card(
         "own_retry": own_retry,
         # From the decision's event, not from the name: a token's subject may read `operator:...` too.
         "break_glass": any(e.type in _DECISIONS and e.payload.get("break_glass") is True for e in events),
+        "refused_after_approval": refused_after_approval(approval, call),
         "changes": (
             changes_since_request(call, in_force)
             if in_force is not None and call is not None and approval.status == "awaiting_approval"
             else []
         ),
     }
+
+
+def refused_after_approval(approval: ApprovalView, call: CallView | None) -> str | None:
+    """Why an approved call was refused when it came to run (re-authorized at execution, DESIGN §3.4):
+    an approval is not an outcome, so a card that says "approved by bob" says what came of it too."""
+    if approval.status != "approved" or call is None or call.status != "denied":
+        return None
+    return call.reason or "refused"
 
 
 def status_note(call: CallView) -> str | None:

@@ -36,7 +36,7 @@ from gateway.errors import UnknownTool
 from gateway.mcp import rounds
 from gateway.mcp.midcall import ClientRelay
 from gateway.mcp.parked import Parked, reply
-from gateway.mcp.results import status_document, writ_meta
+from gateway.mcp.results import pending_decision, status_document, writ_meta
 from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import Unavailable
@@ -199,7 +199,10 @@ class RelayFace:
 
         async def read(inp: CallInput) -> types.ReadResourceResult:
             report = await self._call(inp)
-            return types.ReadResourceResult.model_validate(_content(report, {"uri": params.uri}))
+            content = _content(
+                report, await pending_decision(self.store, report.reported), {"uri": params.uri}
+            )
+            return types.ReadResourceResult.model_validate(content)
 
         return await self._in_rounds(ctx, params, inp, self.registry.resource_capability(params.uri), read)
 
@@ -216,7 +219,9 @@ class RelayFace:
         )
 
         async def get(inp: CallInput) -> types.GetPromptResult:
-            return types.GetPromptResult.model_validate(_content(await self._call(inp)))
+            report = await self._call(inp)
+            content = _content(report, await pending_decision(self.store, report.reported))
+            return types.GetPromptResult.model_validate(content)
 
         return await self._in_rounds(ctx, params, inp, self.registry.prompt(params.name), get)
 
@@ -317,8 +322,11 @@ class RelayFace:
             raise MCPError(INTERNAL_ERROR, f"The upstream could not complete this: {exc}") from exc
 
 
-def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    """The relayed answer of a completed read or get, with Writ's `_meta`.
+def _content(
+    report: CallReport, decision: Mapping[str, Any] | None, said: Mapping[str, Any] | None = None
+) -> Mapping[str, Any]:
+    """The relayed answer of a completed read or get, with Writ's `_meta`; `decision`, the policy
+    decision recorded with a call waiting for approval, gives its rule's message (`pending_decision`).
 
     Raises:
         MCPError: the call was refused, is waiting, or failed: its status document (with `said`, a
@@ -329,7 +337,7 @@ def _content(report: CallReport, said: Mapping[str, Any] | None = None) -> Mappi
         # As for a tool result: Writ's ids in `_meta`, never the upstream's, which could claim to be
         # Writ's (`writ/status`, `writ/toolCallId`) or Writ itself (the `serverInfo` stamp).
         return {**(call.result.get("structuredContent") or {}), "_meta": writ_meta(call)}
-    document = {**status_document(call), **(said or {})}
+    document = {**status_document(call, decision=decision), **(said or {})}
     if report.kind == "invalid_arguments":
         raise MCPError(INVALID_PARAMS, "Invalid arguments: " + "; ".join(report.validation_errors), document)
     if not report.recorded:

@@ -6,15 +6,21 @@ a state the model can act on, with `next` telling it what to do instead of guess
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import anyio.to_thread
 
 from capabilities.contract import Capability
 from gateway.calls.pipeline import CallReport
 from gateway.mcp.documents import BudgetState, Effect, LoopState, StatusDocument
 from gateway.reasons import ReasonCode
-from store.model import Breach, CallView, LoopHit, StoredEvent
+from store.model import Breach, CallView, LoopHit, StoredEvent, StoreError
+from store.ports import CallStatus
+
+logger = logging.getLogger(__name__)
 
 NEXT = {
     "approval_pending": (
@@ -144,6 +150,21 @@ def recorded_decision(events: Iterable[StoredEvent]) -> Mapping[str, Any] | None
     requested = next((e for e in events if e.type == "tool_call.requested"), None)
     decision = requested.payload.get("decision") if requested is not None else None
     return decision if isinstance(decision, Mapping) else None
+
+
+async def pending_decision(store: CallStatus, call: CallView) -> Mapping[str, Any] | None:
+    """The policy decision recorded with a call waiting for an approver (its first event, the
+    `tool_call.requested`): where its rule's message is kept. None for any other call, and when the
+    log cannot be read now: the message is worth less than telling the client its call's state."""
+    if call.status != "approval_pending":
+        return None
+    tool_call_id = call.tool_call_id
+    try:
+        found = await anyio.to_thread.run_sync(lambda: store.events(tool_call_id=tool_call_id, limit=1))
+    except StoreError as exc:
+        logger.warning("the decision recorded with %s was not read: %s", tool_call_id, exc)
+        return None
+    return recorded_decision(found)
 
 
 def writ_meta(call: CallView) -> dict[str, Any]:

@@ -39,8 +39,8 @@ from gateway.mcp.parked import Exchange, Parked, reply
 from gateway.mcp.relays import RelayFace
 from gateway.mcp.results import (
     missing_capability,
+    pending_decision,
     rate_limited,
-    recorded_decision,
     shape_call,
     shape_report,
     status_document,
@@ -50,7 +50,7 @@ from gateway.reasons import ReasonCode
 from gateway.telemetry import Telemetry
 from store.commands import DecideApproval
 from store.limits import CLIENT_ID_CHARS
-from store.model import CallView, NotFound, StaleLease, StoreError, Unavailable
+from store.model import CallView, NotFound, StaleLease, Unavailable
 from store.ports import CallStatus
 
 logger = logging.getLogger(__name__)
@@ -408,20 +408,7 @@ class McpFace:
         return types.CallToolResult.model_validate(shaped)
 
     async def _decision(self, call: CallView) -> Mapping[str, Any] | None:
-        """The policy decision recorded with a call waiting for an approver (its first event, the
-        `tool_call.requested`): where its rule's message is kept. None for any other call, and when the
-        log cannot be read now: the message is worth less than telling the client its call's state."""
-        if call.status != "approval_pending":
-            return None
-        tool_call_id = call.tool_call_id
-        try:
-            found = await anyio.to_thread.run_sync(
-                lambda: self.store.events(tool_call_id=tool_call_id, limit=1)
-            )
-        except StoreError as exc:
-            logger.warning("the decision recorded with %s was not read: %s", tool_call_id, exc)
-            return None
-        return recorded_decision(found)
+        return await pending_decision(self.store, call)
 
     async def _own_call(self, who: Any, call_id: object) -> CallView | None:
         """The call with this id if the caller may read it (their own, or their tenant's as an

@@ -109,3 +109,28 @@ async def test_a_break_glass_decision_is_marked_in_the_inbox_and_the_timeline(
     await expect(rejected.locator(".break-glass")).to_have_text("break-glass")
     await page.goto(f"{gateway.url}/console/approvals/{glass['approvalId']}")
     await expect(page.locator("article .status .break-glass")).to_have_text("break-glass")
+
+
+async def test_an_approval_whose_call_was_refused_at_execution_says_so_beside_who_approved_it(
+    inproc_sqlite_gateway: Gateway, inproc_sqlite_backend: Backend, browser: Browser
+) -> None:
+    gateway, backend, requester = inproc_sqlite_gateway, inproc_sqlite_backend, fresh("alice")
+    refunds = backend.refunds()
+    pending = await request_refund(gateway, fresh("console-then-denied"), who=requester)
+    revoke(gateway, requester)  # after asking: the approval is granted, the call re-decided and refused
+    page = await logged_in(browser, gateway, gateway.token("bob", roles="approver"))
+    await page.locator(f"article#{pending['approvalId']} button.approve").click()
+    await expect(page).to_have_url(f"{gateway.url}/console/calls/{pending['toolCallId']}")
+    await expect(page.locator("#call-status")).to_have_text("denied")
+
+    await page.goto(f"{gateway.url}/console/approvals/{pending['approvalId']}")
+    status = page.locator(f"article#{pending['approvalId']} .status")
+    await expect(status).to_contain_text("approved by bob")
+    await expect(status.locator(".refused-after-approval")).to_have_text(
+        "then denied at execution: principal_revoked"
+    )
+    await page.goto(f"{gateway.url}/console/inbox")
+    await expect(
+        page.locator(f"#decided li:has(a[href='/console/calls/{pending['toolCallId']}'])")
+    ).to_contain_text("approved by bob, then denied at execution: principal_revoked")
+    assert backend.refunds() == refunds

@@ -58,6 +58,15 @@ RULES: list[dict[str, Any]] = [
         "roles": ["auditor"],
         "decision": "require_approval",
         "approval": {"approver_role": "approver"},
+        "message": "The box vault code is read only with an approver's consent.",
+    },
+    {
+        "id": "payroll-summaries-need-approval",
+        "prompts": ["box_summary"],
+        "when": "args.topic == 'payroll'",
+        "decision": "require_approval",
+        "approval": {"approver_role": "approver"},
+        "message": "Payroll summaries wait for an approver.",
     },
     {
         "id": "no-secret-summaries",
@@ -240,6 +249,8 @@ async def test_a_read_held_for_approval_runs_once_approved_and_its_status_holds_
             await client.read_resource("box+note://secret")
         pending = held.value.data
         assert (held.value.code, pending["status"]) == (REFUSED, "approval_pending")
+        # The rule's words for the user reach the client, as for a tool call held for approval.
+        assert pending["message"] == "The box vault code is read only with an approver's consent."
         decided = httpx2.post(
             f"{gateway.url}/api/approvals/{pending['approvalId']}/decision",
             json={"decision": "approve"},
@@ -455,15 +466,21 @@ async def test_resources_a_prompt_embeds_or_links_are_named_as_writ_shows_them(g
     assert (embedded.resource.uri, linked.uri) == ("lib+note://welcome", "lib+note://secret")
 
 
-async def test_a_prompt_rule_conditioned_on_arguments_denies_and_arguments_are_checked(gateway: Writ) -> None:
+async def test_a_prompt_rule_on_arguments_denies_or_holds_with_its_message_and_arguments_are_checked(
+    gateway: Writ,
+) -> None:
     async with gateway.client(gateway.token("ann", roles="agent")) as client:
         with pytest.raises(MCPError) as secret:
             await client.get_prompt("lib_summarize", {"topic": "secrets"})
+        with pytest.raises(MCPError) as payroll:
+            await client.get_prompt("box_summary", {"topic": "payroll"})
         with pytest.raises(MCPError) as missing:
             await client.get_prompt("lib_summarize", {"style": "terse"})
         with pytest.raises(MCPError) as unknown:
             await client.get_prompt("no_such_prompt")
     assert secret.value.data["reason"] == "secret_topic"
+    assert (payroll.value.code, payroll.value.data["status"]) == (REFUSED, "approval_pending")
+    assert payroll.value.data["message"] == "Payroll summaries wait for an approver."
     assert missing.value.code == types.INVALID_PARAMS and "topic" in missing.value.message
     assert unknown.value.code == types.INVALID_PARAMS
 
