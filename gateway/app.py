@@ -66,7 +66,7 @@ from gateway.calls.resume import Resumer
 from gateway.calls.retries import retry_call
 from gateway.calls.tracing import FirstTrace, first_trace_of, no_first_trace
 from gateway.calls.workers import Workers, worker_id
-from gateway.clock import Clock, system_clock
+from gateway.clock import Clock, SharedClock, system_clock
 from gateway.config import BuiltinLoginConfig, ClientMetadataDocumentsConfig, OidcLoginConfig, WritConfig
 from gateway.console import console_routes
 from gateway.console.sessions import SignIn
@@ -244,6 +244,9 @@ def build_runtime(
         else []
     )
     store = open_store(config)
+    # Business time by the database's clock, which replicas of a shared store judge each other by.
+    clock = SharedClock(system_clock)
+    shared = clock.measure(store.database_time) is not None
     telemetry = telemetry or build_telemetry(config.telemetry)
     telemetry.trace_transactions(store.engine)
     telemetry.observe_waiting(store.waiting_counts)
@@ -257,19 +260,18 @@ def build_runtime(
                 section,
                 store,
                 HttpsFetcher(section),
-                system_clock,
+                clock,
                 fetch_limit=_document_fetch_limit(section, store),
             )
         users = ConfiguredUsers(oauth.login.users) if isinstance(oauth.login, BuiltinLoginConfig) else None
         authorization_server = WritAuthorizationServer(
-            oauth_settings, store, oauth_keys, clock=system_clock, documents=documents, users=users
+            oauth_settings, store, oauth_keys, clock=clock, documents=documents, users=users
         )
         own = own_issuer(oauth_settings.issuer, oauth_keys, store)
     verifier = token_verifier(config, dev_issuer, environ=environ, own=own)
     limiter = RateLimiter(config.rate_limits, store.take_tokens)
     owner, timing = worker_id(), config.workers
     redactor = Redactor.from_file(config.privacy.salt_file)
-    clock = system_clock
     # One dispatcher for every path that dispatches: new, confirmed, approved and re-sent calls.
     dispatcher = Dispatcher(
         store=store,
@@ -321,10 +323,33 @@ def build_runtime(
         )
     if isinstance(policy_source, WatchedPolicyFile):
         _attach_policy_watch(runtime, policy_source)
+    if shared:
+        _attach_clock_watch(runtime, clock)
     _attach_approvals(runtime, owner, environ or dict(os.environ))
     _attach_checkpointer(runtime, environ or dict(os.environ))
     _attach_security_events(runtime)
     return runtime
+
+
+CLOCK_CHECK_S = 30.0
+"""How often a replica measures its host clock's offset from the database's again."""
+
+
+def _attach_clock_watch(runtime: Runtime, clock: SharedClock) -> None:
+    """Measure the offset to the database's clock again now and then: a host's clock drifts, and NTP
+    steps it."""
+
+    async def measure() -> None:
+        await anyio.to_thread.run_sync(lambda: clock.measure(runtime.store.database_time))
+
+    runtime.background.append(
+        lambda: run_periodically(
+            measure,
+            interval_s=CLOCK_CHECK_S,
+            failure="measuring the clock's offset from the database's failed",
+            log=logging.getLogger(SharedClock.__module__),
+        )
+    )
 
 
 def _attach_policy_watch(runtime: Runtime, watched: WatchedPolicyFile) -> None:

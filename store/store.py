@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, Unpack
 
@@ -168,6 +168,15 @@ class Store(Settlement, Queues, Reads, RateLimits, OAuthRecords, ConsoleSessionR
             config = self._alembic_config()
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
+
+    def database_time(self) -> datetime | None:
+        """The database server's clock, which every replica of a PostgreSQL store shares; None on SQLite,
+        whose processes share their host's clock."""
+        if self._engine.dialect.name != "postgresql":
+            return None
+        with self._read() as conn:
+            now: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+        return now.astimezone(UTC)
 
     def is_migrated(self) -> bool:
         """Whether the database is at the newest schema revision."""

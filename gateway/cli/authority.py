@@ -146,11 +146,11 @@ def _own_issuer(config: WritConfig, stack: contextlib.ExitStack) -> TrustedIssue
     if not section.enabled or not Path(section.key_file).exists():
         return None
     from gateway.app import own_issuer
+    from gateway.cli.stores import opened_store
     from gateway.oauth import settings_for
     from gateway.oauth.keys import SigningKeys
-    from gateway.opening import open_store
 
-    store = stack.enter_context(open_store(config, migrate_empty=False, producer=CLI))
+    store = stack.enter_context(opened_store(config))
     return own_issuer(settings_for(config).issuer, SigningKeys.load_or_create(section.key_file), store)
 
 

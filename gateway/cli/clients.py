@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.cli.authority import CLI, AsOption, BreakGlassOption, TokenOption, authority, check_standing
+from gateway.cli.authority import AsOption, BreakGlassOption, TokenOption, authority, check_standing
 from gateway.cli.clock import CLOCK
 from gateway.cli.refusals import exit_refused
 from gateway.config import WritConfig, find_config_file, load_config
@@ -67,12 +67,12 @@ def clients_list(
     config: _ConfigOption = None,
 ) -> None:
     """The clients that signed someone in, with how many sign-ins of each are live."""
-    from gateway.opening import open_store
+    from gateway.cli.stores import opened_store
 
     cfg = _config(config)
     scope = _tenant(tenant)
     now = CLOCK()
-    with open_store(cfg, migrate_empty=False, producer=CLI) as store:
+    with opened_store(cfg) as store:
         clients = store.oauth_clients(
             tenant=scope, now=now, live_after=cfg.auth.authorization_server.liveness().live_after(now)
         )
@@ -98,12 +98,12 @@ def clients_show(
     config: _ConfigOption = None,
 ) -> None:
     """One client and its live sign-ins: who, since when, last refreshed, until when."""
-    from gateway.opening import open_store
+    from gateway.cli.stores import opened_store
 
     cfg = _config(config)
     scope = _tenant(tenant)
     now = CLOCK()
-    with open_store(cfg, migrate_empty=False, producer=CLI) as store:
+    with opened_store(cfg) as store:
         try:
             detail = store.oauth_client(
                 client_id,
@@ -148,7 +148,7 @@ def clients_revoke(
     """End every sign-in of the client in the tenant (its tokens stop working now; oauth.client_revoked).
 
     The client may ask people to sign in again; to keep a person out, revoke the principal."""
-    from gateway.opening import open_store
+    from gateway.cli.stores import opened_store
 
     scope = _tenant(tenant)
     if reason is not None and (why := text_unfit(reason)) is not None:
@@ -174,7 +174,7 @@ def clients_revoke(
     if scope is None:
         _fail("--break-glass needs --tenant T: sign-ins are ended one tenant at a time")
         return
-    with open_store(cfg, migrate_empty=False, producer=CLI) as store:
+    with opened_store(cfg) as store:
         try:
             check_standing(store, who)
         except Refused as exc:

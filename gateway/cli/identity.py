@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from gateway.cli.authority import (
-    CLI,
     AsOption,
     BreakGlassOption,
     TokenOption,
@@ -175,7 +174,7 @@ def _change_standing(
     config: str | None,
 ) -> None:
 
-    from gateway.opening import open_store
+    from gateway.cli.stores import opened_store
     from store.model import NotFound
 
     sub, tenant = sub.strip(), tenant.strip()
@@ -200,7 +199,7 @@ def _change_standing(
                     f"the token is for tenant {who.principal.tenant}, not {tenant}; nothing was recorded",
                 )
             )
-    store = open_store(cfg, migrate_empty=False, producer=CLI)
+    store = opened_store(cfg)
     ended = 0
     try:
         try:

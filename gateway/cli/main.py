@@ -16,7 +16,6 @@ import anyio
 import typer
 
 from gateway.cli.authority import (
-    CLI,
     AsOption,
     Authority,
     BreakGlassOption,
@@ -733,9 +732,9 @@ class _store:
         self._config = config
 
     def __enter__(self):  # type: ignore[no-untyped-def]
-        from gateway.opening import open_store
+        from gateway.cli.stores import opened_store
 
-        self._store = open_store(_config(self._config), migrate_empty=False, producer=CLI)
+        self._store = opened_store(_config(self._config))
         return self._store
 
     def __exit__(self, *exc: object) -> None:

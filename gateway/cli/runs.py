@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from gateway.cli.authority import CLI, BreakGlassOption, TokenOption, authority, check_standing
+from gateway.cli.authority import BreakGlassOption, TokenOption, authority, check_standing
 from gateway.cli.clock import CLOCK
 from gateway.cli.refusals import exit_refused
 from gateway.config import find_config_file, load_config
@@ -132,11 +132,9 @@ class _opened:
         self._config = config
 
     def __enter__(self):  # type: ignore[no-untyped-def]
-        from gateway.opening import open_store
+        from gateway.cli.stores import opened_store
 
-        self._store = open_store(
-            load_config(find_config_file(self._config)), migrate_empty=False, producer=CLI
-        )
+        self._store = opened_store(load_config(find_config_file(self._config)))
         return self._store
 
     def __exit__(self, *exc: object) -> None:

@@ -13,7 +13,9 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,9 @@ class Replica:
 
 
 @contextlib.contextmanager
-def replica(root: Path, name: str, backend: Backend, store_url: str, **env: str) -> Iterator[Replica]:
+def replica(
+    root: Path, name: str, backend: Backend, store_url: str, command: Sequence[str] = WRIT, **env: str
+) -> Iterator[Replica]:
     workdir = root / name
     workdir.mkdir()
     port = free_port()
@@ -58,7 +62,7 @@ def replica(root: Path, name: str, backend: Backend, store_url: str, **env: str)
     )
     log = (workdir / "writ.log").open("w")
     process = subprocess.Popen(
-        [*WRIT, "serve", "-c", str(config)], cwd=workdir, env={**os.environ, **env}, stdout=log, stderr=log
+        [*command, "serve", "-c", str(config)], cwd=workdir, env={**os.environ, **env}, stdout=log, stderr=log
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", process)
@@ -192,3 +196,33 @@ async def test_a_replica_frozen_past_its_lease_is_taken_over_and_cannot_record_o
     assert len(backend.refunds(key)) == effects
     assert "tool_call.result_unknown" in events and "reconciliation.resolved" in events
     assert "tool_call.completed" not in events and "tool_call.failed" not in events
+
+
+SKEWED = [sys.executable, str(Path(__file__).with_name("skewed_writ.py"))]
+"""`writ`, on a host whose wall clock is off by $WRIT_TEST_CLOCK_SKEW_S seconds."""
+
+
+async def test_a_replica_whose_clock_is_20_s_ahead_leaves_the_others_calls_in_flight_alone(
+    tmp_path: Path, backend: Backend, shared_url: str, other: Replica
+) -> None:
+    """By its own clock every lease the other replica takes has run out, and every commit horizon has
+    passed: it took the other's calls in flight for unknown, found nothing yet, and settled them failed,
+    refunds that then landed. Business time is the database's, so it does not."""
+    backend.chaos(commit_delay_ms=350)  # inside the 0.5 s timeout: after the skewed replica looks
+    with replica(tmp_path, "skewed", backend, shared_url, SKEWED, WRIT_TEST_CLOCK_SKEW_S="20") as skewed:
+        keys = [f"skew-{n}" for n in range(3)]
+        # A loaded machine may take longer than the 0.5 s: then `result_unknown`, truthfully, and
+        # reconciliation finds the refund. Never `failed`.
+        statuses = [await other.call(key) for key in keys]
+        own = await skewed.call("skew-own")
+        with Store.open(shared_url) as store:
+            calls = [await wait_for(store, key, lambda c: c.status != "result_unknown") for key in keys]
+            mine = await wait_for(store, "skew-own", lambda c: c.status != "result_unknown")
+            recorded = [
+                datetime.fromisoformat(e.occurred_at) for e in store.events(tool_call_id=mine.tool_call_id)
+            ]
+    assert set(statuses) | {own} <= {"completed", "result_unknown"}, (statuses, own)
+    assert [(c.status, c.contradicted) for c in calls] == [("completed", False)] * 3, [c.error for c in calls]
+    assert all(len(backend.refunds(key)) == 1 for key in keys)
+    # What the skewed replica records is stamped with the database's time, not its host's.
+    assert recorded and all(abs((at - datetime.now(UTC)).total_seconds()) < 10 for at in recorded)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,14 @@ def test_a_store_url_writ_cannot_use_is_a_store_error_saying_what_to_write(url: 
     # Without a scheme, SQLAlchemy's ArgumentError reached the user as a traceback.
     with pytest.raises(StoreError, match=re.escape(said)):
         normalize_url(url)
+
+
+def test_the_database_time_is_the_postgresql_servers_clock_and_none_on_sqlite(store: Store) -> None:
+    """Replicas of a PostgreSQL store keep business time by its server's clock (gateway.clock); SQLite's
+    processes share their host's, so it has none of its own."""
+    now = store.database_time()
+    if store.engine.dialect.name == "sqlite":
+        assert now is None
+    else:
+        assert now is not None and now.tzinfo is not None
+        assert abs((now - datetime.now(UTC)).total_seconds()) < 5  # the server runs on this host
