@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from store import Store
+from store.keys import scoped_key
 from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, writ_gateway
 from tests.eventually import eventually
 
@@ -66,7 +67,9 @@ async def test_a_refund_whose_answer_was_lost_becomes_unknown_then_reconciles_to
         settled = await settled_status(client, first.meta["writ/toolCallId"])
 
     assert (settled["status"], settled["verification"]) == ("completed", "confirmed_success")
-    assert settled["result"]["structuredContent"]["idempotency_key"] == f"lost-{fault}"
+    assert settled["result"]["structuredContent"]["idempotency_key"] == scoped_key(
+        "acme", "alice", f"lost-{fault}"
+    )
     assert len(backend.refunds(f"lost-{fault}")) == 1
     # What `writ calls show` lists, read from the store here (the CLI as a process: e2e/test_cli.py).
     with Store.open(module_store_url) as store:
