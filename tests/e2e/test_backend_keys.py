@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2
 import pytest
 
 from store.keys import scoped_key
@@ -82,6 +83,14 @@ async def test_principals_sending_one_key_to_a_deduplicating_backend_each_get_th
         sent = scoped_key(tenant, subject, "same-key")
         assert got["idempotency_key"] == sent
         assert [r["refund_id"] for r in backend.refunds_sent(sent)] == [got["refund_id"]]
+        # What an operator matches at the backend, as Writ shows it.
+        token = gateway.token(subject, tenant=tenant)
+        shown = httpx2.get(
+            f"{gateway.url}/api/calls/{answer.meta['writ/toolCallId']}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+        ).json()
+        assert (shown["idempotencyKey"], shown["backendKey"]) == ("same-key", sent)
 
 
 async def test_an_unknown_refund_is_re_sent_under_its_principals_key_and_settled_with_its_own_refund(
