@@ -44,6 +44,8 @@ REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
 
 TLS = ssl.create_default_context()
+"""The CA bundle loaded once: an httpx2 client made without `verify` (each `httpx2.get`, each MCP
+client) loads it again, 20 to 100 ms of CPU, which the suite paid on every session and every probe."""
 
 QUICK_LEASE_MARGIN_S = 3.0
 """The lease margin of gateways whose tests settle unknown refunds in seconds rather than minutes.
@@ -53,8 +55,15 @@ prepared, before its policy ran and its admission committed. A margin of 1 s was
 loaded CI machine (three workers on two cores): a hung refund was answered `failed` where the test
 needed it sent and unknown, which is what a call refused unsent (`lease_expired_before_dispatch`)
 truthfully answers. Three seconds keep the waits short and outlast such a stall."""
-"""The CA bundle loaded once: an httpx2 client made without `verify` (each `httpx2.get`, each MCP
-client) loads it again, 20 to 100 ms of CPU, which the suite paid on every session and every probe."""
+
+QUICK_WORKERS = {
+    "interval_s": 0.5,
+    "executor_grace_s": 0.3,
+    "lease_margin_s": QUICK_LEASE_MARGIN_S,
+    "reconcile_backoff_s": 0.5,
+}
+"""Workers that settle an unknown refund in seconds: a lookup, a backoff, a lease run out the same way
+at 0.5 s as at 5 s."""
 
 
 @contextlib.asynccontextmanager

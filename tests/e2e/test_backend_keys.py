@@ -15,17 +15,10 @@ import httpx2
 import pytest
 
 from store.keys import scoped_key
-from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, acme_backend, writ_gateway
+from tests.e2e.harness import QUICK_WORKERS, Backend, Gateway, acme_backend, writ_gateway
 from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
-
-WORKERS = {
-    "interval_s": 0.5,
-    "executor_grace_s": 0.3,
-    "lease_margin_s": QUICK_LEASE_MARGIN_S,
-    "reconcile_backoff_s": 0.5,
-}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +33,7 @@ def gateway(
 ) -> Iterator[Gateway]:
     config: dict[str, Any] = {
         "capabilities": {"refund-order": {"dedupes_on_key": True}},
-        "overrides": {"workers": WORKERS},
+        "overrides": {"workers": QUICK_WORKERS},
     }
     with writ_gateway(tmp_path_factory.mktemp("writ"), deduping_backend, module_store_url, **config) as g:
         yield g

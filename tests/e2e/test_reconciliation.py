@@ -12,7 +12,7 @@ import pytest
 
 from store import Store
 from store.keys import scoped_key
-from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, writ_gateway
+from tests.e2e.harness import QUICK_WORKERS, Backend, Gateway, writ_gateway
 from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -20,12 +20,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late delivery"}
 TIMEOUT_S = 0.5
 """The backend's timeout (its commit horizon twice that): what a hung refund waits before it is unknown."""
-WORKERS = {
-    "interval_s": 0.5,
-    "executor_grace_s": 0.3,
-    "lease_margin_s": QUICK_LEASE_MARGIN_S,
-    "reconcile_backoff_s": 0.5,
-}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def quick_gateway(
     tmp_path_factory: pytest.TempPathFactory, module_backend: Backend, module_store_url: str
 ) -> Iterator[Gateway]:
     workdir = tmp_path_factory.mktemp("writ")
-    config = {"timeout_s": TIMEOUT_S, "overrides": {"workers": WORKERS}}
+    config = {"timeout_s": TIMEOUT_S, "overrides": {"workers": QUICK_WORKERS}}
     with writ_gateway(workdir, module_backend, module_store_url, **config) as g:
         yield g
 
