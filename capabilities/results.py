@@ -168,9 +168,9 @@ def record_of(records: Sequence[Any], invocation: Invocation) -> Any:
     other dispatch of Writ's, else the first.
 
     Under one key a backend can hold several effects: a later call under the same key (a re-send after
-    a `failed`), this one landing past its commit horizon, or another principal's call (keys are each
-    principal's own at Writ, but a backend holds every principal's in one space). Whether the record
-    chosen is this dispatch's effect at all the reconciler decides, for every executor alike.
+    a `failed`), this one landing past its commit horizon, or, for a call sent before keys were scoped
+    to their principal, another principal's call. Whether the record chosen is this dispatch's effect at
+    all the reconciler decides, for every executor alike.
     """
     ids = (invocation.external_request_id, invocation.tool_call_id)
     own = [record for record in records if mentions(record, ids)]

@@ -9,6 +9,10 @@ that dispatches the same effect twice leaves two refunds here for everyone to se
 /refunds?idempotency_key=K is how a gateway settles an unknown outcome: it lists what was executed
 under K. POST /_chaos injects the faults that make outcomes unknown (see `acme_chaos`).
 
+With `--dedupe` it stands for a payments API that does deduplicate, as Stripe's does (a capability
+with `dedupes_on_key: true`): a POST /refunds under a key it executed before executes nothing and
+answers that first refund (201, header `Idempotent-Replayed: true`), whatever else it asked for.
+
 It honours a commit deadline: a refund sent with `Writ-Commit-Deadline: 2026-12-01T15:40:00.123Z` (RFC
 3339) that would commit at or after that instant is not committed (422 commit_deadline_passed), however
 long a fault held it, so a lookup by its key after the deadline that finds nothing is final. That is what
@@ -23,7 +27,7 @@ Endpoints:
     GET  /_chaos, POST /_chaos         read or replace the in-memory fault injection state
     GET  /_chaos/held                  {"held": [K, ...]}: keys of refunds read, not yet run or refused
 
-Run: python -m demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1]
+Run: python -m demo.acme_payments --port 8081 --db PATH [--host 127.0.0.1] [--dedupe]
 """
 
 from __future__ import annotations
@@ -71,8 +75,11 @@ class InvalidBody(PaymentsError):
     """The body is readable but a field is wrong (422)."""
 
 
-def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC)) -> ASGIApp:
-    """The acme-payments ASGI app over the SQLite file at `db_path` (created and seeded if new)."""
+def create_app(
+    db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC), dedupe: bool = False
+) -> ASGIApp:
+    """The acme-payments ASGI app over the SQLite file at `db_path` (created and seeded if new); with
+    `dedupe`, a refund under a key executed before answers that refund instead of executing."""
     store = PaymentsStore(db_path)
     chaos = ChaosState()
     held: list[str] = []  # one entry per held refund: the same key can be held twice
@@ -99,6 +106,11 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             held.remove(key)
 
     async def execute_refund(request: Request, refund_request: RefundRequest) -> Response:
+        if dedupe:
+            # Answered before the refund is checked: the balance the first one took may be gone.
+            earlier = await anyio.to_thread.run_sync(store.first_refund, refund_request.idempotency_key)
+            if earlier is not None:
+                return _replayed(earlier)
         if chaos.take("freeze"):
             # A frozen process reads nothing, answers nothing and runs nothing; after SIGCONT this refund
             # runs, although its client has long given up, unless its commit deadline has passed.
@@ -116,8 +128,12 @@ def create_app(db_path: str | Path, *, clock: Clock = lambda: datetime.now(UTC))
             # refund commits late, as a request already queued at a slow backend does, unless its
             # deadline passed meanwhile (checked as it commits, as after a freeze).
             await anyio.sleep(chaos.commit_delay_ms / 1000)
-        execute = functools.partial(store.execute_refund, refund_request, clock, not_after=not_after)
-        refund = await anyio.to_thread.run_sync(execute)
+        execute = functools.partial(
+            store.execute_refund, refund_request, clock, not_after=not_after, dedupe=dedupe
+        )
+        refund, executed = await anyio.to_thread.run_sync(execute)
+        if not executed:  # the same key, executed by another request meanwhile
+            return _replayed(refund)
         # Every fault below happens after the commit: the refund is real whatever the client sees.
         if chaos.delay_ms:
             await anyio.sleep(chaos.delay_ms / 1000)
@@ -252,6 +268,10 @@ def _order_json(order: Order) -> dict[str, object]:
     }
 
 
+def _replayed(refund: Refund) -> Response:
+    return JSONResponse(_refund_json(refund), status_code=201, headers={"Idempotent-Replayed": "true"})
+
+
 def _refund_json(refund: Refund) -> dict[str, object]:
     return {
         "refund_id": refund.refund_id,
@@ -296,8 +316,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081, help="0 picks a free port (printed on start)")
     parser.add_argument("--db", required=True, help="the SQLite file (created and seeded if missing)")
+    parser.add_argument(
+        "--dedupe",
+        action="store_true",
+        help="answer a refund under a key executed before with that refund, executing nothing",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(serve(create_app(args.db), args.host, args.port))
+    asyncio.run(serve(create_app(args.db, dedupe=args.dedupe), args.host, args.port))
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS refunds (
     status          TEXT NOT NULL,
     created_at      TEXT NOT NULL
 );
--- Deliberately not UNIQUE: acme-payments executes every valid POST, duplicates included.
+-- Deliberately not UNIQUE: acme-payments executes every valid POST, duplicates included (unless it
+-- runs with --dedupe, which answers a key executed before with its first refund).
 CREATE INDEX IF NOT EXISTS refunds_by_idempotency_key ON refunds (idempotency_key);
 """
 
@@ -169,10 +170,17 @@ class PaymentsStore:
         return order
 
     def execute_refund(
-        self, request: RefundRequest, clock: Callable[[], datetime], *, not_after: datetime | None
-    ) -> Refund:
-        """Check and execute one refund in a single transaction; there is no deduplication by key.
+        self,
+        request: RefundRequest,
+        clock: Callable[[], datetime],
+        *,
+        not_after: datetime | None,
+        dedupe: bool = False,
+    ) -> tuple[Refund, bool]:
+        """Check and execute one refund in a single transaction; the refund, and whether it was new.
 
+        No deduplication by key unless `dedupe`: then a refund under a key already executed is that
+        refund, and nothing is executed (found under the same write lock, so two at once make one).
         Refused, nothing written, when the transaction's clock is already at or past `not_after`: read
         once the write lock is held, so no other commit or lookup comes between the check and the commit.
 
@@ -181,6 +189,8 @@ class PaymentsStore:
         with closing(self._connect()) as conn, _transaction(conn, immediate=True):
             # IMMEDIATE takes the write lock before reading, so two concurrent refunds cannot both
             # pass the refundable check against the same balance.
+            if dedupe and (earlier := _first_refund(conn, request.idempotency_key)) is not None:
+                return earlier, False
             now = clock()
             if not_after is not None and now >= not_after:
                 raise DeadlinePassed(not_after, now)
@@ -218,7 +228,12 @@ class PaymentsStore:
                 "UPDATE orders SET refunded_cents = ?, status = ? WHERE order_id = ?",
                 (refunded, status, order.order_id),
             )
-        return refund
+        return refund, True
+
+    def first_refund(self, idempotency_key: str) -> Refund | None:
+        """The first refund executed under `idempotency_key`, if any."""
+        with closing(self._connect()) as conn:
+            return _first_refund(conn, idempotency_key)
 
     def list_refunds(self, idempotency_key: str | None = None) -> list[Refund]:
         """Every executed refund, oldest first; only those with `idempotency_key` when it is given."""
@@ -232,20 +247,28 @@ class PaymentsStore:
         # refuses it. A plain WAL read could miss a refund checked just in time and not yet committed.
         with closing(self._connect()) as conn, _transaction(conn, immediate=True):
             rows = conn.execute(query + " ORDER BY seq", params).fetchall()
-        return [
-            Refund(
-                refund_id=row["refund_id"],
-                order_id=row["order_id"],
-                amount_cents=row["amount_cents"],
-                currency=row["currency"],
-                reason=row["reason"],
-                idempotency_key=row["idempotency_key"],
-                request_id=row["request_id"],
-                status=row["status"],
-                created_at=row["created_at"],
-            )
-            for row in rows
-        ]
+        return [_refund(row) for row in rows]
+
+
+def _first_refund(conn: sqlite3.Connection, idempotency_key: str) -> Refund | None:
+    row = conn.execute(
+        "SELECT * FROM refunds WHERE idempotency_key = ? ORDER BY seq LIMIT 1", (idempotency_key,)
+    ).fetchone()
+    return None if row is None else _refund(row)
+
+
+def _refund(row: sqlite3.Row) -> Refund:
+    return Refund(
+        refund_id=row["refund_id"],
+        order_id=row["order_id"],
+        amount_cents=row["amount_cents"],
+        currency=row["currency"],
+        reason=row["reason"],
+        idempotency_key=row["idempotency_key"],
+        request_id=row["request_id"],
+        status=row["status"],
+        created_at=row["created_at"],
+    )
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Row, bindparam, select
 from store import events as ev
 from store import queues
 from store.commands import DecideApproval, ExpireApproval
+from store.keys import scoped_key
 from store.leasing import call_envelope, grant
 from store.log import Append
 from store.model import ApprovalView, CallView, Charge, LoopKey, NotFound, StaleLease, StoreError
@@ -121,7 +122,7 @@ def dispatch(conn: Connection, req: ApprovedDispatch, *, producer: str) -> CallV
         return refused
     payload = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
-        idempotency_key=row.idempotency_key,
+        idempotency_key=scoped_key(row.tenant, row.subject, row.idempotency_key),
         external_request_id=row.external_request_id,
         **grant(req.lease_owner, row.lease_token, req.now, req.lease_s),
         charges=[charged(c) for c in fresh] or None,

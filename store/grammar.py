@@ -20,6 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from store import events as ev
+from store.keys import scoped_key
 from store.model import GrammarViolation
 
 TRANSITIONS: dict[tuple[str, str], str] = {
@@ -115,6 +116,7 @@ class _Call:
         "retried_by",
         "retry_same_key",
         "run_id",
+        "sent_key",
         "state",
         "tenant",
     )
@@ -140,6 +142,8 @@ class _Call:
         """A re-check of its `failed` verdict is scheduled (`recheck_at`, then `next_attempt_at`)."""
         self.rechecking = False
         """A re-check lease was granted and has recorded nothing yet."""
+        self.sent_key: str | None = None
+        """The key its last dispatch sent the backend."""
 
 
 class Grammar:
@@ -389,6 +393,20 @@ class Grammar:
             )
         if p.attempt != call.attempts + 1:
             raise _Broken("attempt_out_of_order", f"attempt {p.attempt} follows attempt {call.attempts}")
+        tenant, subject, key = call.key
+        if p.idempotency_key not in (key, scoped_key(tenant, subject, key)):
+            raise _Broken(
+                "dispatch_under_another_key",
+                f"sent under key {p.idempotency_key!r}, which is neither the call's key {key!r} nor that "
+                "key scoped to its principal",
+            )
+        if retry and p.idempotency_key != call.sent_key:
+            raise _Broken(
+                "redispatch_under_another_key",
+                f"re-sent under key {p.idempotency_key!r}, not {call.sent_key!r} as before: the backend "
+                "cannot know it again",
+            )
+        call.sent_key = p.idempotency_key
         if call.state == "approved" and call.run_id in self._stopped:
             raise _Broken("dispatch_in_stopped_run", f"an approved call of stopped run {call.run_id} ran")
         if call.state in ("approved", "confirmed"):

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from store.keys import scoped_key, sent_key
+
 CallStatus = Literal[
     "requested",
     "denied",
@@ -234,6 +236,11 @@ class CallIdentity:
     retry: RetryLink | None = None
     """Set when a person re-runs a failed call (`writ calls retry`): what the store records first."""
 
+    @property
+    def sent_key(self) -> str:
+        """The key the call's dispatch sends the backend: the client's, scoped to the principal."""
+        return scoped_key(self.tenant, self.subject, self.idempotency_key)
+
 
 @dataclass(frozen=True, slots=True)
 class RetryLink:
@@ -401,6 +408,15 @@ class CallView:
     confirmation_expires_at: datetime | None = None
     contract_hash: str | None = None
     """The capability's contract when the call was requested (None for calls recorded before it was)."""
+    key_scoped: bool = False
+    """Its last dispatch sent the key scoped to the principal (`store.keys`); False before the first
+    dispatch, and for a call dispatched before keys were scoped, which keeps its plain key."""
+
+    @property
+    def sent_key(self) -> str:
+        """The idempotency key as the backend got it on the call's last dispatch: what a lookup asks
+        for and a re-send sends again (the client's key itself before any dispatch)."""
+        return sent_key(self.tenant, self.subject, self.idempotency_key, scoped=self.key_scoped)
 
     @property
     def escalated(self) -> bool:

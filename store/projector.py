@@ -76,6 +76,20 @@ _UPDATE_CALL_RETURNING = Statement(
     .where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
     .returning(*tool_calls.c)
 )
+# A dispatch sent the key scoped when it differs from the call's own (store.keys): the event names the
+# key as sent and the row holds the client's, so the database compares them, with no read first.
+_SENT_KEY = bindparam("b_sent_key", type_=tool_calls.c.idempotency_key.type)
+_DISPATCH_CALL = Statement(
+    update(tool_calls)
+    .where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
+    .values(key_scoped=tool_calls.c.idempotency_key != _SENT_KEY)
+)
+_DISPATCH_CALL_RETURNING = Statement(
+    update(tool_calls)
+    .where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
+    .values(key_scoped=tool_calls.c.idempotency_key != _SENT_KEY)
+    .returning(*tool_calls.c)
+)
 _INSERT_APPROVAL = Statement(approvals.insert())
 _UPDATE_APPROVAL = Statement(update(approvals).where(approvals.c.approval_id == bindparam("b_approval_id")))
 _CLAIM_KEY = Statement(effect_ledger.insert())
@@ -110,18 +124,32 @@ def _named(event: ev.Envelope, field: str, value: str | None) -> str:
     return value
 
 
-def _update_call(conn: Connection, pending: Pending | None, event: ev.Envelope, **values: Any) -> None:
+def _update_call(
+    conn: Connection,
+    pending: Pending | None,
+    event: ev.Envelope,
+    sent_key: str | None = None,
+    **values: Any,
+) -> None:
+    """Set `values` on the event's call row; with `sent_key` (a dispatch's), also whether it is scoped."""
     tool_call_id = _named(event, "tool_call_id", event.tool_call_id)
     values["updated_at"] = ev.parse_ts(event.occurred_at)
     values["last_event_id"] = event.event_id
-    if pending is None:
-        _UPDATE_CALL.execute(conn, {"b_tool_call_id": tool_call_id, **values})
-        return
-    held = pending.calls.get(tool_call_id)
+    held = pending.calls.get(tool_call_id) if pending is not None else None
     if held is not None:
+        if sent_key is not None:
+            values["key_scoped"] = held["idempotency_key"] != sent_key
         held.update(values)
         return
-    row = _UPDATE_CALL_RETURNING.one_or_none(conn, {"b_tool_call_id": tool_call_id, **values})
+    params = {"b_tool_call_id": tool_call_id, **values}
+    plain, returning = _UPDATE_CALL, _UPDATE_CALL_RETURNING
+    if sent_key is not None:
+        params["b_sent_key"] = sent_key
+        plain, returning = _DISPATCH_CALL, _DISPATCH_CALL_RETURNING
+    if pending is None:
+        plain.execute(conn, params)
+        return
+    row = returning.one_or_none(conn, params)
     if row is not None:
         pending.written[tool_call_id] = row
 
@@ -388,6 +416,7 @@ def _dispatching(conn: Connection, event: ev.ToolCallDispatchingEvent, pending: 
         conn,
         pending,
         event,
+        sent_key=p.idempotency_key,
         status="dispatching",
         attempts=p.attempt,
         external_request_id=p.external_request_id,

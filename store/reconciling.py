@@ -34,6 +34,7 @@ from store.commands import (
     StartReconciliation,
     Verdict,
 )
+from store.keys import sent_key
 from store.leasing import call_envelope, call_row, fenced, grant
 from store.log import Append
 from store.model import CallView, NotFound, StaleLease, StoreError
@@ -210,9 +211,11 @@ def redispatch(conn: Connection, cmd: Redispatch, *, producer: str) -> CallView:
     """
     log = Append(conn)
     row = fenced(conn, cmd.tool_call_id, cmd.token, "result_unknown")
+    # The key the backend got the last time, or it would not know the request again: scoped, or plain
+    # for a call first dispatched before keys were scoped.
     payload = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
-        idempotency_key=row.idempotency_key,
+        idempotency_key=sent_key(row.tenant, row.subject, row.idempotency_key, scoped=row.key_scoped),
         external_request_id=row.external_request_id,
         retry_of_attempt=row.attempts,
         **grant(cmd.owner, row.lease_token, cmd.now, cmd.lease_s),

@@ -805,7 +805,7 @@ def _record_new(
     if effect == "allow":
         dispatching = ev.ToolCallDispatching(
             attempt=1,
-            idempotency_key=who.idempotency_key,
+            idempotency_key=who.sent_key,
             external_request_id=req.external_request_id,
             **grant(req.lease_owner, 0, who.now, req.lease_s),
         )

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    false,
     text,
 )
 from sqlalchemy.types import TypeEngine
@@ -530,6 +531,9 @@ tool_calls = Table(
     Column("confirmation_expires_at", UTCDateTime),
     # The capability's contract when the call was requested: a pending approval for another is refused.
     Column("contract_hash", DigestText(80)),
+    # Whether its last `tool_call.dispatching` sent the key scoped to the principal (store.keys), so a
+    # lookup and a re-send use the key the backend got: false for calls dispatched before 0025.
+    Column("key_scoped", Boolean, nullable=False, server_default=false()),
     Index("ix_tool_calls_tenant_status", "tenant", "status"),
     Index("ix_tool_calls_status_lease", "status", "lease_expires_at"),
     Index("ix_tool_calls_run_id", "run_id", **_IN_A_RUN),

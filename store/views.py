@@ -62,6 +62,7 @@ def call_view(row: Record) -> CallView:
         confirmation_id=row.confirmation_id,
         confirmation_expires_at=row.confirmation_expires_at,
         contract_hash=row.contract_hash,
+        key_scoped=bool(row.key_scoped),
     )
 
 

@@ -114,6 +114,7 @@ class Api:
             tenant=call.tenant,
             arguments=dict(call.arguments),
             idempotencyKey=call.idempotency_key,
+            backendKey=call.sent_key if call.attempts else None,
             actionHash=call.action_hash,
             policyVersion=call.policy_version,
             decision=call.decision_effect,

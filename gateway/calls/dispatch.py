@@ -98,7 +98,8 @@ class Dispatcher:
         invocation = Invocation(
             capability=capability,
             arguments=arguments,
-            idempotency_key=call.idempotency_key,
+            # As its dispatch record says it is sent: scoped to the principal (store.keys).
+            idempotency_key=call.sent_key,
             tool_call_id=call.tool_call_id,
             external_request_id=call.external_request_id,
             attempt=max(call.attempts, 1),
@@ -143,7 +144,7 @@ class Dispatcher:
         invocation = Invocation(
             capability=capability,
             arguments=arguments,
-            idempotency_key=who.idempotency_key,
+            idempotency_key=who.sent_key,  # what `record_read` records it was sent under
             tool_call_id=who.tool_call_id,
             external_request_id=request.external_request_id,
             attempt=1,

@@ -27,9 +27,12 @@ naming the next one, none after the last). The effect found under the key is thi
 backend's record names its external request id or tool call id, or, if it names neither, when no
 later call has been sent under the key: an honest re-send's own effect is not flagged.
 
-A record that names another of Writ's dispatches is never this call's, in any lookup (`_look_up`):
-keys are each principal's own at Writ, but a backend holds every principal's in one space, and another
-principal's effect under the same key must neither complete an unknown call nor contradict a failure.
+Every lookup and re-send uses the key the call was dispatched with (`CallView.sent_key`): the client's
+key scoped to the principal (`store.keys`), so another principal's record under the same client key is
+not found; or, for a call dispatched before keys were scoped, the plain key the backend got then. A
+record that names another of Writ's dispatches is never this call's, in any lookup (`_look_up`): under
+a plain key a backend holds every principal's effects in one space, and another principal's must
+neither complete an unknown call nor contradict a failure.
 """
 
 from __future__ import annotations
@@ -215,8 +218,8 @@ class Reconciler:
         evidence = dict(asked.evidence)
         if asked.verdict == "succeeded" and asked.result is not None:
             # Whatever executor looked (a callable's lookup too): a record naming another dispatch of
-            # Writ's and not this one is that dispatch's effect. Keys are each principal's own here,
-            # but a backend holds every principal's in one space.
+            # Writ's and not this one is that dispatch's effect (another principal's under a plain key,
+            # sent before keys were scoped; or a later re-send of the same effect).
             record, ids = asked.result.to_json(), (call.external_request_id, call.tool_call_id)
             if names_another(record, ids) and not mentions(record, ids):
                 asked = ReconcileResult("not_found", evidence={**evidence, "records_of_others": 1})
@@ -338,7 +341,7 @@ class Reconciler:
                 call,
                 "confirmed_failure",
                 evidence=evidence,
-                detail=f"the backend has no effect for key {call.idempotency_key}, looked up after the "
+                detail=f"the backend has no effect for key {call.sent_key}, looked up after the "
                 "commit horizon",
                 # A backend that breaks its horizon can still commit it: looked up again from then.
                 recheck_at=self._next_recheck(capability, horizon_at, looked_up_at),
@@ -507,7 +510,8 @@ class Reconciler:
         return Invocation(
             capability=capability,
             arguments=dict(call.arguments),
-            idempotency_key=call.idempotency_key,
+            # The key the backend got: scoped, or plain for a call dispatched before keys were scoped.
+            idempotency_key=call.sent_key,
             tool_call_id=call.tool_call_id,
             external_request_id=call.external_request_id,
             attempt=call.attempts,

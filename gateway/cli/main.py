@@ -469,6 +469,8 @@ def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
         "subject": call.subject,
         "runId": call.run_id,
         "idempotencyKey": call.idempotency_key,
+        # What the backend got (scoped to the principal), to find the call's record there; null unsent.
+        "backendKey": call.sent_key if call.attempts else None,
         "arguments": dict(call.arguments),
         "events": [{"seq": e.seq, "type": e.type, "at": e.occurred_at} for e in events],
         **retry_links(events),

@@ -48,11 +48,11 @@ class RunningBackend:
         self.process.stdout.close()
 
 
-def start_backend(db_path: Path, stderr_path: Path) -> RunningBackend:
+def start_backend(db_path: Path, stderr_path: Path, *options: str) -> RunningBackend:
     """Start acme-payments on a port of its choosing and wait (bounded) for its "listening" line."""
     with stderr_path.open("a") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "demo.acme_payments", "--port", "0", "--db", str(db_path)],
+            [sys.executable, "-m", "demo.acme_payments", "--port", "0", "--db", str(db_path), *options],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -247,6 +247,54 @@ def test_two_posts_with_the_same_idempotency_key_execute_two_refunds(client: htt
     assert first.json()["refund_id"] != second.json()["refund_id"]
     assert len(refunds_with_key(client, "same-key")) == 2
     assert client.get("/orders/1001").json()["refunded_total"] == 20.0
+
+
+@pytest.fixture
+def deduping(db_path: Path, tmp_path: Path) -> Iterator[httpx2.Client]:
+    """A client of acme-payments run with `--dedupe`."""
+    running = start_backend(db_path, tmp_path / "acme.stderr", "--dedupe")
+    try:
+        with httpx2.Client(base_url=running.url, timeout=HTTP_TIMEOUT_S) as http:
+            yield http
+    finally:
+        running.stop()
+    assert "Traceback" not in running.stderr_path.read_text()
+
+
+def test_with_dedupe_a_key_executed_before_is_answered_with_its_refund_and_nothing_runs(
+    deduping: httpx2.Client,
+) -> None:
+    first = refund(deduping, key="same-key", amount=10)
+    second = refund(deduping, key="same-key", amount=20, reason="another")
+    other = refund(deduping, key="other-key", amount=10)
+
+    assert (first.status_code, second.status_code, other.status_code) == (201, 201, 201)
+    assert second.json() == first.json() and second.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert other.json()["refund_id"] != first.json()["refund_id"]
+    assert len(refunds_with_key(deduping, "same-key")) == 1
+    assert deduping.get("/orders/1001").json()["refunded_total"] == 20.0
+
+
+def test_with_dedupe_a_key_is_answered_with_its_refund_when_the_order_has_nothing_left_to_refund(
+    deduping: httpx2.Client,
+) -> None:
+    first = refund(deduping, key="all", amount=120)
+
+    again = refund(deduping, key="all", amount=120)
+
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert again.json()["refund_id"] == first.json()["refund_id"]
+
+
+def test_with_dedupe_concurrent_refunds_under_one_key_execute_once(deduping: httpx2.Client) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda _: refund(deduping, key="racing", amount=10), range(8)))
+
+    assert {a.status_code for a in answers} == {201}
+    assert len({a.json()["refund_id"] for a in answers}) == 1
+    assert len(refunds_with_key(deduping, "racing")) == 1
+    assert deduping.get("/orders/1001").json()["refunded_total"] == 10.0
 
 
 def test_refunds_are_listed_oldest_first_and_can_be_filtered_by_idempotency_key(

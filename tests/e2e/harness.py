@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -43,6 +44,8 @@ REPO = Path(__file__).resolve().parents[2]
 WRIT = [str(Path(sys.executable).parent / "writ")]
 
 TLS = ssl.create_default_context()
+"""The CA bundle loaded once: an httpx2 client made without `verify` (each `httpx2.get`, each MCP
+client) loads it again, 20 to 100 ms of CPU, which the suite paid on every session and every probe."""
 
 QUICK_LEASE_MARGIN_S = 3.0
 """The lease margin of gateways whose tests settle unknown refunds in seconds rather than minutes.
@@ -52,8 +55,15 @@ prepared, before its policy ran and its admission committed. A margin of 1 s was
 loaded CI machine (three workers on two cores): a hung refund was answered `failed` where the test
 needed it sent and unknown, which is what a call refused unsent (`lease_expired_before_dispatch`)
 truthfully answers. Three seconds keep the waits short and outlast such a stall."""
-"""The CA bundle loaded once: an httpx2 client made without `verify` (each `httpx2.get`, each MCP
-client) loads it again, 20 to 100 ms of CPU, which the suite paid on every session and every probe."""
+
+QUICK_WORKERS = {
+    "interval_s": 0.5,
+    "executor_grace_s": 0.3,
+    "lease_margin_s": QUICK_LEASE_MARGIN_S,
+    "reconcile_backoff_s": 0.5,
+}
+"""Workers that settle an unknown refund in seconds: a lookup, a backoff, a lease run out the same way
+at 0.5 s as at 5 s."""
 
 
 @contextlib.asynccontextmanager
@@ -89,6 +99,16 @@ def stop(process: subprocess.Popen[Any]) -> None:
             process.wait(timeout=10)
 
 
+SCOPE_TAG = re.compile(r"~[0-9a-f]{20}")
+"""What Writ appends to a client's key before a backend gets it (`store.keys.scoped_key`)."""
+
+
+def sent_for(sent: str, key: str) -> bool:
+    """Whether `sent`, a key as a backend got it, is the client's `key`: scoped to whichever principal
+    sent it (`<key>~<tag>`), or as it came, as a call dispatched before keys were scoped sent it."""
+    return sent == key or (sent.startswith(key) and SCOPE_TAG.fullmatch(sent, len(key)) is not None)
+
+
 @dataclass
 class Backend:
     """acme-payments over HTTP, wherever it runs."""
@@ -96,7 +116,14 @@ class Backend:
     url: str
 
     def refunds(self, key: str | None = None) -> list[dict[str, Any]]:
-        params = {"idempotency_key": key} if key else None
+        """Executed refunds, oldest first; with `key`, those sent under the client's key `key`, by any
+        principal (each principal's went out under a key of its own: `refunds_sent` asks for one)."""
+        every = self.refunds_sent()
+        return every if key is None else [r for r in every if sent_for(r["idempotency_key"], key)]
+
+    def refunds_sent(self, sent: str | None = None) -> list[dict[str, Any]]:
+        """Executed refunds under exactly the key `sent` as the backend got it (all without one)."""
+        params = {"idempotency_key": sent} if sent is not None else None
         return httpx2.get(f"{self.url}/refunds", params=params, timeout=5, verify=TLS).json()["refunds"]
 
     def chaos(self, **settings: int) -> None:
@@ -116,7 +143,8 @@ class BackendProcess(Backend):
 
 
 @contextlib.contextmanager
-def acme_backend(workdir: Path) -> Iterator[BackendProcess]:
+def acme_backend(workdir: Path, *, dedupe: bool = False, db: str = "acme.db") -> Iterator[BackendProcess]:
+    """acme-payments as a process; with `dedupe`, one that deduplicates on the key (`--dedupe`)."""
     port = free_port()
     process = subprocess.Popen(
         [
@@ -126,7 +154,8 @@ def acme_backend(workdir: Path) -> Iterator[BackendProcess]:
             "--port",
             str(port),
             "--db",
-            str(workdir / "acme.db"),
+            str(workdir / db),
+            *(["--dedupe"] if dedupe else []),
         ],
         stdout=subprocess.DEVNULL,
         cwd=workdir,
@@ -154,6 +183,7 @@ def demo_config(
     extra_rules: list[dict[str, Any]] | None = None,
     budgets: list[dict[str, Any]] | None = None,
     loops: list[dict[str, Any]] | None = None,
+    capabilities: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     """The demo's config for these ports and store, with short backend timeouts so tests stay quick
     (the commit horizon, unless given, twice the timeout).
@@ -163,7 +193,8 @@ def demo_config(
     `policy_file`); `extra_backends` and `extra_rules` are added to the demo's backends and policy rules;
     `budgets` and `loops` replace the demo's budget and loop rules, which are left out
     unless given: cases of a module share principals and repeat calls on purpose (test_mcp_loops.py
-    runs loop rules of its own, and checks the demo turns its rules on).
+    runs loop rules of its own, and checks the demo turns its rules on). `capabilities` maps a demo
+    capability's id to settings merged over it (e.g. `{"refund-order": {"dedupes_on_key": True}}`).
     """
     template = Template((REPO / "demo" / "demo.yaml").read_text())
     backend_port = backend_url.rsplit(":", 1)[1]
@@ -186,6 +217,7 @@ def demo_config(
     config["backends"]["acme"]["commit_horizon_s"] = commit_horizon_s or 2 * timeout_s
     for capability in config["capabilities"]:
         capability["timeout_s"] = timeout_s
+        capability.update((capabilities or {}).get(capability["id"], {}))
     path = workdir / "writ.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

@@ -12,6 +12,7 @@ import uuid
 import anyio
 import pytest
 
+from store.keys import scoped_key
 from tests.e2e.harness import Backend, Gateway
 from tests.eventually import eventually
 
@@ -74,7 +75,8 @@ async def read_and_write(gateway: Gateway, backend: Backend, mode: str) -> None:
         assert write.is_error is False, write
         assert write.structured_content["status"] == "succeeded"
         assert write.meta["writ/status"] == "completed"
-    assert [r["idempotency_key"] for r in backend.refunds(key)] == [key]
+    # The backend got the key scoped to alice, and holds her refund under it.
+    assert [r["idempotency_key"] for r in backend.refunds(key)] == [scoped_key("acme", "alice", key)]
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from playwright.async_api import Browser, expect
 
+from store.keys import scoped_key
 from tests.e2e.harness import REPO, Backend, Gateway
 from tests.e2e.test_console import logged_in
 from tests.eventually import eventually
@@ -78,6 +79,8 @@ async def test_an_approver_sees_an_escalated_call_with_its_evidence_and_resolves
     card = page.locator(f"article#call-{tool_call_id}")
     await expect(card.locator("h2")).to_contain_text("refund 15 EUR to order 1002")
     await expect(card.locator(".badge")).to_have_text("escalated: needs a person")
+    # The key to look the refund up by at the backend: alice's, as Writ sent it.
+    await expect(card).to_contain_text(scoped_key("acme", "alice", "console-unknown-1"))
     await expect(card.locator(".evidence")).to_contain_text("error=connection_lost")
     await expect(card.locator(".attempts li strong")).to_have_text(["started", "escalated"])
     await expect(card.locator(".attempts li[data-type=escalated]")).to_contain_text(

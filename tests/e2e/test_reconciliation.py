@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from store import Store
-from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, writ_gateway
+from store.keys import scoped_key
+from tests.e2e.harness import QUICK_WORKERS, Backend, Gateway, writ_gateway
 from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -19,12 +20,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
 ARGS = {"order_id": "1002", "amount": 15, "currency": "EUR", "reason": "late delivery"}
 TIMEOUT_S = 0.5
 """The backend's timeout (its commit horizon twice that): what a hung refund waits before it is unknown."""
-WORKERS = {
-    "interval_s": 0.5,
-    "executor_grace_s": 0.3,
-    "lease_margin_s": QUICK_LEASE_MARGIN_S,
-    "reconcile_backoff_s": 0.5,
-}
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +27,7 @@ def quick_gateway(
     tmp_path_factory: pytest.TempPathFactory, module_backend: Backend, module_store_url: str
 ) -> Iterator[Gateway]:
     workdir = tmp_path_factory.mktemp("writ")
-    config = {"timeout_s": TIMEOUT_S, "overrides": {"workers": WORKERS}}
+    config = {"timeout_s": TIMEOUT_S, "overrides": {"workers": QUICK_WORKERS}}
     with writ_gateway(workdir, module_backend, module_store_url, **config) as g:
         yield g
 
@@ -66,7 +61,9 @@ async def test_a_refund_whose_answer_was_lost_becomes_unknown_then_reconciles_to
         settled = await settled_status(client, first.meta["writ/toolCallId"])
 
     assert (settled["status"], settled["verification"]) == ("completed", "confirmed_success")
-    assert settled["result"]["structuredContent"]["idempotency_key"] == f"lost-{fault}"
+    assert settled["result"]["structuredContent"]["idempotency_key"] == scoped_key(
+        "acme", "alice", f"lost-{fault}"
+    )
     assert len(backend.refunds(f"lost-{fault}")) == 1
     # What `writ calls show` lists, read from the store here (the CLI as a process: e2e/test_cli.py).
     with Store.open(module_store_url) as store:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from store.keys import scoped_key
 from tests.e2e.harness import free_port, stop, wait_listening
 from tests.eventually import eventually
 from tests.gateway.mcp import inproc
@@ -84,23 +85,18 @@ async def test_upstream_tools_are_re_exposed_renamed_and_their_effects_happen_on
             listed = await client.call_tool("list_notes", {})
             bad = await client.call_tool("notes_add", {"text": ""})
 
-    assert added.structured_content == {
-        "id": 1,
-        "text": "hello",
-        "key": "n1",
-    }  # the upstream's result, unchanged
+    sent = scoped_key("acme", "alice", "n1")  # the upstream gets the key scoped to alice
+    assert added.structured_content == {"id": 1, "text": "hello", "key": sent}  # its result, unchanged
     assert json.loads(added.content[0].text) == added.structured_content
     assert again.meta["writ/toolCallId"] == added.meta["writ/toolCallId"]
-    assert listed.structured_content["notes"] == [{"id": 1, "text": "hello", "key": "n1"}]
+    assert listed.structured_content["notes"] == [{"id": 1, "text": "hello", "key": sent}]
     assert bad.is_error and bad.structured_content["reason"] == "invalid_arguments"
     assert len(json.loads(notes.read_text())) == 1
 
 
-async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_through_the_lookup_tool(
-    tmp_path: Path,
-) -> None:
-    notes = tmp_path / "notes.json"
-    backend = {
+def late_notes_backend(notes: Path) -> dict:
+    """Notes answered too late (after a 1 s timeout), looked up by key with the upstream's own tool."""
+    return {
         "type": "mcp",
         "command": [sys.executable, str(UPSTREAM), str(notes)],
         "env": {"NOTES_ANSWER_DELAY_S": "3"},
@@ -112,6 +108,52 @@ async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_thro
             }
         },
     }
+
+
+async def settled_note(gateway: inproc.Writ, subject: str, text: str, key: str) -> dict:
+    """Add a note as `subject` (its answer comes too late), and wait for reconciliation to settle it."""
+    async with gateway.client(gateway.token(subject, roles="agent")) as client:
+        first = await client.call_tool("add_note", {"text": text}, meta={"writ/idempotencyKey": key})
+        assert first.structured_content["status"] == "result_unknown"
+        status = await eventually(
+            lambda: client.call_tool("writ_call_status", {"toolCallId": first.meta["writ/toolCallId"]}),
+            lambda s: s.structured_content["status"] != "result_unknown",
+            within_s=30,
+        )
+    return status.structured_content
+
+
+async def test_a_lookup_by_key_finds_the_principals_own_note_not_anothers_under_the_same_key(
+    tmp_path: Path,
+) -> None:
+    # The upstream keeps no request id, so a record under a key names no call: only the key says whose
+    # it is. Sent as the client gave it, bob's note was found for alice's call and settled it.
+    notes = tmp_path / "notes.json"
+    with gateway_for(tmp_path, late_notes_backend(notes)) as gateway:
+        bobs = await settled_note(gateway, "bob", "bob's", "shared")
+        alices = await settled_note(gateway, "alice", "alice's", "shared")
+
+    assert (bobs["status"], alices["status"]) == ("completed", "completed")
+    # Each settled with its own note: alice's lookup did not find bob's, added first under "shared".
+    assert [n["result"]["structuredContent"]["text"] for n in (bobs, alices)] == ["bob's", "alice's"]
+    assert bobs["result"]["structuredContent"] == {
+        "id": 1,
+        "text": "bob's",
+        "key": scoped_key("acme", "bob", "shared"),
+    }
+    assert alices["result"]["structuredContent"] == {
+        "id": 2,
+        "text": "alice's",
+        "key": scoped_key("acme", "alice", "shared"),
+    }
+    assert len(json.loads(notes.read_text())) == 2  # looked up, never re-sent
+
+
+async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_through_the_lookup_tool(
+    tmp_path: Path,
+) -> None:
+    notes = tmp_path / "notes.json"
+    backend = late_notes_backend(notes)
     with gateway_for(tmp_path, backend) as gateway:
         async with gateway.client(gateway.token("alice", roles="agent")) as client:
             first = await client.call_tool(
@@ -130,7 +172,8 @@ async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_thro
     assert first.structured_content["status"] == "result_unknown"
     settled = status.structured_content
     assert (settled["status"], settled["verification"]) == ("completed", "confirmed_success")
-    assert settled["result"]["structuredContent"] == {"id": 1, "text": "late", "key": "slow-1"}
+    sent = scoped_key("acme", "alice", "slow-1")
+    assert settled["result"]["structuredContent"] == {"id": 1, "text": "late", "key": sent}
     assert "reconciliation.resolved" in shown
     assert resolved.payload["evidence"]["lookup_tool"] == "find_note_by_key"
     assert len(json.loads(notes.read_text())) == 1  # looked up, never re-sent

@@ -39,7 +39,7 @@ import anyio
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.calls.faults import CRASH_ENV, POINTS, STOP_ENV
 from store import Store
-from tests.e2e.harness import WRIT, Backend, demo_config, free_port, mcp_client, stop, wait_http
+from tests.e2e.harness import WRIT, Backend, demo_config, free_port, mcp_client, sent_for, stop, wait_http
 from tests.faults.plug import Plug, through
 
 BACKEND_FAULTS: dict[str, dict[str, int]] = {
@@ -319,7 +319,7 @@ class Campaign:
         held = set(self.backend.held())
         with Store.open(self.store_url) as store:
             for trial in self.trials:
-                if trial.key in self.verified or trial.key in held:
+                if trial.key in self.verified or any(sent_for(sent, trial.key) for sent in held):
                     continue
                 if trial.arguments is not None and trial.tool_call_id is None:
                     continue  # not sent yet

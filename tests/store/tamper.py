@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import Connection, Table, delete, insert, select, update
@@ -144,19 +144,51 @@ def as_written_before_rfc8785(store: Store, upto: int | None = None) -> None:
         conn.execute(update(log_head).values(last_hash=prev_hash))
 
 
+def as_dispatched_before_keys_were_scoped(store: Store, tool_call_id: str) -> None:
+    """Re-seal the call's `tool_call.dispatching` events with its plain client key, and every later event,
+    and set its row as migration 0025 leaves a row written before: the log and projection an older Writ
+    would have left for a call it sent with the key as the client gave it. Not an attack: an upgrade."""
+    from store.schema import tool_calls
+
+    call = store.get_call(tool_call_id)
+    assert call is not None
+
+    def dispatched(row: dict[str, Any]) -> bool:
+        return row["tool_call_id"] == tool_call_id and row["type"] == "tool_call.dispatching"
+
+    def plain(row: dict[str, Any], payload: dict[str, Any]) -> None:
+        if dispatched(row):
+            payload["idempotency_key"] = call.idempotency_key
+
+    _reseal_from(store, next(r["seq"] for r in rows(store) if dispatched(r)), plain)
+    set_projection(store, tool_calls, {"tool_call_id": tool_call_id}, key_scoped=False)
+
+
 def rewrite_from(store: Store, seq: int) -> None:
     """Edit the event at `seq`, re-seal it and every later event, and move the head to the new last hash:
     what someone with write access to the database and the hashing scheme can do unseen by the chain."""
+
+    def tampered(row: dict[str, Any], payload: dict[str, Any]) -> None:
+        if row["seq"] == seq:
+            payload["tampered"] = True
+
+    _reseal_from(store, seq, tampered)
+
+
+def _reseal_from(store: Store, seq: int, edit: Callable[[dict[str, Any], dict[str, Any]], None]) -> None:
+    """Let `edit` change the payload of each event from `seq` on, re-seal them all and move the head."""
     from store.events import compute_hash, json_for
+    from store.schema import read_correlation
 
     everything = rows(store)
     prev_hash, resealed = everything[seq - 2]["hash"] if seq > 1 else "0" * 64, []
     for row in everything[seq - 1 :]:
         payload = json.loads(row["payload"])
-        if row["seq"] == seq:
-            payload["tampered"] = True
+        edit(row, payload)
         envelope = {**row, "payload": payload, "prev_hash": prev_hash}
-        envelope["hash"] = compute_hash(envelope)
+        # Hashed as written: a call's own id as its correlation is stored as "" (store.schema).
+        hashed = {**envelope, "correlation_id": read_correlation(row["correlation_id"], row["tool_call_id"])}
+        envelope["hash"] = compute_hash(hashed)
         resealed.append({**envelope, "payload": json_for(envelope["schema_version"])(payload)})
         prev_hash = envelope["hash"]
     with store.engine.begin() as conn:

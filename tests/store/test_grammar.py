@@ -8,6 +8,7 @@ from typing import Any
 
 from store import events as ev
 from store.grammar import CALL_FREE_TYPES, TRANSITIONS, Grammar
+from store.keys import scoped_key
 from store.model import GrammarViolation
 from tests.store.builders import NOW
 
@@ -159,6 +160,33 @@ def test_a_retry_after_an_unknown_outcome_must_say_which_attempt_it_retries() ->
     assert follow(requested("c", 1), dispatching("c", 2), unknown, marked) is None
     unmarked = follow(requested("c", 1), dispatching("c", 2), unknown, dispatching("c", 4, attempt=2))
     assert unmarked is not None and unmarked.rule == "redispatch_unmarked"
+
+
+def test_a_dispatch_sends_the_calls_key_plain_or_scoped_to_its_principal_and_no_other() -> None:
+    scoped = scoped_key("acme", "alice", "k")
+
+    assert follow(requested("c", 1), dispatching("c", 2, key=scoped)) is None
+    assert follow(requested("c", 1), dispatching("c", 2, key="k")) is None  # as before keys were scoped
+    for other in ("k2", scoped_key("acme", "bob", "k"), scoped_key("globex", "alice", "k"), "k~" + "0" * 20):
+        violation = follow(requested("c", 1), dispatching("c", 2, key=other))
+        assert violation is not None and (violation.seq, violation.rule) == (2, "dispatch_under_another_key")
+
+
+def test_a_re_send_after_an_unknown_outcome_goes_under_the_key_sent_before() -> None:
+    unknown = ev.ToolCallResultUnknownEvent(**envelope("c", 3), payload=ev.ToolCallResultUnknown())
+    scoped = scoped_key("acme", "alice", "k")
+
+    def resent(key: str) -> ev.Event:
+        payload = ev.ToolCallDispatching(
+            attempt=2, idempotency_key=key, external_request_id="x", retry_of_attempt=1
+        )
+        return ev.ToolCallDispatchingEvent(**envelope("c", 4), payload=payload)
+
+    for first in ("k", scoped):
+        assert follow(requested("c", 1), dispatching("c", 2, key=first), unknown, resent(first)) is None
+        other = "k" if first == scoped else scoped
+        changed = follow(requested("c", 1), dispatching("c", 2, key=first), unknown, resent(other))
+        assert changed is not None and (changed.seq, changed.rule) == (4, "redispatch_under_another_key")
 
 
 def test_a_confirm_capability_never_dispatches_unconfirmed() -> None:

@@ -491,13 +491,15 @@ _CALL_ID_TABLES = ("events", "tool_calls", "effect_ledger", "approvals")
 
 def _call_ids(store: Store) -> dict[str, list[bytes | str]]:
     with store.engine.connect() as conn:
+        # Sorted: an upgrade may update rows (0025 marks calls whose keys went out scoped), and
+        # PostgreSQL then returns them in another order.
         return {
-            table: [
-                row[0]
+            table: sorted(
+                bytes(row[0]) if isinstance(row[0], memoryview) else row[0]
                 for row in conn.exec_driver_sql(
                     f"SELECT tool_call_id FROM {table} WHERE tool_call_id IS NOT NULL"
                 )
-            ]
+            )
             for table in _CALL_ID_TABLES
         }
 

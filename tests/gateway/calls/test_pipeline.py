@@ -18,6 +18,7 @@ from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.errors import UnknownTool
 from policy.engine import Policy
 from policy.model import Principal
+from store.keys import scoped_key
 from store.store import Store
 from tests.eventually import eventually
 
@@ -129,7 +130,10 @@ async def test_an_allowed_write_is_recorded_before_and_after_and_dispatched_once
         "tool_call.completed",
     ]
     assert len(executor.invocations) == 1
-    assert executor.invocations[0].idempotency_key == "k1"
+    # The backend gets the key scoped to alice, as the dispatch record says it was sent.
+    sent = scoped_key("acme", "alice", "k1")
+    assert executor.invocations[0].idempotency_key == sent == report.call.sent_key
+    assert store.events(tool_call_id=report.call.tool_call_id)[1].payload["idempotency_key"] == sent
 
 
 async def test_a_repeat_with_the_same_key_returns_the_recorded_call_without_dispatching(

@@ -23,6 +23,7 @@ from gateway.calls.pipeline import CallInput, CallPipeline, CallReport
 from policy.engine import Policy
 from policy.model import Principal
 from store.commands import RevokePrincipal
+from store.keys import scoped_key
 from store.store import Store
 from tests.commits import write_commits
 from tests.eventually import eventually
@@ -115,6 +116,10 @@ async def test_an_allowed_read_runs_before_anything_is_recorded_then_is_recorded
         "tool_call.dispatching",
         "tool_call.completed",
     ]
+    # Sent before anything was recorded, under the key its record then says it was sent under.
+    dispatched = store.events()[1].payload["idempotency_key"]
+    assert executor.invocations[0].idempotency_key == dispatched == report.call.sent_key
+    assert dispatched == scoped_key(ALICE.tenant, ALICE.subject, report.call.idempotency_key)
     assert store.verify().ok
 
 

@@ -26,11 +26,13 @@ from policy.engine import Policy
 from policy.model import Principal
 from store.commands import ResolveManually
 from store.events import format_ts
+from store.keys import scoped_key
 from store.model import Charge, LoopKey
 from store.schema import budget_counters, loop_marks
 from store.store import Store
 from tests.eventually import eventually
 from tests.postgres import fresh_schema
+from tests.store import tamper
 from tests.store.builders import call_request
 
 pytestmark = pytest.mark.anyio
@@ -330,8 +332,45 @@ async def test_a_deduplicating_backend_gets_the_same_key_again_as_a_recorded_ret
 
     call = store.get_call(tool_call_id)
     assert (call.status, call.attempts) == ("completed", 2)
-    assert [inv.idempotency_key for inv in executor.invocations] == ["k-pay_invoice", "k-pay_invoice"]
+    sent = scoped_key("acme", "alice", "k-pay_invoice")
+    assert [inv.idempotency_key for inv in executor.invocations] == [sent, sent]
     assert executor.invocations[1].attempt == 2
+
+
+async def test_an_unknown_call_sent_before_keys_were_scoped_is_looked_up_under_its_plain_key(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    # An upgrade: the call was sent by a Writ that gave the backend the client's key as it came; the
+    # backend knows its effect by that key, and by no other.
+    old = await unknown_call(pipeline, executor, "refund_order")
+    tamper.as_dispatched_before_keys_were_scoped(store, old)
+    new = await unknown_call(pipeline, executor, "slow_refund")
+    for _ in range(2):
+        executor.reconcile_script.append(ReconcileResult("succeeded", json_result({"refund_id": "r1"})))
+
+    await workers.tick()
+
+    looked_up = {inv.tool_call_id: inv.idempotency_key for inv in executor.reconciled}
+    assert looked_up == {old: "k-refund_order", new: scoped_key("acme", "alice", "k-slow_refund")}
+    assert store.get_call(old).status == store.get_call(new).status == "completed"
+    assert store.verify().ok  # a log with both kinds of dispatch replays to the same projections
+
+
+async def test_an_unknown_call_sent_before_keys_were_scoped_is_re_sent_under_its_plain_key(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor, "pay_invoice")
+    tamper.as_dispatched_before_keys_were_scoped(store, tool_call_id)
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.attempts, call.key_scoped) == ("completed", 2, False)
+    # A deduplicating backend answers the re-send with the first effect only under the key it got.
+    assert executor.invocations[-1].idempotency_key == "k-pay_invoice"
+    resend = [e for e in store.events(tool_call_id=tool_call_id) if e.type == "tool_call.dispatching"][-1]
+    assert (resend.payload["idempotency_key"], resend.payload["retry_of_attempt"]) == ("k-pay_invoice", 1)
+    assert store.verify().ok
 
 
 async def test_a_dispatch_left_past_its_lease_is_recovered_as_unknown_and_then_reconciled(

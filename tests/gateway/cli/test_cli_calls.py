@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import socket
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from gateway.config import load_config
 from gateway.opening import dev_issuer_for
 from store import Store
 from store.commands import EscalateReconciliation, RevokePrincipal, StartReconciliation
+from store.keys import scoped_key
 from store.model import StoredEvent
 from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
 
@@ -89,6 +91,27 @@ def test_unresolved_lists_only_unknown_calls_and_marks_the_escalated_ones(tmp_pa
     assert out.exit_code == 0, out.output
     assert "tc-lost" in out.output and "ESCALATED" in out.output
     assert "tc-done" not in out.output
+
+
+def test_show_gives_the_key_as_the_backend_got_it_beside_the_clients_and_none_before_it_was_sent(
+    tmp_path: Path,
+) -> None:
+    config = escalated_store(tmp_path)
+    with Store.open(f"sqlite:///{tmp_path / 'writ.db'}") as store:
+        store.admit(
+            call_request(tool_call_id="tc-waiting", idempotency_key="k-waiting", decision=REQUIRE_APPROVAL)
+        )
+
+    shown = {
+        tool_call_id: json.loads(
+            CliRunner().invoke(app, ["calls", "show", tool_call_id, "-c", str(config)]).output
+        )
+        for tool_call_id in ("tc-lost", "tc-waiting")
+    }
+
+    lost, waiting = shown["tc-lost"], shown["tc-waiting"]
+    assert (lost["idempotencyKey"], lost["backendKey"]) == ("k-lost", scoped_key("acme", "alice", "k-lost"))
+    assert (waiting["idempotencyKey"], waiting["backendKey"]) == ("k-waiting", None)
 
 
 def test_a_value_in_a_summary_cannot_add_a_row_to_a_list(tmp_path: Path) -> None:
