@@ -108,7 +108,11 @@ async def test_a_note_whose_answer_came_too_late_is_unknown_then_reconciled_thro
         "overrides": {
             "add_note": {
                 "timeout_s": 1,
-                "reconcile": {"tool": "find_note_by_key", "arguments": {"key": "{idempotency_key}"}},
+                "reconcile": {
+                    "tool": "find_note_by_key",
+                    "arguments": {"key": "{idempotency_key}"},
+                    "records": "/notes",  # it answers {"notes": [...]}, each note with its key
+                },
             }
         },
     }
