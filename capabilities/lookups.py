@@ -23,7 +23,7 @@ from typing import Any
 
 from capabilities.config import LookupReading, same_state
 from capabilities.contract import Invocation, ReconcileResult
-from capabilities.pointers import ABSENT, resolve
+from capabilities.pointers import ABSENT, escape_token, resolve
 from capabilities.results import compact_json, json_result, mentions, names_another
 
 FAILURE_WORDS = frozenset(
@@ -199,7 +199,7 @@ def _failure_word(value: Any, where: str) -> tuple[str, str] | None:
             said = value.get(name)
             if isinstance(said, str) and said.strip().lower() in FAILURE_WORDS:
                 return f"{where}/{name}", said
-        items: Any = ((_escaped(str(name)), item) for name, item in value.items())
+        items: Any = ((escape_token(str(name)), item) for name, item in value.items())
     elif isinstance(value, list):
         items = ((str(index), item) for index, item in enumerate(value))
     else:
@@ -209,10 +209,6 @@ def _failure_word(value: Any, where: str) -> tuple[str, str] | None:
         if found is not None:
             return found
     return None
-
-
-def _escaped(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
 
 
 def _inconclusive(

@@ -34,6 +34,11 @@ def parse_pointer(pointer: str) -> tuple[str, ...]:
     return tuple(token.replace("~1", "/").replace("~0", "~") for token in tokens)
 
 
+def escape_token(name: str) -> str:
+    """`name` as one reference token of a pointer (`a/b` is `a~1b`)."""
+    return name.replace("~", "~0").replace("/", "~1")
+
+
 def resolve(value: Any, pointer: str) -> Any:
     """What `pointer` names in the JSON `value`, or `ABSENT`.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from capabilities.pointers import ABSENT, parse_pointer, resolve
+from capabilities.pointers import ABSENT, escape_token, parse_pointer, resolve
 
 DOC = {"foo": ["bar", "baz"], "": 0, "a/b": 1, "m~n": 8, "k": {"0": "zero"}, "n": None}
 
@@ -38,3 +38,8 @@ def test_what_a_pointer_does_not_reach_is_absent(pointer: str) -> None:
 def test_a_malformed_pointer_is_refused_saying_why(pointer: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_pointer(pointer)
+
+
+def test_an_escaped_name_is_found_again_by_its_pointer() -> None:
+    for name in ("a/b", "m~n", "~1", "/~"):
+        assert resolve({name: 1}, "/" + escape_token(name)) == 1
