@@ -13,9 +13,20 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from capabilities.contract import ConfigError, EffectClass, config_problems
+from capabilities.pointers import parse_pointer
 
 
 class _Model(BaseModel):
@@ -147,7 +158,87 @@ class HttpBackend(_Model):
     _check_headers = field_validator("headers")(_header_fields)
 
 
-class McpReconcile(_Model):
+# --- reading a lookup's answer ----------------------------------------------------------------------
+
+StateValue = str | bool | int | float
+"""A value a record's state field may hold (compared by JSON type: `true` is not `1`)."""
+
+
+def _pointer(pointer: str) -> str:
+    parse_pointer(pointer)
+    return pointer
+
+
+def _optional_pointer(pointer: str | None) -> str | None:
+    return None if pointer is None else _pointer(pointer)
+
+
+class RecordOutcome(_Model):
+    """How to read a found record's state (`outcome:` of a lookup): the field holding it, and which
+    values mean the effect succeeded or failed. Any other value (`processing`) tells nothing yet."""
+
+    field: str
+    """A JSON pointer (RFC 6901) into the record, e.g. `/status`."""
+    succeeded: list[StateValue] = Field(min_length=1)
+    failed: list[StateValue] = Field(default_factory=list)
+    """Only final states: a record in one of them settles the call `failed` at once."""
+
+    @field_validator("succeeded", "failed", mode="before")
+    @classmethod
+    def _scalars(cls, values: Any, info: ValidationInfo) -> Any:
+        if not isinstance(values, list):
+            return values
+        if info.field_name == "succeeded" and not values:
+            raise ValueError("list at least one value that means the effect succeeded")
+        for value in values:
+            if not isinstance(value, str | bool | int | float):
+                raise ValueError(f"{value!r} is not a string, number or boolean a state field could hold")
+        return values
+
+    @field_validator("field")
+    @classmethod
+    def _field_pointer(cls, pointer: str) -> str:
+        if pointer == "":
+            raise ValueError("'' names the whole record; name the member holding its state, e.g. /status")
+        return _pointer(pointer)
+
+    @model_validator(mode="after")
+    def _apart(self) -> RecordOutcome:
+        both = [value for value in self.succeeded if any(same_state(value, f) for f in self.failed)]
+        if both:
+            shown = ", ".join(repr(value) for value in both)
+            raise ValueError(f"{shown} listed as both succeeded and failed")
+        return self
+
+
+def same_state(found: Any, listed: StateValue) -> bool:
+    """Whether the JSON value `found` is the declared `listed` (of the same JSON type: `true` is not `1`)."""
+    return isinstance(found, bool) == isinstance(listed, bool) and found == listed
+
+
+class LookupReading(_Model):
+    """How to read a lookup's answer; without either, the default reading (README, "Reading a
+    lookup's answer")."""
+
+    records: str | None = None
+    """A JSON pointer to the record(s) in the answer (`/refunds`; `""` for the whole answer)."""
+    outcome: RecordOutcome | None = None
+
+    _check_records = field_validator("records")(_optional_pointer)
+
+    @model_serializer(mode="wrap")
+    def _declared_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # What a capability is dumped as is part of its contract hash, which derived keys and
+        # approvals bind: a lookup that declares neither dumps as it did before these existed, so an
+        # upgrade leaves its keys alone (a call of unknown outcome still joined by its re-send).
+        dumped: dict[str, Any] = handler(self)
+        for name in ("records", "outcome"):
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
+        return dumped
+
+
+class McpReconcile(LookupReading):
     """How to learn the outcome of an earlier call: another upstream tool, looked up by key.
 
     String values of `arguments` are templates over the call's arguments and `idempotency_key`,
@@ -358,6 +449,11 @@ class RequestSpec(_Model):
         return path
 
 
+class HttpLookup(RequestSpec, LookupReading):
+    """An HTTP capability's `reconcile:`: the request that looks an earlier dispatch up, and how to
+    read its answer."""
+
+
 class CapabilityConfig(_Model):
     id: str = Field(min_length=1)
     version: str = "1"
@@ -379,7 +475,7 @@ class CapabilityConfig(_Model):
     commit_horizon_s: float | None = Field(default=None, gt=0)
     redact: tuple[str, ...] = ()
     summary: str | None = None
-    reconcile: RequestSpec | None = None
+    reconcile: HttpLookup | None = None
     callable: str | None = None
 
     _check_idempotency_header = field_validator("idempotency_header")(_header_name)

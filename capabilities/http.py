@@ -21,7 +21,7 @@ import anyio
 import httpx2
 from opentelemetry import propagate
 
-from capabilities.config import HttpBackend, RequestSpec
+from capabilities.config import HttpBackend, HttpLookup, RequestSpec
 from capabilities.contract import (
     BackendUnavailable,
     Capability,
@@ -31,13 +31,13 @@ from capabilities.contract import (
     ReconcileResult,
 )
 from capabilities.credentials import Credentials
+from capabilities.lookups import read_answer
 from capabilities.oauth_tokens import TokenUnavailable
 from capabilities.results import (
     compact_json,
     failed_outcome,
     is_value,
     json_result,
-    lookup_found,
     parse_json,
     text_result,
     unanswered_outcome,
@@ -62,7 +62,7 @@ class HttpRoute:
 
     request: RequestSpec
     idempotency_header: str = "Idempotency-Key"
-    reconcile: RequestSpec | None = None
+    reconcile: HttpLookup | None = None
     commit_deadline_header: str | None = None
     """Where the commit deadline goes, for a backend that refuses to commit past it."""
 
@@ -154,15 +154,6 @@ def _as_text(value: Any) -> str:
     if isinstance(value, int | float):
         return str(value)
     return compact_json(value)
-
-
-def _records(body: Any) -> Any:
-    """A lookup's list of records: the body itself, or an envelope's only list (`{"refunds": [...]}`)."""
-    if isinstance(body, dict):
-        lists = [value for value in body.values() if isinstance(value, list)]
-        if len(lists) == 1:
-            return lists[0]
-    return body
 
 
 def _with_query(path: str, values: Mapping[str, Any]) -> str:
@@ -315,21 +306,12 @@ class HttpExecutor:
         evidence: dict[str, Any] = {"lookup": path, "status_code": response.status_code}
         if response.status_code == 404:
             return ReconcileResult("not_found", evidence=evidence)
-        success = 200 <= response.status_code < 300
-        body = parse_json(self._credentials.scrub(response.text)) if success else None
-        if isinstance(body, dict) and isinstance(body.get("found"), bool):
-            # As for an MCP lookup: `{"found": false}` is a non-empty object, and was taken for the
-            # record of an effect the backend says it does not have (completed, confirmed_success).
-            if not body["found"]:
-                return ReconcileResult("not_found", evidence={**evidence, "found": False})
-            record = {k: v for k, v in body.items() if k != "found"}
-            return lookup_found(record or body, invocation, {**evidence, "found": True})
-        body = _records(body)
-        if isinstance(body, list) and not body:
-            return ReconcileResult("not_found", evidence=evidence)
-        if isinstance(body, list) or (isinstance(body, dict) and body):
-            return lookup_found(body, invocation, evidence)
-        return ReconcileResult("inconclusive", evidence=evidence)
+        if not 200 <= response.status_code < 300:
+            return ReconcileResult("inconclusive", evidence=evidence)
+        body = parse_json(self._credentials.scrub(response.text))
+        if not is_value(body):
+            return ReconcileResult("inconclusive", evidence={**evidence, "error": "unreadable_lookup"})
+        return read_answer(body, route.reconcile, invocation, evidence)
 
     async def _send(
         self, method: str, path: str, headers: Mapping[str, str], timeout_s: float, **kwargs: Any

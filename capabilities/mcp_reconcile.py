@@ -1,8 +1,7 @@
 """Looking up an earlier call through another upstream MCP tool (`reconcile: {tool, arguments}`).
 
-Building the lookup's arguments from templates, and reading its answer as a verdict: an error says
-nothing; a record (a non-empty object or list, or `found: true`) says the effect happened; nothing
-(an empty list, `found: false`, null) says it did not.
+Building the lookup's arguments from templates, and taking its result to the one reader of lookup
+answers (`capabilities.lookups`): a tool error, or a result with no JSON, says nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +12,8 @@ from typing import Any
 
 from capabilities.config import McpReconcile
 from capabilities.contract import Invocation, ReconcileResult, ToolResult
-from capabilities.results import compact_json, is_value, lookup_found, parse_json
+from capabilities.lookups import read_answer
+from capabilities.results import compact_json, is_value, parse_json
 
 
 class MissingField(KeyError):
@@ -57,41 +57,25 @@ def _value(name: str, values: Mapping[str, Any]) -> Any:
     return values[name]
 
 
-def verdict(result: ToolResult, evidence: Mapping[str, Any], invocation: Invocation) -> ReconcileResult:
-    """What the lookup tool's result says about the earlier call `invocation`."""
+def verdict(
+    result: ToolResult, setting: McpReconcile, evidence: Mapping[str, Any], invocation: Invocation
+) -> ReconcileResult:
+    """What the lookup tool's result says about the earlier call `invocation`: a tool error or an
+    answer that is not JSON says nothing; any other is read as the lookup's `setting` says."""
     evidence = dict(evidence)
     if result.is_error:
         return ReconcileResult("inconclusive", evidence={**evidence, "error": "lookup_tool_error"})
     body: Any = result.structured
     if body is None:
-        body = _text_json(result)
+        # No text block at all is no answer either (an empty string is not JSON).
+        body = parse_json(_first_text(result) or "")
         if not is_value(body):
             return ReconcileResult("inconclusive", evidence={**evidence, "error": "unreadable_lookup"})
-    if isinstance(body, Mapping) and isinstance(body.get("found"), bool):
-        found = body["found"]
-        record = {k: v for k, v in body.items() if k != "found"}
-        if not found:
-            return ReconcileResult("not_found", evidence={**evidence, "found": False})
-        return lookup_found(_only_value(record), invocation, {**evidence, "found": True})
-    body = _only_value(body)
-    if body is None or body == [] or body == {}:
-        return ReconcileResult("not_found", evidence=evidence)
-    if isinstance(body, list | Mapping):
-        return lookup_found(body if isinstance(body, list) else dict(body), invocation, evidence)
-    return ReconcileResult("inconclusive", evidence={**evidence, "error": "unreadable_lookup"})
+    return read_answer(body, setting, invocation, evidence)
 
 
-def _only_value(body: Any) -> Any:
-    """An envelope's only value (`{"notes": [...]}`, `{"result": null}`), else the body itself."""
-    if isinstance(body, Mapping) and len(body) == 1:
-        (value,) = body.values()
-        if value is None or isinstance(value, list | Mapping):
-            return value
-    return body
-
-
-def _text_json(result: ToolResult) -> Any:
+def _first_text(result: ToolResult) -> str | None:
     for block in result.content:
         if block.get("type") == "text":
-            return parse_json(str(block.get("text", "")))
+            return str(block.get("text", ""))
     return None

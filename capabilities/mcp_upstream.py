@@ -546,7 +546,7 @@ class McpExecutor:
         )
         if not is_json(found.to_json()):
             return ReconcileResult("inconclusive", evidence={**evidence, "error": "invalid_response"})
-        return verdict(found, evidence, invocation)
+        return verdict(found, setting, evidence, invocation)
 
     def _protocol_error(
         self, invocation: Invocation, session: Session, exc: MCPError, read_only: bool

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from capabilities.contract import Invocation, Outcome, ReconcileResult, ToolResult
+from capabilities.contract import Invocation, Outcome, ToolResult
 
 _NO_VALUE = object()
 
@@ -160,30 +160,6 @@ def names_another(value: Any, ids: Collection[str]) -> bool:
     if isinstance(value, list | tuple):
         return any(names_another(v, ids) for v in value)
     return False
-
-
-def record_of(records: Sequence[Any], invocation: Invocation) -> Any:
-    """The record among a lookup's most likely this dispatch's: the one naming it (its external request
-    id or tool call id, as a backend that keeps `X-Request-Id` echoes it), else the first that names no
-    other dispatch of Writ's, else the first.
-
-    Under one key a backend can hold several effects: a later call under the same key (a re-send after
-    a `failed`), this one landing past its commit horizon, or, for a call sent before keys were scoped
-    to their principal, another principal's call. Whether the record chosen is this dispatch's effect at
-    all the reconciler decides, for every executor alike.
-    """
-    ids = (invocation.external_request_id, invocation.tool_call_id)
-    own = [record for record in records if mentions(record, ids)]
-    unnamed = [record for record in records if not names_another(record, ids)]
-    return (own or unnamed or records)[0]
-
-
-def lookup_found(found: Any, invocation: Invocation, evidence: Mapping[str, Any]) -> ReconcileResult:
-    """A lookup that answered with `found` (a list of records, counted in the evidence, or one record):
-    `succeeded` with the record `record_of` chooses."""
-    records = found if isinstance(found, list) else [found]
-    counted = {"records": len(records)} if isinstance(found, list) else {}
-    return ReconcileResult("succeeded", json_result(record_of(records, invocation)), {**evidence, **counted})
 
 
 def failed_outcome(invocation: Invocation, error: str, detail: str) -> Outcome:

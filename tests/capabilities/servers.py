@@ -40,6 +40,8 @@ class ServerState:
     meta: list[dict[str, Any]] = field(default_factory=list)
     writes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Upstream `write_file` effects by the idempotency key in the call's _meta."""
+    answer: tuple[int, str] = (200, "[]")
+    """What `GET /answer` (HTTP) answers: status and body; the `find_answer` tool (MCP) answers the body."""
     closing: bool = False
 
     def see(self, key: str, request: Request | None = None, body: Any = None) -> None:
@@ -108,6 +110,11 @@ def http_backend_app(state: ServerState) -> Starlette:
         refund = state.refunds.get(key or "")
         return JSONResponse({"found": True, **refund} if refund else {"found": False, "checked": key})
 
+    async def answer(request: Request) -> Response:
+        state.see("answer", request)
+        status, body = state.answer
+        return Response(body, status_code=status, media_type="application/json")
+
     async def get_order(request: Request) -> Response:
         order_id = request.path_params["order_id"]
         state.see("orders", request)
@@ -161,6 +168,7 @@ def http_backend_app(state: ServerState) -> Starlette:
         Route("/refunds", create_refund, methods=["POST"]),
         Route("/refunds", find_refunds, methods=["GET"]),
         Route("/refunds/lookup", find_flagged, methods=["GET"]),
+        Route("/answer", answer, methods=["GET"]),
         Route("/orders/{order_id}", get_order, methods=["GET"]),
         Route("/reject", reject, methods=["POST"]),
         Route("/commit-then-500", commit_then_500, methods=["POST", "GET"]),
@@ -208,6 +216,7 @@ def upstream_tools() -> list[mcp_types.Tool]:
         mcp_types.Tool(
             name="find_write", description="The write with this key, found or not.", input_schema=obj
         ),
+        mcp_types.Tool(name="find_answer", description="Answers what the test set.", input_schema=obj),
     ]
 
 
@@ -246,6 +255,8 @@ def mcp_upstream_server(state: ServerState) -> Server[Any]:
         if params.name == "find_writes":
             found = {"writes": [state.writes[key]] if key in state.writes else []}
             return mcp_types.CallToolResult(content=[], structured_content=found)
+        if params.name == "find_answer":
+            return mcp_types.CallToolResult(content=[], structured_content=json.loads(state.answer[1]))
         if params.name == "find_write":
             record = state.writes.get(key)
             found = {"found": record is not None, "write": record}

@@ -243,6 +243,81 @@ def test_a_redact_field_missing_from_the_input_schema_is_a_config_error() -> Non
         Registry.from_config(parse_config(data["backends"], data["capabilities"]), environ=ENV)
 
 
+def test_a_lookup_declares_where_its_records_are_and_how_to_read_their_state() -> None:
+    data = example()
+    data["capabilities"][0]["reconcile"].update(
+        records="/data/refunds",
+        outcome={"field": "/status", "succeeded": ["succeeded"], "failed": ["failed"]},
+    )
+    data["backends"]["files"]["defaults"]["reconcile"] = {
+        "tool": "find",
+        "records": "/transfers",
+        "outcome": {"field": "/state", "succeeded": ["done", True]},
+    }
+
+    config = parse_config(data["backends"], data["capabilities"])
+
+    lookup = config.capabilities[0].reconcile
+    assert lookup is not None and (lookup.method, lookup.records) == ("GET", "/data/refunds")
+    assert lookup.outcome is not None and (lookup.outcome.field, lookup.outcome.failed) == (
+        "/status",
+        ["failed"],
+    )
+    files = config.backends["files"]
+    assert isinstance(files, McpBackend) and files.defaults.reconcile is not None
+    assert files.defaults.reconcile.records == "/transfers"
+    assert files.defaults.reconcile.outcome is not None and files.defaults.reconcile.outcome.failed == []
+
+
+@pytest.mark.parametrize(
+    ("declared", "expected"),
+    [
+        (
+            {"records": "refunds"},
+            "capability 'refund-order': reconcile.records: 'refunds' is not a JSON pointer (RFC 6901): it "
+            "must start with '/', e.g. /refunds",
+        ),
+        ({"records": "/a~2b"}, "reconcile.records: '/a~2b' is not a JSON pointer (RFC 6901): '~' must be"),
+        ({"outcome": {"succeeded": ["ok"]}}, "reconcile.outcome.field: Field required"),
+        ({"outcome": {"field": "status", "succeeded": ["ok"]}}, "reconcile.outcome.field: 'status' is not"),
+        (
+            {"outcome": {"field": "", "succeeded": ["ok"]}},
+            "reconcile.outcome.field: '' names the whole record",
+        ),
+        (
+            {"outcome": {"field": "/status", "succeeded": []}},
+            "reconcile.outcome.succeeded: list at least one value that means the effect succeeded",
+        ),
+        (
+            {"outcome": {"field": "/status", "succeeded": ["ok", "done"], "failed": ["done"]}},
+            "reconcile.outcome: 'done' listed as both succeeded and failed",
+        ),
+        (
+            {"outcome": {"field": "/s", "succeeded": ["ok"], "failed": [{"a": 1}]}},
+            "reconcile.outcome.failed: {'a': 1} is not a string, number or boolean a state field could hold",
+        ),
+        ({"outcome": {"field": "/s", "succeeded": ["ok"], "colour": 1}}, "reconcile.outcome.colour: Extra"),
+        ({"record": "/refunds"}, "reconcile.record: Extra inputs are not permitted"),
+    ],
+)
+def test_a_malformed_lookup_declaration_is_a_config_error_saying_what_to_fix(
+    declared: dict[str, Any], expected: str
+) -> None:
+    for where, data in (("http", example()), ("mcp", example())):
+        if where == "http":
+            data["capabilities"][0]["reconcile"].update(declared)
+            shown = expected
+        else:
+            data["backends"]["files"]["overrides"]["fs"] = {"reconcile": {"tool": "find", **declared}}
+            shown = expected.replace("capability 'refund-order': ", "").replace(
+                "reconcile.", "backend 'files': overrides.fs.reconcile.", 1
+            )
+
+        with pytest.raises(ConfigError) as caught:
+            parse_config(data["backends"], data["capabilities"])
+        assert shown in str(caught.value), where
+
+
 def test_a_reconcile_lookup_naming_a_redacted_field_is_a_config_error() -> None:
     # The reconciler has only the field's hash, and sent it to the backend as the value.
     data = example()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,23 @@ CAPABILITIES = [
         "POST",
         "/refunds",
         reconcile={"method": "GET", "path": "/refunds/lookup?idempotency_key={idempotency_key}"},
+    ),
+    capability(
+        "refund-answered",
+        "POST",
+        "/refunds",
+        reconcile={"method": "GET", "path": "/answer?key={idempotency_key}"},
+    ),
+    capability(
+        "refund-declared",
+        "POST",
+        "/refunds",
+        reconcile={
+            "method": "GET",
+            "path": "/answer?key={idempotency_key}",
+            "records": "/refunds",
+            "outcome": {"field": "/status", "succeeded": ["succeeded"], "failed": ["failed"]},
+        },
     ),
     capability("get-order-view", "GET", "/orders/{order_id}?view=full&by={who}", effect="read"),
     capability("reject", "POST", "/reject"),
@@ -399,6 +417,58 @@ async def test_reconcile_honours_a_found_flag_as_mcp_lookups_do(acme: Registry) 
         "order_id": "1001",
         "amount": 10,
     }
+
+
+KEY = "k-lookup"
+F1_ANSWERS = [
+    # Trial 5's lookup answers, each once settled `completed` with itself as the result: what each
+    # gives now, undeclared, and with `records: /refunds` and `outcome:` declared.
+    ({"refund": None}, "not_found", "inconclusive"),  # nothing at /refunds: unreadable, not nothing
+    ({"refunds": [], "warnings": []}, "inconclusive", "not_found"),
+    ({"data": [], "included": []}, "inconclusive", "inconclusive"),
+    ({"error": "not_found", "message": "no refund with that key"}, "inconclusive", "inconclusive"),
+    ({"refunds": [{"id": "re_x", "idempotency_key": KEY, "status": "failed"}]}, "inconclusive", "failed"),
+    ({"id": "re_x", "idempotency_key": KEY, "status": "failed"}, "inconclusive", "inconclusive"),
+]
+
+
+@pytest.mark.parametrize(("body", "undeclared", "declared"), F1_ANSWERS)
+async def test_a_lookup_answer_meaning_nothing_or_failed_is_never_the_effect(
+    acme: Registry, backend_state: ServerState, body: Any, undeclared: str, declared: str
+) -> None:
+    backend_state.answer = (200, json.dumps(body))
+
+    verdicts = []
+    for tool in ("refund-answered", "refund-declared"):
+        cap = acme.get(tool)
+        assert cap is not None
+        verdicts.append((await acme.executor(cap).reconcile(invocation(cap, idempotency_key=KEY))).verdict)
+
+    assert verdicts == [undeclared, declared]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "verdict", "error"),
+    [
+        (404, '{"refunds": [{"idempotency_key": "k-lookup"}]}', "not_found", None),
+        (500, '{"refunds": []}', "inconclusive", None),
+        (200, "no refunds today", "inconclusive", "unreadable_lookup"),
+        (204, "", "inconclusive", "unreadable_lookup"),
+        (200, '{"refunds": [{"idempotency_key": "k-lookup", "status": "failed"}]}', "failed", None),
+    ],
+)
+async def test_what_a_lookups_http_answer_says_before_its_body_is_read(
+    acme: Registry, backend_state: ServerState, status: int, body: str, verdict: str, error: str | None
+) -> None:
+    backend_state.answer = (status, body)
+    cap = acme.get("refund-declared")
+    assert cap is not None
+
+    found = await acme.executor(cap).reconcile(invocation(cap, idempotency_key=KEY))
+
+    assert (found.verdict, found.evidence.get("error")) == (verdict, error)
+    assert found.evidence["status_code"] == status
+    assert found.evidence["lookup"] == f"/answer?key={KEY}"
 
 
 async def test_reconcile_is_inconclusive_when_the_backend_is_unreachable() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -290,6 +291,67 @@ async def test_a_found_flag_decides_and_templates_fill_from_the_call(
     }
     assert missing.verdict == "not_found"
     assert upstream_state.bodies[-2] == {"key": "k-flag", "why": "call tc-1"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "declared", "verdict", "error"),
+    [
+        # Trial 5: a ledger's lookup tool answering this, with no such transfer, settled it completed.
+        ({"transfers": [], "count": 0}, {}, "inconclusive", "unidentified_record"),
+        ({"transfers": [], "count": 0}, {"records": "/transfers"}, "not_found", None),
+        # Two members: one record, holding this call's key and a state that may mean failure.
+        (
+            {"transfers": [{"key": "k-t", "state": "failed"}], "count": 1},
+            {},
+            "inconclusive",
+            "record_state_undeclared",
+        ),
+        (
+            {"transfers": [{"key": "k-t", "state": "failed"}], "count": 1},
+            {"records": "/transfers"},
+            "inconclusive",
+            "record_state_undeclared",
+        ),
+        (
+            {"transfers": [{"key": "k-t", "state": "failed"}], "count": 1},
+            {
+                "records": "/transfers",
+                "outcome": {"field": "/state", "succeeded": ["done"], "failed": ["failed"]},
+            },
+            "failed",
+            None,
+        ),
+        (
+            {"transfers": [{"key": "k-t", "state": "done"}], "count": 1},
+            {
+                "records": "/transfers",
+                "outcome": {"field": "/state", "succeeded": ["done"], "failed": ["failed"]},
+            },
+            "succeeded",
+            None,
+        ),
+    ],
+)
+async def test_a_lookup_tools_answer_is_read_as_its_declaration_says(
+    upstream_url: str,
+    upstream_state: ServerState,
+    answer: dict[str, Any],
+    declared: dict[str, Any],
+    verdict: str,
+    error: str | None,
+) -> None:
+    upstream_state.answer = (200, json.dumps(answer))
+    lookup = {"tool": "find_answer", "arguments": {"key": "{idempotency_key}"}, **declared}
+    backend = files_backend(
+        upstream_url, tools=["write_file"], overrides={"write_file": {"reconcile": lookup}}
+    )
+    async with build(backend) as registry:
+        cap = registry.get("write_file")
+        assert cap is not None
+        found = await registry.executor(cap).reconcile(invocation(cap, idempotency_key="k-t"))
+
+    assert (found.verdict, found.evidence.get("error")) == (verdict, error)
+    assert found.evidence["lookup_tool"] == "find_answer"
 
 
 async def test_a_lookup_tool_that_reports_an_error_is_inconclusive(upstream_url: str) -> None:

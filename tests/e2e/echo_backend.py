@@ -7,6 +7,7 @@ and answers 200 with a short JSON echo; `/unauthorized` answers 401. `GET /_seen
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -50,11 +51,12 @@ def build_app() -> Starlette:
     )
 
 
-def main() -> None:
+def main(build: Callable[[], Starlette] = build_app) -> None:
+    """Serve the app `build` makes on 127.0.0.1 at `--port` (the e2e tests' other backends too)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    uvicorn.run(build_app(), host="127.0.0.1", port=args.port, log_level="warning")
+    uvicorn.run(build(), host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

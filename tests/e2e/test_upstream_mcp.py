@@ -104,7 +104,11 @@ def late_notes_backend(notes: Path) -> dict:
         "overrides": {
             "add_note": {
                 "timeout_s": 1,
-                "reconcile": {"tool": "find_note_by_key", "arguments": {"key": "{idempotency_key}"}},
+                "reconcile": {
+                    "tool": "find_note_by_key",
+                    "arguments": {"key": "{idempotency_key}"},
+                    "records": "/notes",  # it answers {"notes": [...]}, each note with its key
+                },
             }
         },
     }

@@ -244,3 +244,18 @@ def test_each_part_of_a_configured_contract_changes_its_hash_and_its_labels_do_n
     # A literal header's value is no part of it: the contract hash is logged, the header may be a secret.
     assert contract_hash(configured(headers={"X-Key": "another-secret"})) == base
     assert "literal-secret" not in canonical_json(configured().definition)
+
+
+def test_a_lookup_declaring_how_its_answer_is_read_is_another_contract_and_one_declaring_nothing_is_not() -> (
+    None
+):
+    lookup = {"method": "GET", "path": "/refunds?idempotency_key={idempotency_key}"}
+    undeclared = configured(reconcile=lookup)
+
+    # The contract as it was before lookups could declare anything: an upgrade changes no derived key,
+    # so a re-send still joins a call left of unknown outcome.
+    assert undeclared.definition["capability"]["reconcile"] == {**lookup, "method": "GET"}
+    assert contract_hash(configured(reconcile={**lookup, "records": "/refunds"})) != contract_hash(undeclared)
+    outcome = {"field": "/status", "succeeded": ["succeeded"]}
+    declared = configured(reconcile={**lookup, "records": "/refunds", "outcome": outcome})
+    assert declared.definition["capability"]["reconcile"]["outcome"] == {**outcome, "failed": []}

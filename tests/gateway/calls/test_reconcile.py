@@ -295,6 +295,85 @@ async def test_a_failure_the_backend_reports_settles_the_call_before_the_horizon
     }
 
 
+def a_person_settles_while_we_look(
+    executor: FakeExecutor,
+    store: Store,
+    clock: Clock,
+    tool_call_id: str,
+    *,
+    succeeded: bool,
+    answer: ReconcileResult,
+) -> None:
+    """The executor's next lookup answers `answer`, after a person settled the call while it looked."""
+
+    async def lookup(invocation: Invocation) -> ReconcileResult:
+        evidence = "refund seen" if succeeded else "no refund"
+        store.resolve_manually(
+            ResolveManually(tool_call_id, succeeded=succeeded, evidence=evidence, by="carol", now=clock())
+        )
+        return answer
+
+    executor.reconcile = lookup  # type: ignore[method-assign]
+
+
+DECLINED = ReconcileResult(
+    "failed",
+    evidence={
+        "records": 1,
+        "field": "/status",
+        "state": "declined",
+        "record": {"id": "r1", "status": "declined"},
+    },
+)
+
+
+async def test_a_failure_the_backend_reports_is_final_and_never_looked_up_again(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    executor.reconcile_script.append(DECLINED)
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status, call.error) == (
+        "failed",
+        "confirmed_failure",
+        "backend_reported_failure",
+    )
+    assert call.next_reconcile_at is None  # the backend's own record, not an absence: no re-checks
+    resolved = store.events(tool_call_id=tool_call_id)[-1]
+    assert resolved.payload["evidence"]["record"] == {"id": "r1", "status": "declined"}
+    assert resolved.payload["detail"] == "the backend reports the effect failed"
+    told = shape_call(call)
+    assert (told["isError"], told["structuredContent"]["error"]) == (True, "backend_reported_failure")
+    assert told["structuredContent"]["next"] == FAILED_BY["backend_reported_failure"]
+    clock.advance(100 * HORIZON_S)
+    await workers.tick()
+    assert len(executor.reconciled) == 1
+    assert store.verify().ok
+
+
+async def test_a_failure_the_backend_reports_after_a_person_settled_it_succeeded_is_a_contradiction(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor)
+    a_person_settles_while_we_look(executor, store, clock, tool_call_id, succeeded=True, answer=DECLINED)
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status, call.contradicted) == ("completed", "inconclusive", True)
+    event = store.events(tool_call_id=tool_call_id)[-1]
+    assert (event.type, event.payload["source"], event.payload["verdict"]) == (
+        "reconciliation.contradicted",
+        "lookup",
+        "confirmed_failure",
+    )
+    assert event.payload["evidence"]["state"] == "declined"
+    assert store.verify().ok
+
+
 async def test_inconclusive_lookups_back_off_then_escalate_to_a_human(
     pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
 ) -> None:
@@ -416,14 +495,7 @@ async def test_a_lookup_finding_the_effect_after_a_person_settled_it_failed_is_r
 ) -> None:
     tool_call_id = await unknown_call(pipeline, executor)
     found = ReconcileResult("succeeded", json_result({"refund_id": "r1"}), evidence={"records": 1})
-
-    async def a_person_settles_while_we_look(invocation: Invocation) -> ReconcileResult:
-        store.resolve_manually(
-            ResolveManually(tool_call_id, succeeded=False, evidence="no refund", by="carol", now=clock())
-        )
-        return found
-
-    executor.reconcile = a_person_settles_while_we_look  # type: ignore[method-assign]
+    a_person_settles_while_we_look(executor, store, clock, tool_call_id, succeeded=False, answer=found)
 
     await workers.tick()
 
@@ -661,6 +733,28 @@ async def test_a_recheck_that_finds_another_principals_effect_under_the_key_reco
     assert not call.contradicted
     evidence = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
     assert (evidence["verdict"], evidence["records_of_others"]) == ("not_found", 1)
+    assert store.verify().ok
+
+
+async def test_a_recheck_that_finds_the_backends_failure_record_agrees_with_the_failure(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
+    clock.now = store.get_call(tool_call_id).next_reconcile_at
+    executor.reconcile_script.append(DECLINED)
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.verification_status, call.contradicted) == (
+        "failed",
+        "confirmed_failure",
+        False,
+    )
+    assert call.error == "no_effect_after_horizon"  # how it was settled stays what it was
+    event = store.events(tool_call_id=tool_call_id)[-1]
+    assert (event.type, event.payload["evidence"]["verdict"]) == ("reconciliation.rechecked", "failed")
+    assert event.payload["next_recheck_at"] is not None
     assert store.verify().ok
 
 
