@@ -257,6 +257,11 @@ class McpReconcile(LookupReading):
         return arguments
 
 
+ToolErrors = Literal["may_follow_effect", "before_effect"]
+"""When an upstream MCP tool reports an error (`isError: true`): at any time, after its effect too
+(`may_follow_effect`), or only before it has any effect (`before_effect`)."""
+
+
 class McpToolSettings(_Model):
     """Per-tool settings of an MCP backend (`defaults:` for all tools, `overrides:` per upstream name)."""
 
@@ -272,6 +277,12 @@ class McpToolSettings(_Model):
     summary: str | None = None
     reconcile: McpReconcile | None = None
     """An upstream tool that looks up the outcome of an earlier call (makes the tool reconcilable)."""
+    tool_errors: ToolErrors | None = None
+    """When the tool reports an error. `may_follow_effect` (the default): an error may come after the
+    tool acted (the MCP SDK's servers turn any exception a tool raises into one), so for a tool with an
+    effect it is `result_unknown`, settled by reconciliation. `before_effect`: the operator declares
+    that this upstream reports tool errors only before any effect, so one is `failed`. A read's is
+    `failed` either way."""
 
 
 _PROMPT_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")

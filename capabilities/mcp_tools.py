@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import mcp_types
 
-from capabilities.config import McpBackend, McpReconcile, McpToolSettings, check_horizon
+from capabilities.config import McpBackend, McpReconcile, McpToolSettings, ToolErrors, check_horizon
 from capabilities.contract import Capability, ConfigError, EffectClass
 from capabilities.names import logged, name_problem, shown_schema, shown_text
 
@@ -76,6 +76,13 @@ def reconcile_setting(config: McpBackend, tool: str) -> McpReconcile | None:
     if override is not None and override.reconcile is not None:
         return override.reconcile
     return config.defaults.reconcile
+
+
+def tool_errors_setting(config: McpBackend, tool: str) -> ToolErrors:
+    """When upstream `tool` reports errors: its override's `tool_errors`, else the backend default's,
+    else `may_follow_effect`."""
+    override = config.overrides.get(tool, McpToolSettings())
+    return _first(override.tool_errors, config.defaults.tool_errors, "may_follow_effect")
 
 
 def _capability(backend: str, config: McpBackend, tool: mcp_types.Tool) -> Capability:

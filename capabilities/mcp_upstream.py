@@ -72,7 +72,7 @@ from capabilities.mcp_relays import (
     upstream_uri,
 )
 from capabilities.mcp_session import Session, SessionKeeper
-from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting
+from capabilities.mcp_tools import capabilities_from_tools, reconcile_setting, tool_errors_setting
 from capabilities.oauth_tokens import TokenSource
 from capabilities.results import failed_outcome, is_json, unanswered_outcome
 
@@ -455,14 +455,30 @@ class McpExecutor:
             content=tuple(body["content"]), structured=body["structuredContent"], is_error=result.is_error
         )
         if result.is_error:
+            detail = self._credentials.scrub(_first_text(tool_result))[:_DETAIL_CHARS]
+            if read_only or self._errors_before_effect(invocation.capability):
+                return Outcome(
+                    "failed",
+                    tool_result,
+                    error="tool_error",
+                    detail=detail,
+                    external_request_id=invocation.external_request_id,
+                )
+            # The SDK's servers answer this for any exception a tool raises, one raised after the tool
+            # acted too (a receipt that failed to format): like an HTTP 500, the effect may be there.
             return Outcome(
-                "failed",
-                tool_result,
+                "unknown",
                 error="tool_error",
-                detail=self._credentials.scrub(_first_text(tool_result))[:_DETAIL_CHARS],
+                detail=detail,
                 external_request_id=invocation.external_request_id,
+                evidence={"answer": tool_result.to_json()},
             )
         return Outcome("completed", tool_result, external_request_id=invocation.external_request_id)
+
+    def _errors_before_effect(self, capability: Capability) -> bool:
+        """Whether the operator declared that this tool reports errors only before any effect."""
+        upstream = self._upstream.get(capability.id)
+        return upstream is not None and tool_errors_setting(self._config, upstream) == "before_effect"
 
     async def _relay(self, invocation: Invocation, session: Session, upstream: str) -> Outcome:
         """A resource read or prompt get, its answer kept as the result's structured content (as

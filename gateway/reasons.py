@@ -121,7 +121,8 @@ class ReasonCode(StrEnum):
     CAPABILITY_UNKNOWN = "capability_unknown"
     """The call's capability is no longer registered, so nothing can look its outcome up."""
     INCONCLUSIVE_AFTER_RETRIES = "inconclusive_after_retries"
-    """Every lookup allowed was inconclusive."""
+    """Every lookup allowed was inconclusive, or every re-send to a deduplicating backend was answered
+    with no success."""
     BEFORE_COMMIT_HORIZON = "before_commit_horizon"
     """A lookup found nothing before the commit horizon: inconclusive, the key stays claimed."""
 

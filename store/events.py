@@ -332,7 +332,8 @@ class ReconciliationStarted(Payload):
 
 
 class ReconciliationInconclusive(Payload):
-    """One lookup that could not tell; the next try is due at `next_attempt_at`."""
+    """One lookup that could not tell, or one re-send under the same key answered with no success;
+    the next try is due at `next_attempt_at`."""
 
     attempt: int
     evidence: dict[str, Any] = Field(default_factory=dict)

@@ -25,7 +25,7 @@ from gateway.calls.retries import retry_links
 from gateway.calls.run_ids import scoped_run_id
 from gateway.clock import Clock
 from gateway.errors import Refused
-from gateway.mcp.results import recorded_decision, status_document
+from gateway.mcp.results import recorded_decision, status_document, unknown_detail
 from gateway.reasons import ReasonCode
 from policy.model import Principal
 from store.model import StoredEvent
@@ -107,7 +107,9 @@ class Api:
             return error(ReasonCode.NOT_FOUND, "No such tool call")
         events = await anyio.to_thread.run_sync(lambda: self.store.events(tool_call_id=tool_call_id))
         decision = recorded_decision(events)
-        body = status_document(call, include_result=True, decision=decision) | retry_links(events)
+        detail = unknown_detail(events)
+        body = status_document(call, include_result=True, decision=decision, detail=detail)
+        body |= retry_links(events)
         body.update(
             runId=call.run_id,
             subject=call.subject,

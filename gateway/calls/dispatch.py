@@ -114,14 +114,20 @@ class Dispatcher:
                 with away(capability.ref):  # the group writer waits for it only while it is due back
                     outcome = await self._execute(capability, invocation)
                 self._faults.reach("after_execute")
+                if invocation.attempt > 1:
+                    outcome = answer_to_resend(outcome, invocation.attempt)
             else:
                 # Paused (GC, SIGSTOP, a slow disk) until too little lease is left: another replica may
-                # already be settling this call, so sending now could race it. Nothing was sent.
-                outcome = Outcome(
-                    kind="failed",
-                    error="lease_expired_before_dispatch",
-                    detail="the dispatch lease ran out before the request was sent; nothing was sent",
-                    evidence={"sent": False},
+                # already be settling this call, so sending now could race it. Nothing was sent (by
+                # this attempt: a re-send's earlier attempts may have acted, so it stays unknown).
+                outcome = answer_to_resend(
+                    Outcome(
+                        kind="failed",
+                        error="lease_expired_before_dispatch",
+                        detail="the dispatch lease ran out before the request was sent; nothing was sent",
+                        evidence={"sent": False},
+                    ),
+                    invocation.attempt,
                 )
             settled = await self._record(
                 call, outcome, lambda data: self._redactor.withhold_echoes(capability, arguments, data)
@@ -267,3 +273,25 @@ class Dispatcher:
             reason, detail = "executor_error", type(exc).__name__
         kind: OutcomeKind = "failed" if capability.effect == "read" else "unknown"
         return Outcome(kind=kind, error=reason, detail=detail)
+
+
+def answer_to_resend(outcome: Outcome, attempt: int) -> Outcome:
+    """What the answer to attempt `attempt` says of the call: for a re-send (attempt > 1) under the
+    same key, only a success settles it; any other answer leaves it `unknown`, kept as evidence.
+
+    A refusal of a re-send says nothing of the attempts before it, any of which may have taken effect
+    or still be running: a backend that deduplicates on the key answers 409 while the first request
+    with it is in flight (Stripe's "a request with this key is in progress"), and commits that one.
+    """
+    if attempt <= 1 or outcome.kind != "failed":
+        return outcome
+    evidence: dict[str, Any] = {**outcome.evidence, "resend_attempt": attempt, "resend_answer": "failed"}
+    if outcome.result is not None:
+        evidence["answer"] = outcome.result.to_json()
+    return Outcome(
+        kind="unknown",
+        error=outcome.error,
+        detail=outcome.detail,
+        external_request_id=outcome.external_request_id,
+        evidence=evidence,
+    )

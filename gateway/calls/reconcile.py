@@ -5,7 +5,9 @@ For each due call the reconciler takes a lease (`reconciliation.started`), then 
   `reconciliation.resolved` (found: `completed` with the found result; failed, or not found after
   the commit horizon: `failed`),
   or, while the lookup cannot tell, `reconciliation.inconclusive` with a backoff;
-- or, for a backend that deduplicates on the key, re-sends the same key as a recorded retry;
+- or, for a backend that deduplicates on the key, re-sends the same key as a recorded retry: only a
+  success settles the call, any other answer (a 409 "in progress" while the first request still runs,
+  another error, silence) leaves it unknown, with `reconciliation.inconclusive` and a backoff;
 - and after `max_attempts` (or with no way to learn the truth) `reconciliation.escalated`: a human
   settles it with `writ calls resolve`.
 
@@ -37,6 +39,7 @@ neither complete an unknown call nor contradict a failure.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,13 +172,23 @@ class Reconciler:
         if leased is None:
             return "lease_held_elsewhere"
         if capability is None or method == "none":
-            reason = ReasonCode.NO_RECONCILIATION_METHOD if capability else ReasonCode.CAPABILITY_UNKNOWN
-            return await self._escalate(
-                leased, reason, f"{call.capability_id} offers no way to learn the outcome"
-            )
+            return await self._no_way_to_learn(capability, leased)
         if method == "resend":
             return await self._resend(capability, leased)
         return await self._lookup(capability, leased)
+
+    async def _no_way_to_learn(self, capability: Capability | None, call: CallView) -> str:
+        if capability is not None and call.attempts > 1:
+            # Re-sent to a backend that deduplicates on the key as often as allowed, and no answer was
+            # a success: refusals (a 409 while the first request runs), errors or silence.
+            detail = (
+                f"sent {call.attempts} times under the same key and no answer was a success (the last: "
+                f"{call.error or 'none'}); {call.capability_id} offers no lookup"
+            )
+            evidence = {"attempts": call.attempts, "last_error": call.error}
+            return await self._escalate(call, ReasonCode.INCONCLUSIVE_AFTER_RETRIES, detail, evidence)
+        reason = ReasonCode.NO_RECONCILIATION_METHOD if capability else ReasonCode.CAPABILITY_UNKNOWN
+        return await self._escalate(call, reason, f"{call.capability_id} offers no way to learn the outcome")
 
     async def _lease(self, call: CallView, capability: Capability | None, method: str) -> CallView | None:
         """The call under a new reconciliation lease for `method` (the view carries its token); None
@@ -486,8 +499,20 @@ class Reconciler:
                 now=self._clock(),
             ),
         )
-        # Same key, next attempt: the same path as any dispatch.
-        await self._dispatcher.dispatch(capability, retry, dict(retry.arguments))
+        # Same key, next attempt: the same path as any dispatch. Only a success settles the call; any
+        # other answer leaves it unknown (`answer_to_resend`), and the next try waits its backoff as
+        # after a lookup that could not tell.
+        dispatched = await self._dispatcher.dispatch(capability, retry, dict(retry.arguments))
+        after = dispatched.call
+        if (
+            dispatched.recorded
+            and after.status == "result_unknown"
+            and after.lease_token == retry.lease_token
+        ):
+            evidence = {"method": "resend", "attempt": after.attempts, "error": after.error}
+            # Another worker may have taken the call up meanwhile: then its lease decides what is next.
+            with contextlib.suppress(StaleLease):
+                await self._retry_later(after, evidence, self._backoff(after))
         return "resent"
 
     async def _escalate(

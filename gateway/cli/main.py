@@ -456,7 +456,7 @@ def audit_export(
 def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
     """Show one call's state and its events."""
     from gateway.calls.retries import retry_links
-    from gateway.mcp.results import recorded_decision, status_document
+    from gateway.mcp.results import recorded_decision, status_document, unknown_detail
 
     with _store(config) as store:
         call = store.get_call(tool_call_id)
@@ -464,7 +464,8 @@ def calls_show(tool_call_id: str, config: ConfigOption = None) -> None:
             _fail(f"no tool call {tool_call_id!r}", code=1)
             return
         events = store.events(tool_call_id=tool_call_id)
-    body = status_document(call, include_result=True, decision=recorded_decision(events)) | {
+    detail = unknown_detail(events)
+    body = status_document(call, include_result=True, decision=recorded_decision(events), detail=detail) | {
         "tenant": call.tenant,
         "subject": call.subject,
         "runId": call.run_id,

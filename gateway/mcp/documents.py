@@ -72,6 +72,11 @@ class StatusDocument(BaseModel):
     message: str | None = Field(default=None, description="The policy rule's message for the user")
     policy_version: str | None = None
     reconciliation: Reconciliation | None = None
+    detail: str | None = Field(
+        default=None,
+        description="What the backend said of an unknown call's effect: a tool's own error message "
+        "(it may have acted before it failed), the answer to a re-send",
+    )
     error: str | None = None
     errors: list[str] | None = None
     input_schema: dict[str, Any] | None = None

@@ -103,6 +103,15 @@ FAILED_UNANSWERED = {
 _NOT_ANSWERED = {**FAILED_BY, **FAILED_UNANSWERED}
 """Every failure the backend did not answer, and what to say of it instead of "it answered"."""
 
+# An unknown outcome the backend did answer: "it never answered" would be untrue.
+UNKNOWN_BY = {
+    "tool_error": (
+        "Do not call again: the tool reported an error, but it may have acted before it failed. Writ "
+        "looks the outcome up before anything is retried; check with writ_call_status using the "
+        "toolCallId."
+    ),
+}
+
 CONTRADICTED = (
     "Do not call again: Writ's recorded outcome of this call is contradicted by later evidence (it may "
     "have taken effect after all, or not). A person is checking; check with writ_call_status."
@@ -115,6 +124,8 @@ def outcome_text(call: CallView) -> str:
         return CONTRADICTED
     if call.status == "failed":
         return _NOT_ANSWERED.get(call.error or "", NEXT["failed"])
+    if call.status == "result_unknown" and call.error in UNKNOWN_BY:
+        return UNKNOWN_BY[call.error or ""]
     return NEXT.get(call.status, "")
 
 
@@ -152,6 +163,32 @@ def recorded_decision(events: Iterable[StoredEvent]) -> Mapping[str, Any] | None
     return decision if isinstance(decision, Mapping) else None
 
 
+def unknown_detail(events: Iterable[StoredEvent]) -> str | None:
+    """What the backend said of a call's effect that left it unknown, of the call's events: the
+    `detail` of its latest `tool_call.result_unknown` (a tool's own error message, which may follow
+    its effect; the refusal of a re-send), if it has one."""
+    said = None
+    for event in events:
+        if event.type == "tool_call.result_unknown":
+            detail = event.payload.get("detail")
+            said = detail if isinstance(detail, str) and detail else None
+    return said
+
+
+async def recorded_detail(store: CallStatus, call: CallView) -> str | None:
+    """`unknown_detail` of a call of unknown outcome; None for any other call, and when the log cannot
+    be read now (as for `pending_decision`)."""
+    if call.status != "result_unknown":
+        return None
+    tool_call_id = call.tool_call_id
+    try:
+        found = await anyio.to_thread.run_sync(lambda: store.events(tool_call_id=tool_call_id))
+    except StoreError as exc:
+        logger.warning("the outcome recorded with %s was not read: %s", tool_call_id, exc)
+        return None
+    return unknown_detail(found)
+
+
 async def pending_decision(store: CallStatus, call: CallView) -> Mapping[str, Any] | None:
     """The policy decision recorded with a call waiting for an approver (its first event, the
     `tool_call.requested`): where its rule's message is kept. None for any other call, and when the
@@ -184,8 +221,11 @@ def _effect(call: CallView) -> Effect:
     return Effect(capability=f"{call.capability_id}@{call.capability_version}", summary=call.summary)
 
 
-def shape_report(report: CallReport, decision: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The CallToolResult (as JSON) for what the pipeline just did; `decision` as for `shape_call`."""
+def shape_report(
+    report: CallReport, decision: Mapping[str, Any] | None = None, detail: str | None = None
+) -> dict[str, Any]:
+    """The CallToolResult (as JSON) for what the pipeline just did; `decision` and `detail` as for
+    `shape_call`."""
     call = report.reported
     if not report.recorded:
         headline = (
@@ -228,7 +268,7 @@ def shape_report(report: CallReport, decision: Mapping[str, Any] | None = None) 
         return loop_detected(call, report.loop)
     if call.status == "denied" and call.reason == ReasonCode.RUN_STOPPED:
         return run_stopped(call)
-    return shape_call(call, report.capability, decision)
+    return shape_call(call, report.capability, decision, detail)
 
 
 RUN_STOPPED_NEXT = (
@@ -319,10 +359,14 @@ def rate_limited(tool_name: str, retry_after_s: float) -> dict[str, Any]:
 
 
 def shape_call(
-    call: CallView, capability: Capability | None = None, decision: Mapping[str, Any] | None = None
+    call: CallView,
+    capability: Capability | None = None,
+    decision: Mapping[str, Any] | None = None,
+    detail: str | None = None,
 ) -> dict[str, Any]:
     """The CallToolResult (as JSON) for a call's recorded state; `decision`, the policy decision
-    recorded with it, tells a pending approval's rule message (`rule_message`)."""
+    recorded with it, tells a pending approval's rule message (`rule_message`); `detail`, what the
+    backend said of an unknown call's effect (`unknown_detail`), is told with it."""
     if call.contradicted:
         return _status_result(call, status_document(call), f"Outcome contradicted: {call.summary}.")
     if call.status == "completed" and call.result is not None:
@@ -350,21 +394,29 @@ def shape_call(
             "isError": True,
             "_meta": writ_meta(call),
         }
-    body = status_document(call, decision=decision)
-    return _status_result(call, body, _headline(call, body.get("message")))
+    body = status_document(call, decision=decision, detail=detail)
+    return _status_result(call, body, _headline(call, body.get("message"), body.get("detail")))
 
 
 def status_document(
-    call: CallView, *, include_result: bool = False, decision: Mapping[str, Any] | None = None
+    call: CallView,
+    *,
+    include_result: bool = False,
+    decision: Mapping[str, Any] | None = None,
+    detail: str | None = None,
 ) -> dict[str, Any]:
     """The structured state of a call, as `writ_call_status` and non-final results report it."""
-    return status_model(call, include_result=include_result, decision=decision).dump()
+    return status_model(call, include_result=include_result, decision=decision, detail=detail).dump()
 
 
 def status_model(
-    call: CallView, *, include_result: bool = False, decision: Mapping[str, Any] | None = None
+    call: CallView,
+    *,
+    include_result: bool = False,
+    decision: Mapping[str, Any] | None = None,
+    detail: str | None = None,
 ) -> StatusDocument:
-    """The `StatusDocument` of a call's recorded state; `decision` as for `shape_call`."""
+    """The `StatusDocument` of a call's recorded state; `decision` and `detail` as for `shape_call`."""
     said: dict[str, Any] = {}
     if call.status == "approval_pending":
         said["approval_id"] = call.approval_id
@@ -378,6 +430,8 @@ def status_model(
     if call.status == "result_unknown":
         # Escalated: reconciliation gave up and a person must settle it (`writ calls resolve`).
         said["reconciliation"] = "escalated" if call.escalated else "pending"
+        if detail:
+            said["detail"] = detail
     if call.contradicted:
         said["reconciliation"] = "contradicted"
     if call.status == "failed" and call.error:
@@ -408,22 +462,33 @@ def _status_result(call: CallView, body: Mapping[str, Any], text: str) -> dict[s
     }
 
 
-def _headline(call: CallView, message: str | None) -> str:
+def _headline(call: CallView, message: str | None, detail: str | None = None) -> str:
     summary = call.summary
     says = f" The policy says: {message.rstrip()}" if message else ""
     match call.status:
         case "approval_pending":
             return f"Waiting for human approval: {summary}.{says}"
         case "result_unknown":
-            return (
-                f"Outcome unknown: {summary} was sent, but no answer came back ({call.error or 'no reply'})."
-            )
+            return _unknown_headline(call, detail)
         case "denied":
             return f"Denied by policy ({call.reason}): {summary}.{says}"
         case "dispatching":
             return f"In progress: {summary}."
         case _:
             return f"{call.status.replace('_', ' ').capitalize()}: {summary}."
+
+
+def _unknown_headline(call: CallView, detail: str | None) -> str:
+    said = f" It said: {detail.rstrip()}" if detail else ""
+    error = call.error or "no reply"
+    if call.error == "tool_error":
+        return f"Outcome unknown: {call.summary}: the tool reported an error, possibly after it acted.{said}"
+    if call.attempts > 1:
+        return (
+            f"Outcome unknown: {call.summary} was sent {call.attempts} times under the same key, and no "
+            f"answer settled it ({error}).{said}"
+        )
+    return f"Outcome unknown: {call.summary} was sent, but no answer came back ({error})."
 
 
 MISSING_CAPABILITY_ERROR = "mcp_error_32021"

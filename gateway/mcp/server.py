@@ -41,6 +41,7 @@ from gateway.mcp.results import (
     missing_capability,
     pending_decision,
     rate_limited,
+    recorded_detail,
     shape_call,
     shape_report,
     status_document,
@@ -269,10 +270,11 @@ class McpFace:
         if (missing := missing_capability(report)) is not None:
             raise MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, *missing)
         decision = await self._decision(report.reported)
+        detail = await recorded_detail(self.store, report.reported)
         # Handed on as JSON: the SDK validates a handler's result against the protocol's surface and
         # dumps it once itself, so a model built here would be validated and dumped twice. The
         # `resultType` is what the model would add (a legacy surface drops it).
-        return {"resultType": "complete", **shape_report(report, decision)}
+        return {"resultType": "complete", **shape_report(report, decision, detail)}
 
     def _exchange(self, who: Any, params: types.CallToolRequestParams) -> Exchange | None:
         """The open call a retry's `requestState` names, if it is a relayed round's.
@@ -400,8 +402,9 @@ class McpFace:
                 return _status_error(text, StatusDocument(status="not_found", tool_call_id=tool_call_id))
             return _status_error(text, StatusDocument(status="not_found"))
         decision = await self._decision(call)
-        shaped = shape_call(call, self.catalogue.capability(call.tool_name), decision)
-        status = status_document(call, include_result=True, decision=decision)
+        detail = await recorded_detail(self.store, call)
+        shaped = shape_call(call, self.catalogue.capability(call.tool_name), decision, detail)
+        status = status_document(call, include_result=True, decision=decision, detail=detail)
         shaped["structuredContent"] = status
         if call.status != "completed":
             shaped["content"] = [{"type": "text", "text": _status_text(status)}]

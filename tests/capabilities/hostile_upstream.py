@@ -29,6 +29,7 @@ TOOLS = [
     "bad_schema",
     "nan",
     "internal_error",
+    "invalid_params",
     "exit",
     "hang",
     "wrong_content_type",
@@ -101,6 +102,10 @@ def answer(message: dict[str, Any]) -> list[str] | None:
         return [_result(id, {"content": [], "structuredContent": {"v": float("nan")}})]  # json writes NaN
     if name == "internal_error":
         return [json.dumps({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "db down"}})]
+    if name == "invalid_params":
+        return [
+            json.dumps({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "no such order"}})
+        ]
     if name == "exit":
         return None
     if name == "answer_then_exit":

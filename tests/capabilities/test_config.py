@@ -124,6 +124,10 @@ def test_the_registry_builds_static_capabilities_from_the_example() -> None:
             ),
             "plain argument name",
         ),
+        (
+            lambda d: d["backends"]["files"]["defaults"].update(tool_errors="failed"),
+            "backend 'files': defaults.tool_errors: Input should be 'may_follow_effect' or 'before_effect'",
+        ),
         # Header names and values httpx2 refuses only when a request is sent: every call failed.
         (
             lambda d: d["capabilities"][0].update(idempotency_header="Idempotency Key"),

@@ -26,11 +26,12 @@ TIMEOUT_S = 1.0
 
 WRITE = {
     "ok": ("completed", None),
-    "error_result": ("failed", "tool_error"),  # the upstream says the tool failed
+    "error_result": ("unknown", "tool_error"),  # the upstream says the tool failed: perhaps after acting
     "malformed_result": ("unknown", "invalid_response"),
     "bad_schema": ("unknown", "invalid_response"),
     "nan": ("unknown", "invalid_response"),
-    "internal_error": ("unknown", "upstream_internal_error"),
+    "internal_error": ("unknown", "upstream_internal_error"),  # -32603: the handler may have acted
+    "invalid_params": ("failed", "mcp_error_32602"),  # -32602: refused before the handler ran
     "wrong_id": ("unknown", "response_timeout"),
 }
 """Outcomes of a write, over either transport; a read gets `failed` wherever a write gets `unknown`."""

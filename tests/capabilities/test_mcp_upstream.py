@@ -141,12 +141,42 @@ async def test_a_call_returns_the_upstream_content_and_structured_result_with_ke
     assert TOKEN not in repr(outcome)
 
 
-async def test_an_upstream_error_result_is_failed_and_keeps_the_result(files: Registry) -> None:
+async def test_an_upstream_error_result_of_a_tool_with_an_effect_is_unknown_and_keeps_what_it_said(
+    files: Registry,
+) -> None:
+    # An upstream's tool may fail after it acted: the SDK's servers answer isError for any exception.
     outcome = await call(files, "fail")
 
-    assert (outcome.kind, outcome.error) == ("failed", "tool_error")
+    assert (outcome.kind, outcome.error, outcome.detail) == ("unknown", "tool_error", "disk full")
+    assert outcome.result is None
+    assert outcome.evidence["answer"] == {
+        "content": [{"type": "text", "text": "disk full"}],
+        "structuredContent": None,
+        "isError": True,
+    }
+
+
+@pytest.mark.parametrize("where", ["defaults", "overrides"])
+async def test_an_upstream_error_result_is_failed_where_the_operator_says_errors_come_before_any_effect(
+    upstream_url: str, where: str
+) -> None:
+    settings = {"tool_errors": "before_effect"}
+    placed = {"defaults": settings} if where == "defaults" else {"overrides": {"fail": settings}}
+    async with build(files_backend(upstream_url, tools=["fail"], **placed)) as registry:
+        outcome = await call(registry, "fail")
+
+    assert (outcome.kind, outcome.error, outcome.detail) == ("failed", "tool_error", "disk full")
     assert outcome.result is not None and outcome.result.is_error
     assert outcome.result.content == ({"type": "text", "text": "disk full"},)
+
+
+async def test_an_upstream_error_result_of_a_read_is_failed(upstream_url: str) -> None:
+    backend = files_backend(upstream_url, tools=["fail"], overrides={"fail": {"effect": "read"}})
+    async with build(backend) as registry:
+        outcome = await call(registry, "fail")
+
+    assert (outcome.kind, outcome.error) == ("failed", "tool_error")
+    assert outcome.result is not None and outcome.result.content == ({"type": "text", "text": "disk full"},)
 
 
 async def test_a_write_that_times_out_is_unknown_and_sent_once(

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from sqlalchemy import select
 
-from capabilities.contract import Invocation, ReconcileResult
+from capabilities.contract import Invocation, Outcome, ReconcileResult
 from capabilities.fake import FakeExecutor, completed, failed, fake_capability, unknown
 from capabilities.registry import Registry
 from capabilities.results import json_result
@@ -117,18 +117,32 @@ def pipeline(store: Store, executor: FakeExecutor, clock: Clock) -> CallPipeline
     return p
 
 
-@pytest.fixture
-def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
-    reconciler = Reconciler(
+def reconciler_of(
+    store: Store,
+    pipeline: CallPipeline,
+    clock: Clock,
+    owner: str,
+    policy: ReconcilePolicy | None = None,
+) -> Reconciler:
+    return Reconciler(
         store=store,
         registry=pipeline._registry,  # the same registry the pipeline dispatches through
         dispatcher=dispatcher_of(store, pipeline._registry, clock),
         redactor=Redactor(b"salt"),
-        owner="gw-b",
+        owner=owner,
         clock=clock,
-        policy=ReconcilePolicy(max_attempts=2, backoff_s=10),
+        policy=policy or ReconcilePolicy(),
     )
+
+
+def workers_of(store: Store, reconciler: Reconciler, clock: Clock) -> Workers:
     return Workers(store=store, agenda=store, reconciler=reconciler, clock=clock, pruning=store)
+
+
+@pytest.fixture
+def workers(store: Store, pipeline: CallPipeline, clock: Clock) -> Workers:
+    policy = ReconcilePolicy(max_attempts=2, backoff_s=10)
+    return workers_of(store, reconciler_of(store, pipeline, clock, "gw-b", policy), clock)
 
 
 async def unknown_call(pipeline: CallPipeline, executor: FakeExecutor, tool: str = "refund_order") -> str:
@@ -416,39 +430,87 @@ async def test_a_deduplicating_backend_gets_the_same_key_again_as_a_recorded_ret
     assert executor.invocations[1].attempt == 2
 
 
-async def test_an_unknown_call_sent_before_keys_were_scoped_is_looked_up_under_its_plain_key(
-    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+REFUSED_RESENDS = {
+    "409 in progress": failed("http_409", "payments answered 409: a request with this key is in progress"),
+    "4xx": failed("http_400", "payments answered 400: invalid request"),
+    "5xx": unknown("http_503", "payments answered 503: unavailable"),
+    "timeout": unknown("response_timeout", "no answer within 0.2s"),
+    "MCP isError, errors before effect": failed("tool_error", "Error executing tool pay_invoice"),
+    "MCP isError": unknown("tool_error", "Error executing tool pay_invoice"),
+    "MCP JSON-RPC error": failed("mcp_error_32602", "Invalid params"),
+}
+
+
+@pytest.mark.parametrize("answer", REFUSED_RESENDS.values(), ids=REFUSED_RESENDS.keys())
+async def test_a_re_send_answered_with_no_success_leaves_the_call_unknown_then_backs_off_and_escalates(
+    pipeline: CallPipeline,
+    executor: FakeExecutor,
+    workers: Workers,
+    store: Store,
+    clock: Clock,
+    answer: Outcome,
 ) -> None:
-    # An upgrade: the call was sent by a Writ that gave the backend the client's key as it came; the
-    # backend knows its effect by that key, and by no other.
-    old = await unknown_call(pipeline, executor, "refund_order")
-    tamper.as_dispatched_before_keys_were_scoped(store, old)
-    new = await unknown_call(pipeline, executor, "slow_refund")
-    for _ in range(2):
-        executor.reconcile_script.append(ReconcileResult("succeeded", json_result({"refund_id": "r1"})))
-
-    await workers.tick()
-
-    looked_up = {inv.tool_call_id: inv.idempotency_key for inv in executor.reconciled}
-    assert looked_up == {old: "k-refund_order", new: scoped_key("acme", "alice", "k-slow_refund")}
-    assert store.get_call(old).status == store.get_call(new).status == "completed"
-    assert store.verify().ok  # a log with both kinds of dispatch replays to the same projections
-
-
-async def test_an_unknown_call_sent_before_keys_were_scoped_is_re_sent_under_its_plain_key(
-    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
-) -> None:
+    # A refusal of attempt 2 says nothing of attempt 1, which may have committed (or still be running:
+    # Stripe answers 409 to the same key while the first request is in flight, then commits it).
     tool_call_id = await unknown_call(pipeline, executor, "pay_invoice")
-    tamper.as_dispatched_before_keys_were_scoped(store, tool_call_id)
+    executor.then(answer)
 
     await workers.tick()
 
     call = store.get_call(tool_call_id)
-    assert (call.status, call.attempts, call.key_scoped) == ("completed", 2, False)
-    # A deduplicating backend answers the re-send with the first effect only under the key it got.
-    assert executor.invocations[-1].idempotency_key == "k-pay_invoice"
-    resend = [e for e in store.events(tool_call_id=tool_call_id) if e.type == "tool_call.dispatching"][-1]
-    assert (resend.payload["idempotency_key"], resend.payload["retry_of_attempt"]) == ("k-pay_invoice", 1)
+    assert (call.status, call.verification_status, call.attempts) == ("result_unknown", "pending", 2)
+    assert call.error == answer.error and not call.escalated
+    events = store.events(tool_call_id=tool_call_id)
+    assert [e.type for e in events][-4:] == [
+        "reconciliation.started",
+        "tool_call.dispatching",
+        "tool_call.result_unknown",
+        "reconciliation.inconclusive",
+    ]
+    said = events[-2].payload
+    assert (said["error"], said["detail"]) == (answer.error, answer.detail)
+    if answer.kind == "failed":  # the refusal itself is kept as evidence
+        assert said["evidence"]["resend_attempt"] == 2
+        assert said["evidence"]["answer"]["content"] == [{"type": "text", "text": answer.detail}]
+    assert events[-1].payload["next_attempt_at"] == format_ts(clock.now + timedelta(seconds=10))
+    await workers.tick()  # backing off: nothing sent, nothing settled
+    assert len(executor.invocations) == 2
+
+    clock.advance(10)
+    await workers.tick()  # no re-send left (max_attempts 2) and no lookup: a person settles it
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.escalated, len(executor.invocations)) == ("result_unknown", True, 2)
+    escalated = store.events(tool_call_id=tool_call_id)[-1]
+    assert escalated.type == "reconciliation.escalated"
+    assert escalated.payload["reason"] == "inconclusive_after_retries"
+    assert escalated.payload["detail"] == (
+        f"sent 2 times under the same key and no answer was a success (the last: {answer.error}); "
+        "pay-invoice offers no lookup"
+    )
+    assert store.verify().ok
+
+
+async def test_a_re_send_refused_while_the_first_runs_completes_once_a_later_re_send_gets_the_effect(
+    pipeline: CallPipeline, executor: FakeExecutor, store: Store, clock: Clock
+) -> None:
+    policy = ReconcilePolicy(max_attempts=4, backoff_s=10)
+    workers = workers_of(store, reconciler_of(store, pipeline, clock, "gw-b", policy), clock)
+    tool_call_id = await unknown_call(pipeline, executor, "pay_invoice")
+    in_progress = failed("http_409", "a request with this key is in progress")
+    executor.then(in_progress, in_progress, completed({"invoice": "paid", "request": "the first"}))
+
+    await workers.tick()
+    clock.advance(10)
+    await workers.tick()
+    assert store.get_call(tool_call_id).status == "result_unknown"
+    clock.advance(20)  # the backoff doubles
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.attempts) == ("completed", 4)
+    assert call.result["structuredContent"] == {"invoice": "paid", "request": "the first"}
+    assert {inv.idempotency_key for inv in executor.invocations} == {"k-pay_invoice"}
     assert store.verify().ok
 
 
@@ -764,17 +826,46 @@ async def test_two_reconcilers_recheck_a_failure_once_between_them(
     tool_call_id = await failed_after_horizon(pipeline, executor, workers, store, clock)
     clock.now = store.get_call(tool_call_id).next_reconcile_at
     due = store.due_reconciliations(now=clock())
-    other = Reconciler(
-        store=store,
-        registry=pipeline._registry,
-        dispatcher=dispatcher_of(store, pipeline._registry, clock),
-        redactor=Redactor(b"salt"),
-        owner="gw-c",
-        clock=clock,
-    )
+    other = reconciler_of(store, pipeline, clock, "gw-c")
     executor.reconcile_script.append(NOT_FOUND)
 
     assert await other.settle(due[0]) is True
     assert await other.settle(due[0]) is False  # the same view again: its lease is taken
 
     assert len(executor.reconciled) == 2
+
+
+async def test_an_unknown_call_sent_before_keys_were_scoped_is_looked_up_under_its_plain_key(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    # An upgrade: the call was sent by a Writ that gave the backend the client's key as it came; the
+    # backend knows its effect by that key, and by no other.
+    old = await unknown_call(pipeline, executor, "refund_order")
+    tamper.as_dispatched_before_keys_were_scoped(store, old)
+    new = await unknown_call(pipeline, executor, "slow_refund")
+    for _ in range(2):
+        executor.reconcile_script.append(ReconcileResult("succeeded", json_result({"refund_id": "r1"})))
+
+    await workers.tick()
+
+    looked_up = {inv.tool_call_id: inv.idempotency_key for inv in executor.reconciled}
+    assert looked_up == {old: "k-refund_order", new: scoped_key("acme", "alice", "k-slow_refund")}
+    assert store.get_call(old).status == store.get_call(new).status == "completed"
+    assert store.verify().ok  # a log with both kinds of dispatch replays to the same projections
+
+
+async def test_an_unknown_call_sent_before_keys_were_scoped_is_re_sent_under_its_plain_key(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor, "pay_invoice")
+    tamper.as_dispatched_before_keys_were_scoped(store, tool_call_id)
+
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.attempts, call.key_scoped) == ("completed", 2, False)
+    # A deduplicating backend answers the re-send with the first effect only under the key it got.
+    assert executor.invocations[-1].idempotency_key == "k-pay_invoice"
+    resend = [e for e in store.events(tool_call_id=tool_call_id) if e.type == "tool_call.dispatching"][-1]
+    assert (resend.payload["idempotency_key"], resend.payload["retry_of_attempt"]) == ("k-pay_invoice", 1)
+    assert store.verify().ok

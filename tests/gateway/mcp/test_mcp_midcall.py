@@ -76,6 +76,8 @@ def _upstreams(url: str) -> dict[str, Any]:
             "mode": mode,
             "timeout_s": 10,
             "rename": {tool: f"{name}_{tool}" for tool in TOOLS},
+            # Its tools err only when the client could not be asked, before they do anything.
+            "defaults": {"tool_errors": "before_effect"},
             "overrides": {"ask": {"redact": ["pin"]}},
             "prompts": {"prefix": f"{name}_", "redact": {"sign": ["pin"]}},
         }

@@ -1,4 +1,5 @@
-"""Which recorded words reach the client as a policy rule's `message` (gateway/mcp/results.py).
+"""Which recorded words reach the client as a policy rule's `message`, and as what the backend said
+of an unknown call's effect (gateway/mcp/results.py).
 
 Pure shaping of a call's recorded state; what the real gateway answers is in test_mcp_shaping.py.
 """
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from gateway.mcp.results import rule_message, shape_call, status_document
-from store.model import CallView
+from gateway.mcp.results import UNKNOWN_BY, rule_message, shape_call, status_document, unknown_detail
+from store.model import CallView, StoredEvent
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SAYS = "Goodwill refunds are approved by a supervisor."
@@ -102,3 +103,63 @@ def test_a_denial_by_a_rule_keeps_telling_its_message_from_the_call_and_writs_ow
     assert status_document(denied)["message"] == "Not by agents."
     conflict = dataclasses.replace(denied, reason="idempotency_conflict", error="key is held by tc-0")
     assert rule_message(conflict) is None
+
+
+UNKNOWN = dataclasses.replace(
+    PENDING,
+    status="result_unknown",
+    verification_status="pending",
+    decision_effect="allow",
+    reason=None,
+    approval_id=None,
+    error="tool_error",
+    attempts=1,
+)
+
+
+def unknown_event(seq: int, error: str, detail: str | None) -> StoredEvent:
+    """A `tool_call.result_unknown` as the log holds it."""
+    payload = {"error": error, "detail": detail, "evidence": {}, "reconciliation": "pending"}
+    return StoredEvent(
+        seq, f"e{seq}", "tool_call.result_unknown", 2, "t", "gw", None, "tc-1", None, None, None, None, None,
+        None, "acme", payload, "0" * 64, "0" * 64,
+    )  # fmt: skip
+
+
+def test_the_latest_unknown_outcomes_detail_is_what_the_backend_said() -> None:
+    events = [
+        unknown_event(1, "response_timeout", "no answer within 0.5s"),
+        unknown_event(2, "http_409", "payments answered 409: a request with this key is in progress"),
+    ]
+    assert unknown_detail(events) == "payments answered 409: a request with this key is in progress"
+    assert unknown_detail([*events, unknown_event(3, "response_timeout", None)]) is None
+    assert unknown_detail([]) is None
+
+
+def test_an_upstream_tool_error_left_unknown_tells_the_tools_message_and_not_that_nothing_answered() -> None:
+    shaped = shape_call(UNKNOWN, detail="Error executing tool transfer")
+
+    document = shaped["structuredContent"]
+    assert (shaped["isError"], document["status"]) == (False, "result_unknown")
+    assert document["detail"] == "Error executing tool transfer"
+    assert document["next"] == UNKNOWN_BY["tool_error"]
+    assert shaped["content"][0]["text"] == (
+        "Outcome unknown: refund 20 EUR to order 1001: the tool reported an error, possibly after it "
+        f"acted. It said: Error executing tool transfer {UNKNOWN_BY['tool_error']}"
+    )
+
+
+def test_a_re_sent_call_left_unknown_says_how_often_it_was_sent_and_the_last_answer() -> None:
+    refused = dataclasses.replace(UNKNOWN, error="http_409", attempts=3)
+
+    shaped = shape_call(refused, detail="payments answered 409: in progress")
+
+    assert shaped["content"][0]["text"].startswith(
+        "Outcome unknown: refund 20 EUR to order 1001 was sent 3 times under the same key, and no answer "
+        "settled it (http_409). It said: payments answered 409: in progress Do not call again"
+    )
+    assert status_document(refused, detail="payments answered 409: in progress")["detail"] == (
+        "payments answered 409: in progress"
+    )
+    # A detail is what the backend said of an unknown call: a settled call has its result or error.
+    assert "detail" not in status_document(dataclasses.replace(refused, status="failed"), detail="x")
