@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from bench.processes import wait_http
+from store.keys import scoped_key
 from tests.e2e import deduping_backend
 from tests.e2e.harness import QUICK_LEASE_MARGIN_S, REPO, Backend, Gateway, free_port, stop, writ_gateway
 from tests.eventually import eventually
@@ -172,7 +173,8 @@ async def test_a_re_send_refused_while_the_first_request_runs_never_reads_failed
 
     assert "failed" not in seen
     assert (settled["status"], settled["verification"]) == ("completed", "not_observed")
-    [payment] = payments_under(payments, "pay-1")  # the backend holds the one effect
+    # The backend holds the one effect, under alice's own key.
+    [payment] = payments_under(payments, scoped_key("acme", "alice", "pay-1"))
     with gateway.store() as store:
         call = store.get_call(tool_call_id)
         events = store.events(tool_call_id=tool_call_id)
@@ -214,7 +216,7 @@ async def test_an_upstream_tool_that_errs_after_its_effect_is_unknown_then_found
     assert after.meta is not None and after.meta["writ/toolCallId"] == tool_call_id
     assert after.meta["writ/status"] == "completed"
     [row] = transfers(workdir / "ledger.json")  # one transfer: looked up, never sent again
-    assert (row["to"], row["amount"], row["key"]) == ("printer", 13, "transfer-1")
+    assert (row["to"], row["amount"], row["key"]) == ("printer", 13, scoped_key("acme", "bob", "transfer-1"))
     with gateway.store() as store:
         events = store.events(tool_call_id=tool_call_id)
         assert store.verify().ok
