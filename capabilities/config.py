@@ -33,6 +33,16 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _without_undeclared(dumped: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """`dumped` without the settings among `names` left undeclared (None).
+
+    What a capability is dumped as is part of its contract hash, which derived keys and approvals
+    bind. A setting added after contracts were recorded, when left out, must dump as it did before it
+    existed: then an upgrade changes no key, and a call of unknown outcome is still joined by its re-send.
+    """
+    return {name: value for name, value in dumped.items() if name not in names or value is not None}
+
+
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """An HTTP field name (RFC 9110 token)."""
 
@@ -228,14 +238,7 @@ class LookupReading(_Model):
 
     @model_serializer(mode="wrap")
     def _declared_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # What a capability is dumped as is part of its contract hash, which derived keys and
-        # approvals bind: a lookup that declares neither dumps as it did before these existed, so an
-        # upgrade leaves its keys alone (a call of unknown outcome still joined by its re-send).
-        dumped: dict[str, Any] = handler(self)
-        for name in ("records", "outcome"):
-            if dumped.get(name) is None:
-                dumped.pop(name, None)
-        return dumped
+        return _without_undeclared(handler(self), ("records", "outcome"))
 
 
 class McpReconcile(LookupReading):
@@ -283,6 +286,10 @@ class McpToolSettings(_Model):
     effect it is `result_unknown`, settled by reconciliation. `before_effect`: the operator declares
     that this upstream reports tool errors only before any effect, so one is `failed`. A read's is
     `failed` either way."""
+
+    @model_serializer(mode="wrap")
+    def _declared_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_undeclared(handler(self), ("tool_errors",))
 
 
 _PROMPT_NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")

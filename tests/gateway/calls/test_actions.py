@@ -8,9 +8,11 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from mcp import types as mcp_types
 
-from capabilities.config import parse_config
+from capabilities.config import McpBackend, parse_config
 from capabilities.contract import Capability
+from capabilities.mcp_tools import capabilities_from_tools
 from capabilities.registry import Registry
 from gateway.calls.actions import (
     Redactor,
@@ -259,3 +261,33 @@ def test_a_lookup_declaring_how_its_answer_is_read_is_another_contract_and_one_d
     outcome = {"field": "/status", "succeeded": ["succeeded"]}
     declared = configured(reconcile={**lookup, "records": "/refunds", "outcome": outcome})
     assert declared.definition["capability"]["reconcile"]["outcome"] == {**outcome, "failed": []}
+
+
+def upstream_refund(backend: dict[str, Any]) -> Capability:
+    """The refund an upstream MCP server lists, as a backend configured by `backend` exposes it."""
+    tools = [
+        mcp_types.Tool(name="refund", input_schema={"type": "object", "properties": {"amount": {}}}),
+        mcp_types.Tool(name="find", input_schema={"type": "object"}),
+    ]
+    return capabilities_from_tools("pay", McpBackend.model_validate({"type": "mcp", **backend}), tools)[0]
+
+
+def test_an_upstream_tool_leaving_tool_errors_undeclared_keeps_the_contract_it_had_before() -> None:
+    # Hashes taken with the code before `tool_errors` existed (4a0c727). Had the setting's absence
+    # changed them, every MCP tool's derived keys would change on upgrade, and the re-send of a call
+    # left of unknown outcome across it would reach the backend as a new effect.
+    plain = {"url": "http://upstream.test/mcp"}
+    lookup = {"tool": "find", "arguments": {"key": "{idempotency_key}"}}
+    with_lookup = {**plain, "defaults": {"effect": "write"}, "overrides": {"refund": {"reconcile": lookup}}}
+
+    assert contract_hash(upstream_refund(plain)) == (
+        "sha256:9f3579130d7a66733f5710fe5c4aaaaa63894a80ecaad97a4d968c065bfe699a"
+    )
+    assert contract_hash(upstream_refund(with_lookup)) == (
+        "sha256:0aecd2acbbff195d451e4902ddad3123ef023e941c58cc290943728e32b9006f"
+    )
+    for declared in (
+        {**plain, "defaults": {"tool_errors": "before_effect"}},
+        {**plain, "overrides": {"refund": {"tool_errors": "may_follow_effect"}}},
+    ):
+        assert contract_hash(upstream_refund(declared)) != contract_hash(upstream_refund(plain)), declared

@@ -510,7 +510,8 @@ async def test_a_re_send_refused_while_the_first_runs_completes_once_a_later_re_
     call = store.get_call(tool_call_id)
     assert (call.status, call.attempts) == ("completed", 4)
     assert call.result["structuredContent"] == {"invoice": "paid", "request": "the first"}
-    assert {inv.idempotency_key for inv in executor.invocations} == {scoped_key("acme", "alice", "k-pay_invoice")}
+    sent = {inv.idempotency_key for inv in executor.invocations}
+    assert sent == {scoped_key("acme", "alice", "k-pay_invoice")}
     assert store.verify().ok
 
 
