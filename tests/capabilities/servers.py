@@ -43,6 +43,9 @@ class ServerState:
     answer: tuple[int, str] = (200, "[]")
     """What `GET /answer` (HTTP) answers: status and body; the `find_answer` tool (MCP) answers the body."""
     closing: bool = False
+    slow_in_flight: int = 0
+    most_slow_in_flight: int = 0
+    """How many `slow` calls the upstream was running at once, at most."""
 
     def see(self, key: str, request: Request | None = None, body: Any = None) -> None:
         self.hits[key] += 1
@@ -234,7 +237,12 @@ def mcp_upstream_server(state: ServerState) -> Server[Any]:
                 content=[mcp_types.TextContent(type="text", text="disk full")], is_error=True
             )
         if params.name == "slow":
-            await anyio.sleep(0.4)
+            state.slow_in_flight += 1
+            state.most_slow_in_flight = max(state.most_slow_in_flight, state.slow_in_flight)
+            try:
+                await anyio.sleep(0.4)
+            finally:
+                state.slow_in_flight -= 1
         if params.name == "hang":
             await state.hang()
         if params.name == "boom":
