@@ -311,6 +311,11 @@ def resolve_by_human(conn: Connection, cmd: ResolveManually, *, producer: str) -
                 f"call {tool_call_id} is {row.status}: nothing unknown to settle, nothing to contradict"
             )
         return call
+    # A person's `failed` frees the key for a retry, and the backend may yet commit what it had not
+    # when they looked: a call Writ could look up is looked up once more, now, as a failure found
+    # after the horizon is (`reconciliation.rechecked`; the reconciler schedules any later re-check).
+    # Not a contradicted call: the person has just overruled what a lookup found.
+    recheck = verdict == "confirmed_failure" and not contradicted and _looked_up(conn, tool_call_id)
     payload = ev.ReconciliationResolved(
         verdict=verdict,
         evidence={"manual": evidence},
@@ -318,7 +323,18 @@ def resolve_by_human(conn: Connection, cmd: ResolveManually, *, producer: str) -
         resolved_by=by,
         break_glass=cmd.break_glass,
         reason=cmd.reason,
+        recheck_at=ev.format_ts(cmd.now) if recheck else None,
     )
     log.add(ev.ReconciliationResolvedEvent(**call_envelope(row, cmd.now, producer), payload=payload))
     log.flush()
     return log.call(tool_call_id)
+
+
+def _looked_up(conn: Connection, tool_call_id: str) -> bool:
+    """Whether the reconciler ever looked the call's outcome up at its backend."""
+    started = conn.execute(
+        select(events.c.payload).where(
+            events.c.tool_call_id == tool_call_id, events.c.type == "reconciliation.started"
+        )
+    )
+    return any(json.loads(row.payload).get("method") == "lookup" for row in started)

@@ -25,7 +25,9 @@ lets the same effect be sent again. So a `failed` that rests on finding nothing 
 looked up again, a few times (`ReconcilePolicy.recheck_after`), under a re-check lease of the same kind:
 if the lookup finds this call's own effect, the verdict is contradicted (`reconciliation.contradicted`;
 it stays `failed`, a person must look); otherwise the re-check is recorded (`reconciliation.rechecked`
-naming the next one, none after the last). The effect found under the key is this call's when the
+naming the next one, none after the last). A `failed` a person recorded by hand on a call Writ had
+looked up is looked up once more right after, then on the same schedule (the store schedules the
+first: `resolve_by_human`). The effect found under the key is this call's when the
 backend's record names its external request id or tool call id, or, if it names neither, when no
 later call has been sent under the key: an honest re-send's own effect is not flagged.
 
@@ -433,16 +435,21 @@ class Reconciler:
             source="lookup",
             verdict="confirmed_success",
             evidence={**evidence, **({"result": found} if found is not None else {})},
-            detail="a re-check found the effect of this call, settled failed because the backend had none "
-            "after its commit horizon: the backend committed past its horizon",
+            detail=(
+                f"a re-check found the effect of this call, which {call.resolved_by} settled failed by hand"
+                if call.resolved_by
+                else "a re-check found the effect of this call, settled failed because the backend had "
+                "none after its commit horizon: the backend committed past its horizon"
+            ),
             now=self._clock(),
             token=call.lease_token,
         )
         await anyio.to_thread.run_sync(self._store.record_contradiction, contradiction)
         logger.warning(
-            "call %s was settled failed after its commit horizon, and the backend has its effect after "
-            "all: recorded as a contradiction for a person to check",
+            "call %s was settled failed (%s), and the backend has its effect after all: recorded as a "
+            "contradiction for a person to check",
             call.tool_call_id,
+            f"by {call.resolved_by}" if call.resolved_by else "after its commit horizon",
         )
         return "contradicted"
 

@@ -112,6 +112,11 @@ UNKNOWN_BY = {
     ),
 }
 
+ESCALATED = (
+    "Do not call again: the backend never answered and may have acted. Writ could not learn the "
+    "outcome from it, so a person is checking; check with writ_call_status using the toolCallId."
+)
+
 CONTRADICTED = (
     "Do not call again: Writ's recorded outcome of this call is contradicted by later evidence (it may "
     "have taken effect after all, or not). A person is checking; check with writ_call_status."
@@ -124,6 +129,8 @@ def outcome_text(call: CallView) -> str:
         return CONTRADICTED
     if call.status == "failed":
         return _NOT_ANSWERED.get(call.error or "", NEXT["failed"])
+    if call.escalated:
+        return ESCALATED
     if call.status == "result_unknown" and call.error in UNKNOWN_BY:
         return UNKNOWN_BY[call.error or ""]
     return NEXT.get(call.status, "")

@@ -39,6 +39,7 @@ import anyio
 from gateway.auth.dev_issuer import DevIssuer
 from gateway.calls.faults import CRASH_ENV, POINTS, STOP_ENV
 from store import Store
+from store.model import CallView
 from tests.e2e.harness import WRIT, Backend, demo_config, free_port, mcp_client, sent_for, stop, wait_http
 from tests.faults.plug import Plug, through
 
@@ -330,8 +331,7 @@ class Campaign:
                 )
                 if call is None or call.status not in FINAL:
                     continue
-                effects = len(self.backend.refunds(trial.key))
-                trial.contradicted |= (call.status == "completed") != (effects > 0)
+                trial.contradicted |= (call.status == "completed") != (self._effects_of(call, trial.key) > 0)
                 self.verified.add(trial.key)
 
     async def _call_with_store_cut(
@@ -417,8 +417,12 @@ class Campaign:
                     else store.find_call_by_key("acme", "agent-1", trial.key)
                 )
                 row["effects"] += effects > 0
-                row["duplicates"] += effects > 1 or any(
-                    again != trial.tool_call_id for again in trial.resends
+                # A re-send without a key must join the call, unless that call failed: a `failed` frees
+                # its key (under load, a dispatch lease can run out before the request left), and the
+                # re-send is then a new call of its own. Two effects are a duplicate whatever the log says.
+                joins = call is None or call.status != "failed"
+                row["duplicates"] += effects > 1 or (
+                    joins and any(again != trial.tool_call_id for again in trial.resends)
                 )
                 told = trial.tool_call_id is not None
                 row["lost"] += call is None and (told or effects > 0 or trial.point in POINTS)
@@ -432,10 +436,18 @@ class Campaign:
                 told_wrong = trial.status in FINAL and (
                     trial.status != call.status or f"tool_call.{trial.status}" not in recorded
                 )
-                row["wrong"] += (
-                    (call.status == "completed") != (effects == 1) or told_wrong or trial.contradicted
-                )
+                own = self._effects_of(call, trial.key)
+                row["wrong"] += (call.status == "completed") != (own == 1) or told_wrong or trial.contradicted
         return table
+
+    def _effects_of(self, call: CallView, key: str) -> int:
+        """The refunds under `key` that are `call`'s own: each names the request id it was sent with
+        (its re-sends keep it). A call without a key shares its derived key with a later identical call
+        once it failed (its key freed), whose refund is that call's, not this one's."""
+        return sum(
+            refund.get("request_id") in (None, call.external_request_id)
+            for refund in self.backend.refunds(key)
+        )
 
 
 def explain(campaign: Campaign, fault: str) -> str:

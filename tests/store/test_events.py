@@ -181,11 +181,17 @@ json_envelopes = _envelopes(st.text(max_size=12), st.floats(allow_nan=False, all
 any_envelopes = _envelopes(st.text(max_size=12) | st.sampled_from(["\ud800", "a\udfffb"]), st.floats())
 
 
-def _outcome(spell: Callable[[], str]) -> str | type[Exception]:
+REFUSED = "refused"
+
+
+def _outcome(spell: Callable[[], str]) -> str:
+    # Which refusal is not compared: an envelope holding both a lone surrogate and an infinity is
+    # refused for whichever of the two the spelling meets first, and spelled apart it meets them in
+    # another order. That it is refused either way is what matters.
     try:
         return spell()
-    except (CanonicalizationError, ValueError) as exc:
-        return type(exc)
+    except (CanonicalizationError, ValueError):
+        return REFUSED
 
 
 @given(json_envelopes | any_envelopes)

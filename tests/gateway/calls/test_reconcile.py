@@ -21,7 +21,7 @@ from gateway.calls.dispatch import Dispatcher
 from gateway.calls.pipeline import CallInput, CallPipeline, CallReport, RegistryLike
 from gateway.calls.reconcile import ReconcilePolicy, Reconciler
 from gateway.calls.workers import Workers
-from gateway.mcp.results import CONTRADICTED, FAILED_BY, NEXT, shape_call, status_document
+from gateway.mcp.results import CONTRADICTED, ESCALATED, FAILED_BY, NEXT, shape_call, status_document
 from policy.engine import Policy
 from policy.model import Principal
 from store.commands import ResolveManually
@@ -403,6 +403,83 @@ async def test_inconclusive_lookups_back_off_then_escalate_to_a_human(
     call = store.get_call(tool_call_id)
     assert call.escalated and len(executor.reconciled) == 2
     assert store.events(tool_call_id=tool_call_id)[-1].type == "reconciliation.escalated"
+
+
+async def escalated_call(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, clock: Clock
+) -> str:
+    """A refund left unknown, whose two lookups were inconclusive: handed to a person, well before
+    its commit horizon ends."""
+    tool_call_id = await unknown_call(pipeline, executor)
+    executor.reconcile_script.extend([ReconcileResult("inconclusive"), ReconcileResult("inconclusive")])
+    await workers.tick()
+    clock.advance(10)
+    await workers.tick()
+    return tool_call_id
+
+
+def resolved_failed_by_carol(store: Store, clock: Clock, tool_call_id: str) -> None:
+    store.resolve_manually(
+        ResolveManually(
+            tool_call_id, succeeded=False, evidence="no refund in the ledger", by="carol", now=clock()
+        )
+    )
+
+
+async def test_an_escalated_call_tells_the_model_a_person_is_checking(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    call = store.get_call(await escalated_call(pipeline, executor, workers, clock))
+
+    told = shape_call(call)["structuredContent"]
+    assert (told["reconciliation"], told["next"]) == ("escalated", ESCALATED)
+    assert "Writ looks the outcome up" not in told["next"]
+
+
+async def test_a_failure_a_person_records_is_looked_up_again_and_a_late_effect_contradicts_it(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    # The person says "failed" before the horizon ends; the backend commits the refund afterwards.
+    tool_call_id = await escalated_call(pipeline, executor, workers, clock)
+    horizon_at = store.dispatched_at(tool_call_id) + timedelta(seconds=HORIZON_END_S)
+    assert clock() < horizon_at
+    resolved_failed_by_carol(store, clock, tool_call_id)
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.resolved_by, call.next_reconcile_at) == ("failed", "carol", clock())
+    assert store.events(tool_call_id=tool_call_id)[-1].payload["recheck_at"] == format_ts(clock())
+    # Looked up at once: nothing yet, so looked up again on the schedule after the horizon.
+    executor.reconcile_script.append(NOT_FOUND)
+    await workers.tick()
+    first_recheck = horizon_at + timedelta(seconds=HORIZON_S)
+    assert store.get_call(tool_call_id).next_reconcile_at == first_recheck
+    clock.now = first_recheck
+    executor.reconcile_script.append(refund_record(store.get_call(tool_call_id).external_request_id))
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.contradicted, len(executor.reconciled)) == ("failed", True, 4)
+    event = store.events(tool_call_id=tool_call_id)[-1]
+    assert (event.type, event.payload["detail"]) == (
+        "reconciliation.contradicted",
+        "a re-check found the effect of this call, which carol settled failed by hand",
+    )
+    assert event.payload["settled_evidence"]["manual"] == "no refund in the ledger"
+    assert store.verify().ok
+
+
+async def test_a_failure_a_person_records_on_a_call_never_looked_up_is_not_looked_up(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    tool_call_id = await unknown_call(pipeline, executor, "send_fax")
+    await workers.tick()
+    resolved_failed_by_carol(store, clock, tool_call_id)
+
+    assert store.get_call(tool_call_id).next_reconcile_at is None
+    assert store.events(tool_call_id=tool_call_id)[-1].payload["recheck_at"] is None
+    clock.advance(100 * HORIZON_S)
+    await workers.tick()
+    assert executor.reconciled == []
 
 
 async def test_a_capability_without_a_lookup_is_escalated_at_once(
