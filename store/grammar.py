@@ -102,6 +102,7 @@ class _Call:
 
     __slots__ = (
         "approval_id",
+        "asked_by",
         "approved_by",
         "attempts",
         "contradicted",
@@ -114,6 +115,7 @@ class _Call:
         "requester",
         "requester_may_approve",
         "retried_by",
+        "retry_asked_by",
         "retry_same_key",
         "run_id",
         "sent_key",
@@ -136,6 +138,10 @@ class _Call:
         self.contradicted = False
         self.escalated = False
         self.retried_by: str | None = None
+        self.retry_asked_by: str | None = None
+        """Who asked for that retry (the `requested_by` of this call's `tool_call.retry_requested`)."""
+        self.asked_by: str | None = None
+        """For a retry of a failed call, who asked for it: they stand to it as its requester does."""
         self.retry_same_key = False
         """The call a `tool_call.retry_requested` of this one named (one retry per call)."""
         self.recheck_due = False
@@ -217,12 +223,14 @@ class Grammar:
                 raise _Broken("run_not_started", f"call {tool_call_id} names run {run_id}, never started")
             if self._runs[run_id] != event.tenant:
                 raise _Broken("run_of_another_tenant", f"run {run_id} belongs to another tenant")
+        asked_by = None
         if p.retry_of is not None:
             original = self._calls.get(p.retry_of)
             if original is None or original.retried_by != tool_call_id:
                 raise _Broken(
                     "retry_unrequested", f"call {tool_call_id} retries {p.retry_of}, which nobody retried"
                 )
+            asked_by = original.retry_asked_by
         key = (event.tenant or "", p.subject, p.idempotency_key)
         state = "refused"
         if p.claims_key:
@@ -236,7 +244,7 @@ class Grammar:
             state = f"decided:{p.decision.get('effect')}"
         call = _Call(state, key, p.subject, event.tenant or "", event.occurred_at)
         call.effect_class = p.effect_class
-        call.run_id = run_id
+        call.run_id, call.asked_by = run_id, asked_by
         self._calls[tool_call_id] = call
 
     def _claim(self, event: ev.ToolCallRequestedEvent, key: _Key) -> None:
@@ -349,7 +357,7 @@ class Grammar:
             raise _Broken("retried_twice", f"retried before, by call {call.retried_by}")
         if not p.break_glass and (event.tenant, p.requested_by) in self._revoked:
             raise _Broken("retry_by_revoked", f"{p.requested_by} asked for a retry while revoked")
-        call.retried_by = p.retry_tool_call_id
+        call.retried_by, call.retry_asked_by = p.retry_tool_call_id, p.requested_by
         call.retry_same_key = p.same_key
 
     def _same_approval(self, call: _Call, event: ev.Envelope) -> None:
@@ -367,6 +375,9 @@ class Grammar:
             raise _Broken("approval_in_stopped_run", f"approved while run {call.run_id} is stopped")
         if p.decided_by == call.requester and not call.requester_may_approve:
             raise _Broken("self_approval", f"{p.decided_by} approved their own call")
+        if p.decided_by == call.asked_by and not call.requester_may_approve:
+            # Who asked for a retry stands to it as its requester does (`store.approving`).
+            raise _Broken("self_approval", f"{p.decided_by} asked for this retry and approved it")
         if not p.break_glass and (event.tenant, p.decided_by) in self._revoked:
             raise _Broken("approval_by_revoked", f"{p.decided_by} approved while revoked")
         call.approved_by = p.decided_by

@@ -269,6 +269,26 @@ def test_only_a_failed_call_is_retried_once_and_its_retry_is_the_call_it_named()
     assert new_key_asked is not None and "under a new key" in new_key_asked.detail
 
 
+def test_whoever_asked_for_a_retry_may_approve_it_only_where_the_rule_said_so() -> None:
+    # The store refuses this approval in its transaction; a log written otherwise (by hand, or by a
+    # version that did not refuse it) is flagged by the audit as the requester's own approval is.
+    failed = ev.ToolCallFailedEvent(**envelope("c", 3), payload=ev.ToolCallFailed(error="no"))
+    asked = (requested("c", 1), dispatching("c", 2), failed, retry_requested("c", 4, "r", by="carol"))
+
+    def retry_held(requester_may_approve: bool = False) -> list[ev.Event]:
+        [_, required] = pending("r", 5, requester_may_approve=requester_may_approve)
+        retry = requested("r", 5, effect="require_approval", supersedes="c", retry_of="c", retry_number=1)
+        return [*asked, retry, required]
+
+    by_asker = follow(*retry_held(), granted("r", 7, "carol"))
+    by_another = follow(*retry_held(), granted("r", 7, "dave"))
+    allowed = follow(*retry_held(requester_may_approve=True), granted("r", 7, "carol"))
+
+    assert by_asker is not None and (by_asker.seq, by_asker.rule) == (7, "self_approval")
+    assert by_asker.detail == "carol asked for this retry and approved it"
+    assert by_another is None and allowed is None
+
+
 def test_a_revoked_person_may_not_ask_for_a_retry_unless_by_break_glass() -> None:
     failed = ev.ToolCallFailedEvent(**envelope("c", 3), payload=ev.ToolCallFailed(error="no"))
     revoked = ev.PrincipalRevokedEvent(
