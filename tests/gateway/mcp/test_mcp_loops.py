@@ -29,7 +29,7 @@ LOOPS = [
     {
         "id": "refunds-differing-in-amount",
         "tools": ["refund_order"],
-        "ignore": ["amount"],
+        "ignore": ["amount", "reason"],
         "threshold": N,
         "window": WINDOW,
     },
@@ -135,12 +135,17 @@ async def test_two_hundred_calls_failing_the_same_way_are_stopped_whatever_their
 
 
 @pytest.mark.anyio
-async def test_refunds_differing_by_one_cent_are_caught_by_a_rule_naming_amount(
+async def test_refunds_differing_by_one_cent_and_reworded_are_caught_by_a_rule_naming_amount_and_reason(
     gateway: Writ, backend: Backend
 ) -> None:
     subject = _subject()
     refunds = [
-        {"order_id": "1003", "amount": round(1 + n / 100, 2), "currency": "USD", "reason": "goodwill"}
+        {
+            "order_id": "1003",
+            "amount": round(1 + n / 100, 2),
+            "currency": "USD",
+            "reason": f"goodwill, try {n}",
+        }
         for n in range(10)
     ]
 
@@ -169,7 +174,12 @@ def test_the_demo_turns_loop_detection_on() -> None:
 
     assert loops["same-call-repeated"].kind == "repeated_action"
     refunds = loops["refunds-differing-in-amount"]
-    assert (refunds.kind, refunds.ignore, refunds.tools) == ("near_identical", ["amount"], ["refund_order"])
+    # A free-text field left out too: an agent rewording its reason is the same loop.
+    assert (refunds.kind, refunds.ignore, refunds.tools) == (
+        "near_identical",
+        ["amount", "reason"],
+        ["refund_order"],
+    )
     assert loops["same-failure-repeated"].kind == "repeated_failure"
 
 
