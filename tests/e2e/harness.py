@@ -143,29 +143,25 @@ class BackendProcess(Backend):
 
 
 @contextlib.contextmanager
-def acme_backend(workdir: Path, *, dedupe: bool = False, db: str = "acme.db") -> Iterator[BackendProcess]:
-    """acme-payments as a process; with `dedupe`, one that deduplicates on the key (`--dedupe`)."""
+def backend_process(module: str, *arguments: str, cwd: Path = REPO) -> Iterator[BackendProcess]:
+    """`python -m <module> --port <free port> <arguments>`, once it answers `GET /healthz`; stopped after."""
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "demo.acme_payments",
-            "--port",
-            str(port),
-            "--db",
-            str(workdir / db),
-            *(["--dedupe"] if dedupe else []),
-        ],
-        stdout=subprocess.DEVNULL,
-        cwd=workdir,
-    )
+    command = [sys.executable, "-m", module, "--port", str(port), *arguments]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, cwd=cwd)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", process)
         yield BackendProcess(url, process)
     finally:
         stop(process)
+
+
+@contextlib.contextmanager
+def acme_backend(workdir: Path, *, dedupe: bool = False, db: str = "acme.db") -> Iterator[BackendProcess]:
+    """acme-payments as a process; with `dedupe`, one that deduplicates on the key (`--dedupe`)."""
+    arguments = ["--db", str(workdir / db), *(["--dedupe"] if dedupe else [])]
+    with backend_process("demo.acme_payments", *arguments, cwd=workdir) as backend:
+        yield backend
 
 
 def demo_config(

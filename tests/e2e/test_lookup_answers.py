@@ -9,18 +9,14 @@ declined as well.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
-from bench.processes import free_port, wait_http
 from gateway.mcp.results import FAILED_BY
-from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, stop, writ_gateway
+from tests.e2e.harness import QUICK_LEASE_MARGIN_S, Backend, Gateway, backend_process, writ_gateway
 from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -65,19 +61,9 @@ CAPABILITIES = [
 
 
 @pytest.fixture(scope="module")
-def lookup_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.lookup_backend", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", process)
-        yield Backend(url)
-    finally:
-        stop(process)
+def lookup_backend() -> Iterator[Backend]:
+    with backend_process("tests.e2e.lookup_backend") as backend:
+        yield backend
 
 
 @pytest.fixture(scope="module")

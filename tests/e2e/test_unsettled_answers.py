@@ -9,7 +9,6 @@ Real processes: `writ serve`, a slow payments backend that deduplicates on the k
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,9 @@ import httpx2
 import pytest
 import yaml
 
-from bench.processes import wait_http
 from store.keys import scoped_key
 from tests.e2e import deduping_backend
-from tests.e2e.harness import QUICK_LEASE_MARGIN_S, REPO, Backend, Gateway, free_port, stop, writ_gateway
+from tests.e2e.harness import QUICK_LEASE_MARGIN_S, REPO, Backend, Gateway, backend_process, writ_gateway
 from tests.eventually import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.e2e]
@@ -64,18 +62,9 @@ ALLOWED = {
 
 
 @pytest.fixture(scope="module")
-def payments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", deduping_backend.__name__, "--port", str(port), "--hold-s", str(HOLD_S)],
-        cwd=REPO,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", process)
-        yield Backend(url)
-    finally:
-        stop(process)
+def payments() -> Iterator[Backend]:
+    with backend_process(deduping_backend.__name__, "--hold-s", str(HOLD_S)) as backend:
+        yield backend
 
 
 def capabilities() -> list[dict[str, Any]]:
