@@ -310,6 +310,9 @@ def _loop_detected(conn: Connection, event: ev.LoopDetectedEvent, pending: Pendi
 
 def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | None) -> None:
     p = event.payload
+    # The policy the denial was made under: an approved call refused at execution names the policy in
+    # force then, not the request's (`store.approving.deny`).
+    version = {"policy_version": event.policy_version} if event.policy_version is not None else {}
     _update_call(
         conn,
         pending,
@@ -318,6 +321,7 @@ def _denied(conn: Connection, event: ev.ToolCallDeniedEvent, pending: Pending | 
         decision_effect="deny",
         reason=p.reason,
         error=p.message or p.detail,
+        **version,
     )
 
 

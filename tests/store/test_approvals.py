@@ -6,11 +6,12 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
+from alembic import command
 
 from store import ApprovedDenial, ApprovedDispatch, NotFound, StaleLease, Store, StoreError
 from store.commands import DecideApproval, ExpireApproval
 from store.model import ApprovalNeed, RetryLink
-from tests.store.builders import NOW, REQUIRE_APPROVAL, call_request, outcome
+from tests.store.builders import DENY, NOW, REQUIRE_APPROVAL, call_request, outcome
 
 SOON = NOW + timedelta(minutes=5)
 
@@ -185,15 +186,42 @@ def test_an_approval_past_its_expiry_cannot_be_granted_and_expires(store: Store)
     assert call is not None and call.status == "expired"
 
 
-def test_an_approved_call_that_fails_reauthorization_is_denied(store: Store) -> None:
-    approval_id = pending(store)
+def test_an_approved_call_that_fails_reauthorization_is_denied_under_the_policy_then_in_force(
+    store: Store,
+) -> None:
+    approval_id = pending(store)  # requested under policy 7
     store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
 
     call = store.deny_approved(
-        ApprovedDenial("tc-1", reason="policy_changed", detail="now over limit", now=SOON)
+        ApprovedDenial("tc-1", reason="policy_changed", detail="now over limit", now=SOON, policy_version="9")
     )
 
-    assert (call.status, call.reason) == ("denied", "policy_changed")
+    assert (call.status, call.reason, call.policy_version) == ("denied", "policy_changed", "9")
+    assert store.events(tool_call_id="tc-1")[-1].policy_version == "9"
+    store.rebuild()
+    assert store.get_call("tc-1") == call
+    assert store.verify().ok
+
+
+def test_the_migration_gives_a_call_denied_at_execution_the_version_of_its_denial(own_store: Store) -> None:
+    store = own_store  # the downgrade changes the projection: never the suite's shared one
+    approval_id = pending(store)
+    store.decide_approval(DecideApproval(approval_id, approve=True, decided_by="bob", now=SOON))
+    store.deny_approved(ApprovedDenial("tc-1", reason="policy_changed", now=SOON, policy_version="9"))
+    store.admit(call_request(tool_call_id="tc-refused", idempotency_key="k-2", decision=DENY))
+    config = store._alembic_config()
+
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0025_scoped_keys")
+    # The row as the projection before this revision left it: the request's version.
+    assert [store.get_call(c).policy_version for c in ("tc-1", "tc-refused")] == ["7", "7"]  # type: ignore[union-attr]
+    with store.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+
+    assert [store.get_call(c).policy_version for c in ("tc-1", "tc-refused")] == ["9", "7"]  # type: ignore[union-attr]
+    assert store.verify().ok
 
 
 def test_rebuild_reproduces_the_approval_leg(store: Store) -> None:

@@ -23,6 +23,7 @@ from gateway.calls.pipeline import CallInput, CallPipeline
 from gateway.calls.resume import Resumer
 from gateway.calls.retries import RetryRequest, retry_call
 from gateway.errors import Refused
+from gateway.mcp.results import status_document
 from policy.engine import Policy
 from policy.model import Principal
 from store.canonical import legacy_json
@@ -282,6 +283,9 @@ async def test_an_approved_call_the_current_policy_denies_is_refused_with_the_re
     refused = world.store.get_call(call.tool_call_id)
     assert refused is not None and (refused.status, refused.reason) == ("denied", "amount_over_limit")
     assert world.executor.invocations == []
+    # Told as denied under the policy that denied it, not the one it was requested under.
+    assert call.policy_version != world.policy[0].version
+    assert status_document(refused)["policyVersion"] == world.policy[0].version
 
 
 async def test_an_approval_by_a_role_the_policy_no_longer_accepts_is_refused(world: World) -> None:
