@@ -34,6 +34,11 @@ is not read as a success unless the lookup declares its `outcome:`."""
 
 _SHOWN_CHARS = 300
 
+MAX_DEPTH = 64
+"""The deepest nesting of arrays and objects a lookup answer is read at. Reading is recursive (a frame
+or two per level), and Python's parser takes JSON several hundred levels deep: an answer nested deeper
+is inconclusive rather than a RecursionError that fails every pass of the reconciler."""
+
 Records = list[Mapping[str, Any]]
 
 
@@ -42,6 +47,9 @@ def read_answer(
 ) -> ReconcileResult:
     """The verdict of a lookup that answered the JSON `body`, about the dispatch `invocation`."""
     evidence = dict(evidence)
+    if _deeper_than(body, MAX_DEPTH):
+        detail = f"the answer nests arrays and objects deeper than {MAX_DEPTH} levels"
+        return _inconclusive(evidence, "unreadable_lookup", detail)
     records = _located(body, reading, evidence)
     if isinstance(records, ReconcileResult):
         return records
@@ -65,6 +73,24 @@ def read_answer(
         "no record names this call (its X-Request-Id or _meta writ/requestId, its tool call id, or its "
         "idempotency key): the backend's records must echo one of them",
     )
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether the JSON `value` nests arrays and objects more than `limit` levels deep (iteratively:
+    it must not recurse itself)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _located(body: Any, reading: LookupReading, evidence: Mapping[str, Any]) -> Records | ReconcileResult:

@@ -16,7 +16,7 @@ from capabilities.contract import ToolResult
 from capabilities.fake import fake_capability
 from capabilities.lookups import FAILURE_WORDS, read_answer
 from capabilities.mcp_reconcile import verdict
-from capabilities.results import json_result, text_result
+from capabilities.results import is_value, json_result, parse_json, text_result
 from tests.capabilities.conftest import invocation
 
 REFUND = fake_capability("refund_order", reconcilable=True)
@@ -288,3 +288,22 @@ def test_an_mcp_lookup_tool_error_or_an_answer_without_json_says_nothing() -> No
     assert said(ToolResult()) == ("inconclusive", "unreadable_lookup")
     assert said(text_result("[]")) == ("not_found", None)  # no structured content: the text's JSON
     assert said(text_result('{"transfers": [], "count": 0}')) == ("inconclusive", "unidentified_record")
+
+
+def answer_nesting(levels: int) -> Any:
+    """What a backend's lookup answer parses to, this call's record holding a value `levels` deep."""
+    inner = '{"a":' * levels + "1" + "}" * levels
+    return parse_json('{"refunds": [{"idempotency_key": "k-1", "status": "succeeded", "x": ' + inner + "}]}")
+
+
+@pytest.mark.parametrize("how", [DEFAULT, reading("/refunds", STATUS)])
+def test_an_answer_nested_too_deep_to_read_is_inconclusive_not_a_crash(how: LookupReading) -> None:
+    # Valid JSON a backend may send (Python's parser takes it), which reading it recursively, a frame
+    # or two per level, crashed with RecursionError: every reconciler pass failed on it, the call was
+    # never escalated and the calls due after it in the pass were never looked up.
+    deep = answer_nesting(600)
+    assert is_value(deep)
+
+    assert read(deep, how) == ("inconclusive", "unreadable_lookup")
+    # As deep as answers go, a record is read as ever.
+    assert read(answer_nesting(50), how)[0] == "succeeded"
