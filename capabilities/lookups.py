@@ -24,7 +24,7 @@ from typing import Any
 from capabilities.config import LookupReading, same_state
 from capabilities.contract import Invocation, ReconcileResult
 from capabilities.pointers import ABSENT, escape_token, resolve
-from capabilities.results import compact_json, json_result, mentions, names_another
+from capabilities.results import compact_json, deeper_than, json_result, mentions, names_another
 
 FAILURE_WORDS = frozenset(
     {"failed", "failure", "error", "declined", "rejected", "canceled", "cancelled", "reversed", "voided"}
@@ -37,7 +37,8 @@ _SHOWN_CHARS = 300
 MAX_DEPTH = 64
 """The deepest nesting of arrays and objects a lookup answer is read at. Reading is recursive (a frame
 or two per level), and Python's parser takes JSON several hundred levels deep: an answer nested deeper
-is inconclusive rather than a RecursionError that fails every pass of the reconciler."""
+is inconclusive rather than a RecursionError that fails every pass of the reconciler. (An HTTP answer
+that deep is not JSON to `parse_json` already; an MCP lookup's structured content is read here.)"""
 
 Records = list[Mapping[str, Any]]
 
@@ -47,7 +48,7 @@ def read_answer(
 ) -> ReconcileResult:
     """The verdict of a lookup that answered the JSON `body`, about the dispatch `invocation`."""
     evidence = dict(evidence)
-    if _deeper_than(body, MAX_DEPTH):
+    if deeper_than(body, MAX_DEPTH):
         detail = f"the answer nests arrays and objects deeper than {MAX_DEPTH} levels"
         return _inconclusive(evidence, "unreadable_lookup", detail)
     records = _located(body, reading, evidence)
@@ -73,24 +74,6 @@ def read_answer(
         "no record names this call (its X-Request-Id or _meta writ/requestId, its tool call id, or its "
         "idempotency key): the backend's records must echo one of them",
     )
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether the JSON `value` nests arrays and objects more than `limit` levels deep (iteratively:
-    it must not recurse itself)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth >= limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def _located(body: Any, reading: LookupReading, evidence: Mapping[str, Any]) -> Records | ReconcileResult:

@@ -7,6 +7,7 @@ The answers of trial 5 (finding F1) were each read as the effect, settling calls
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from capabilities.contract import ToolResult
 from capabilities.fake import fake_capability
 from capabilities.lookups import FAILURE_WORDS, read_answer
 from capabilities.mcp_reconcile import verdict
-from capabilities.results import is_value, json_result, parse_json, text_result
+from capabilities.results import json_result, text_result
 from tests.capabilities.conftest import invocation
 
 REFUND = fake_capability("refund_order", reconcilable=True)
@@ -291,19 +292,16 @@ def test_an_mcp_lookup_tool_error_or_an_answer_without_json_says_nothing() -> No
 
 
 def answer_nesting(levels: int) -> Any:
-    """What a backend's lookup answer parses to, this call's record holding a value `levels` deep."""
+    """An answer holding this call's record, with a value `levels` deep in it: what Python's parser
+    makes of such JSON (as an MCP lookup's structured content may hold it)."""
     inner = '{"a":' * levels + "1" + "}" * levels
-    return parse_json('{"refunds": [{"idempotency_key": "k-1", "status": "succeeded", "x": ' + inner + "}]}")
+    return json.loads('{"refunds": [{"idempotency_key": "k-1", "status": "succeeded", "x": ' + inner + "}]}")
 
 
 @pytest.mark.parametrize("how", [DEFAULT, reading("/refunds", STATUS)])
 def test_an_answer_nested_too_deep_to_read_is_inconclusive_not_a_crash(how: LookupReading) -> None:
-    # Valid JSON a backend may send (Python's parser takes it), which reading it recursively, a frame
-    # or two per level, crashed with RecursionError: every reconciler pass failed on it, the call was
-    # never escalated and the calls due after it in the pass were never looked up.
-    deep = answer_nesting(600)
-    assert is_value(deep)
-
-    assert read(deep, how) == ("inconclusive", "unreadable_lookup")
+    # Reading it recursively, a frame or two per level, crashed with RecursionError: every reconciler
+    # pass failed on it, the call was never escalated and the calls due after it were never looked up.
+    assert read(answer_nesting(600), how) == ("inconclusive", "unreadable_lookup")
     # As deep as answers go, a record is read as ever.
     assert read(answer_nesting(50), how)[0] == "succeeded"
