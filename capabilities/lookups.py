@@ -10,7 +10,8 @@ The answer is read in three steps, each of which may stop at `not_found` or `inc
    naming its idempotency key as sent and no other dispatch of Writ's. A lookup by key also finds
    other principals' and later calls' records, so a record naming none of the call's ids and keys is
    no evidence of this call's effect (`unidentified_record`); records that all name other
-   dispatches of Writ's are none of this call's (`records_of_others`: nothing found).
+   dispatches of Writ's are none of this call's (`records_of_others`: nothing found), and one naming
+   this call and another dispatch is no more this call's than the other's (`ambiguous_record`).
 3. What the record says: by the lookup's `outcome:` declaration, or, without one, `succeeded` unless
    a `status` or `state` in it reads like a failure (`FAILURE_WORDS`): then `inconclusive`. A failure
    is never guessed: only a declared `failed` value makes the `failed` verdict.
@@ -58,7 +59,8 @@ def read_answer(
     if not records:
         return ReconcileResult("not_found", evidence=evidence)
     ids = (invocation.external_request_id, invocation.tool_call_id)
-    own = [record for record in records if mentions(record, ids)]
+    naming = [record for record in records if mentions(record, ids)]
+    own = [record for record in naming if not names_another(record, ids)]
     keyed = [
         record
         for record in records
@@ -66,6 +68,14 @@ def read_answer(
     ]
     if own or keyed:
         return _judged(own or keyed, reading, evidence)
+    if naming:
+        # Another dispatch's record that mentions this call (metadata holding its id, `retry_of`),
+        # or this call's holding another's: which effect it is cannot be told.
+        return _inconclusive(
+            evidence,
+            "ambiguous_record",
+            "a record names this call and another dispatch of Writ's: it may be the other's effect",
+        )
     if all(names_another(record, ids) for record in records):
         return ReconcileResult("not_found", evidence={**evidence, "records_of_others": len(records)})
     return _inconclusive(

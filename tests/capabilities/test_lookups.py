@@ -305,3 +305,17 @@ def test_an_answer_nested_too_deep_to_read_is_inconclusive_not_a_crash(how: Look
     assert read(answer_nesting(600), how) == ("inconclusive", "unreadable_lookup")
     # As deep as answers go, a record is read as ever.
     assert read(answer_nesting(50), how)[0] == "succeeded"
+
+
+def test_a_record_naming_this_call_and_another_dispatch_is_not_taken_for_this_calls_effect() -> None:
+    # A lookup listing an order's refunds: another call's refund, whose metadata an agent filled with
+    # the id of its earlier, unanswered call (as Stripe keeps a refund's `metadata`), names both. Taken
+    # for this call's own, it settled the unanswered refund `completed` with the other call's refund
+    # (trial 6, K4).
+    retry = {"id": "re_5", "request_id": THEIRS_REQ, "metadata": {"retry_of": OURS_TC}, "status": "succeeded"}
+
+    assert read({"refunds": [retry]}, reading("/refunds", STATUS)) == ("inconclusive", "ambiguous_record")
+    assert read([retry]) == ("inconclusive", "ambiguous_record")
+    # Beside a record that is this call's alone, that one is read.
+    assert read([retry, BY_REQUEST_ID]) == ("succeeded", BY_REQUEST_ID)
+    assert read([retry, OURS]) == ("succeeded", OURS)
