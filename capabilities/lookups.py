@@ -10,7 +10,8 @@ The answer is read in three steps, each of which may stop at `not_found` or `inc
    naming its idempotency key as sent and no other dispatch of Writ's. A lookup by key also finds
    other principals' and later calls' records, so a record naming none of the call's ids and keys is
    no evidence of this call's effect (`unidentified_record`); records that all name other
-   dispatches of Writ's are none of this call's (`records_of_others`: nothing found).
+   dispatches of Writ's are none of this call's (`records_of_others`: nothing found), and one naming
+   this call and another dispatch is no more this call's than the other's (`ambiguous_record`).
 3. What the record says: by the lookup's `outcome:` declaration, or, without one, `succeeded` unless
    a `status` or `state` in it reads like a failure (`FAILURE_WORDS`): then `inconclusive`. A failure
    is never guessed: only a declared `failed` value makes the `failed` verdict.
@@ -24,7 +25,7 @@ from typing import Any
 from capabilities.config import LookupReading, same_state
 from capabilities.contract import Invocation, ReconcileResult
 from capabilities.pointers import ABSENT, escape_token, resolve
-from capabilities.results import compact_json, json_result, mentions, names_another
+from capabilities.results import compact_json, deeper_than, json_result, mentions, names_another
 
 FAILURE_WORDS = frozenset(
     {"failed", "failure", "error", "declined", "rejected", "canceled", "cancelled", "reversed", "voided"}
@@ -34,6 +35,12 @@ is not read as a success unless the lookup declares its `outcome:`."""
 
 _SHOWN_CHARS = 300
 
+MAX_DEPTH = 64
+"""The deepest nesting of arrays and objects a lookup answer is read at. Reading is recursive (a frame
+or two per level), and Python's parser takes JSON several hundred levels deep: an answer nested deeper
+is inconclusive rather than a RecursionError that fails every pass of the reconciler. (An HTTP answer
+that deep is not JSON to `parse_json` already; an MCP lookup's structured content is read here.)"""
+
 Records = list[Mapping[str, Any]]
 
 
@@ -42,6 +49,9 @@ def read_answer(
 ) -> ReconcileResult:
     """The verdict of a lookup that answered the JSON `body`, about the dispatch `invocation`."""
     evidence = dict(evidence)
+    if deeper_than(body, MAX_DEPTH):
+        detail = f"the answer nests arrays and objects deeper than {MAX_DEPTH} levels"
+        return _inconclusive(evidence, "unreadable_lookup", detail)
     records = _located(body, reading, evidence)
     if isinstance(records, ReconcileResult):
         return records
@@ -49,7 +59,8 @@ def read_answer(
     if not records:
         return ReconcileResult("not_found", evidence=evidence)
     ids = (invocation.external_request_id, invocation.tool_call_id)
-    own = [record for record in records if mentions(record, ids)]
+    naming = [record for record in records if mentions(record, ids)]
+    own = [record for record in naming if not names_another(record, ids)]
     keyed = [
         record
         for record in records
@@ -57,6 +68,14 @@ def read_answer(
     ]
     if own or keyed:
         return _judged(own or keyed, reading, evidence)
+    if naming:
+        # Another dispatch's record that mentions this call (metadata holding its id, `retry_of`),
+        # or this call's holding another's: which effect it is cannot be told.
+        return _inconclusive(
+            evidence,
+            "ambiguous_record",
+            "a record names this call and another dispatch of Writ's: it may be the other's effect",
+        )
     if all(names_another(record, ids) for record in records):
         return ReconcileResult("not_found", evidence={**evidence, "records_of_others": len(records)})
     return _inconclusive(

@@ -105,16 +105,37 @@ def parse_json(text: str) -> Any:
 
     Strict RFC 8259: `NaN`, `Infinity` and numbers too large for a float are not JSON (Python's
     parser takes them, and they would then be written out as invalid JSON), and nesting too deep
-    to parse is not a value either; nor is a lone surrogate escape (`"\\ud800"`), which parses to a
-    string with no UTF-8 form.
+    to parse, or deeper than 64 levels of arrays and objects, is not a value either (Python's parser
+    takes several hundred; the log's event serializer and MCP clients do not); nor is a lone
+    surrogate escape (`"\\ud800"`), which parses to a string with no UTF-8 form.
     """
     try:
         value = json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
     except (ValueError, RecursionError):
         return _NO_VALUE
+    if deeper_than(value, _MAX_PLAIN_DEPTH):
+        return _NO_VALUE  # parsed, but the log's serializer (about 255 levels) and clients refuse it
     if _SURROGATE_ESCAPE.search(text) and not is_json(value):
         return _NO_VALUE  # a lone surrogate escape: kept as the text it came as, which is well formed
     return value
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether the JSON `value` nests arrays and objects more than `limit` levels deep (found without
+    recursing: a value may be nested deeper than Python's recursion limit allows reading it)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")

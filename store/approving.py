@@ -10,13 +10,19 @@ from sqlalchemy import Connection, Row, bindparam, select
 from store import events as ev
 from store import queues
 from store.commands import DecideApproval, ExpireApproval
-from store.keys import scoped_key
 from store.leasing import call_envelope, grant
 from store.log import Append
 from store.model import ApprovalView, CallView, Charge, LoopKey, NotFound, StaleLease, StoreError
-from store.recording import breach_detail, breach_of, charged, detected, exceeded, hold_counts
+from store.recording import (
+    breach_detail,
+    breach_of,
+    charged,
+    detected,
+    exceeded,
+    hold_counts,
+)
 from store.schema import approvals, events, tool_calls
-from store.views import approval_view, load_approval
+from store.views import approval_view, first_sent_key_of, load_approval
 
 if TYPE_CHECKING:  # the write commands, named only in signatures
     from store.model import ApprovedDenial, ApprovedDispatch
@@ -122,7 +128,9 @@ def dispatch(conn: Connection, req: ApprovedDispatch, *, producer: str) -> CallV
         return refused
     payload = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
-        idempotency_key=scoped_key(row.tenant, row.subject, row.idempotency_key),
+        idempotency_key=first_sent_key_of(
+            conn, row.tenant, row.subject, row.idempotency_key, req.tool_call_id
+        ),
         external_request_id=row.external_request_id,
         **grant(req.lease_owner, row.lease_token, req.now, req.lease_s),
         charges=[charged(c) for c in fresh] or None,

@@ -15,12 +15,11 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from store import events as ev
-from store.keys import scoped_key
 from store.leasing import call_envelope, call_row, grant, overdue_calls
 from store.log import Append
 from store.model import Answer, CallView, ConfirmationMismatch, StaleLease
 from store.schema import tool_calls
-from store.views import call_view
+from store.views import call_view, first_sent_key_of
 
 
 def answer(
@@ -60,7 +59,7 @@ def answer(
     given = log.add(ev.ConfirmationGivenEvent(**envelope, payload=payload))
     dispatching = ev.ToolCallDispatching(
         attempt=row.attempts + 1,
-        idempotency_key=scoped_key(row.tenant, row.subject, row.idempotency_key),
+        idempotency_key=first_sent_key_of(conn, row.tenant, row.subject, row.idempotency_key, tool_call_id),
         external_request_id=row.external_request_id,
         **grant(lease_owner, row.lease_token, now, lease_s),
     )

@@ -36,7 +36,7 @@ from store.raw import Statement
 from store.refusals import bounded
 from store.running import RUN_STOPPED, WRIT, halt
 from store.schema import budget_counters, effect_ledger, events, loop_marks, revocations, runs, tool_calls
-from store.views import load_call
+from store.views import first_sent_key, load_call
 
 
 def _ledger(column: Any) -> Any:
@@ -136,6 +136,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
         log,
         req,
         supersedes=supersedes,
+        sent_key=first_sent_key(conn, who.tenant, who.subject, who.idempotency_key, supersedes),
         run_is_new=lookup.run_tenant is None,
         producer=producer,
         passed=passed,
@@ -757,10 +758,12 @@ def _record_new(
     run_is_new: bool,
     producer: str,
     passed: Breach | None = None,
+    sent_key: str | None = None,
 ) -> ev.Event:
     """Append the events of an admitted call; returns the last (what a later event of it is caused by).
 
-    `passed`: the budget it passed, recorded (`budget.exceeded`) before the approval it was sent to."""
+    `passed`: the budget it passed, recorded (`budget.exceeded`) before the approval it was sent to;
+    `sent_key`: the key its dispatch sends, if allowed outright (`first_sent_key`; else scoped)."""
     who = req.identity
     base = _base(who, req.policy_version, producer)
     if run_is_new:
@@ -805,7 +808,7 @@ def _record_new(
     if effect == "allow":
         dispatching = ev.ToolCallDispatching(
             attempt=1,
-            idempotency_key=who.sent_key,
+            idempotency_key=sent_key or who.sent_key,
             external_request_id=req.external_request_id,
             **grant(req.lease_owner, 0, who.now, req.lease_s),
         )

@@ -7,9 +7,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, select
 
+from store.keys import scoped_key
 from store.model import ApprovalView, CallView, PrincipalRecord
 from store.raw import Record
-from store.schema import approvals, read_correlation, tool_calls
+from store.schema import approvals, events, read_correlation, tool_calls
 
 # Built once, not per read: SQLAlchemy caches the compiled form by the statement's key.
 CALL_BY_ID = select(tool_calls).where(tool_calls.c.tool_call_id == bindparam("b_tool_call_id"))
@@ -100,3 +101,29 @@ def load_approval(conn: Connection, approval_id: str, tenant: str | None = None)
         params = {"b_approval_id": approval_id, "b_tenant": tenant}
         row = conn.execute(_APPROVAL_BY_ID_IN_TENANT, params).one_or_none()
     return None if row is None else approval_view(row)
+
+
+_SUPERSEDED = select(events.c.payload).where(
+    events.c.tool_call_id == bindparam("b_call"), events.c.type == "tool_call.requested"
+)
+
+
+def first_sent_key(conn: Connection, tenant: str, subject: str, key: str, supersedes: str | None) -> str:
+    """The key a call's first dispatch sends: `key` scoped to the principal (store.keys), unless the
+    call took `key` over (`supersedes`) from a call whose backend got it plain, dispatched before keys
+    were scoped. That backend knows the effect by the plain key: a deduplicating one drops a second
+    request under it (a same-key `writ calls retry`, or a client's re-send after a `failed` that was
+    wrong), where under the scoped key it would act again."""
+    if supersedes is not None:
+        held = load_call(conn, supersedes)
+        if held is not None and held.attempts > 0 and not held.key_scoped:
+            return key
+    return scoped_key(tenant, subject, key)
+
+
+def first_sent_key_of(conn: Connection, tenant: str, subject: str, key: str, tool_call_id: str) -> str:
+    """`first_sent_key` for a call admitted earlier (approved or confirmed since), as its
+    `tool_call.requested` names the call it took its key over from."""
+    text = conn.execute(_SUPERSEDED, {"b_call": tool_call_id}).scalar_one_or_none()
+    supersedes = json.loads(text).get("supersedes") if text is not None else None
+    return first_sent_key(conn, tenant, subject, key, supersedes)

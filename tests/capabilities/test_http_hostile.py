@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic_core
 import pytest
 
 from capabilities.config import parse_config
@@ -162,6 +163,7 @@ ROUTES: dict[str, Route] = {
     "stolen": reply(b"200 OK", b'{"stolen": true}'),
     "nan": reply(b"200 OK", b'{"amount": NaN, "fee": Infinity, "tax": -Infinity, "big": 1e999}'),
     "deep": reply(b"200 OK", b"[" * 100_000 + b"]" * 100_000),
+    "deep-parsed": reply(b"200 OK", b'{"a":' * 300 + b"1" + b"}" * 300),
     "surrogate": reply(b"200 OK", b'{"name": "\\ud800"}'),
     "html-as-json": reply(b"200 OK", b"<html>ok</html>", b"Content-Type: application/json\r\n"),
     "bad-gzip": reply(b"200 OK", b"this is not gzip", b"Content-Encoding: gzip\r\n"),
@@ -359,6 +361,18 @@ async def test_json_nested_too_deep_to_parse_comes_back_as_text_instead_of_raisi
 
     assert outcome.kind == "completed"
     assert outcome.result is not None and outcome.result.structured is None
+
+
+async def test_json_parsed_but_too_deep_to_record_comes_back_as_text(registry: Registry) -> None:
+    # 300 levels: Python's parser takes it, and the log's event serializer refused it ("Maximum
+    # serialization depth exceeded"), so a refund the backend made answered the client an internal
+    # error and stayed `dispatching` until its lease ran out.
+    outcome, _ = await call(registry, "deep-parsed", "write")
+
+    assert outcome.kind == "completed"
+    assert outcome.result is not None and outcome.result.structured is None
+    assert outcome.result.content[0]["text"].startswith('{"a":{"a":')
+    pydantic_core.to_json(outcome.result.to_json())  # as the log's events are serialized
 
 
 async def test_a_body_that_is_not_what_its_content_type_says_comes_back_as_text(registry: Registry) -> None:

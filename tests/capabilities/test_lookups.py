@@ -7,6 +7,7 @@ The answers of trial 5 (finding F1) were each read as the effect, settling calls
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -288,3 +289,33 @@ def test_an_mcp_lookup_tool_error_or_an_answer_without_json_says_nothing() -> No
     assert said(ToolResult()) == ("inconclusive", "unreadable_lookup")
     assert said(text_result("[]")) == ("not_found", None)  # no structured content: the text's JSON
     assert said(text_result('{"transfers": [], "count": 0}')) == ("inconclusive", "unidentified_record")
+
+
+def answer_nesting(levels: int) -> Any:
+    """An answer holding this call's record, with a value `levels` deep in it: what Python's parser
+    makes of such JSON (as an MCP lookup's structured content may hold it)."""
+    inner = '{"a":' * levels + "1" + "}" * levels
+    return json.loads('{"refunds": [{"idempotency_key": "k-1", "status": "succeeded", "x": ' + inner + "}]}")
+
+
+@pytest.mark.parametrize("how", [DEFAULT, reading("/refunds", STATUS)])
+def test_an_answer_nested_too_deep_to_read_is_inconclusive_not_a_crash(how: LookupReading) -> None:
+    # Reading it recursively, a frame or two per level, crashed with RecursionError: every reconciler
+    # pass failed on it, the call was never escalated and the calls due after it were never looked up.
+    assert read(answer_nesting(600), how) == ("inconclusive", "unreadable_lookup")
+    # As deep as answers go, a record is read as ever.
+    assert read(answer_nesting(50), how)[0] == "succeeded"
+
+
+def test_a_record_naming_this_call_and_another_dispatch_is_not_taken_for_this_calls_effect() -> None:
+    # A lookup listing an order's refunds: another call's refund, whose metadata an agent filled with
+    # the id of its earlier, unanswered call (as Stripe keeps a refund's `metadata`), names both. Taken
+    # for this call's own, it settled the unanswered refund `completed` with the other call's refund
+    # (trial 6, K4).
+    retry = {"id": "re_5", "request_id": THEIRS_REQ, "metadata": {"retry_of": OURS_TC}, "status": "succeeded"}
+
+    assert read({"refunds": [retry]}, reading("/refunds", STATUS)) == ("inconclusive", "ambiguous_record")
+    assert read([retry]) == ("inconclusive", "ambiguous_record")
+    # Beside a record that is this call's alone, that one is read.
+    assert read([retry, BY_REQUEST_ID]) == ("succeeded", BY_REQUEST_ID)
+    assert read([retry, OURS]) == ("succeeded", OURS)

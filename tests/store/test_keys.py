@@ -189,3 +189,53 @@ def test_the_migration_finds_again_the_calls_sent_scoped_after_a_downgrade(own_s
     scoped = {c: store.get_call(c).key_scoped for c in ("tc-old", "tc-new", "tc-waiting")}  # type: ignore[union-attr]
     assert scoped == {"tc-old": False, "tc-new": True, "tc-waiting": False}
     assert store.verify().ok
+
+
+def test_a_call_taking_over_a_key_its_backend_got_plain_is_sent_under_the_plain_key(store: Store) -> None:
+    # A call sent plain before the upgrade, settled failed (wrongly: the backend had made the refund),
+    # then re-run under the same key (`writ calls retry` of a capability whose backend deduplicates),
+    # outright, after an approval or a confirmation: each went out scoped, a key the deduplicating
+    # backend had never seen, and it made the refund again (trial 6, finding K3).
+    from store.model import RetryLink
+
+    def failed_plain(tool_call_id: str, key: str) -> None:
+        store.admit(call_request(tool_call_id=tool_call_id, idempotency_key=key))
+        store.record_outcome(outcome(tool_call_id, "failed", error="backend said no", now=NOW))
+        tamper.as_dispatched_before_keys_were_scoped(store, tool_call_id)
+
+    def retry_of(of: str, key: str, tool_call_id: str, **kwargs: object) -> None:
+        link = RetryLink(of, 1, "carol", "card fixed", break_glass=False, same_key=True)
+        store.admit(
+            call_request(tool_call_id=tool_call_id, idempotency_key=key, retry=link, now=SOON, **kwargs)
+        )
+
+    failed_plain("tc-old-1", "k-1")
+    retry_of("tc-old-1", "k-1", "tc-allowed")
+    failed_plain("tc-old-2", "k-2")
+    retry_of("tc-old-2", "k-2", "tc-approved", decision=REQUIRE_APPROVAL)
+    approval = store.get_call("tc-approved").approval_id  # type: ignore[union-attr]
+    assert approval is not None
+    store.decide_approval(DecideApproval(approval, approve=True, decided_by="bob", now=SOON))
+    store.dispatch_approved(ApprovedDispatch("tc-approved", now=SOON))
+    failed_plain("tc-old-3", "k-3")
+    retry_of(
+        "tc-old-3",
+        "k-3",
+        "tc-confirmed",
+        confirmation_id="cf-1",
+        confirmation_expires_at=SOON + timedelta(minutes=10),
+    )
+    store.answer_confirmation(
+        ConfirmationAnswer("tc-confirmed", "cf-1", "action-a", "accept", answered_by="alice", now=SOON)
+    )
+    # The same, taking over a key its backend got scoped: scoped, as every call since the upgrade.
+    store.admit(call_request(tool_call_id="tc-new", idempotency_key="k-4"))
+    store.record_outcome(outcome("tc-new", "failed", error="backend said no", now=NOW))
+    retry_of("tc-new", "k-4", "tc-new-retry")
+
+    for tool_call_id, key in [("tc-allowed", "k-1"), ("tc-approved", "k-2"), ("tc-confirmed", "k-3")]:
+        assert dispatching_key(store, tool_call_id) == key
+        call = store.get_call(tool_call_id)
+        assert call is not None and (call.key_scoped, call.sent_key) == (False, key)
+    assert dispatching_key(store, "tc-new-retry") == scoped_key("acme", "alice", "k-4")
+    assert store.verify().ok
