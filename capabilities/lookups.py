@@ -13,7 +13,8 @@ The answer is read in three steps, each of which may stop at `not_found` or `inc
    dispatches of Writ's are none of this call's (`records_of_others`: nothing found), and one naming
    this call and another dispatch is no more this call's than the other's (`ambiguous_record`).
 3. What the record says: by the lookup's `outcome:` declaration, or, without one, `succeeded` unless
-   a `status` or `state` in it reads like a failure (`FAILURE_WORDS`): then `inconclusive`. A failure
+   a `status` or `state` in it reads like a failure (`FAILURE_WORDS`), or a flag such as `success` is
+   false (`FAILURE_FLAGS`): then `inconclusive`. A failure
    is never guessed: only a declared `failed` value makes the `failed` verdict.
 """
 
@@ -32,6 +33,9 @@ FAILURE_WORDS = frozenset(
 )
 """Words a `status` or `state` may hold when the effect failed: a record holding one, at any depth,
 is not read as a success unless the lookup declares its `outcome:`."""
+
+FAILURE_FLAGS = ("success", "succeeded", "successful", "ok")
+"""Members whose `false` says the effect did not succeed: read as a failure word is."""
 
 _SHOWN_CHARS = 300
 
@@ -204,20 +208,24 @@ def _state(record: Mapping[str, Any], reading: LookupReading) -> tuple[str, dict
             "error": "record_state_undeclared",
             "field": where,
             "state": value,
-            "detail": f"the record's {where} is {value!r}, which may mean the effect failed; declare the "
+            "detail": f"the record's {where} is {compact_json(value)}, which may mean the effect failed; "
+            "declare the "
             "lookup's outcome: {field, succeeded, failed} to read it",
         }
     return "succeeded", {}
 
 
-def _failure_word(value: Any, where: str) -> tuple[str, str] | None:
-    """Where in `value` a `status` or `state` member reads like a failure, and what it says; at any
-    depth, as an envelope taken for one record holds its records inside."""
+def _failure_word(value: Any, where: str) -> tuple[str, Any] | None:
+    """Where in `value` a `status` or `state` member reads like a failure, or a `success`-like flag is
+    false, and what it says; at any depth, as an envelope taken for one record holds its records inside."""
     if isinstance(value, Mapping):
         for name in ("status", "state"):
             said = value.get(name)
             if isinstance(said, str) and said.strip().lower() in FAILURE_WORDS:
                 return f"{where}/{name}", said
+        for name in FAILURE_FLAGS:
+            if value.get(name) is False:
+                return f"{where}/{name}", False
         items: Any = ((escape_token(str(name)), item) for name, item in value.items())
     elif isinstance(value, list):
         items = ((str(index), item) for index, item in enumerate(value))

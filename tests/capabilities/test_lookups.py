@@ -15,7 +15,7 @@ import pytest
 from capabilities.config import LookupReading, McpReconcile, RecordOutcome
 from capabilities.contract import ToolResult
 from capabilities.fake import fake_capability
-from capabilities.lookups import FAILURE_WORDS, read_answer
+from capabilities.lookups import FAILURE_FLAGS, FAILURE_WORDS, read_answer
 from capabilities.mcp_reconcile import verdict
 from capabilities.results import json_result, text_result
 from tests.capabilities.conftest import invocation
@@ -229,6 +229,19 @@ def test_an_undeclared_state_that_reads_like_a_failure_is_not_success(field: str
         assert found.evidence["error"] == "record_state_undeclared"
         assert (found.evidence["field"], found.evidence["state"]) == (f"/{field}", shown)
         assert "declare" in found.evidence["detail"] and "outcome" in found.evidence["detail"]
+
+
+@pytest.mark.parametrize("flag", FAILURE_FLAGS)
+def test_an_undeclared_success_flag_that_is_false_is_not_success(flag: str) -> None:
+    found = read_answer([{"idempotency_key": "k-1", flag: False}], DEFAULT, SENT, LOOKUP)
+    nested = read_answer([{"idempotency_key": "k-1", "result": {flag: False}}], DEFAULT, SENT, LOOKUP)
+
+    assert (found.verdict, found.evidence["error"]) == ("inconclusive", "record_state_undeclared")
+    assert (found.evidence["field"], found.evidence["state"]) == (f"/{flag}", False)
+    assert f"/{flag} is false" in found.evidence["detail"]
+    assert (nested.verdict, nested.evidence["field"]) == ("inconclusive", f"/result/{flag}")
+    assert read([{**OURS, flag: True}])[0] == "succeeded"
+    assert read([{**OURS, flag: 0}])[0] == "succeeded"  # JSON false only, as a declared value would be
 
 
 def test_an_undeclared_state_of_another_word_is_success() -> None:
