@@ -7,14 +7,16 @@ read their own clock.
 Replicas of one PostgreSQL store judge each other's work by time: a dispatch lease another replica
 took has run out, a call's commit horizon has passed. Each reads its own host's clock, so one whose
 clock is 20 s ahead settled another's call in flight `failed`. `SharedClock` keeps business time by the
-database server's clock instead, the one clock every replica shares: this host's wall clock plus the
-offset to the server's, measured now and again (`measure`).
+database server's clock instead, the one clock every replica shares: the server's time as last
+measured (`measure`, now and again), carried forward by this host's monotonic clock, which NTP or an
+operator stepping the wall clock does not move.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,49 +52,62 @@ class Offset:
 
 
 class SharedClock:
-    """Business time by the database server's clock: `base` (this host's) plus the measured offset.
+    """Business time by the database server's clock: the server's time at the last measurement plus the
+    time elapsed since by `monotonic`.
 
     Until a measurement succeeds, and for a store with no server of its own (SQLite, whose processes
-    share their host's clock), it is `base` itself.
+    share their host's clock), it is `base` itself. Once measured, a step of the host's wall clock
+    (`base`) does not move it: read as `base` plus the offset, a clock stepped minutes ahead put this
+    replica minutes ahead until the next measurement, and it took over other replicas' leases and
+    settled calls whose horizon had not passed.
     """
 
-    def __init__(self, base: Clock = system_clock) -> None:
+    def __init__(self, base: Clock = system_clock, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._base = base
+        self._monotonic = monotonic
         self._offset = timedelta(0)
+        self._anchor: tuple[datetime, float] | None = None
+        """The server's time, and the monotonic reading at the same instant, of the last measurement."""
         self._said: timedelta | None = None
         self._lock = threading.Lock()
 
     def __call__(self) -> datetime:
-        return self._base() + self._offset
+        anchor = self._anchor
+        if anchor is None:
+            return self._base()
+        at_server, at_monotonic = anchor
+        return at_server + timedelta(seconds=self._monotonic() - at_monotonic)
 
     @property
     def offset(self) -> timedelta:
+        """The server's clock less this host's wall clock, as last measured."""
         return self._offset
 
     def measure(self, server_time: Callable[[], datetime | None], samples: int = 3) -> Offset | None:
         """Measure the offset to `server_time` (None: there is no server clock) and keep time by it.
 
         Of `samples` round trips, the shortest bounds the error best (by half of it). A failure to reach
-        the server raises and keeps the offset measured last.
+        the server raises and keeps the time measured last.
         """
-        best: Offset | None = None
+        best: tuple[Offset, datetime, float] | None = None
         for _ in range(samples):
+            left = self._monotonic()
             sent = self._base()
             at_server = server_time()
-            back = self._base()
+            back = self._monotonic()
             if at_server is None:
                 return None
-            round_trip = back - sent
-            if round_trip < timedelta(0):  # the host's clock was stepped meanwhile: not a measurement
-                continue
+            # Timed by the monotonic clock: a step of the wall clock meanwhile only skews the offset told.
+            round_trip = timedelta(seconds=back - left)
             offset = Offset(at_server - (sent + round_trip / 2), round_trip)
-            if best is None or offset.round_trip < best.round_trip:
-                best = offset
+            if best is None or offset.round_trip < best[0].round_trip:
+                best = (offset, at_server, (left + back) / 2)
         if best is not None:
             with self._lock:
-                self._offset = best.offset
-                self._say(best)
-        return best
+                self._offset = best[0].offset
+                self._anchor = (best[1], best[2])
+                self._say(best[0])
+        return best[0] if best is not None else None
 
     def _say(self, measured: Offset) -> None:
         """Warn when the host's clock is off (once, and again when it changes by as much again)."""

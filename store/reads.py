@@ -97,6 +97,25 @@ class Reads:
         lease_end = json.loads(row.payload).get("lease_expires_at")
         return parse_ts(row.occurred_at), parse_ts(lease_end) if lease_end else None
 
+    def failed_by_hand_at(self, tool_call_id: str) -> datetime | None:
+        """When a person last recorded the call `failed` to be looked up again (the `recheck_at` of
+        their `reconciliation.resolved`); None if no one did."""
+        if _unstorable(tool_call_id):
+            return None
+        query = (
+            select(events.c.payload)
+            .where(events.c.tool_call_id == tool_call_id, events.c.type == "reconciliation.resolved")
+            .order_by(events.c.seq.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            row = conn.execute(query).one_or_none()
+        if row is None:
+            return None
+        payload = json.loads(row.payload)
+        at = payload.get("recheck_at")
+        return parse_ts(at) if payload.get("resolved_by") and at else None
+
     def find_call_by_key(self, tenant: str, subject: str, idempotency_key: str) -> CallView | None:
         """The call that currently holds `subject`'s `idempotency_key` in `tenant`."""
         query = (

@@ -26,10 +26,11 @@ looked up again, a few times (`ReconcilePolicy.recheck_after`), under a re-check
 if the lookup finds this call's own effect, the verdict is contradicted (`reconciliation.contradicted`;
 it stays `failed`, a person must look); otherwise the re-check is recorded (`reconciliation.rechecked`
 naming the next one, none after the last). A `failed` a person recorded by hand on a call Writ had
-looked up is looked up once more right after, then on the same schedule (the store schedules the
-first: `resolve_by_human`). The effect found under the key is this call's when the
-backend's record names its external request id or tool call id, or, if it names neither, when no
-later call has been sent under the key: an honest re-send's own effect is not flagged.
+looked up is looked up once more right after, then on the same schedule, counted from the later of
+the horizon's end and the person's verdict (the store schedules the first: `resolve_by_human`). The
+effect found under the key is this call's when the backend's record names its external request id or
+tool call id, or, if it names neither, when no later call has been sent under the key: an honest
+re-send's own effect is not flagged.
 
 Every lookup and re-send uses the key the call was dispatched with (`CallView.sent_key`): the client's
 key scoped to the principal (`store.keys`), so another principal's record under the same client key is
@@ -406,8 +407,18 @@ class Reconciler:
             if other is None:
                 return await self._contradict_failure(leased, evidence, found)
             evidence.update(other)
-        next_at = self._next_recheck(capability, horizon_at, looked_up_at)
+        next_at = self._next_recheck(capability, await self._counted_from(leased, horizon_at), looked_up_at)
         return await self._rechecked(leased, evidence, next_at)
+
+    async def _counted_from(self, call: CallView, horizon_at: datetime) -> datetime:
+        """What a failure's re-checks are counted from: the end of its horizon, or, for a `failed` a
+        person recorded after it ended, the moment they did. A person may settle an escalated call hours
+        after its horizon, while its backend still cannot answer: counted from the horizon, the look at
+        once would be the only one, and a backend back only later would never be asked."""
+        if call.resolved_by is None:
+            return horizon_at
+        by_hand = await anyio.to_thread.run_sync(self._store.failed_by_hand_at, call.tool_call_id)
+        return max(horizon_at, by_hand) if by_hand is not None else horizon_at
 
     async def _effect_of_another(self, call: CallView, found: dict[str, Any] | None) -> dict[str, Any] | None:
         """None when the effect found under the call's key is the call's own; else what is known of

@@ -112,9 +112,11 @@ UNKNOWN_BY = {
     ),
 }
 
+# Whatever left it unknown: no answer, a tool's error, re-sends answered with refusals (the answer's own
+# text says which); "the backend never answered" would be untrue of the last two.
 ESCALATED = (
-    "Do not call again: the backend never answered and may have acted. Writ could not learn the "
-    "outcome from it, so a person is checking; check with writ_call_status using the toolCallId."
+    "Do not call again: the backend may have acted, and Writ could not learn the outcome from it, so a "
+    "person is checking; check with writ_call_status using the toolCallId."
 )
 
 CONTRADICTED = (

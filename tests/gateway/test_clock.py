@@ -25,6 +25,10 @@ class Host:
         self.real += self.step
         return self.real + AHEAD
 
+    def monotonic(self) -> float:
+        """The host's monotonic clock: real time elapsed, whatever its wall clock reads."""
+        return (self.real - REAL).total_seconds()
+
 
 def server(host: Host) -> Callable[[], datetime]:
     """The database's clock: real time."""
@@ -33,7 +37,7 @@ def server(host: Host) -> Callable[[], datetime]:
 
 def test_a_host_clock_ahead_of_the_database_keeps_the_databases_time() -> None:
     host = Host()
-    clock = SharedClock(host)
+    clock = SharedClock(host, host.monotonic)
     assert clock() - host.real == AHEAD  # before any measurement: the host's own clock
 
     measured = clock.measure(server(host))
@@ -55,7 +59,7 @@ def test_of_several_round_trips_the_shortest_is_kept() -> None:
         host.real += leg  # and back
         return read
 
-    clock = SharedClock(host)
+    clock = SharedClock(host, host.monotonic)
     measured = clock.measure(now, samples=3)
 
     assert measured is not None
@@ -65,7 +69,7 @@ def test_of_several_round_trips_the_shortest_is_kept() -> None:
 
 def test_with_no_server_clock_the_host_clock_is_kept() -> None:
     host = Host()
-    clock = SharedClock(host)
+    clock = SharedClock(host, host.monotonic)
     assert clock.measure(lambda: None) is None
     assert clock.offset == timedelta(0)
     assert clock() - host.real == AHEAD
@@ -73,7 +77,7 @@ def test_with_no_server_clock_the_host_clock_is_kept() -> None:
 
 def test_a_database_out_of_reach_raises_and_keeps_the_offset_measured_last() -> None:
     host = Host()
-    clock = SharedClock(host)
+    clock = SharedClock(host, host.monotonic)
     clock.measure(server(host))
     before = clock.offset
 
@@ -87,7 +91,7 @@ def test_a_database_out_of_reach_raises_and_keeps_the_offset_measured_last() -> 
 
 def test_an_offset_over_a_second_is_warned_of_once_and_its_end_told(caplog: pytest.LogCaptureFixture) -> None:
     host = Host()
-    clock = SharedClock(host)
+    clock = SharedClock(host, host.monotonic)
     with caplog.at_level(logging.INFO, logger="gateway.clock"):
         clock.measure(server(host))
         clock.measure(server(host))
@@ -99,3 +103,14 @@ def test_an_offset_over_a_second_is_warned_of_once_and_its_end_told(caplog: pyte
     assert len([level for level, _ in said if level == "WARNING"]) == 1, said
     assert "20.0" in said[0][1] and "ahead of the database server's" in said[0][1]
     assert said[-1][0] == "INFO" and "agrees with the database's again" in said[-1][1]
+
+
+def test_a_host_clock_stepped_after_the_measurement_does_not_move_business_time() -> None:
+    host = Host()
+    clock = SharedClock(host, host.monotonic)
+    clock.measure(server(host))
+    stepped = host.real + timedelta(minutes=5)  # an operator or NTP steps the wall clock 5 minutes ahead
+    clock._base = lambda: stepped + AHEAD  # type: ignore[method-assign]
+    host.real += timedelta(seconds=10)  # and 10 s go by before the next measurement
+
+    assert abs(clock() - host.real) <= timedelta(milliseconds=2)

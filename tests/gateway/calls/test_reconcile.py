@@ -468,6 +468,30 @@ async def test_a_failure_a_person_records_is_looked_up_again_and_a_late_effect_c
     assert store.verify().ok
 
 
+async def test_a_failure_a_person_records_long_after_the_horizon_is_looked_up_again_after_it(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
+) -> None:
+    # The person settles the escalated call a day later, while the backend still cannot answer: the look
+    # at once tells nothing, and the backend, back later, has the refund after all.
+    tool_call_id = await escalated_call(pipeline, executor, workers, clock)
+    clock.advance(86_400)
+    resolved_failed_by_carol(store, clock, tool_call_id)
+    resolved_at = clock()
+    executor.reconcile_script.append(ReconcileResult("inconclusive", evidence={"error": "TimeoutError"}))
+    await workers.tick()
+
+    # Counted from her verdict, not from the horizon that ended a day before it.
+    assert store.get_call(tool_call_id).next_reconcile_at == resolved_at + timedelta(seconds=HORIZON_S)
+    clock.now = resolved_at + timedelta(seconds=HORIZON_S)
+    executor.reconcile_script.append(refund_record(store.get_call(tool_call_id).external_request_id))
+    await workers.tick()
+
+    call = store.get_call(tool_call_id)
+    assert (call.status, call.contradicted) == ("failed", True)
+    assert store.events(tool_call_id=tool_call_id)[-1].type == "reconciliation.contradicted"
+    assert store.verify().ok
+
+
 async def test_a_failure_a_person_records_on_a_call_never_looked_up_is_not_looked_up(
     pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store, clock: Clock
 ) -> None:

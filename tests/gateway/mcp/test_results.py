@@ -149,6 +149,26 @@ def test_an_upstream_tool_error_left_unknown_tells_the_tools_message_and_not_tha
     )
 
 
+@pytest.mark.parametrize(
+    ("error", "attempts"),
+    [("tool_error", 1), ("http_409", 3)],
+    ids=["a-tool-error", "re-sends-answered-409"],
+)
+def test_an_escalated_call_the_backend_answered_is_not_told_it_never_answered(
+    error: str, attempts: int
+) -> None:
+    # Reconciliation gave up on a call the backend did answer, with an error or with refusals.
+    escalated = dataclasses.replace(
+        UNKNOWN, error=error, attempts=attempts, verification_status="inconclusive"
+    )
+
+    document = shape_call(escalated, detail="it said something")["structuredContent"]
+
+    assert document["reconciliation"] == "escalated"
+    assert "never answered" not in document["next"]
+    assert "a person is checking" in document["next"]
+
+
 def test_a_re_sent_call_left_unknown_says_how_often_it_was_sent_and_the_last_answer() -> None:
     refused = dataclasses.replace(UNKNOWN, error="http_409", attempts=3)
 
