@@ -135,6 +135,10 @@ class Reconciler:
                 taken += await self.settle(call)
             except StaleLease as exc:  # another replica or a human got there first
                 logger.info("reconciliation of %s skipped: %s", call.tool_call_id, exc)
+            except Exception:
+                # One call's failure (a backend's answer no reader foresaw, a store error) must not keep
+                # the calls due after it from being settled: it is logged and tried on a later pass.
+                logger.exception("reconciliation of %s failed", call.tool_call_id)
         return taken
 
     async def settle(self, call: CallView) -> bool:
@@ -407,6 +411,10 @@ class Reconciler:
             if other is None:
                 return await self._contradict_failure(leased, evidence, found)
             evidence.update(other)
+        if looked_up_at < horizon_at:
+            # Only a person's `failed` is looked up before the horizon ends: the backend may still commit
+            # until then, so the next look is at its end, before the schedule counted from it.
+            return await self._rechecked(leased, evidence, horizon_at)
         next_at = self._next_recheck(capability, await self._counted_from(leased, horizon_at), looked_up_at)
         return await self._rechecked(leased, evidence, next_at)
 

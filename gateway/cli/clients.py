@@ -71,8 +71,8 @@ def clients_list(
 
     cfg = _config(config)
     scope = _tenant(tenant)
-    now = CLOCK()
     with opened_store(cfg) as store:
+        now = CLOCK()  # once the store has set it by the database's clock
         clients = store.oauth_clients(
             tenant=scope, now=now, live_after=cfg.auth.authorization_server.liveness().live_after(now)
         )
@@ -102,8 +102,8 @@ def clients_show(
 
     cfg = _config(config)
     scope = _tenant(tenant)
-    now = CLOCK()
     with opened_store(cfg) as store:
+        now = CLOCK()  # once the store has set it by the database's clock
         try:
             detail = store.oauth_client(
                 client_id,

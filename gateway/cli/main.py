@@ -263,10 +263,10 @@ def store_archive(
     for checkpoint in found:
         for claim in checkpoint.anchor.claims():
             upto[claim.partition] = max(upto.get(claim.partition, 0), claim.seq)
-    before = CLOCK() - timedelta(days=older_than_days)
     moved = []
     try:
         with _store(config) as store:
+            before = CLOCK() - timedelta(days=older_than_days)  # by the database's clock, once opened
             for segment in store.archive_all(to, upto_seq=upto, before=before):
                 moved.append(segment)
                 where = f"partition {segment.partition!r} " if segment.partition else ""

@@ -45,19 +45,20 @@ NEXT = {
 }
 
 # A failure Writ settled by reconciliation is not the backend's answer: say how it was established.
+# Not "the backend never answered": a call left unknown by a tool's error was answered, then settled so.
 FAILED_BY = {
     "no_effect_after_horizon": (
-        "The backend never answered. Writ looked the request up after its commit horizon (the time past "
-        "which it can no longer take effect) and it had not happened: nothing was done. Ask the user "
-        "before trying again."
+        "The call's outcome was not known when it was made. Writ looked the request up after its commit "
+        "horizon (the time past which it can no longer take effect) and it had not happened: nothing "
+        "was done. Ask the user before trying again."
     ),
     "backend_reported_failure": (
-        "The backend never answered in time; looked up afterwards, it reports the effect failed. "
-        "Nothing was done; read the error before deciding whether to try again."
+        "The call's outcome was not known when it was made; looked up afterwards, the backend reports "
+        "the effect failed. Nothing was done; read the error before deciding whether to try again."
     ),
     "resolved_failed_by_hand": (
-        "The backend never answered; a person checked and recorded that it did not happen. Ask the user "
-        "before trying again."
+        "The call's outcome was not known when it was made; a person checked and recorded that it did "
+        "not happen. Ask the user before trying again."
     ),
 }
 

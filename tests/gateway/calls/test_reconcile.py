@@ -280,7 +280,9 @@ async def test_no_effect_found_after_the_commit_horizon_fails_the_call_with_the_
     # Told as established by lookup after the horizon, never as an error the backend answered.
     told = shape_call(call)
     assert told["structuredContent"]["next"] == FAILED_BY["no_effect_after_horizon"]
-    assert "never answered" in told["content"][0]["text"] and "horizon" in told["content"][0]["text"]
+    assert (
+        "not known when it was made" in told["content"][0]["text"] and "horizon" in told["content"][0]["text"]
+    )
     assert "answered with an error" not in json.dumps(told)
     evidence = store.events(tool_call_id=tool_call_id)[-1].payload["evidence"]
     assert evidence == {
@@ -448,7 +450,12 @@ async def test_a_failure_a_person_records_is_looked_up_again_and_a_late_effect_c
     call = store.get_call(tool_call_id)
     assert (call.status, call.resolved_by, call.next_reconcile_at) == ("failed", "carol", clock())
     assert store.events(tool_call_id=tool_call_id)[-1].payload["recheck_at"] == format_ts(clock())
-    # Looked up at once: nothing yet, so looked up again on the schedule after the horizon.
+    # Looked up at once: nothing yet. Looked up again when the horizon ends (nothing yet either), then
+    # on the schedule after it.
+    executor.reconcile_script.append(NOT_FOUND)
+    await workers.tick()
+    assert store.get_call(tool_call_id).next_reconcile_at == horizon_at
+    clock.now = horizon_at
     executor.reconcile_script.append(NOT_FOUND)
     await workers.tick()
     first_recheck = horizon_at + timedelta(seconds=HORIZON_S)
@@ -458,7 +465,7 @@ async def test_a_failure_a_person_records_is_looked_up_again_and_a_late_effect_c
     await workers.tick()
 
     call = store.get_call(tool_call_id)
-    assert (call.status, call.contradicted, len(executor.reconciled)) == ("failed", True, 4)
+    assert (call.status, call.contradicted, len(executor.reconciled)) == ("failed", True, 5)
     event = store.events(tool_call_id=tool_call_id)[-1]
     assert (event.type, event.payload["detail"]) == (
         "reconciliation.contradicted",
@@ -490,6 +497,30 @@ async def test_a_failure_a_person_records_long_after_the_horizon_is_looked_up_ag
     assert (call.status, call.contradicted) == ("failed", True)
     assert store.events(tool_call_id=tool_call_id)[-1].type == "reconciliation.contradicted"
     assert store.verify().ok
+
+
+async def test_one_calls_failing_lookup_does_not_keep_the_calls_due_after_it_from_being_settled(
+    pipeline: CallPipeline, executor: FakeExecutor, workers: Workers, store: Store
+) -> None:
+    first = await unknown_call(pipeline, executor)
+    second = await unknown_call(pipeline, executor, "slow_refund")
+    found = ReconcileResult("succeeded", json_result({"refund_id": "r1"}), evidence={"records": 1})
+    answers = {first: RuntimeError("a reader that did not foresee this answer")}
+
+    async def lookup(invocation: Invocation) -> ReconcileResult:
+        executor.reconciled.append(invocation)
+        answer = answers.get(invocation.tool_call_id, found)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    executor.reconcile = lookup  # type: ignore[method-assign]
+
+    await workers.tick()
+
+    assert {i.tool_call_id for i in executor.reconciled} == {first, second}
+    assert store.get_call(second).status == "completed"
+    assert store.get_call(first).status == "result_unknown"  # tried again on a later pass
 
 
 async def test_a_failure_a_person_records_on_a_call_never_looked_up_is_not_looked_up(

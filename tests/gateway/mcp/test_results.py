@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from gateway.mcp.results import UNKNOWN_BY, rule_message, shape_call, status_document, unknown_detail
+from gateway.mcp.results import (
+    FAILED_BY,
+    UNKNOWN_BY,
+    rule_message,
+    shape_call,
+    status_document,
+    unknown_detail,
+)
 from store.model import CallView, StoredEvent
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -167,6 +174,23 @@ def test_an_escalated_call_the_backend_answered_is_not_told_it_never_answered(
     assert document["reconciliation"] == "escalated"
     assert "never answered" not in document["next"]
     assert "a person is checking" in document["next"]
+
+
+@pytest.mark.parametrize("settled_by", sorted(FAILED_BY))
+def test_a_failure_settled_after_an_unknown_outcome_does_not_say_the_backend_never_answered(
+    settled_by: str,
+) -> None:
+    # The unknown outcome may have been a tool's error, which the backend did answer: the settled
+    # failure says only that the outcome was not known, and how it was learned.
+    failed = dataclasses.replace(
+        UNKNOWN, status="failed", error=settled_by, verification_status="confirmed_failure"
+    )
+
+    document = shape_call(failed)["structuredContent"]
+
+    assert document["next"] == FAILED_BY[settled_by]
+    assert "never answered" not in document["next"]
+    assert "not known when it was made" in document["next"]
 
 
 def test_a_re_sent_call_left_unknown_says_how_often_it_was_sent_and_the_last_answer() -> None:
