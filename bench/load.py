@@ -207,8 +207,9 @@ def through_writ(
 
     `agent_reads` sends reads as an agent does: without a key (so Writ records each in one commit),
     each with arguments of its own (`request`: its index), so that no two are joined in flight.
-    `agent_writes` gives each refund a `reason` of its own, so that no two are one action (nor differ
-    only in `amount`) to the demo's loop rules.
+    `agent_writes` gives each refund a `reason` of its own, so that no two are one action to the demo's
+    loop rules (its near-identical refund rule leaves reason and amount out: `bench.processes` sets
+    thresholds no run reaches where the rules are on).
     """
     check = _check if writ else _check_bare
 

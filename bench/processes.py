@@ -235,6 +235,9 @@ POLICY_CHECK_BUDGETS: list[dict[str, Any]] = [
 ]
 """The budgets `policy_checks` turns on beside the demo's loop rules (in place of the demo's own)."""
 
+LOOP_THRESHOLD_NO_RUN_REACHES = 100_000
+"""The demo's loop rules' threshold when `policy_checks` turns them on (the most a rule may have)."""
+
 UPSTREAM_MODE = "2026-07-28"
 """The protocol Writ speaks to the upstream MCP server: the bare proxy's (`bench.bare_proxy`)."""
 
@@ -281,8 +284,12 @@ def _config(
     if policy_checks:
         if not config["policy"].get("loops"):
             raise ValueError(f"{demo / 'demo.yaml'} has no loop rules: policy checks need a tree with them")
-        # The demo's loop rules as they are, and budgets no run reaches: every call pays the checks,
-        # none is refused (a refusal would be cheaper than the call it stands for).
+        # The demo's loop rules, and budgets, with bounds no run reaches: every call pays the checks
+        # (a mark per rule covering it, a budget count), none is refused (a refusal would be cheaper
+        # than the call it stands for). The demo's near-identical refund rule leaves out all but the
+        # order and currency, so a run's refunds are one pattern to it.
+        for rule in config["policy"]["loops"]:
+            rule["threshold"] = LOOP_THRESHOLD_NO_RUN_REACHES
         config["policy"]["budgets"] = POLICY_CHECK_BUDGETS
     else:
         # One principal makes the same refund hundreds of times by design (outside the MCP scenario,

@@ -9,6 +9,7 @@ declined as well.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,8 +99,12 @@ def backend_refunds(backend: Backend) -> list[dict[str, Any]]:
 
 
 async def settled(gateway: Gateway, tool: str, args: dict[str, Any], key: str) -> tuple[str, dict[str, Any]]:
-    """The call made unknown (the backend stalls), and its status once it is not unknown or escalated."""
+    """The call made unknown (the backend stalls), and its status once it is not unknown or escalated.
+
+    The key gets a suffix of its own: the backend serves the module's runs on both stores, and a lookup
+    by key must find only this run's refund, not the other store's run's under the same key."""
     async with gateway.client(gateway.token("alice")) as client:
+        key = f"{key}-{uuid.uuid4().hex[:8]}"
         first = await client.call_tool(tool, args, meta={"writ/idempotencyKey": key})
         assert first.structured_content is not None
         assert first.structured_content["status"] == "result_unknown", first.structured_content
@@ -126,9 +131,11 @@ async def test_a_refund_the_lookup_lists_nothing_for_fails_after_the_horizon_not
         FAILED_BY["no_effect_after_horizon"],
     )
     assert "result" not in status
-    assert [r for r in backend_refunds(lookup_backend) if r["idempotency_key"] == "lookup-nothing"] == []
     with gateway.store() as store:
         events = store.events(tool_call_id=tool_call_id)
+        call = store.get_call(tool_call_id)
+    assert call is not None
+    assert [r for r in backend_refunds(lookup_backend) if r["request_id"] == call.external_request_id] == []
     verdict = next(e for e in events if e.type == "reconciliation.resolved")
     assert (verdict.payload["verdict"], verdict.payload["evidence"]["records"]) == ("confirmed_failure", 0)
     assert "tool_call.completed" not in [e.type for e in events]
