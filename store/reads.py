@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, or_, select
+from sqlalchemy import Connection, Row, bindparam, func, or_, select
 
 from store import approving, audit, revoking
 from store.events import parse_ts
@@ -82,16 +82,7 @@ class Reads:
 
     def dispatch_times(self, tool_call_id: str) -> tuple[datetime, datetime | None] | None:
         """When the call's latest dispatch was recorded, and when the lease it was sent under ended."""
-        if _unstorable(tool_call_id):
-            return None
-        query = (
-            select(events.c.occurred_at, events.c.payload)
-            .where(events.c.tool_call_id == tool_call_id, events.c.type == "tool_call.dispatching")
-            .order_by(events.c.seq.desc())
-            .limit(1)
-        )
-        with self._read() as conn:
-            row = conn.execute(query).one_or_none()
+        row = self._latest_event(tool_call_id, "tool_call.dispatching")
         if row is None:
             return None
         lease_end = json.loads(row.payload).get("lease_expires_at")
@@ -100,21 +91,25 @@ class Reads:
     def failed_by_hand_at(self, tool_call_id: str) -> datetime | None:
         """When a person last recorded the call `failed` to be looked up again (the `recheck_at` of
         their `reconciliation.resolved`); None if no one did."""
-        if _unstorable(tool_call_id):
-            return None
-        query = (
-            select(events.c.payload)
-            .where(events.c.tool_call_id == tool_call_id, events.c.type == "reconciliation.resolved")
-            .order_by(events.c.seq.desc())
-            .limit(1)
-        )
-        with self._read() as conn:
-            row = conn.execute(query).one_or_none()
+        row = self._latest_event(tool_call_id, "reconciliation.resolved")
         if row is None:
             return None
         payload = json.loads(row.payload)
         at = payload.get("recheck_at")
         return parse_ts(at) if payload.get("resolved_by") and at else None
+
+    def _latest_event(self, tool_call_id: str, event_type: str) -> Row[Any, Any] | None:
+        """The time and payload of the call's latest event of `event_type`; None if it has none."""
+        if _unstorable(tool_call_id):
+            return None
+        query = (
+            select(events.c.occurred_at, events.c.payload)
+            .where(events.c.tool_call_id == tool_call_id, events.c.type == event_type)
+            .order_by(events.c.seq.desc())
+            .limit(1)
+        )
+        with self._read() as conn:
+            return conn.execute(query).one_or_none()
 
     def find_call_by_key(self, tenant: str, subject: str, idempotency_key: str) -> CallView | None:
         """The call that currently holds `subject`'s `idempotency_key` in `tenant`."""
