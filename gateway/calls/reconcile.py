@@ -336,11 +336,23 @@ class Reconciler:
         )
         return sent_at, horizon_at
 
-    def _next_recheck(self, capability: Capability, horizon_at: datetime, after: datetime) -> datetime | None:
-        """The first re-check of the policy's schedule later than `after` (a lookup then would see
-        nothing the one at `after` did not); None when none is left."""
+    def _next_recheck(
+        self,
+        capability: Capability,
+        horizon_at: datetime,
+        after: datetime,
+        counted_from: datetime | None = None,
+    ) -> datetime | None:
+        """The first re-check later than `after` (a lookup then would see nothing the one at `after` did
+        not): the horizon's end while it is ahead (only a person's `failed` is looked up before it: the
+        backend may commit until then); then the policy's schedule, counted from the horizon's end or
+        from `counted_from` if later (a person's `failed`, recorded hours after it). None when none is
+        left."""
+        if after < horizon_at:
+            return horizon_at
+        start = max(horizon_at, counted_from) if counted_from is not None else horizon_at
         for factor in self._policy.recheck_after:
-            at = horizon_at + timedelta(seconds=factor * capability.horizon_s)
+            at = start + timedelta(seconds=factor * capability.horizon_s)
             if at > after:
                 return at
         return None
@@ -411,22 +423,15 @@ class Reconciler:
             if other is None:
                 return await self._contradict_failure(leased, evidence, found)
             evidence.update(other)
-        if looked_up_at < horizon_at:
-            # Only a person's `failed` is looked up before the horizon ends: the backend may still commit
-            # until then, so the next look is at its end, before the schedule counted from it.
-            return await self._rechecked(leased, evidence, horizon_at)
-        next_at = self._next_recheck(capability, await self._counted_from(leased, horizon_at), looked_up_at)
+        # A person may settle an escalated call hours after its horizon, its backend still unable to
+        # answer: counted from the horizon, the look at once would be the only one.
+        by_hand = (
+            await anyio.to_thread.run_sync(self._store.failed_by_hand_at, leased.tool_call_id)
+            if leased.resolved_by is not None
+            else None
+        )
+        next_at = self._next_recheck(capability, horizon_at, looked_up_at, counted_from=by_hand)
         return await self._rechecked(leased, evidence, next_at)
-
-    async def _counted_from(self, call: CallView, horizon_at: datetime) -> datetime:
-        """What a failure's re-checks are counted from: the end of its horizon, or, for a `failed` a
-        person recorded after it ended, the moment they did. A person may settle an escalated call hours
-        after its horizon, while its backend still cannot answer: counted from the horizon, the look at
-        once would be the only one, and a backend back only later would never be asked."""
-        if call.resolved_by is None:
-            return horizon_at
-        by_hand = await anyio.to_thread.run_sync(self._store.failed_by_hand_at, call.tool_call_id)
-        return max(horizon_at, by_hand) if by_hand is not None else horizon_at
 
     async def _effect_of_another(self, call: CallView, found: dict[str, Any] | None) -> dict[str, Any] | None:
         """None when the effect found under the call's key is the call's own; else what is known of
