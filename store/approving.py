@@ -13,14 +13,7 @@ from store.commands import DecideApproval, ExpireApproval
 from store.leasing import call_envelope, grant
 from store.log import Append
 from store.model import ApprovalView, CallView, Charge, LoopKey, NotFound, StaleLease, StoreError
-from store.recording import (
-    breach_detail,
-    breach_of,
-    charged,
-    detected,
-    exceeded,
-    hold_counts,
-)
+from store.recording import breach_detail, breach_of, charged, detected, exceeded, hold_counts
 from store.schema import approvals, events, tool_calls
 from store.views import approval_view, first_sent_key_of, load_approval
 

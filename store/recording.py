@@ -100,7 +100,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
         return Admission("new", call=_record_refusal(conn, log, refusal, lookup.run_tenant, producer))
     if (stopped := _stopped(req, lookup)) is not None:
         return Admission("new", call=_record_refusal(conn, log, stopped, lookup.run_tenant, producer))
-    supersedes: str | None = None
+    superseded: CallView | None = None
     if lookup.holder is not None:
         existing = load_call(conn, lookup.holder)
         if existing is None:
@@ -116,7 +116,7 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
         elif who.key_source == "client" or _joinable(existing, req):
             log.flush()  # a retry's request is recorded even when it joins a call holding its key
             return Admission("joined", call=existing)
-        supersedes = existing.tool_call_id
+        superseded = existing
     # Still under the head lock, so every earlier charge and loop mark of every replica is visible and
     # no later one can land between this read and the charge: no extra commit.
     hold_counts(conn, who.tenant, counted=bool(req.charges or req.loops))
@@ -135,8 +135,8 @@ def admit(conn: Connection, req: CallRequest, *, producer: str) -> Admission:
     _record_new(
         log,
         req,
-        supersedes=supersedes,
-        sent_key=first_sent_key(conn, who.tenant, who.subject, who.idempotency_key, supersedes),
+        supersedes=superseded.tool_call_id if superseded is not None else None,
+        sent_key=first_sent_key(who.tenant, who.subject, who.idempotency_key, superseded),
         run_is_new=lookup.run_tenant is None,
         producer=producer,
         passed=passed,

@@ -108,16 +108,14 @@ _SUPERSEDED = select(events.c.payload).where(
 )
 
 
-def first_sent_key(conn: Connection, tenant: str, subject: str, key: str, supersedes: str | None) -> str:
+def first_sent_key(tenant: str, subject: str, key: str, superseded: CallView | None) -> str:
     """The key a call's first dispatch sends: `key` scoped to the principal (store.keys), unless the
-    call took `key` over (`supersedes`) from a call whose backend got it plain, dispatched before keys
+    call took `key` over from `superseded`, a call whose backend got it plain, dispatched before keys
     were scoped. That backend knows the effect by the plain key: a deduplicating one drops a second
     request under it (a same-key `writ calls retry`, or a client's re-send after a `failed` that was
     wrong), where under the scoped key it would act again."""
-    if supersedes is not None:
-        held = load_call(conn, supersedes)
-        if held is not None and held.attempts > 0 and not held.key_scoped:
-            return key
+    if superseded is not None and superseded.attempts > 0 and not superseded.key_scoped:
+        return key
     return scoped_key(tenant, subject, key)
 
 
@@ -126,4 +124,5 @@ def first_sent_key_of(conn: Connection, tenant: str, subject: str, key: str, too
     `tool_call.requested` names the call it took its key over from."""
     text = conn.execute(_SUPERSEDED, {"b_call": tool_call_id}).scalar_one_or_none()
     supersedes = json.loads(text).get("supersedes") if text is not None else None
-    return first_sent_key(conn, tenant, subject, key, supersedes)
+    superseded = load_call(conn, supersedes) if supersedes is not None else None
+    return first_sent_key(tenant, subject, key, superseded)
