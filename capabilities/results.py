@@ -113,8 +113,10 @@ def parse_json(text: str) -> Any:
         value = json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
     except (ValueError, RecursionError):
         return _NO_VALUE
-    if deeper_than(value, _MAX_PLAIN_DEPTH):
-        return _NO_VALUE  # parsed, but the log's serializer (about 255 levels) and clients refuse it
+    # Parsed, but the log's serializer (about 255 levels) and clients refuse it. Every HTTP answer comes
+    # here: only text with more openers than the limit can nest past it, so most are never walked.
+    if text.count("{") + text.count("[") > _MAX_PLAIN_DEPTH and deeper_than(value, _MAX_PLAIN_DEPTH):
+        return _NO_VALUE
     if _SURROGATE_ESCAPE.search(text) and not is_json(value):
         return _NO_VALUE  # a lone surrogate escape: kept as the text it came as, which is well formed
     return value
